@@ -1,0 +1,150 @@
+// The configuration model: plain values ("profiles"), no runtime state. Filled by loader.cc
+// from YAML; every field here corresponds to a documented YAML key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dripgate::config {
+
+struct Bucket {
+  double capacity = 0;
+  double refill_per_s = 0;
+};
+
+struct Quota {
+  int64_t tokens_per_month = 0;
+  int64_t reservation_ttl_s = 600;
+};
+
+struct Concurrency {
+  int64_t max_streams = 0;
+  int64_t lease_s = 120;
+};
+
+struct Plan {
+  std::string name;
+  std::string klass = "default";  // dataplane class for admitted flows (`class:` in YAML)
+  std::optional<Bucket> tenant, user, api_key;
+  std::optional<Quota> quota;
+  std::optional<Concurrency> concurrency;
+};
+
+struct Tenant {
+  std::string name;
+  std::string plan;
+};
+
+struct Redis {
+  std::string url = "redis://127.0.0.1:6379/0";
+  // Parsed from url by the loader.
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  int db = 0;
+  std::string password;
+  std::string unix_path;  // set for unix:///path urls
+  int timeout_ms = 50;
+  int pool_size = 4;  // connections per worker thread
+};
+
+struct Control {
+  std::string listen = "127.0.0.1:8080";
+  int threads = 2;
+  std::string auth_token;  // empty: no bearer auth
+  std::string dataplane_socket = "/run/dripgate/dataplane.sock";
+};
+
+struct GlobalGates {
+  std::map<std::string, Bucket> tool;
+  std::map<std::string, Bucket> model;
+};
+
+// ---- dataplane ----
+
+struct DripRate {
+  double rate_pps = 0;  // 0: unlimited
+  double rate_bps = 0;  // 0: unlimited
+};
+
+struct Drip {
+  double rate_pps = 0;
+  double rate_bps = 0;
+  uint32_t batch = 1;
+  uint32_t max_catchup = 8;
+};
+
+struct Class {
+  std::string name;
+  uint32_t weight = 1;
+  double rate_pps = 0;
+  double rate_bps = 0;
+  uint32_t queue_depth = 1024;
+  uint32_t ttl_ms = 1000;
+};
+
+// A static classification rule; unset matchers match anything.
+struct Rule {
+  std::optional<std::string> src;  // CIDR, v4 or v6
+  std::optional<std::string> dst;  // CIDR
+  std::optional<uint16_t> vlan;
+  std::optional<uint8_t> dscp;
+  std::string klass;
+};
+
+enum class UnknownFlows { kDefault, kDrop, kPass };
+
+struct Dataplane {
+  std::vector<std::string> eal;
+  uint16_t client_port = 0;
+  uint16_t cluster_port = 1;
+  unsigned rx_lcore = 1;
+  unsigned drip_lcore = 1;
+  uint32_t mbufs = 16383;
+  Drip drip;
+  std::vector<Class> classes;  // in YAML order
+  std::vector<Rule> classify;
+  UnknownFlows unknown_flows = UnknownFlows::kDefault;
+  uint32_t flow_idle_timeout_s = 300;
+  uint32_t flow_table_size = 65536;
+  std::string control_socket = "/run/dripgate/dataplane.sock";
+};
+
+struct Config {
+  std::string source;  // file name, or "<embedded default>"
+  Redis redis;
+  Control control;
+  std::map<std::string, Plan> plans;
+  std::map<std::string, Tenant> tenants;
+  GlobalGates global_gates;
+  std::optional<Dataplane> dataplane;
+};
+
+// One problem in a config file. str() renders `file:line:col: path.to.field: message`.
+struct Error {
+  std::string file;
+  int line = 0;  // 1-based
+  int col = 0;   // 1-based
+  std::string path;
+  std::string message;
+  std::string str() const;
+};
+
+struct LoadResult {
+  std::optional<Config> config;  // set only when errors is empty
+  std::vector<Error> errors;
+};
+
+LoadResult load_file(const std::string& path);
+LoadResult load_string(const std::string& yaml, const std::string& name);
+// The default configuration compiled into the binaries (config/examples/default.yaml).
+LoadResult load_default();
+const std::string& default_yaml();
+
+// Identifier rule shared by config and API: [A-Za-z0-9._-]{1,64}.
+bool valid_id(std::string_view id);
+
+}  // namespace dripgate::config

@@ -1,0 +1,111 @@
+// The admission engine: every decision is one atomic Redis Lua call per hash slot.
+// Asynchronous: one Engine per worker thread, bound to that thread's libevent base.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+struct event_base;
+
+namespace dripgate::control {
+
+struct Flow {
+  std::string src;  // IPv4 or IPv6 literal
+  std::string dst;
+  uint16_t sport = 0;
+  uint16_t dport = 0;
+  uint8_t proto = 6;  // IPPROTO_TCP / IPPROTO_UDP
+};
+
+struct AdmitRequest {
+  std::string tenant;
+  std::string user;        // empty: no user gate
+  std::string api_key;     // empty: no api_key gate
+  std::string model;       // empty: no model gate
+  std::string tool;        // empty: no tool gate
+  std::string request_id;  // empty: the engine generates one
+  int64_t tokens = 0;      // estimate reserved against the quota
+  std::optional<Flow> flow;
+};
+
+// Remaining capacity of one gate after the decision. Buckets are fractional, the quota whole.
+struct Remaining {
+  std::string gate;  // "tenant", "user", "api_key", "model", "tool", "quota", "concurrency"
+  double value = 0;
+  double limit = 0;     // capacity / tokens_per_month / max_streams
+  double window_s = 0;  // policy window for RateLimit-Policy (capacity/refill, seconds in month…)
+  int64_t reset_s = 0;  // seconds until the gate is full again / the month rolls over
+};
+
+enum class Outcome {
+  kAllowed,      // 200
+  kRefused,      // 429
+  kBadRequest,   // 400: error names the field
+  kConflict,     // 409: request_id already in use
+  kUnavailable,  // 503: Redis unreachable or timed out
+};
+
+struct AdmitResult {
+  Outcome outcome = Outcome::kUnavailable;
+  std::string request_id;
+  std::string klass;   // the tenant plan's dataplane class
+  std::string gate;    // refusing gate
+  std::string reason;  // "rate" | "quota" | "concurrency"
+  int64_t retry_after_ms = 0;
+  std::vector<Remaining> remaining;
+  std::string error;  // for 400/409/503: "field: message"
+};
+
+struct SettleResult {
+  Outcome outcome = Outcome::kUnavailable;
+  bool settled = false;    // false: already settled, or the reservation expired/unknown
+  int64_t charged = 0;     // tokens charged for this request after the call
+  int64_t remaining = 0;   // quota remaining this month
+  std::string detail;      // "settled" | "already_settled" | "expired"
+  std::string error;
+};
+
+struct ReleaseResult {
+  Outcome outcome = Outcome::kUnavailable;
+  bool released = false;  // false: no such lease
+  std::string error;
+};
+
+// Observes Redis round trips; implemented by the metrics registry.
+struct RedisObserver {
+  virtual ~RedisObserver() = default;
+  virtual void round_trip(double seconds) = 0;
+  virtual void error(const std::string& kind) = 0;
+  virtual void up(bool is_up) = 0;
+};
+
+class Engine {
+ public:
+  Engine(const config::Config& cfg, event_base* base, RedisObserver* observer = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Callbacks run on the engine's event_base thread. Input is validated here too (ids, tenant,
+  // tokens), so the engine is safe to call with anything.
+  void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
+  // tenant may be empty: it is then derived from a request_id the engine generated
+  // ("<tenant>.<hex>"); otherwise kBadRequest naming "tenant".
+  void settle(std::string tenant, std::string request_id, int64_t tokens,
+              std::function<void(SettleResult)> done);
+  void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
+
+  bool redis_up() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dripgate::control

@@ -1,0 +1,35 @@
+// A real redis-server for tests: started on a free loopback port, stopped (and restartable on
+// the same port, for "Redis went away" tests) by RAII.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace dripgate::testing {
+
+class RedisServer {
+ public:
+  RedisServer();  // starts; throws std::runtime_error when redis-server cannot start
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+  void stop();
+  void start();  // same port as before
+  bool running() const { return pid_ > 0; }
+  // Runs redis-cli against this server and returns its stdout (trimmed).
+  std::string cli(const std::string& args) const;
+
+ private:
+  int port_ = 0;
+  pid_t pid_ = -1;
+  std::string dir_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
+}  // namespace dripgate::testing

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package dripgate needs to build, test, demo and benchmark.
+# Idempotent: does nothing (and needs no network) when everything is installed.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config meson ninja-build clang llvm lld
+  libdpdk-dev dpdk dpdk-dev
+  libhiredis-dev libevent-dev libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libcli11-dev libgtest-dev libpcap-dev
+  libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
+  redis-server redis-tools
+  iproute2 iputils-ping tcpdump wrk bpftrace python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The distribution's redis-server service is not what tests use (they start their own on a free
+# port); stopping it is not needed, but it must not be required either.
