@@ -2,6 +2,7 @@
 // from YAML; every field here corresponds to a documented YAML key.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -14,16 +15,22 @@ namespace dripgate::config {
 struct Bucket {
   double capacity = 0;
   double refill_per_s = 0;
+
+  bool operator==(const Bucket&) const = default;
 };
 
 struct Quota {
   int64_t tokens_per_month = 0;
   int64_t reservation_ttl_s = 600;
+
+  bool operator==(const Quota&) const = default;
 };
 
 struct Concurrency {
   int64_t max_streams = 0;
   int64_t lease_s = 120;
+
+  bool operator==(const Concurrency&) const = default;
 };
 
 struct Plan {
@@ -32,11 +39,15 @@ struct Plan {
   std::optional<Bucket> tenant, user, api_key;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
+
+  bool operator==(const Plan&) const = default;
 };
 
 struct Tenant {
   std::string name;
   std::string plan;
+
+  bool operator==(const Tenant&) const = default;
 };
 
 struct Redis {
@@ -49,6 +60,8 @@ struct Redis {
   std::string unix_path;  // set for unix:///path urls
   int timeout_ms = 50;
   int pool_size = 4;  // connections per worker thread
+
+  bool operator==(const Redis&) const = default;
 };
 
 struct Control {
@@ -56,11 +69,15 @@ struct Control {
   int threads = 2;
   std::string auth_token;  // empty: no bearer auth
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
+
+  bool operator==(const Control&) const = default;
 };
 
 struct GlobalGates {
   std::map<std::string, Bucket> tool;
   std::map<std::string, Bucket> model;
+
+  bool operator==(const GlobalGates&) const = default;
 };
 
 // ---- dataplane ----
@@ -68,6 +85,8 @@ struct GlobalGates {
 struct DripRate {
   double rate_pps = 0;  // 0: unlimited
   double rate_bps = 0;  // 0: unlimited
+
+  bool operator==(const DripRate&) const = default;
 };
 
 struct Drip {
@@ -75,6 +94,8 @@ struct Drip {
   double rate_bps = 0;
   uint32_t batch = 1;
   uint32_t max_catchup = 8;
+
+  bool operator==(const Drip&) const = default;
 };
 
 struct Class {
@@ -84,15 +105,30 @@ struct Class {
   double rate_bps = 0;
   uint32_t queue_depth = 1024;
   uint32_t ttl_ms = 1000;
+
+  bool operator==(const Class&) const = default;
+};
+
+// An IPv4 or IPv6 network, parsed and validated by the loader (host bits are zero).
+struct Cidr {
+  bool v6 = false;
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 uses the first 4 bytes
+  uint8_t prefix = 0;              // 0..32 (v4) or 0..128 (v6)
+
+  bool operator==(const Cidr&) const = default;
 };
 
 // A static classification rule; unset matchers match anything.
 struct Rule {
-  std::optional<std::string> src;  // CIDR, v4 or v6
+  std::optional<std::string> src;  // CIDR, v4 or v6, as written
   std::optional<std::string> dst;  // CIDR
+  std::optional<Cidr> src_net;     // src parsed (set iff src is)
+  std::optional<Cidr> dst_net;     // dst parsed (set iff dst is)
   std::optional<uint16_t> vlan;
   std::optional<uint8_t> dscp;
   std::string klass;
+
+  bool operator==(const Rule&) const = default;
 };
 
 enum class UnknownFlows { kDefault, kDrop, kPass };
@@ -111,6 +147,8 @@ struct Dataplane {
   uint32_t flow_idle_timeout_s = 300;
   uint32_t flow_table_size = 65536;
   std::string control_socket = "/run/dripgate/dataplane.sock";
+
+  bool operator==(const Dataplane&) const = default;
 };
 
 struct Config {
@@ -121,6 +159,8 @@ struct Config {
   std::map<std::string, Tenant> tenants;
   GlobalGates global_gates;
   std::optional<Dataplane> dataplane;
+
+  bool operator==(const Config&) const = default;
 };
 
 // One problem in a config file. str() renders `file:line:col: path.to.field: message`.
@@ -146,5 +186,13 @@ const std::string& default_yaml();
 
 // Identifier rule shared by config and API: [A-Za-z0-9._-]{1,64}.
 bool valid_id(std::string_view id);
+
+// "10.1.0.0/16", "2001:db8::/32"; an address without "/len" is a host (/32, /128). On failure
+// returns nullopt and, when why is given, says what is wrong (bad address, prefix length, host
+// bits set).
+std::optional<Cidr> parse_cidr(std::string_view text, std::string* why = nullptr);
+
+// Renders a config as YAML that load_string() reads back into an equal Config (round trip).
+std::string to_yaml(const Config& cfg);
 
 }  // namespace dripgate::config

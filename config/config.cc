@@ -1,0 +1,218 @@
+// Small pieces of the config model shared by the loader and its users: the id rule, error
+// rendering, CIDR parsing, and the YAML writer used for round trips and --print-config.
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cstring>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/config.h"
+
+namespace dripgate::config {
+
+bool valid_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string Error::str() const {
+  // A file-level problem (cannot open) has no position; a syntax error has no field path.
+  std::string out = file;
+  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(col);
+  out += ": ";
+  if (!path.empty()) out += path + ": ";
+  out += message;
+  return out;
+}
+
+std::optional<Cidr> parse_cidr(std::string_view text, std::string* why) {
+  auto fail = [&](std::string msg) -> std::optional<Cidr> {
+    if (why) *why = std::move(msg);
+    return std::nullopt;
+  };
+  std::string_view addr = text;
+  std::optional<unsigned> prefix;
+  if (auto slash = text.find('/'); slash != std::string_view::npos) {
+    addr = text.substr(0, slash);
+    std::string_view len = text.substr(slash + 1);
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(len.data(), len.data() + len.size(), v);
+    if (len.empty() || ec != std::errc() || end != len.data() + len.size() || len.size() > 3)
+      return fail("bad prefix length '" + std::string(len) + "'");
+    prefix = v;
+  }
+  Cidr net;
+  std::string a(addr);
+  if (a.find(':') != std::string::npos) {
+    net.v6 = true;
+    if (inet_pton(AF_INET6, a.c_str(), net.addr.data()) != 1)
+      return fail("bad IPv6 address '" + a + "'");
+  } else if (inet_pton(AF_INET, a.c_str(), net.addr.data()) != 1) {
+    return fail("bad IPv4 address '" + a + "'");
+  }
+  unsigned max = net.v6 ? 128 : 32;
+  unsigned len = prefix.value_or(max);
+  if (len > max)
+    return fail("bad prefix length " + std::to_string(len) + " (at most " + std::to_string(max) +
+                " for " + (net.v6 ? "IPv6" : "IPv4") + ")");
+  net.prefix = static_cast<uint8_t>(len);
+  // Host bits set usually means a typo in the address or the length; say so rather than guess.
+  Cidr masked = net;
+  for (unsigned bit = len; bit < max; ++bit) masked.addr[bit / 8] &= ~(0x80u >> (bit % 8));
+  if (masked.addr != net.addr) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    inet_ntop(net.v6 ? AF_INET6 : AF_INET, masked.addr.data(), buf, sizeof buf);
+    return fail("host bits set in '" + std::string(text) + "' (the network is " + buf + "/" +
+                std::to_string(len) + ")");
+  }
+  return net;
+}
+
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+void bucket(YAML::Emitter& out, const Bucket& b) {
+  out << YAML::Flow << YAML::BeginMap << YAML::Key << "capacity" << YAML::Value << num(b.capacity)
+      << YAML::Key << "refill_per_s" << YAML::Value << num(b.refill_per_s) << YAML::EndMap;
+}
+
+void kv(YAML::Emitter& out, const char* key, const std::string& value) {
+  out << YAML::Key << key << YAML::Value << value;
+}
+void kv(YAML::Emitter& out, const char* key, double value) { kv(out, key, num(value)); }
+void kv(YAML::Emitter& out, const char* key, int64_t value) {
+  kv(out, key, std::to_string(value));
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& cfg) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
+  kv(out, "timeout_ms", int64_t{cfg.redis.timeout_ms});
+  kv(out, "pool_size", int64_t{cfg.redis.pool_size});
+  out << YAML::EndMap;
+
+  out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.listen;
+  kv(out, "threads", int64_t{cfg.control.threads});
+  out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
+  out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
+      << cfg.control.dataplane_socket;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "plans" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, plan] : cfg.plans) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "class" << YAML::Value << plan.klass;
+    if (plan.tenant || plan.user || plan.api_key) {
+      out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
+      if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
+      if (plan.user) bucket(out << YAML::Key << "user" << YAML::Value, *plan.user);
+      if (plan.api_key) bucket(out << YAML::Key << "api_key" << YAML::Value, *plan.api_key);
+      out << YAML::EndMap;
+    }
+    if (plan.quota) {
+      out << YAML::Key << "quota" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      kv(out, "tokens_per_month", plan.quota->tokens_per_month);
+      kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
+      out << YAML::EndMap;
+    }
+    if (plan.concurrency) {
+      out << YAML::Key << "concurrency" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      kv(out, "max_streams", plan.concurrency->max_streams);
+      kv(out, "lease_s", plan.concurrency->lease_s);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+
+  out << YAML::Key << "tenants" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, tenant] : cfg.tenants) {
+    out << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "plan", tenant.plan);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+
+  out << YAML::Key << "global_gates" << YAML::Value << YAML::BeginMap;
+  for (const auto* kind : {"tool", "model"}) {
+    const auto& gates = std::strcmp(kind, "tool") == 0 ? cfg.global_gates.tool
+                                                       : cfg.global_gates.model;
+    out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, b] : gates) bucket(out << YAML::Key << name << YAML::Value, b);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+
+  if (cfg.dataplane) {
+    const Dataplane& dp = *cfg.dataplane;
+    out << YAML::Key << "dataplane" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "eal" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& arg : dp.eal) out << YAML::DoubleQuoted << arg;
+    out << YAML::EndSeq;
+    out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "client", int64_t{dp.client_port});
+    kv(out, "cluster", int64_t{dp.cluster_port});
+    out << YAML::EndMap;
+    out << YAML::Key << "lcores" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "rx", int64_t{dp.rx_lcore});
+    kv(out, "drip", int64_t{dp.drip_lcore});
+    out << YAML::EndMap;
+    kv(out, "mbufs", int64_t{dp.mbufs});
+    out << YAML::Key << "drip" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "rate_pps", dp.drip.rate_pps);
+    kv(out, "rate_bps", dp.drip.rate_bps);
+    kv(out, "batch", int64_t{dp.drip.batch});
+    kv(out, "max_catchup", int64_t{dp.drip.max_catchup});
+    out << YAML::EndMap;
+    out << YAML::Key << "classes" << YAML::Value << YAML::BeginMap;
+    for (const auto& c : dp.classes) {
+      out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      kv(out, "weight", int64_t{c.weight});
+      kv(out, "rate_pps", c.rate_pps);
+      kv(out, "rate_bps", c.rate_bps);
+      kv(out, "queue_depth", int64_t{c.queue_depth});
+      kv(out, "ttl_ms", int64_t{c.ttl_ms});
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+    out << YAML::Key << "classify" << YAML::Value << YAML::BeginSeq;
+    for (const auto& r : dp.classify) {
+      out << YAML::Flow << YAML::BeginMap;
+      if (r.src) out << YAML::Key << "src" << YAML::Value << YAML::DoubleQuoted << *r.src;
+      if (r.dst) out << YAML::Key << "dst" << YAML::Value << YAML::DoubleQuoted << *r.dst;
+      if (r.vlan) kv(out, "vlan", int64_t{*r.vlan});
+      if (r.dscp) kv(out, "dscp", int64_t{*r.dscp});
+      kv(out, "class", r.klass);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+    const char* uf = dp.unknown_flows == UnknownFlows::kDrop   ? "drop"
+                     : dp.unknown_flows == UnknownFlows::kPass ? "pass"
+                                                               : "default";
+    kv(out, "unknown_flows", std::string(uf));
+    kv(out, "flow_idle_timeout_s", int64_t{dp.flow_idle_timeout_s});
+    kv(out, "flow_table_size", int64_t{dp.flow_table_size});
+    out << YAML::Key << "control_socket" << YAML::Value << YAML::DoubleQuoted << dp.control_socket;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace dripgate::config

@@ -1,0 +1,882 @@
+// YAML -> Config. Walks the document against the schema, collecting every problem as
+// `file:line:col: path.to.field: message` instead of stopping at the first one, so a user fixes
+// a file in one pass. Nothing here throws to the caller: any input gives a result.
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
+
+#include "config/config.h"
+
+namespace dripgate::config {
+
+namespace embedded {
+extern const char default_yaml[];
+extern const unsigned long default_yaml_size;
+}  // namespace embedded
+
+namespace {
+
+constexpr size_t kSunPathMax = 107;  // sizeof(sockaddr_un::sun_path) - 1
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+// A value quoted for a message; long values are cut so one bad line cannot flood the output.
+std::string quote(std::string_view v) {
+  constexpr size_t kMax = 60;
+  std::string out = "'";
+  out += v.size() > kMax ? std::string(v.substr(0, kMax)) + "..." : std::string(v);
+  return out + "'";
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return quote(n.Scalar());
+    case YAML::NodeType::Null:
+      return "nothing (null)";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string num_str(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+template <class C>
+std::string list(const C& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out.empty() ? "none" : out;
+}
+
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+class Ctx {
+ public:
+  explicit Ctx(std::string file) : file_(std::move(file)) {}
+
+  void error(const YAML::Node& at, std::string path, std::string message) {
+    YAML::Mark m = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
+    // An empty value's own mark is wherever the next token starts (often the next line);
+    // the key it belongs to is where the user looks.
+    if (at.IsDefined() && at.IsNull())
+      if (auto it = null_keys_.find(m.pos); it != null_keys_.end()) m = it->second;
+    add(m, std::move(path), std::move(message));
+  }
+  void note_null_value(const YAML::Node& value, const YAML::Node& key) {
+    null_keys_.emplace(value.Mark().pos, key.Mark());
+  }
+  void add(const YAML::Mark& m, std::string path, std::string message) {
+    Error e;
+    e.file = file_;
+    e.line = m.is_null() ? 0 : m.line + 1;
+    e.col = m.is_null() ? 0 : m.column + 1;
+    e.path = std::move(path);
+    e.message = std::move(message);
+    errors_.push_back(std::move(e));
+  }
+  std::vector<Error> take() {
+    std::stable_sort(errors_.begin(), errors_.end(), [](const Error& a, const Error& b) {
+      return std::tie(a.line, a.col) < std::tie(b.line, b.col);
+    });
+    return std::move(errors_);
+  }
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+  std::vector<Error> errors_;
+  std::map<int, YAML::Mark> null_keys_;  // mark.pos of an empty value -> its key's mark
+};
+
+// The entries of a mapping, in document order; keys must be unique non-empty scalars. A null
+// value (a section with everything commented out) counts as an empty mapping.
+std::optional<std::vector<Entry>> entries(Ctx& ctx, const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return std::vector<Entry>{};
+  if (!n.IsMap()) {
+    ctx.error(n, path, "expected a mapping, got " + describe(n));
+    return std::nullopt;
+  }
+  std::vector<Entry> out;
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : n) {
+    const YAML::Node& k = kv.first;
+    if (!k.IsScalar() || k.Scalar().empty()) {
+      ctx.error(k, path, "keys must be non-empty strings, got " + describe(k));
+      continue;
+    }
+    auto [it, fresh] = seen.emplace(k.Scalar(), k.Mark());
+    if (!fresh) {
+      ctx.error(k, join(path, k.Scalar()),
+                "duplicate key (first at line " + std::to_string(it->second.line + 1) + ")");
+      continue;
+    }
+    if (kv.second.IsNull()) ctx.note_null_value(kv.second, k);
+    out.push_back(Entry{k.Scalar(), k, kv.second});
+  }
+  return out;
+}
+
+// A mapping with a fixed set of keys.
+class Fields {
+ public:
+  Fields(Ctx& ctx, const YAML::Node& n, std::string path,
+         std::initializer_list<std::string_view> allowed)
+      : ctx_(ctx), node_(n), path_(std::move(path)) {
+    auto es = entries(ctx, n, path_);
+    ok_ = es.has_value();
+    if (!ok_) return;
+    for (auto& e : *es) {
+      if (std::find(allowed.begin(), allowed.end(), e.key) == allowed.end()) {
+        ctx.error(e.key_node, join(path_, e.key),
+                  "unknown key " + quote(e.key) + " (allowed: " + list(allowed) + ")");
+        continue;
+      }
+      fields_.push_back(std::move(e));
+    }
+  }
+  bool ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+  const YAML::Node& node() const { return node_; }
+  std::string path(std::string_view key) const { return join(path_, key); }
+
+  const Entry* find(std::string_view key) const {
+    for (const auto& e : fields_)
+      if (e.key == key) return &e;
+    return nullptr;
+  }
+  const Entry* require(std::string_view key) const {
+    const Entry* e = find(key);
+    if (!e && ok_) ctx_.error(node_, path(key), "required field is missing");
+    return e;
+  }
+
+ private:
+  Ctx& ctx_;
+  YAML::Node node_;
+  std::string path_;
+  bool ok_ = false;
+  std::vector<Entry> fields_;
+};
+
+// ---- scalars ----
+
+bool is_quoted(const YAML::Node& n) { return n.Tag() == "!"; }
+
+// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as YAML requires.
+bool valid_utf8(std::string_view s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n;  // continuation bytes
+    uint32_t cp;
+    if (c < 0x80) {
+      n = 0, cp = c;
+    } else if ((c >> 5) == 0x6) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c >> 4) == 0xE) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c >> 3) == 0x1E) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i - 1 < n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::optional<std::string> get_string(Ctx& ctx, const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) {
+    ctx.error(n, path, "expected a string, got " + describe(n));
+    return std::nullopt;
+  }
+  if (!valid_utf8(n.Scalar())) {
+    ctx.error(n, path, "not valid UTF-8");
+    return std::nullopt;
+  }
+  return n.Scalar();
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  double v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  if (b == e) return std::nullopt;
+  auto [end, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || end != e || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<int64_t> parse_int(std::string_view s, bool* range) {
+  int64_t v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  if (b == e) return std::nullopt;
+  auto [end, ec] = std::from_chars(b, e, v);
+  if (ec == std::errc::result_out_of_range && end == e) *range = true;
+  if (ec != std::errc() || end != e) return std::nullopt;
+  return v;
+}
+
+// A number; `min_exclusive` for rates and capacities that must be > 0.
+struct NumRule {
+  double min = 0;
+  bool exclusive = false;
+  const char* note = nullptr;
+};
+
+std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                                 NumRule rule) {
+  if (!n.IsScalar() || is_quoted(n)) {
+    ctx.error(n, path,
+              "expected a number, got " + (n.IsScalar() ? "the string " : std::string()) +
+                  describe(n));
+    return std::nullopt;
+  }
+  auto v = parse_double(n.Scalar());
+  if (!v) {
+    ctx.error(n, path, "expected a number, got " + describe(n));
+    return std::nullopt;
+  }
+  bool bad = rule.exclusive ? !(*v > rule.min) : !(*v >= rule.min);
+  if (bad) {
+    std::string msg = std::string("must be ") + (rule.exclusive ? "> " : ">= ") +
+                      num_str(rule.min) + ", got " + n.Scalar();
+    if (rule.note) msg += std::string(" (") + rule.note + ")";
+    ctx.error(n, path, msg);
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                               int64_t min, int64_t max, bool unbounded = false) {
+  if (!n.IsScalar() || is_quoted(n)) {
+    ctx.error(n, path,
+              "expected an integer, got " + (n.IsScalar() ? "the string " : std::string()) +
+                  describe(n));
+    return std::nullopt;
+  }
+  bool out_of_range = false;
+  auto v = parse_int(n.Scalar(), &out_of_range);
+  if (!v) {
+    ctx.error(n, path,
+              out_of_range ? "integer out of range: " + n.Scalar()
+                           : "expected an integer, got " + describe(n));
+    return std::nullopt;
+  }
+  if (*v < min || *v > max) {
+    // Only the type's own limit as a maximum: the bound users care about is the minimum.
+    std::string msg = unbounded && *v < min ? "must be >= " + std::to_string(min)
+                      : unbounded           ? "must be <= " + std::to_string(max)
+                                            : "must be between " + std::to_string(min) +
+                                        " and " + std::to_string(max);
+    ctx.error(n, path, msg + ", got " + n.Scalar());
+    return std::nullopt;
+  }
+  return v;
+}
+
+// An integer field of type T; without `max`, only T's own range limits it.
+template <class T>
+void set_int(Ctx& ctx, const Fields& f, std::string_view key, T& out, int64_t min,
+             std::optional<int64_t> max = std::nullopt) {
+  if (const Entry* e = f.find(key))
+    if (auto v = get_int(ctx, e->value, f.path(key), min,
+                         max.value_or(static_cast<int64_t>(std::numeric_limits<T>::max())),
+                         !max.has_value()))
+      out = static_cast<T>(*v);
+}
+
+void set_double(Ctx& ctx, const Fields& f, std::string_view key, double& out, NumRule rule) {
+  if (const Entry* e = f.find(key))
+    if (auto v = get_double(ctx, e->value, f.path(key), rule)) out = *v;
+}
+
+bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std::string& id) {
+  if (valid_id(id)) return true;
+  ctx.error(at, path, quote(id) + " is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
+  return false;
+}
+
+// ---- addresses ----
+
+bool hostname_ok(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  for (char c : h)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '-'))
+      return false;
+  return true;
+}
+
+// host[:port] or [v6][:port]; the port must be present when `need_port`. Returns why not.
+std::optional<std::string> split_host_port(std::string_view s, bool need_port, std::string& host,
+                                           std::optional<int>& port) {
+  std::string_view rest;
+  if (!s.empty() && s.front() == '[') {
+    auto close = s.find(']');
+    if (close == std::string_view::npos) return "missing ']' after the IPv6 address";
+    host = std::string(s.substr(1, close - 1));
+    if (!parse_cidr(host) || host.find(':') == std::string::npos)
+      return "bad IPv6 address " + quote(host);
+    rest = s.substr(close + 1);
+  } else {
+    auto colon = s.find(':');
+    host = std::string(s.substr(0, colon));
+    if (colon != std::string_view::npos && s.find(':', colon + 1) != std::string_view::npos)
+      return "an IPv6 address must be in brackets, e.g. [::1]:6379";
+    if (host.empty()) return "missing host";
+    if (!hostname_ok(host)) return "bad host " + quote(host);
+    rest = colon == std::string_view::npos ? std::string_view() : s.substr(colon);
+  }
+  if (rest.empty()) {
+    if (need_port) return "missing ':port'";
+    return std::nullopt;
+  }
+  if (rest.front() != ':') return "unexpected " + quote(rest) + " after the host";
+  rest.remove_prefix(1);
+  int p = -1;
+  auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), p);
+  if (rest.empty() || ec != std::errc() || end != rest.data() + rest.size() || p < 0 ||
+      p > 65535)
+    return "bad port " + quote(rest) + " (0 to 65535)";
+  port = p;
+  return std::nullopt;
+}
+
+std::optional<std::string> parse_redis_url(std::string_view url, Redis& r) {
+  constexpr std::string_view kUnix = "unix://", kRedis = "redis://";
+  if (url.substr(0, kUnix.size()) == kUnix) {
+    std::string_view path = url.substr(kUnix.size());
+    if (path.size() < 2 || path.front() != '/') return "the socket path must be absolute";
+    if (path.size() > kSunPathMax)
+      return "the socket path is longer than " + std::to_string(kSunPathMax) + " bytes";
+    r.unix_path = std::string(path);
+    r.host.clear();
+    r.port = 0;
+    r.db = 0;
+    r.password.clear();
+    return std::nullopt;
+  }
+  if (url.substr(0, 9) == "rediss://") return "TLS (rediss://) is not supported";
+  if (url.substr(0, kRedis.size()) != kRedis) return "the scheme must be redis:// or unix://";
+  std::string_view rest = url.substr(kRedis.size());
+  std::string password;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view user = rest.substr(0, at);
+    if (user.empty() || user.front() != ':')
+      return "credentials must be ':password@' (user names are not supported)";
+    password = std::string(user.substr(1));
+    if (password.empty()) return "empty password";
+    rest = rest.substr(at + 1);
+  }
+  std::string_view hostport = rest.substr(0, rest.find('/'));
+  std::string_view dbpart =
+      hostport.size() < rest.size() ? rest.substr(hostport.size() + 1) : std::string_view();
+  std::string host;
+  std::optional<int> port;
+  if (auto why = split_host_port(hostport, false, host, port)) return why;
+  if (port && *port == 0) return "bad port '0' (1 to 65535)";
+  int db = 0;
+  if (!dbpart.empty()) {
+    auto [end, ec] = std::from_chars(dbpart.data(), dbpart.data() + dbpart.size(), db);
+    if (ec != std::errc() || end != dbpart.data() + dbpart.size() || db < 0)
+      return "bad database number " + quote(dbpart);
+  }
+  r.host = host;
+  r.port = port.value_or(6379);
+  r.db = db;
+  r.password = password;
+  r.unix_path.clear();
+  return std::nullopt;
+}
+
+// ---- sections ----
+
+std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path) {
+  Fields f(ctx, n, path, {"capacity", "refill_per_s"});
+  if (!f.ok()) return std::nullopt;
+  Bucket b;
+  bool ok = true;
+  // A request costs one token, so a bucket smaller than 1 would refuse everything.
+  if (const Entry* e = f.require("capacity")) {
+    if (auto v = get_double(ctx, e->value, f.path("capacity"), {1, false, "a request costs 1 token"}))
+      b.capacity = *v;
+    else
+      ok = false;
+  } else {
+    ok = false;
+  }
+  if (const Entry* e = f.require("refill_per_s")) {
+    if (auto v = get_double(ctx, e->value, f.path("refill_per_s"), {0, true}))
+      b.refill_per_s = *v;
+    else
+      ok = false;
+  } else {
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return b;
+}
+
+void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
+  Fields f(ctx, n, "redis", {"url", "timeout_ms", "pool_size"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.find("url")) {
+    if (auto s = get_string(ctx, e->value, f.path("url"))) {
+      if (auto why = parse_redis_url(*s, r))
+        ctx.error(e->value, f.path("url"),
+                  "bad redis URL " + quote(*s) + ": " + *why +
+                      "; expected redis://[:password@]host[:port][/db] or unix:///path");
+      else
+        r.url = *s;
+    }
+  }
+  set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
+  set_int(ctx, f, "pool_size", r.pool_size, 1);
+}
+
+void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::string& out) {
+  const Entry* e = f.find(key);
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path(key));
+  if (!s) return;
+  if (s->empty())
+    ctx.error(e->value, f.path(key), "must not be empty");
+  else if (s->size() > kSunPathMax)
+    ctx.error(e->value, f.path(key),
+              "a unix socket path is at most " + std::to_string(kSunPathMax) + " bytes, got " +
+                  std::to_string(s->size()));
+  else
+    out = *s;
+}
+
+void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
+  Fields f(ctx, n, "control", {"listen", "threads", "auth_token", "dataplane_socket"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.find("listen")) {
+    if (auto s = get_string(ctx, e->value, f.path("listen"))) {
+      std::string host;
+      std::optional<int> port;
+      if (auto why = split_host_port(*s, true, host, port))
+        ctx.error(e->value, f.path("listen"),
+                  "bad listen address " + quote(*s) + ": " + *why +
+                      "; expected host:port or [v6-address]:port");
+      else
+        c.listen = *s;
+    }
+  }
+  set_int(ctx, f, "threads", c.threads, 1, 1024);
+  if (const Entry* e = f.find("auth_token"))
+    if (auto s = get_string(ctx, e->value, f.path("auth_token"))) c.auth_token = *s;
+  load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
+}
+
+void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
+  Fields f(ctx, pe.value, path, {"class", "gates", "quota", "concurrency"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.find("class")) {
+    if (auto s = get_string(ctx, e->value, f.path("class"))) {
+      if (check_id(ctx, e->value, f.path("class"), *s)) p.klass = *s;
+    }
+  }
+  if (const Entry* e = f.find("gates")) {
+    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key"});
+    if (const Entry* b = g.find("tenant")) p.tenant = load_bucket(ctx, b->value, g.path("tenant"));
+    if (const Entry* b = g.find("user")) p.user = load_bucket(ctx, b->value, g.path("user"));
+    if (const Entry* b = g.find("api_key"))
+      p.api_key = load_bucket(ctx, b->value, g.path("api_key"));
+  }
+  if (const Entry* e = f.find("quota")) {
+    Fields q(ctx, e->value, f.path("quota"), {"tokens_per_month", "reservation_ttl_s"});
+    if (q.ok()) {
+      Quota quota;
+      bool ok = false;
+      if (const Entry* t = q.require("tokens_per_month")) {
+        if (auto v = get_int(ctx, t->value, q.path("tokens_per_month"), 1,
+                             std::numeric_limits<int64_t>::max(), true)) {
+          quota.tokens_per_month = *v;
+          ok = true;
+        }
+      }
+      set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1);
+      if (ok) p.quota = quota;
+    }
+  }
+  if (const Entry* e = f.find("concurrency")) {
+    Fields c(ctx, e->value, f.path("concurrency"), {"max_streams", "lease_s"});
+    if (c.ok()) {
+      Concurrency conc;
+      bool ok = false;
+      if (const Entry* m = c.require("max_streams")) {
+        if (auto v = get_int(ctx, m->value, c.path("max_streams"), 1,
+                             std::numeric_limits<int64_t>::max(), true)) {
+          conc.max_streams = *v;
+          ok = true;
+        }
+      }
+      set_int(ctx, c, "lease_s", conc.lease_s, 1);
+      if (ok) p.concurrency = conc;
+    }
+  }
+}
+
+void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
+  Fields f(ctx, n, "global_gates", {"tool", "model"});
+  for (const char* kind : {"tool", "model"}) {
+    const Entry* e = f.find(kind);
+    if (!e) continue;
+    auto es = entries(ctx, e->value, f.path(kind));
+    if (!es) continue;
+    auto& out = std::string_view(kind) == "tool" ? g.tool : g.model;
+    for (const auto& gate : *es) {
+      std::string path = join(f.path(kind), gate.key);
+      bool id_ok = check_id(ctx, gate.key_node, path, gate.key);
+      auto b = load_bucket(ctx, gate.value, path);
+      if (id_ok && b) out[gate.key] = *b;
+    }
+  }
+}
+
+struct ClassRef {
+  std::string name;
+  YAML::Node at;
+  std::string path;
+  bool implicit = false;  // a plan without `class:` (uses "default")
+};
+
+void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<ClassRef>& refs) {
+  Fields f(ctx, n, "dataplane",
+           {"eal", "ports", "lcores", "mbufs", "drip", "classes", "classify", "unknown_flows",
+            "flow_idle_timeout_s", "flow_table_size", "control_socket"});
+  if (!f.ok()) return;
+
+  if (const Entry* e = f.find("eal")) {
+    if (!e->value.IsSequence()) {
+      ctx.error(e->value, f.path("eal"), "expected a list of strings, got " + describe(e->value));
+    } else {
+      for (size_t i = 0; i < e->value.size(); ++i)
+        if (auto s = get_string(ctx, e->value[i], index(f.path("eal"), i))) dp.eal.push_back(*s);
+    }
+  }
+  if (const Entry* e = f.find("ports")) {
+    Fields p(ctx, e->value, f.path("ports"), {"client", "cluster"});
+    set_int(ctx, p, "client", dp.client_port, 0);
+    set_int(ctx, p, "cluster", dp.cluster_port, 0);
+    if (p.ok() && dp.client_port == dp.cluster_port) {
+      const Entry* c = p.find("cluster");
+      ctx.error(c ? c->value : p.node(), p.path("cluster"),
+                "must differ from ports.client (both are " + std::to_string(dp.client_port) + ")");
+    }
+  }
+  if (const Entry* e = f.find("lcores")) {
+    Fields l(ctx, e->value, f.path("lcores"), {"rx", "drip"});
+    set_int(ctx, l, "rx", dp.rx_lcore, 0, 1023);
+    set_int(ctx, l, "drip", dp.drip_lcore, 0, 1023);
+  }
+  set_int(ctx, f, "mbufs", dp.mbufs, 1);
+  if (const Entry* e = f.find("drip")) {
+    Fields d(ctx, e->value, f.path("drip"), {"rate_pps", "rate_bps", "batch", "max_catchup"});
+    set_double(ctx, d, "rate_pps", dp.drip.rate_pps, {0, false, "0 means unlimited"});
+    set_double(ctx, d, "rate_bps", dp.drip.rate_bps, {0, false, "0 means unlimited"});
+    set_int(ctx, d, "batch", dp.drip.batch, 1);
+    set_int(ctx, d, "max_catchup", dp.drip.max_catchup, 0);
+  }
+
+  std::set<std::string> class_names;
+  if (const Entry* e = f.require("classes")) {
+    if (auto es = entries(ctx, e->value, f.path("classes"))) {
+      if (es->empty()) ctx.error(e->value, f.path("classes"), "at least one class is required");
+      for (const auto& ce : *es) {
+        std::string path = join(f.path("classes"), ce.key);
+        Class c;
+        c.name = ce.key;
+        bool id_ok = check_id(ctx, ce.key_node, path, ce.key);
+        Fields cf(ctx, ce.value, path, {"weight", "rate_pps", "rate_bps", "queue_depth", "ttl_ms"});
+        set_int(ctx, cf, "weight", c.weight, 1);
+        set_double(ctx, cf, "rate_pps", c.rate_pps, {0, false, "0 means unlimited"});
+        set_double(ctx, cf, "rate_bps", c.rate_bps, {0, false, "0 means unlimited"});
+        set_int(ctx, cf, "queue_depth", c.queue_depth, 1);
+        set_int(ctx, cf, "ttl_ms", c.ttl_ms, 1);
+        // Keep the name even when its values are bad, so references to it do not also fail.
+        if (id_ok) class_names.insert(c.name);
+        if (id_ok && cf.ok()) dp.classes.push_back(c);
+      }
+    }
+  }
+
+  if (const Entry* e = f.find("classify")) {
+    if (!e->value.IsSequence() && !e->value.IsNull()) {
+      ctx.error(e->value, f.path("classify"), "expected a list of rules, got " + describe(e->value));
+    } else {
+      for (size_t i = 0; i < e->value.size(); ++i) {
+        std::string path = index(f.path("classify"), i);
+        Fields rf(ctx, e->value[i], path, {"src", "dst", "vlan", "dscp", "class"});
+        if (!rf.ok()) continue;
+        Rule r;
+        for (const char* side : {"src", "dst"}) {
+          const Entry* c = rf.find(side);
+          if (!c) continue;
+          auto s = get_string(ctx, c->value, rf.path(side));
+          if (!s) continue;
+          std::string why;
+          auto net = parse_cidr(*s, &why);
+          if (!net) {
+            ctx.error(c->value, rf.path(side), "bad CIDR " + quote(*s) + ": " + why);
+            continue;
+          }
+          (std::string_view(side) == "src" ? r.src : r.dst) = *s;
+          (std::string_view(side) == "src" ? r.src_net : r.dst_net) = *net;
+        }
+        if (const Entry* c = rf.find("vlan"))
+          if (auto v = get_int(ctx, c->value, rf.path("vlan"), 0, 4095))
+            r.vlan = static_cast<uint16_t>(*v);
+        if (const Entry* c = rf.find("dscp"))
+          if (auto v = get_int(ctx, c->value, rf.path("dscp"), 0, 63))
+            r.dscp = static_cast<uint8_t>(*v);
+        if (const Entry* c = rf.require("class")) {
+          if (auto s = get_string(ctx, c->value, rf.path("class"))) {
+            r.klass = *s;
+            refs.push_back({*s, c->value, rf.path("class"), false});
+          }
+        }
+        dp.classify.push_back(std::move(r));
+      }
+    }
+  }
+
+  if (const Entry* e = f.find("unknown_flows")) {
+    if (auto s = get_string(ctx, e->value, f.path("unknown_flows"))) {
+      if (*s == "default") {
+        dp.unknown_flows = UnknownFlows::kDefault;
+      } else if (*s == "drop") {
+        dp.unknown_flows = UnknownFlows::kDrop;
+      } else if (*s == "pass") {
+        dp.unknown_flows = UnknownFlows::kPass;
+      } else {
+        ctx.error(e->value, f.path("unknown_flows"),
+                  "must be one of default, drop, pass; got " + quote(*s));
+      }
+    }
+  }
+  if (dp.unknown_flows == UnknownFlows::kDefault && f.find("classes") &&
+      !class_names.empty() && !class_names.count("default")) {
+    const Entry* e = f.find("unknown_flows");
+    ctx.error(e ? e->value : f.find("classes")->value, e ? f.path("unknown_flows") : f.path("classes"),
+              "is 'default' but there is no class named 'default' (defined: " +
+                  list(class_names) + "); add one, or set unknown_flows to drop or pass");
+  }
+  set_int(ctx, f, "flow_idle_timeout_s", dp.flow_idle_timeout_s, 1);
+  set_int(ctx, f, "flow_table_size", dp.flow_table_size, 1);
+  load_socket_path(ctx, f, "control_socket", dp.control_socket);
+
+  for (const auto& ref : refs) {
+    if (class_names.count(ref.name) || class_names.empty()) continue;
+    std::string msg = "no class named " + quote(ref.name) + " in dataplane.classes (defined: " +
+                      list(class_names) + ")";
+    if (ref.implicit) msg = "the plan has no class, so it uses 'default', but there is " + msg;
+    ctx.error(ref.at, ref.path, msg);
+  }
+}
+
+// Where each document of a stream starts, without building nodes. yaml-cpp 0.7.0 (Debian 12)
+// can report a document without consuming any input (a stray ',' at the top level), and its
+// LoadAll() then loops forever, allocating (jbeder/yaml-cpp#1040, fixed upstream by #1319);
+// so we never call LoadAll and stop as soon as a document starts where the previous one did.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Checks the document structure of the stream: false (with the error added) when the parser
+// is stuck; `second` is set when there is more than one document.
+bool scan_documents(Ctx& ctx, const std::string& yaml, std::optional<YAML::Mark>& second) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentStarts h;
+  while (h.starts.size() < 2 && parser.HandleNextDocument(h)) {
+    const auto& s = h.starts;
+    // A null document at the very spot of an unconsumed token: the parser made no progress.
+    bool stuck = s.size() >= 2 && s[s.size() - 1].pos == s[s.size() - 2].pos;
+    if (!stuck && s.size() == 1 && static_cast<size_t>(s[0].pos) < yaml.size() &&
+        yaml[s[0].pos] == ',') {
+      stuck = true;
+    }
+    if (stuck) {
+      const YAML::Mark& m = s.back();
+      char c = static_cast<size_t>(m.pos) < yaml.size() ? yaml[m.pos] : '?';
+      ctx.add(m, "", std::string("YAML syntax error: unexpected '") + c + "'");
+      return false;
+    }
+  }
+  if (h.starts.size() >= 2) second = h.starts[1];
+  return true;
+}
+
+void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
+  if (root.IsNull()) {
+    ctx.add(YAML::Mark(), "",
+            "the configuration is empty; expected a mapping of redis, control, plans, tenants, "
+            "global_gates, dataplane");
+    return;
+  }
+  Fields f(ctx, root, "",
+           {"redis", "control", "plans", "tenants", "global_gates", "dataplane"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.find("redis")) load_redis(ctx, e->value, cfg.redis);
+  if (const Entry* e = f.find("control")) load_control(ctx, e->value, cfg.control);
+
+  std::vector<ClassRef> refs;
+  std::set<std::string> plan_names;  // also those with bad contents, so tenants do not cascade
+  if (const Entry* e = f.find("plans")) {
+    if (auto es = entries(ctx, e->value, "plans")) {
+      for (const auto& pe : *es) {
+        std::string path = join("plans", pe.key);
+        if (!check_id(ctx, pe.key_node, path, pe.key)) continue;
+        plan_names.insert(pe.key);
+        Plan p;
+        p.name = pe.key;
+        load_plan(ctx, pe, path, p);
+        std::optional<YAML::Node> cls_at;
+        if (pe.value.IsMap())
+          for (const auto& kv : pe.value)
+            if (kv.first.IsScalar() && kv.first.Scalar() == "class") cls_at = kv.second;
+        if (cls_at) {
+          // A bad class value was reported already; only check names that are ids.
+          if (cls_at->IsScalar() && valid_id(cls_at->Scalar()))
+            refs.push_back({p.klass, *cls_at, join(path, "class"), false});
+        } else {
+          refs.push_back({p.klass, pe.key_node, join(path, "class"), true});
+        }
+        cfg.plans[p.name] = p;
+      }
+    }
+  }
+  if (const Entry* e = f.find("tenants")) {
+    if (auto es = entries(ctx, e->value, "tenants")) {
+      for (const auto& te : *es) {
+        std::string path = join("tenants", te.key);
+        bool id_ok = check_id(ctx, te.key_node, path, te.key);
+        Fields tf(ctx, te.value, path, {"plan"});
+        const Entry* pe = tf.require("plan");
+        if (!pe) continue;
+        auto plan = get_string(ctx, pe->value, tf.path("plan"));
+        if (!plan) continue;
+        if (!plan_names.count(*plan)) {
+          ctx.error(pe->value, tf.path("plan"),
+                    "no plan named " + quote(*plan) + " (defined: " + list(plan_names) + ")");
+          continue;
+        }
+        if (id_ok) cfg.tenants[te.key] = Tenant{te.key, *plan};
+      }
+    }
+  }
+  if (const Entry* e = f.find("global_gates")) load_global_gates(ctx, e->value, cfg.global_gates);
+  if (const Entry* e = f.find("dataplane")) {
+    Dataplane dp;
+    load_dataplane(ctx, e->value, dp, refs);
+    cfg.dataplane = std::move(dp);
+  }
+}
+
+}  // namespace
+
+LoadResult load_string(const std::string& yaml, const std::string& name) {
+  Ctx ctx(name);
+  Config cfg;
+  cfg.source = name;
+  try {
+    std::optional<YAML::Mark> second;
+    if (scan_documents(ctx, yaml, second)) {
+      if (second) ctx.add(*second, "", "more than one YAML document; a config file holds exactly one");
+      load_root(ctx, YAML::Load(yaml), cfg);
+    }
+  } catch (const YAML::Exception& e) {
+    // Syntax errors come with their position; the message is yaml-cpp's own, without the
+    // "yaml-cpp: error at line..." prefix that what() adds.
+    ctx.add(e.mark, "", "YAML syntax error: " + e.msg);
+  } catch (const std::exception& e) {
+    ctx.add(YAML::Mark::null_mark(), "", std::string("cannot read the configuration: ") + e.what());
+  }
+  LoadResult r;
+  r.errors = ctx.take();
+  if (r.errors.empty()) r.config = std::move(cfg);
+  return r;
+}
+
+LoadResult load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadResult r;
+    r.errors.push_back(Error{path, 0, 0, "", std::string("cannot open: ") + std::strerror(errno)});
+    return r;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    LoadResult r;
+    r.errors.push_back(Error{path, 0, 0, "", "cannot read the file"});
+    return r;
+  }
+  return load_string(text.str(), path);
+}
+
+const std::string& default_yaml() {
+  static const std::string text(embedded::default_yaml, embedded::default_yaml_size);
+  return text;
+}
+
+LoadResult load_default() { return load_string(default_yaml(), "<embedded default>"); }
+
+}  // namespace dripgate::config

@@ -1,0 +1,880 @@
+// The config loader: exact messages and positions for every kind of error, all errors of a file
+// reported together, the shipped examples, and a round trip of every field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace dripgate::config {
+namespace {
+
+// Raw string literals start with a newline so the YAML can begin on its own line; drop it so
+// line 1 of the text is the first line of YAML.
+std::string Y(const char* text) {
+  std::string s(text);
+  if (!s.empty() && s.front() == '\n') s.erase(0, 1);
+  return s;
+}
+
+std::vector<std::string> errors_of(const std::string& yaml) {
+  LoadResult r = load_string(yaml, "t.yaml");
+  EXPECT_EQ(r.config.has_value(), r.errors.empty());
+  std::vector<std::string> out;
+  for (const auto& e : r.errors) out.push_back(e.str());
+  return out;
+}
+
+// The single error a snippet must produce.
+std::string error_of(const std::string& yaml) {
+  auto errs = errors_of(yaml);
+  if (errs.size() != 1) {
+    std::string all;
+    for (const auto& e : errs) all += "\n  " + e;
+    ADD_FAILURE() << "expected exactly one error, got " << errs.size() << ":" << all;
+    return errs.empty() ? "" : errs[0];
+  }
+  return errs[0];
+}
+
+Config load_ok(const std::string& yaml) {
+  LoadResult r = load_string(yaml, "t.yaml");
+  for (const auto& e : r.errors) ADD_FAILURE() << e.str();
+  return r.config.value_or(Config{});
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::string kExamples = DRIPGATE_CONFIG_EXAMPLES;
+
+// A dataplane section that is valid on its own, to put one mistake into.
+const std::string kDp = Y(R"(
+dataplane:
+  classes:
+    default: { weight: 1 }
+)");
+
+// ---------------------------------------------------------------------------------------------
+// ids and error rendering
+
+TEST(ValidId, AcceptsTheIdAlphabetUpTo64) {
+  EXPECT_TRUE(valid_id("ws-acme"));
+  EXPECT_TRUE(valid_id("A.b_c-9"));
+  EXPECT_TRUE(valid_id(std::string(64, 'x')));
+  EXPECT_FALSE(valid_id(""));
+  EXPECT_FALSE(valid_id(std::string(65, 'x')));
+  EXPECT_FALSE(valid_id("a b"));
+  EXPECT_FALSE(valid_id("a:b"));
+  EXPECT_FALSE(valid_id("{t:x}"));
+  EXPECT_FALSE(valid_id("a/b"));
+  EXPECT_FALSE(valid_id("caf\xc3\xa9"));
+  EXPECT_FALSE(valid_id(std::string_view("a\0b", 3)));
+}
+
+TEST(ErrorStr, RendersFileLineColPathMessage) {
+  EXPECT_EQ((Error{"f.yaml", 3, 7, "plans.pro.class", "bad"}).str(),
+            "f.yaml:3:7: plans.pro.class: bad");
+  EXPECT_EQ((Error{"f.yaml", 2, 1, "", "YAML syntax error: x"}).str(),
+            "f.yaml:2:1: YAML syntax error: x");
+  EXPECT_EQ((Error{"f.yaml", 0, 0, "", "cannot open: No such file or directory"}).str(),
+            "f.yaml: cannot open: No such file or directory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// the shipped examples
+
+TEST(Examples, DefaultIsEmbeddedVerbatimAndLoadsClean) {
+  EXPECT_EQ(default_yaml(), read(kExamples + "/default.yaml"));
+  LoadResult r = load_default();
+  for (const auto& e : r.errors) ADD_FAILURE() << e.str();
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->source, "<embedded default>");
+  LoadResult f = load_file(kExamples + "/default.yaml");
+  ASSERT_TRUE(f.config);
+  EXPECT_EQ(f.config->source, kExamples + "/default.yaml");
+  f.config->source = r.config->source;
+  EXPECT_EQ(*f.config, *r.config);
+}
+
+TEST(Examples, DefaultHasWhatTheDemoNeeds) {
+  Config c = load_default().config.value();
+  EXPECT_EQ(c.redis.url, "redis://127.0.0.1:6379/0");
+  EXPECT_EQ(c.redis.host, "127.0.0.1");
+  EXPECT_EQ(c.redis.port, 6379);
+  EXPECT_EQ(c.redis.db, 0);
+  EXPECT_EQ(c.redis.timeout_ms, 50);
+  EXPECT_EQ(c.control.listen, "127.0.0.1:8080");
+
+  const Plan& pro = c.plans.at("pro");
+  EXPECT_EQ(pro.klass, "gold");
+  EXPECT_EQ(pro.tenant, (Bucket{20, 5}));
+  EXPECT_EQ(pro.user, (Bucket{6, 2}));
+  EXPECT_EQ(pro.api_key, (Bucket{10, 5}));
+  EXPECT_EQ(pro.quota, (Quota{1000000, 600}));
+  EXPECT_EQ(pro.concurrency, (Concurrency{50, 120}));
+
+  const Plan& bucket = c.plans.at("seed-bucket");
+  EXPECT_EQ(bucket.tenant, (Bucket{5, 1}));
+  EXPECT_FALSE(bucket.user || bucket.api_key || bucket.quota || bucket.concurrency);
+  const Plan& quota = c.plans.at("seed-quota");
+  EXPECT_EQ(quota.quota->tokens_per_month, 1000);
+  EXPECT_FALSE(quota.tenant || quota.user || quota.api_key || quota.concurrency);
+  const Plan& gates = c.plans.at("seed-gates");
+  EXPECT_EQ(gates.tenant, (Bucket{20, 5}));
+  EXPECT_EQ(gates.user, (Bucket{6, 2}));
+  EXPECT_FALSE(gates.api_key || gates.quota || gates.concurrency);
+
+  EXPECT_EQ(c.tenants.at("ws-pro").plan, "pro");
+  EXPECT_EQ(c.tenants.at("ws-acme").plan, "seed-bucket");
+  EXPECT_EQ(c.tenants.at("ws-quota").plan, "seed-quota");
+  EXPECT_EQ(c.tenants.at("ws-gates").plan, "seed-gates");
+  EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
+  EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{200, 100}));
+
+  ASSERT_TRUE(c.dataplane);
+  const Dataplane& dp = *c.dataplane;
+  EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "0-1", "--no-huge", "--no-shconf", "-m", "512",
+                                              "--no-pci", "--vdev=net_null0", "--vdev=net_null1"}));
+  ASSERT_EQ(dp.classes.size(), 2u);
+  EXPECT_EQ(dp.classes[0], (Class{"gold", 4, 10000, 0, 4096, 3000}));
+  EXPECT_EQ(dp.classes[1], (Class{"default", 1, 2000, 0, 1024, 1000}));
+  ASSERT_EQ(dp.classify.size(), 2u);
+  EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
+  EXPECT_EQ(dp.classify[0].klass, "gold");
+  EXPECT_EQ(dp.classify[1].vlan, 100);
+  EXPECT_EQ(dp.classify[1].klass, "gold");
+  EXPECT_EQ(dp.unknown_flows, UnknownFlows::kDefault);
+  EXPECT_EQ(dp.control_socket, "/run/dripgate/dataplane.sock");
+}
+
+TEST(Examples, Seed63HasOnlyTheSeedNumbers) {
+  LoadResult r = load_file(kExamples + "/seed-6.3.yaml");
+  for (const auto& e : r.errors) ADD_FAILURE() << e.str();
+  ASSERT_TRUE(r.config);
+  const Config& c = *r.config;
+  EXPECT_EQ(c.plans.size(), 3u);
+  EXPECT_EQ(c.plans.at("seed-bucket").tenant, (Bucket{5, 1}));
+  EXPECT_EQ(c.plans.at("seed-quota").quota->tokens_per_month, 1000);
+  EXPECT_EQ(c.plans.at("seed-gates").tenant, (Bucket{20, 5}));
+  EXPECT_EQ(c.plans.at("seed-gates").user, (Bucket{6, 2}));
+  EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
+  EXPECT_TRUE(c.global_gates.model.empty());
+  EXPECT_FALSE(c.dataplane);
+}
+
+TEST(Examples, DataplaneVethLoadsClean) {
+  LoadResult r = load_file(kExamples + "/dataplane-veth.yaml");
+  for (const auto& e : r.errors) ADD_FAILURE() << e.str();
+  ASSERT_TRUE(r.config && r.config->dataplane);
+  const Dataplane& dp = *r.config->dataplane;
+  bool af_packet = false;
+  for (const auto& a : dp.eal) af_packet |= a.rfind("--vdev=net_af_packet0,iface=veth-c", 0) == 0;
+  EXPECT_TRUE(af_packet);
+  EXPECT_EQ(dp.classes.size(), 3u);
+  EXPECT_EQ(dp.classify.size(), 4u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// each kind of error: exact message, line and column
+
+TEST(Errors, UnknownKeysNameTheAllowedOnes) {
+  EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
+            "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, timeout_ms, "
+            "pool_size)");
+  EXPECT_EQ(error_of("plan: {}\n"),
+            "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
+            "global_gates, dataplane)");
+  EXPECT_EQ(error_of(Y(R"(
+plans:
+  pro:
+    gates:
+      tenant: { capacity: 1, refill_per_s: 1, burst: 2 }
+)")),
+            "t.yaml:4:47: plans.pro.gates.tenant.burst: unknown key 'burst' (allowed: capacity, "
+            "refill_per_s)");
+  EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
+            "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
+            "api_key)");
+  EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
+            "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
+            "dataplane_socket)");
+}
+
+TEST(Errors, WrongTypes) {
+  EXPECT_EQ(error_of("plans: [pro]\n"), "t.yaml:1:8: plans: expected a mapping, got a list");
+  EXPECT_EQ(error_of("plans: { pro: { gates: { tenant: { capacity: abc, refill_per_s: 1 } } } }"),
+            "t.yaml:1:46: plans.pro.gates.tenant.capacity: expected a number, got 'abc'");
+  EXPECT_EQ(
+      error_of("plans: { pro: { gates: { tenant: { capacity: \"5\", refill_per_s: 1 } } } }"),
+      "t.yaml:1:46: plans.pro.gates.tenant.capacity: expected a number, got the string '5'");
+  EXPECT_EQ(error_of("plans: { pro: { quota: { tokens_per_month: 1.5 } } }"),
+            "t.yaml:1:44: plans.pro.quota.tokens_per_month: expected an integer, got '1.5'");
+  EXPECT_EQ(error_of("plans: { pro: { quota: { tokens_per_month: [1] } } }"),
+            "t.yaml:1:44: plans.pro.quota.tokens_per_month: expected an integer, got a list");
+  EXPECT_EQ(error_of("redis: { url: { host: x } }"),
+            "t.yaml:1:15: redis.url: expected a string, got a mapping");
+  EXPECT_EQ(error_of("redis: { timeout_ms: .nan }"),
+            "t.yaml:1:22: redis.timeout_ms: expected an integer, got '.nan'");
+  EXPECT_EQ(error_of("plans: { p: { gates: { user: { capacity: .inf, refill_per_s: 1 } } } }"),
+            "t.yaml:1:42: plans.p.gates.user.capacity: expected a number, got '.inf'");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 99999999999999999999 } } }"),
+            "t.yaml:1:42: plans.p.quota.tokens_per_month: integer out of range: "
+            "99999999999999999999");
+  EXPECT_EQ(error_of("tenants: { ws-a: pro }\n"),
+            "t.yaml:1:18: tenants.ws-a: expected a mapping, got 'pro'");
+  EXPECT_EQ(error_of("redis: 5\n"), "t.yaml:1:8: redis: expected a mapping, got '5'");
+  EXPECT_EQ(error_of("- a\n- b\n"), "t.yaml:1:1: expected a mapping, got a list");
+}
+
+TEST(Errors, MissingRequiredFieldsPointAtTheirMapping) {
+  EXPECT_EQ(error_of(Y(R"(
+plans:
+  pro:
+    gates:
+      user: { capacity: 6 }
+)")),
+            "t.yaml:4:13: plans.pro.gates.user.refill_per_s: required field is missing");
+  // An empty value is reported at its key, not at the next line where yaml-cpp puts it.
+  EXPECT_EQ(errors_of(Y(R"(
+plans:
+  pro:
+    gates:
+      user:
+tenants:
+  ws-a: {}
+)")),
+            (std::vector<std::string>{
+                "t.yaml:4:7: plans.pro.gates.user.capacity: required field is missing",
+                "t.yaml:4:7: plans.pro.gates.user.refill_per_s: required field is missing",
+                "t.yaml:6:9: tenants.ws-a.plan: required field is missing",
+            }));
+  EXPECT_EQ(error_of("plans: { p: { quota: { reservation_ttl_s: 5 } } }"),
+            "t.yaml:1:22: plans.p.quota.tokens_per_month: required field is missing");
+  EXPECT_EQ(error_of("plans: { p: { concurrency: { lease_s: 5 } } }"),
+            "t.yaml:1:28: plans.p.concurrency.max_streams: required field is missing");
+  EXPECT_EQ(error_of("global_gates: { tool: { web_search: { refill_per_s: 1 } } }"),
+            "t.yaml:1:37: global_gates.tool.web_search.capacity: required field is missing");
+}
+
+TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
+  auto bucket = [](const char* cap, const char* refill) {
+    return error_of(std::string("plans: { p: { gates: { tenant: { capacity: ") + cap +
+                    ", refill_per_s: " + refill + " } } } }");
+  };
+  EXPECT_EQ(bucket("0", "1"),
+            "t.yaml:1:44: plans.p.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(bucket("-3", "1"),
+            "t.yaml:1:44: plans.p.gates.tenant.capacity: must be >= 1, got -3 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(bucket("0.5", "1"),
+            "t.yaml:1:44: plans.p.gates.tenant.capacity: must be >= 1, got 0.5 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(bucket("5", "0"),
+            "t.yaml:1:61: plans.p.gates.tenant.refill_per_s: must be > 0, got 0");
+  EXPECT_EQ(bucket("5", "-0.5"),
+            "t.yaml:1:61: plans.p.gates.tenant.refill_per_s: must be > 0, got -0.5");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 0 } } }"),
+            "t.yaml:1:42: plans.p.quota.tokens_per_month: must be >= 1, got 0");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 5, reservation_ttl_s: 0 } } }"),
+            "t.yaml:1:64: plans.p.quota.reservation_ttl_s: must be >= 1, got 0");
+  EXPECT_EQ(error_of("plans: { p: { concurrency: { max_streams: -1 } } }"),
+            "t.yaml:1:43: plans.p.concurrency.max_streams: must be >= 1, got -1");
+  EXPECT_EQ(error_of("plans: { p: { concurrency: { max_streams: 1, lease_s: 0 } } }"),
+            "t.yaml:1:55: plans.p.concurrency.lease_s: must be >= 1, got 0");
+  EXPECT_EQ(error_of("redis: { timeout_ms: 0 }"),
+            "t.yaml:1:22: redis.timeout_ms: must be >= 1, got 0");
+  EXPECT_EQ(error_of("redis: { pool_size: 0 }"),
+            "t.yaml:1:21: redis.pool_size: must be >= 1, got 0");
+  EXPECT_EQ(error_of("redis: { timeout_ms: 3000000000 }"),
+            "t.yaml:1:22: redis.timeout_ms: must be <= 2147483647, got 3000000000");
+  EXPECT_EQ(error_of("control: { threads: 0 }"),
+            "t.yaml:1:21: control.threads: must be between 1 and 1024, got 0");
+  EXPECT_EQ(error_of("global_gates: { model: { m: { capacity: 5, refill_per_s: 0 } } }"),
+            "t.yaml:1:58: global_gates.model.m.refill_per_s: must be > 0, got 0");
+}
+
+TEST(Errors, TenantNamingAMissingPlan) {
+  EXPECT_EQ(error_of(Y(R"(
+plans:
+  pro: {}
+  basic: {}
+tenants:
+  ws-a: { plan: gold }
+)")),
+            "t.yaml:5:17: tenants.ws-a.plan: no plan named 'gold' (defined: basic, pro)");
+  EXPECT_EQ(error_of("tenants: { ws-a: { plan: pro } }"),
+            "t.yaml:1:26: tenants.ws-a.plan: no plan named 'pro' (defined: none)");
+  // A plan with mistakes inside still exists: its tenants are not reported too.
+  EXPECT_EQ(error_of("plans: { pro: { quota: 5 } }\ntenants: { ws-a: { plan: pro } }"),
+            "t.yaml:1:24: plans.pro.quota: expected a mapping, got '5'");
+}
+
+TEST(Errors, BadIds) {
+  EXPECT_EQ(error_of("plans: { \"pro plan\": {} }"),
+            "t.yaml:1:10: plans.pro plan: 'pro plan' is not a valid id (1 to 64 of A-Z a-z 0-9 . "
+            "_ -)");
+  EXPECT_EQ(error_of("plans: { p: {} }\ntenants: { \"ws:a\": { plan: p } }"),
+            "t.yaml:2:12: tenants.ws:a: 'ws:a' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
+  EXPECT_EQ(error_of("global_gates: { tool: { \"web search\": { capacity: 1, refill_per_s: 1 } } }"),
+            "t.yaml:1:25: global_gates.tool.web search: 'web search' is not a valid id (1 to 64 "
+            "of A-Z a-z 0-9 . _ -)");
+  EXPECT_EQ(error_of("plans: { p: { class: \"g/old\" } }"),
+            "t.yaml:1:22: plans.p.class: 'g/old' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ "
+            "-)");
+  std::string long_id(65, 'a');
+  EXPECT_EQ(error_of("plans: { " + long_id + ": {} }"),
+            "t.yaml:1:10: plans." + long_id + ": '" + long_id.substr(0, 60) +
+                "...' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
+}
+
+TEST(Errors, DuplicateKeysAndKeyShapes) {
+  EXPECT_EQ(error_of(Y(R"(
+plans:
+  pro: {}
+  pro: {}
+)")),
+            "t.yaml:3:3: plans.pro: duplicate key (first at line 2)");
+  EXPECT_EQ(error_of("redis: { url: \"redis://a:1\", url: \"redis://b:1\" }"),
+            "t.yaml:1:30: redis.url: duplicate key (first at line 1)");
+  EXPECT_EQ(error_of("plans: { [a]: {} }"),
+            "t.yaml:1:10: plans: keys must be non-empty strings, got a list");
+}
+
+TEST(Errors, RedisUrl) {
+  auto url = [](const std::string& u) { return error_of("redis: { url: \"" + u + "\" }"); };
+  const std::string expect =
+      "; expected redis://[:password@]host[:port][/db] or unix:///path";
+  EXPECT_EQ(url("http://h:1"), "t.yaml:1:15: redis.url: bad redis URL 'http://h:1': the scheme "
+                               "must be redis:// or unix://" + expect);
+  EXPECT_EQ(url("rediss://h:1"), "t.yaml:1:15: redis.url: bad redis URL 'rediss://h:1': TLS "
+                                 "(rediss://) is not supported" + expect);
+  EXPECT_EQ(url("redis://:6379"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://:6379': missing host" + expect);
+  EXPECT_EQ(url("redis://h:99999"), "t.yaml:1:15: redis.url: bad redis URL 'redis://h:99999': "
+                                    "bad port '99999' (0 to 65535)" + expect);
+  EXPECT_EQ(url("redis://h:0"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:0': bad port '0' (1 to 65535)" +
+                expect);
+  EXPECT_EQ(url("redis://h:x"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:x': bad port 'x' (0 to 65535)" +
+                expect);
+  EXPECT_EQ(url("redis://h:1/x"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:1/x': bad database number 'x'" +
+                expect);
+  EXPECT_EQ(url("redis://user:pw@h:1"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://user:pw@h:1': credentials must be "
+            "':password@' (user names are not supported)" + expect);
+  EXPECT_EQ(url("redis://:@h:1"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://:@h:1': empty password" + expect);
+  EXPECT_EQ(url("redis://::1:6379"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://::1:6379': an IPv6 address must be "
+            "in brackets, e.g. [::1]:6379" + expect);
+  EXPECT_EQ(url("redis://[::g]:6379"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://[::g]:6379': bad IPv6 address '::g'" +
+                expect);
+  EXPECT_EQ(url("redis://h_x:1"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://h_x:1': bad host 'h_x'" + expect);
+  EXPECT_EQ(url("unix://relative.sock"),
+            "t.yaml:1:15: redis.url: bad redis URL 'unix://relative.sock': the socket path must "
+            "be absolute" + expect);
+  EXPECT_EQ(url("unix:///" + std::string(120, 's')),
+            "t.yaml:1:15: redis.url: bad redis URL 'unix:///" + std::string(52, 's') +
+                "...': the socket path is longer than 107 bytes" + expect);
+}
+
+TEST(Redis, UrlIsParsedIntoItsParts) {
+  auto redis = [](const std::string& u) {
+    return load_ok("redis: { url: \"" + u + "\" }").redis;
+  };
+  Redis r = redis("redis://:s3cr@t@cache.example:6380/3");
+  EXPECT_EQ(r.url, "redis://:s3cr@t@cache.example:6380/3");
+  EXPECT_EQ(r.host, "cache.example");
+  EXPECT_EQ(r.port, 6380);
+  EXPECT_EQ(r.db, 3);
+  EXPECT_EQ(r.password, "s3cr@t");
+  EXPECT_EQ(r.unix_path, "");
+  r = redis("redis://10.0.0.5");
+  EXPECT_EQ(r.host, "10.0.0.5");
+  EXPECT_EQ(r.port, 6379);
+  EXPECT_EQ(r.db, 0);
+  EXPECT_EQ(r.password, "");
+  r = redis("redis://[::1]:7000/");
+  EXPECT_EQ(r.host, "::1");
+  EXPECT_EQ(r.port, 7000);
+  EXPECT_EQ(r.db, 0);
+  r = redis("unix:///run/redis/redis.sock");
+  EXPECT_EQ(r.unix_path, "/run/redis/redis.sock");
+  EXPECT_EQ(r.host, "");
+  // Without a url the built-in one applies, already parsed.
+  r = load_ok("{}").redis;
+  EXPECT_EQ(r.url, "redis://127.0.0.1:6379/0");
+  EXPECT_EQ(r.host, "127.0.0.1");
+  EXPECT_EQ(r.port, 6379);
+}
+
+TEST(Errors, ListenAddress) {
+  auto listen = [](const std::string& l) {
+    return error_of("control: { listen: \"" + l + "\" }");
+  };
+  const std::string expect = "; expected host:port or [v6-address]:port";
+  EXPECT_EQ(listen("127.0.0.1"), "t.yaml:1:20: control.listen: bad listen address '127.0.0.1': "
+                                 "missing ':port'" + expect);
+  EXPECT_EQ(listen(":8080"),
+            "t.yaml:1:20: control.listen: bad listen address ':8080': missing host" + expect);
+  EXPECT_EQ(listen("127.0.0.1:80800"), "t.yaml:1:20: control.listen: bad listen address "
+                                       "'127.0.0.1:80800': bad port '80800' (0 to 65535)" +
+                                           expect);
+  EXPECT_EQ(listen("::1:8080"), "t.yaml:1:20: control.listen: bad listen address '::1:8080': an "
+                                "IPv6 address must be in brackets, e.g. [::1]:6379" + expect);
+  EXPECT_EQ(listen("[::1]8080"), "t.yaml:1:20: control.listen: bad listen address '[::1]8080': "
+                                 "unexpected '8080' after the host" + expect);
+  EXPECT_EQ(listen("[::1"), "t.yaml:1:20: control.listen: bad listen address '[::1': missing "
+                            "']' after the IPv6 address" + expect);
+  EXPECT_EQ(load_ok("control: { listen: \"[::1]:9000\" }").control.listen, "[::1]:9000");
+  EXPECT_EQ(load_ok("control: { listen: \"localhost:0\" }").control.listen, "localhost:0");
+  EXPECT_EQ(load_ok("control: { listen: 0.0.0.0:80 }").control.listen, "0.0.0.0:80");
+}
+
+TEST(Errors, StringsMustBeUtf8) {
+  EXPECT_EQ(error_of("control: { auth_token: \"tok\xff\" }"),
+            "t.yaml:1:24: control.auth_token: not valid UTF-8");
+  EXPECT_EQ(error_of("dataplane:\n  classes: { default: {} }\n  eal: [\"\xc0\xaf\"]\n"),
+            "t.yaml:3:9: dataplane.eal[0]: not valid UTF-8");  // overlong '/'
+  EXPECT_EQ(error_of("control: { auth_token: \"\xed\xa0\x80\" }"),
+            "t.yaml:1:24: control.auth_token: not valid UTF-8");  // a surrogate
+  EXPECT_EQ(load_ok("control: { auth_token: \"caf\xc3\xa9 \xf0\x9f\x94\x91\" }").control.auth_token,
+            "caf\xc3\xa9 \xf0\x9f\x94\x91");
+}
+
+TEST(Errors, SocketPaths) {
+  EXPECT_EQ(error_of("control: { dataplane_socket: \"\" }"),
+            "t.yaml:1:30: control.dataplane_socket: must not be empty");
+  EXPECT_EQ(error_of(kDp + "  control_socket: /" + std::string(107, 'x') + "\n"),
+            "t.yaml:4:19: dataplane.control_socket: a unix socket path is at most 107 bytes, got "
+            "108");
+}
+
+TEST(Errors, YamlSyntaxWithPosition) {
+  // The position is where yaml-cpp notices the problem.
+  EXPECT_EQ(error_of("redis: { url: \"x\"\ncontrol: {}\n"),
+            "t.yaml:2:1: YAML syntax error: end of map flow not found");
+  EXPECT_EQ(error_of("plans:\n  pro: {}\n bad: 1\n"),
+            "t.yaml:3:2: YAML syntax error: end of map not found");
+  EXPECT_EQ(error_of("redis: { url: \"abc"), "t.yaml:1:19: YAML syntax error: illegal EOF in scalar");
+  EXPECT_EQ(error_of("redis: url: x\n"), "t.yaml:1:11: YAML syntax error: illegal map value");
+  EXPECT_EQ(error_of("redis:\n  url: x\n    timeout_ms: 5\n"),
+            "t.yaml:3:15: YAML syntax error: illegal map value");
+  EXPECT_EQ(error_of("a: *nope\n"),
+            "t.yaml:1:4: YAML syntax error: the referenced anchor is not defined");
+  EXPECT_EQ(error_of("\t- x\n"), "t.yaml:1:2: YAML syntax error: illegal block entry");
+  // yaml-cpp 0.7.0 loops forever (allocating) on these in LoadAll; found by loader_fuzz.
+  EXPECT_EQ(error_of(","), "t.yaml:1:1: YAML syntax error: unexpected ','");
+  EXPECT_EQ(error_of(",\r"), "t.yaml:1:1: YAML syntax error: unexpected ','");
+  EXPECT_EQ(error_of(",\x0b"), "t.yaml:1:1: YAML syntax error: unexpected ','");
+  EXPECT_EQ(error_of("\n,\n    "), "t.yaml:2:1: YAML syntax error: unexpected ','");
+  EXPECT_EQ(error_of("{}\n---\n,\n"), "t.yaml:2:1: more than one YAML document; a config file "
+                                        "holds exactly one");
+}
+
+TEST(Errors, DocumentShape) {
+  EXPECT_EQ(error_of(""), "t.yaml:1:1: the configuration is empty; expected a mapping of redis, "
+                          "control, plans, tenants, global_gates, dataplane");
+  EXPECT_EQ(error_of("# only a comment\n"),
+            "t.yaml:1:1: the configuration is empty; expected a mapping of redis, control, "
+            "plans, tenants, global_gates, dataplane");
+  EXPECT_EQ(error_of("{}\n---\n{}\n"),
+            "t.yaml:2:1: more than one YAML document; a config file holds exactly one");
+  LoadResult r = load_file("/nonexistent/dripgate.yaml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].str(), "/nonexistent/dripgate.yaml: cannot open: No such file or directory");
+  EXPECT_FALSE(r.config);
+}
+
+TEST(Errors, EmptySectionsAreEmpty) {
+  // A section with everything commented out is not an error.
+  Config c = load_ok("redis:\ncontrol:\nplans:\ntenants:\nglobal_gates:\n");
+  EXPECT_TRUE(c.plans.empty());
+  EXPECT_EQ(c.control.listen, "127.0.0.1:8080");
+  EXPECT_FALSE(c.dataplane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dataplane
+
+TEST(Dataplane, EalMustBeAListOfStrings) {
+  EXPECT_EQ(error_of(kDp + "  eal: \"-l 0-1\"\n"),
+            "t.yaml:4:8: dataplane.eal: expected a list of strings, got '-l 0-1'");
+  EXPECT_EQ(errors_of(kDp + "  eal: [\"-l\", [\"0-1\"], {a: b}]\n"),
+            (std::vector<std::string>{
+                "t.yaml:4:15: dataplane.eal[1]: expected a string, got a list",
+                "t.yaml:4:24: dataplane.eal[2]: expected a string, got a mapping",
+            }));
+  // Numbers are strings to EAL.
+  EXPECT_EQ(load_ok(kDp + "  eal: [-m, 512]\n").dataplane->eal,
+            (std::vector<std::string>{"-m", "512"}));
+}
+
+TEST(Dataplane, PortsAndLcores) {
+  EXPECT_EQ(error_of(kDp + "  ports: { client: a, cluster: 1 }\n"),
+            "t.yaml:4:20: dataplane.ports.client: expected an integer, got 'a'");
+  EXPECT_EQ(error_of(kDp + "  ports: { client: 0, cluster: 65536 }\n"),
+            "t.yaml:4:32: dataplane.ports.cluster: must be <= 65535, got 65536");
+  EXPECT_EQ(error_of(kDp + "  ports: { client: 2, cluster: 2 }\n"),
+            "t.yaml:4:32: dataplane.ports.cluster: must differ from ports.client (both are 2)");
+  EXPECT_EQ(error_of(kDp + "  ports: { client: 1 }\n"),
+            "t.yaml:4:10: dataplane.ports.cluster: must differ from ports.client (both are 1)");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: -1, drip: 1 }\n"),
+            "t.yaml:4:17: dataplane.lcores.rx: must be between 0 and 1023, got -1");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: 1, drip: 1.5 }\n"),
+            "t.yaml:4:26: dataplane.lcores.drip: expected an integer, got '1.5'");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: 1, tx: 1 }\n"),
+            "t.yaml:4:20: dataplane.lcores.tx: unknown key 'tx' (allowed: rx, drip)");
+  EXPECT_EQ(error_of(kDp + "  mbufs: 0\n"),
+            "t.yaml:4:10: dataplane.mbufs: must be >= 1, got 0");
+}
+
+TEST(Dataplane, DripAndClassRates) {
+  // 0 is unlimited in the dataplane, so it is accepted there (and only there).
+  Config c = load_ok(Y(R"(
+dataplane:
+  drip: { rate_pps: 0, rate_bps: 0, batch: 1, max_catchup: 0 }
+  classes:
+    default: { weight: 1, rate_pps: 0, rate_bps: 0 }
+)"));
+  EXPECT_EQ(c.dataplane->drip.rate_pps, 0);
+  EXPECT_EQ(c.dataplane->drip.max_catchup, 0u);
+  EXPECT_EQ(c.dataplane->classes[0].rate_pps, 0);
+  EXPECT_EQ(error_of(kDp + "  drip: { rate_pps: -1 }\n"),
+            "t.yaml:4:21: dataplane.drip.rate_pps: must be >= 0, got -1 (0 means unlimited)");
+  EXPECT_EQ(error_of(kDp + "  drip: { rate_bps: -1e9 }\n"),
+            "t.yaml:4:21: dataplane.drip.rate_bps: must be >= 0, got -1e9 (0 means unlimited)");
+  EXPECT_EQ(error_of(kDp + "  drip: { batch: 0 }\n"),
+            "t.yaml:4:18: dataplane.drip.batch: must be >= 1, got 0");
+  EXPECT_EQ(error_of(kDp + "  drip: { max_catchup: -1 }\n"),
+            "t.yaml:4:24: dataplane.drip.max_catchup: must be >= 0, got -1");
+}
+
+TEST(Dataplane, Classes) {
+  auto cls = [](const std::string& body) {
+    return error_of("dataplane:\n  classes:\n    default: { " + body + " }\n");
+  };
+  EXPECT_EQ(cls("weight: 0"), "t.yaml:3:24: dataplane.classes.default.weight: must be >= 1, got 0");
+  EXPECT_EQ(cls("queue_depth: 0"),
+            "t.yaml:3:29: dataplane.classes.default.queue_depth: must be >= 1, got 0");
+  EXPECT_EQ(cls("ttl_ms: 0"), "t.yaml:3:24: dataplane.classes.default.ttl_ms: must be >= 1, got 0");
+  EXPECT_EQ(cls("rate_pps: -2"),
+            "t.yaml:3:26: dataplane.classes.default.rate_pps: must be >= 0, got -2 (0 means "
+            "unlimited)");
+  EXPECT_EQ(cls("rate_bps: x"),
+            "t.yaml:3:26: dataplane.classes.default.rate_bps: expected a number, got 'x'");
+  EXPECT_EQ(cls("prio: 1"),
+            "t.yaml:3:16: dataplane.classes.default.prio: unknown key 'prio' (allowed: weight, "
+            "rate_pps, rate_bps, queue_depth, ttl_ms)");
+  // A queue depth need not be a power of two.
+  EXPECT_EQ(load_ok("dataplane:\n  classes:\n    default: { queue_depth: 1000 }\n")
+                .dataplane->classes[0]
+                .queue_depth,
+            1000u);
+  EXPECT_EQ(error_of("dataplane:\n  classes: {}\n"),
+            "t.yaml:2:12: dataplane.classes: at least one class is required");
+  EXPECT_EQ(error_of("dataplane:\n  mbufs: 5\n"),
+            "t.yaml:2:3: dataplane.classes: required field is missing");
+  EXPECT_EQ(error_of("dataplane:\n  classes:\n    \"a b\": {}\n"),
+            "t.yaml:3:5: dataplane.classes.a b: 'a b' is not a valid id (1 to 64 of A-Z a-z 0-9 "
+            ". _ -)");
+}
+
+TEST(Dataplane, ClassifyRules) {
+  auto rule = [](const std::string& body) {
+    return error_of(kDp + "  classify:\n    - { " + body + " }\n");
+  };
+  EXPECT_EQ(rule("src: \"10.1.0.0/33\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].src: bad CIDR '10.1.0.0/33': bad prefix length 33 "
+            "(at most 32 for IPv4)");
+  EXPECT_EQ(rule("src: \"10.1.0.0/x\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].src: bad CIDR '10.1.0.0/x': bad prefix length 'x'");
+  EXPECT_EQ(rule("src: \"10.1.0/16\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].src: bad CIDR '10.1.0/16': bad IPv4 address "
+            "'10.1.0'");
+  EXPECT_EQ(rule("dst: \"10.1.2.3/16\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].dst: bad CIDR '10.1.2.3/16': host bits set in "
+            "'10.1.2.3/16' (the network is 10.1.0.0/16)");
+  EXPECT_EQ(rule("dst: \"2001:db8::/129\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].dst: bad CIDR '2001:db8::/129': bad prefix length "
+            "129 (at most 128 for IPv6)");
+  EXPECT_EQ(rule("src: \"2001:db8:::/64\", class: default"),
+            "t.yaml:5:14: dataplane.classify[0].src: bad CIDR '2001:db8:::/64': bad IPv6 address "
+            "'2001:db8:::'");
+  EXPECT_EQ(rule("vlan: 4096, class: default"),
+            "t.yaml:5:15: dataplane.classify[0].vlan: must be between 0 and 4095, got 4096");
+  EXPECT_EQ(rule("dscp: 64, class: default"),
+            "t.yaml:5:15: dataplane.classify[0].dscp: must be between 0 and 63, got 64");
+  EXPECT_EQ(rule("dscp: -1, class: default"),
+            "t.yaml:5:15: dataplane.classify[0].dscp: must be between 0 and 63, got -1");
+  EXPECT_EQ(rule("vlan: 7"), "t.yaml:5:7: dataplane.classify[0].class: required field is missing");
+  EXPECT_EQ(rule("vlan: 7, class: gold"),
+            "t.yaml:5:25: dataplane.classify[0].class: no class named 'gold' in dataplane.classes "
+            "(defined: default)");
+  EXPECT_EQ(rule("port: 7, class: default"),
+            "t.yaml:5:9: dataplane.classify[0].port: unknown key 'port' (allowed: src, dst, vlan, "
+            "dscp, class)");
+  EXPECT_EQ(error_of(kDp + "  classify: { src: \"10.0.0.0/8\" }\n"),
+            "t.yaml:4:13: dataplane.classify: expected a list of rules, got a mapping");
+
+  Config c = load_ok(kDp + Y(R"(
+  classify:
+    - { src: "10.1.0.0/16", dst: "2001:db8::/32", vlan: 0, dscp: 63, class: default }
+    - { src: "192.168.1.7", class: default }
+    - { class: default }
+)"));
+  const auto& rules = c.dataplane->classify;
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[0].src_net, (Cidr{false, {10, 1}, 16}));
+  EXPECT_EQ(rules[0].dst_net, (Cidr{true, {0x20, 0x01, 0x0d, 0xb8}, 32}));
+  EXPECT_EQ(rules[0].vlan, 0);
+  EXPECT_EQ(rules[0].dscp, 63);
+  EXPECT_EQ(rules[1].src_net, (Cidr{false, {192, 168, 1, 7}, 32}));
+  EXPECT_FALSE(rules[2].src || rules[2].dst || rules[2].vlan || rules[2].dscp);
+}
+
+TEST(Dataplane, UnknownFlows) {
+  EXPECT_EQ(error_of(kDp + "  unknown_flows: forward\n"),
+            "t.yaml:4:18: dataplane.unknown_flows: must be one of default, drop, pass; got "
+            "'forward'");
+  EXPECT_EQ(error_of("dataplane:\n  classes: { gold: {} }\n  unknown_flows: default\n"),
+            "t.yaml:3:18: dataplane.unknown_flows: is 'default' but there is no class named "
+            "'default' (defined: gold); add one, or set unknown_flows to drop or pass");
+  // Not written: `default` is the default, and the error points at the classes.
+  EXPECT_EQ(error_of("dataplane:\n  classes: { gold: {} }\n"),
+            "t.yaml:2:12: dataplane.classes: is 'default' but there is no class named 'default' "
+            "(defined: gold); add one, or set unknown_flows to drop or pass");
+  EXPECT_EQ(load_ok("dataplane:\n  classes: { gold: {} }\n  unknown_flows: drop\n")
+                .dataplane->unknown_flows,
+            UnknownFlows::kDrop);
+  EXPECT_EQ(load_ok("dataplane:\n  classes: { gold: {} }\n  unknown_flows: pass\n")
+                .dataplane->unknown_flows,
+            UnknownFlows::kPass);
+  EXPECT_EQ(error_of(kDp + "  flow_idle_timeout_s: 0\n"),
+            "t.yaml:4:24: dataplane.flow_idle_timeout_s: must be >= 1, got 0");
+  EXPECT_EQ(error_of(kDp + "  flow_table_size: 0\n"),
+            "t.yaml:4:20: dataplane.flow_table_size: must be >= 1, got 0");
+}
+
+TEST(Dataplane, PlanClassMustBeADataplaneClass) {
+  const std::string dp = "dataplane:\n  classes: { default: {}, gold: {} }\n";
+  EXPECT_EQ(error_of(dp + "plans:\n  pro: { class: silver }\n"),
+            "t.yaml:4:17: plans.pro.class: no class named 'silver' in dataplane.classes "
+            "(defined: default, gold)");
+  // Without `class:` a plan uses "default", which must then exist too.
+  EXPECT_EQ(error_of("dataplane:\n  classes: { gold: {} }\n  unknown_flows: drop\n"
+                     "plans:\n  pro: {}\n"),
+            "t.yaml:5:3: plans.pro.class: the plan has no class, so it uses 'default', but there "
+            "is no class named 'default' in dataplane.classes (defined: gold)");
+  EXPECT_EQ(load_ok(dp + "plans:\n  pro: { class: gold }\n").plans.at("pro").klass, "gold");
+  // Without a dataplane section any class name is accepted (the dataplane may run elsewhere).
+  EXPECT_EQ(load_ok("plans:\n  pro: { class: silver }\n").plans.at("pro").klass, "silver");
+}
+
+// ---------------------------------------------------------------------------------------------
+// many errors at once
+
+TEST(Errors, AllErrorsOfAFileInDocumentOrder) {
+  auto errs = errors_of(Y(R"(
+redis: { url: "http://x", timeout_ms: 0 }
+control: { listen: "nope", threads: 0, colour: blue }
+plans:
+  pro:
+    class: gold
+    gates:
+      tenant: { capacity: 0, refill_per_s: 5 }
+      user: { capacity: 6 }
+    quota: { tokens_per_month: -5 }
+tenants:
+  ws-a: { plan: pro }
+  ws-b: { plan: missing }
+  "bad id": { plan: pro }
+dataplane:
+  eal: [1, [2]]
+  classes:
+    default: { weight: 0 }
+  classify:
+    - { src: "10.0.0.0/40", class: gold }
+)"));
+  std::vector<std::string> want = {
+      "t.yaml:1:15: redis.url: bad redis URL 'http://x': the scheme must be redis:// or "
+      "unix://; expected redis://[:password@]host[:port][/db] or unix:///path",
+      "t.yaml:1:39: redis.timeout_ms: must be >= 1, got 0",
+      "t.yaml:2:20: control.listen: bad listen address 'nope': missing ':port'; expected "
+      "host:port or [v6-address]:port",
+      "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
+      "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
+      "dataplane_socket)",
+      "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
+      "default)",
+      "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
+      "token)",
+      "t.yaml:8:13: plans.pro.gates.user.refill_per_s: required field is missing",
+      "t.yaml:9:32: plans.pro.quota.tokens_per_month: must be >= 1, got -5",
+      "t.yaml:12:17: tenants.ws-b.plan: no plan named 'missing' (defined: pro)",
+      "t.yaml:13:3: tenants.bad id: 'bad id' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)",
+      "t.yaml:15:12: dataplane.eal[1]: expected a string, got a list",
+      "t.yaml:17:24: dataplane.classes.default.weight: must be >= 1, got 0",
+      "t.yaml:19:14: dataplane.classify[0].src: bad CIDR '10.0.0.0/40': bad prefix length 40 "
+      "(at most 32 for IPv4)",
+      "t.yaml:19:36: dataplane.classify[0].class: no class named 'gold' in dataplane.classes "
+      "(defined: default)",
+  };
+  EXPECT_EQ(errs, want);
+}
+
+// ---------------------------------------------------------------------------------------------
+// round trip
+
+TEST(RoundTrip, EveryFieldIsReadAndWrittenBack) {
+  const std::string yaml = Y(R"(
+redis: { url: "redis://:pw@10.2.3.4:6390/5", timeout_ms: 75, pool_size: 9 }
+control:
+  listen: "[::1]:9090"
+  threads: 6
+  auth_token: "tok en"
+  dataplane_socket: /tmp/dp.sock
+plans:
+  pro:
+    class: gold
+    gates:
+      tenant:  { capacity: 21, refill_per_s: 5.5 }
+      user:    { capacity: 7, refill_per_s: 2.25 }
+      api_key: { capacity: 11, refill_per_s: 0.125 }
+    quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601 }
+    concurrency: { max_streams: 51, lease_s: 121 }
+  lite: { class: default }
+tenants:
+  ws-1: { plan: pro }
+  ws-2: { plan: lite }
+global_gates:
+  tool: { web_search: { capacity: 3, refill_per_s: 0.75 } }
+  model: { llama-70b: { capacity: 201, refill_per_s: 101 } }
+dataplane:
+  eal: ["-l", "2-3", "--vdev=net_ring0"]
+  ports: { client: 3, cluster: 2 }
+  lcores: { rx: 2, drip: 3 }
+  mbufs: 4095
+  drip: { rate_pps: 12345.5, rate_bps: 1e9, batch: 4, max_catchup: 16 }
+  classes:
+    gold: { weight: 5, rate_pps: 100, rate_bps: 2000000, queue_depth: 77, ttl_ms: 250 }
+    default: { weight: 2, rate_pps: 0, rate_bps: 0, queue_depth: 9, ttl_ms: 9999 }
+  classify:
+    - { src: "10.1.0.0/16", dst: "fd00::/8", vlan: 4095, dscp: 46, class: gold }
+    - { dst: "192.0.2.1", class: default }
+  unknown_flows: pass
+  flow_idle_timeout_s: 42
+  flow_table_size: 1024
+  control_socket: /tmp/dg.sock
+)");
+  Config c = load_ok(yaml);
+  EXPECT_EQ(c.redis.url, "redis://:pw@10.2.3.4:6390/5");
+  EXPECT_EQ(c.redis.host, "10.2.3.4");
+  EXPECT_EQ(c.redis.port, 6390);
+  EXPECT_EQ(c.redis.db, 5);
+  EXPECT_EQ(c.redis.password, "pw");
+  EXPECT_EQ(c.redis.timeout_ms, 75);
+  EXPECT_EQ(c.redis.pool_size, 9);
+  EXPECT_EQ(c.control.listen, "[::1]:9090");
+  EXPECT_EQ(c.control.threads, 6);
+  EXPECT_EQ(c.control.auth_token, "tok en");
+  EXPECT_EQ(c.control.dataplane_socket, "/tmp/dp.sock");
+  const Plan& pro = c.plans.at("pro");
+  EXPECT_EQ(pro.name, "pro");
+  EXPECT_EQ(pro.klass, "gold");
+  EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
+  EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
+  EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
+  EXPECT_EQ(pro.quota, (Quota{123456789012, 601}));
+  EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
+  EXPECT_EQ(c.plans.at("lite").klass, "default");
+  EXPECT_FALSE(c.plans.at("lite").tenant);
+  EXPECT_EQ(c.tenants.at("ws-1"), (Tenant{"ws-1", "pro"}));
+  EXPECT_EQ(c.tenants.at("ws-2"), (Tenant{"ws-2", "lite"}));
+  EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{3, 0.75}));
+  EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{201, 101}));
+  ASSERT_TRUE(c.dataplane);
+  const Dataplane& dp = *c.dataplane;
+  EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "2-3", "--vdev=net_ring0"}));
+  EXPECT_EQ(dp.client_port, 3);
+  EXPECT_EQ(dp.cluster_port, 2);
+  EXPECT_EQ(dp.rx_lcore, 2u);
+  EXPECT_EQ(dp.drip_lcore, 3u);
+  EXPECT_EQ(dp.mbufs, 4095u);
+  EXPECT_EQ(dp.drip, (Drip{12345.5, 1e9, 4, 16}));
+  ASSERT_EQ(dp.classes.size(), 2u);
+  EXPECT_EQ(dp.classes[0], (Class{"gold", 5, 100, 2000000, 77, 250}));
+  EXPECT_EQ(dp.classes[1], (Class{"default", 2, 0, 0, 9, 9999}));
+  ASSERT_EQ(dp.classify.size(), 2u);
+  EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
+  EXPECT_EQ(dp.classify[0].dst, "fd00::/8");
+  EXPECT_EQ(dp.classify[0].dst_net, (Cidr{true, {0xfd}, 8}));
+  EXPECT_EQ(dp.classify[0].vlan, 4095);
+  EXPECT_EQ(dp.classify[0].dscp, 46);
+  EXPECT_EQ(dp.classify[0].klass, "gold");
+  EXPECT_FALSE(dp.classify[1].src);
+  EXPECT_EQ(dp.classify[1].dst, "192.0.2.1");
+  EXPECT_EQ(dp.classify[1].klass, "default");
+  EXPECT_EQ(dp.unknown_flows, UnknownFlows::kPass);
+  EXPECT_EQ(dp.flow_idle_timeout_s, 42u);
+  EXPECT_EQ(dp.flow_table_size, 1024u);
+  EXPECT_EQ(dp.control_socket, "/tmp/dg.sock");
+
+  // Written out and read again, nothing changes.
+  const std::string again = to_yaml(c);
+  Config back = load_ok(again);
+  EXPECT_EQ(back, c) << again;
+  EXPECT_EQ(to_yaml(back), again);
+}
+
+TEST(RoundTrip, DefaultsAndTheExamplesSurviveToYaml) {
+  for (const char* name : {"default.yaml", "seed-6.3.yaml", "dataplane-veth.yaml"}) {
+    LoadResult r = load_file(kExamples + "/" + name);
+    ASSERT_TRUE(r.config) << name;
+    LoadResult back = load_string(to_yaml(*r.config), r.config->source);
+    ASSERT_TRUE(back.config) << name << "\n" << to_yaml(*r.config);
+    EXPECT_EQ(*back.config, *r.config) << name;
+  }
+  Config empty = load_ok("{}");
+  EXPECT_EQ(load_ok(to_yaml(empty)), empty);
+}
+
+// ---------------------------------------------------------------------------------------------
+// hostile input: always a result, never a throw
+
+TEST(Robustness, GarbageGivesErrorsNotExceptions) {
+  const std::vector<std::string> inputs = {
+      std::string("\0\xff\xfe", 3),
+      std::string(5000, '['),
+      std::string(5000, '{'),
+      "a: &x [*x]\n",
+      "? [a, b]\n: c\n",
+      "!!binary AAAA\n",
+      "%YAML 9.9\n---\n{}\n",
+      "dataplane: { eal: &e [*e] }\n",
+      "redis: !!map { url: 5 }\n",
+      "plans: { p: { gates: { tenant: { capacity: 1e999, refill_per_s: 1 } } } }\n",
+  };
+  for (const auto& in : inputs) {
+    LoadResult r;
+    EXPECT_NO_THROW(r = load_string(in, "t.yaml")) << in.substr(0, 40);
+    EXPECT_FALSE(r.config) << in.substr(0, 40);
+    EXPECT_FALSE(r.errors.empty()) << in.substr(0, 40);
+  }
+}
+
+}  // namespace
+}  // namespace dripgate::config
