@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.h"
@@ -64,10 +65,10 @@ struct AdmitResult {
 
 struct SettleResult {
   Outcome outcome = Outcome::kUnavailable;
-  bool settled = false;    // false: already settled, or the reservation expired/unknown
-  int64_t charged = 0;     // tokens charged for this request after the call
-  int64_t remaining = 0;   // quota remaining this month
-  std::string detail;      // "settled" | "already_settled" | "expired"
+  bool settled = false;   // false: already settled, or the reservation expired/unknown
+  int64_t charged = 0;    // tokens charged for this request after the call
+  int64_t remaining = 0;  // quota remaining this month (never below 0); -1: the plan has no quota
+  std::string detail;     // "settled" | "already_settled" | "expired"
   std::string error;
 };
 
@@ -92,8 +93,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Callbacks run on the engine's event_base thread. Input is validated here too (ids, tenant,
-  // tokens), so the engine is safe to call with anything.
+  // Callbacks run on the engine's event_base thread, exactly once, never inside the call itself
+  // (errors found up front are posted to the loop). Input is validated here too (ids, tenant,
+  // tokens), so the engine is safe to call with anything. Destroying the engine completes the
+  // calls still in flight with kUnavailable.
   void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
   // tenant may be empty: it is then derived from a request_id the engine generated
   // ("<tenant>.<hex>"); otherwise kBadRequest naming "tenant".
@@ -107,5 +110,34 @@ class Engine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+}  // namespace dripgate::control
+
+namespace dripgate::control {
+
+// ---- for benchmarks and tools: the exact Redis call an admission makes ----
+
+// One EVALSHA: the script's name, SHA1 and text, and the KEYS and ARGV it is called with.
+struct ScriptCall {
+  std::string script;  // "admit"
+  std::string sha1;
+  std::string text;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
+
+// The tenant-slot EVALSHA (admit.lua) that Engine::admit() sends first for req under cfg, after
+// the same validation (nullopt and *error = "field: message" when req is invalid). An empty
+// req.request_id is generated as the engine does; the reservation key (KEYS[2]) contains it, so
+// a replay must vary it per call (redis-benchmark: request_id "<tenant>.__rand_int__" with -r)
+// or every call after the first answers "request_id in use".
+std::optional<ScriptCall> admit_script_call(const config::Config& cfg, const AdmitRequest& req,
+                                            std::string* error = nullptr);
+// The text of lua/admit.lua as embedded in the binary.
+const std::string& admit_script_text();
+
+// The request-id rule: an id ([A-Za-z0-9._-]{1,64}), or one the engine generated,
+// "<tenant>.<16 hex>" (which may be longer than 64 when the tenant name is long).
+bool valid_request_id(std::string_view request_id);
 
 }  // namespace dripgate::control

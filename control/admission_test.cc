@@ -1,0 +1,787 @@
+// The admission engine against a real redis-server, driven on a real libevent loop.
+#include "control/admission.h"
+
+#include <event2/event.h>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "control/keys.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+struct Observer : RedisObserver {
+  std::mutex mu;
+  std::map<std::string, int> errors;
+  int round_trips = 0;
+  std::vector<bool> ups;
+  void round_trip(double) override {
+    std::lock_guard l(mu);
+    ++round_trips;
+  }
+  void error(const std::string& kind) override {
+    std::lock_guard l(mu);
+    ++errors[kind];
+  }
+  void up(bool is_up) override {
+    std::lock_guard l(mu);
+    ups.push_back(is_up);
+  }
+  int count(const std::string& kind) {
+    std::lock_guard l(mu);
+    return errors[kind];
+  }
+};
+
+config::Bucket bucket(double cap, double rate) {
+  return config::Bucket{cap, rate};
+}
+
+config::Config base_config(int port) {
+  config::Config c;
+  c.redis.host = "127.0.0.1";
+  c.redis.port = port;
+  c.redis.timeout_ms = 2000;
+  c.redis.pool_size = 2;
+  return c;
+}
+
+void add_tenant(config::Config& c, const std::string& tenant, config::Plan plan) {
+  plan.name = "plan-" + tenant;
+  c.plans[plan.name] = plan;
+  c.tenants[tenant] = config::Tenant{tenant, plan.name};
+}
+
+// A libevent loop with an engine on it; each call runs the loop until its callback ran.
+class Harness {
+ public:
+  Harness(const config::Config& cfg, RedisObserver* obs = nullptr)
+      : base_(event_base_new()), engine_(std::make_unique<Engine>(cfg, base_, obs)) {
+    // Let the pool connect, so the first call does not race the connect.
+    wait_until([&] { return engine_->redis_up(); }, milliseconds(3000));
+  }
+  ~Harness() {
+    engine_.reset();
+    event_base_free(base_);
+  }
+  Engine& engine() { return *engine_; }
+
+  template <class Pred>
+  bool wait_until(Pred pred, milliseconds limit) {
+    auto end = Clock::now() + limit;
+    while (!pred()) {
+      if (Clock::now() > end) return false;
+      timeval tv{0, 5000};
+      event_base_loopexit(base_, &tv);
+      event_base_dispatch(base_);
+    }
+    return true;
+  }
+  template <class R>
+  R run(std::function<void(std::function<void(R)>)> call) {
+    std::optional<R> out;
+    call([&](R r) { out = std::move(r); });
+    EXPECT_TRUE(wait_until([&] { return out.has_value(); }, milliseconds(10000)));
+    return out.value_or(R{});
+  }
+  AdmitResult admit(AdmitRequest req) {
+    return run<AdmitResult>([&](auto done) { engine_->admit(req, done); });
+  }
+  SettleResult settle(const std::string& tenant, const std::string& rid, int64_t tokens) {
+    return run<SettleResult>([&](auto done) { engine_->settle(tenant, rid, tokens, done); });
+  }
+  ReleaseResult release(const std::string& tenant, const std::string& rid) {
+    return run<ReleaseResult>([&](auto done) { engine_->release(tenant, rid, done); });
+  }
+
+ private:
+  event_base* base_;
+  std::unique_ptr<Engine> engine_;
+};
+
+AdmitRequest req(const std::string& tenant, int64_t tokens = 0) {
+  AdmitRequest r;
+  r.tenant = tenant;
+  r.tokens = tokens;
+  return r;
+}
+
+const Remaining* find_gate(const AdmitResult& r, const std::string& gate) {
+  for (const auto& x : r.remaining)
+    if (x.gate == gate) return &x;
+  return nullptr;
+}
+
+double rem(const AdmitResult& r, const std::string& gate) {
+  const Remaining* x = find_gate(r, gate);
+  EXPECT_NE(x, nullptr) << "no remaining entry for " << gate;
+  return x ? x->value : -1;
+}
+
+// A synchronous connection for setting up and inspecting Redis state in tests.
+class Sync {
+ public:
+  explicit Sync(int port) : c_(redisConnect("127.0.0.1", port)) {}
+  ~Sync() { redisFree(c_); }
+  redisReply* cmd(std::vector<std::string> argv) {
+    std::vector<const char*> a;
+    std::vector<size_t> l;
+    for (auto& s : argv) {
+      a.push_back(s.data());
+      l.push_back(s.size());
+    }
+    return static_cast<redisReply*>(
+        redisCommandArgv(c_, static_cast<int>(a.size()), a.data(), l.data()));
+  }
+  std::string str(std::vector<std::string> argv) {
+    redisReply* r = cmd(std::move(argv));
+    std::string out;
+    if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
+      out.assign(r->str, r->len);
+    if (r && r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
+    freeReplyObject(r);
+    return out;
+  }
+  // Every key with its full value: HGETALL / GET / ZRANGE WITHSCORES, sorted.
+  std::map<std::string, std::string> dump() {
+    std::map<std::string, std::string> out;
+    redisReply* keys = cmd({"KEYS", "*"});
+    for (size_t i = 0; keys && i < keys->elements; ++i) {
+      std::string k(keys->element[i]->str, keys->element[i]->len);
+      std::string type = str({"TYPE", k});
+      redisReply* v = nullptr;
+      if (type == "hash") v = cmd({"HGETALL", k});
+      if (type == "string") v = cmd({"GET", k});
+      if (type == "zset") v = cmd({"ZRANGE", k, "0", "-1", "WITHSCORES"});
+      std::string val = type + ":";
+      if (v && v->type == REDIS_REPLY_ARRAY) {
+        std::vector<std::pair<std::string, std::string>> pairs;
+        for (size_t j = 0; j + 1 < v->elements; j += 2)
+          pairs.emplace_back(std::string(v->element[j]->str, v->element[j]->len),
+                             std::string(v->element[j + 1]->str, v->element[j + 1]->len));
+        if (type == "hash") std::sort(pairs.begin(), pairs.end());
+        for (auto& [a, b] : pairs) val += a + "=" + b + ";";
+      } else if (v && v->type == REDIS_REPLY_STRING) {
+        val += std::string(v->str, v->len);
+      }
+      freeReplyObject(v);
+      out[k] = val;
+    }
+    freeReplyObject(keys);
+    return out;
+  }
+
+ private:
+  redisContext* c_;
+};
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  testing::RedisServer redis_;
+};
+
+// Seed 000, 6.3.4: capacity 5 @ 1/s, 6 requests, a 2 s wait, 2 more.
+TEST_F(AdmissionTest, SeedTokenBucketTable) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.klass = "gold";
+  plan.tenant = bucket(5, 1);
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+
+  const double expected[] = {4, 3, 2, 1, 0, 0};
+  for (int i = 0; i < 6; ++i) {
+    AdmitResult r = h.admit(req("ws-acme"));
+    SCOPED_TRACE("request " + std::to_string(i + 1));
+    if (i < 5) {
+      ASSERT_EQ(r.outcome, Outcome::kAllowed) << r.error;
+      EXPECT_EQ(r.klass, "gold");
+      EXPECT_EQ(r.request_id.rfind("ws-acme.", 0), 0u);
+      EXPECT_EQ(r.request_id.size(), std::string("ws-acme.").size() + 16);
+    } else {
+      ASSERT_EQ(r.outcome, Outcome::kRefused);
+      EXPECT_EQ(r.gate, "tenant");
+      EXPECT_EQ(r.reason, "rate");
+      EXPECT_GT(r.retry_after_ms, 800);
+      EXPECT_LE(r.retry_after_ms, 1000);
+    }
+    EXPECT_NEAR(rem(r, "tenant"), expected[i], 0.1);
+    const Remaining* t = find_gate(r, "tenant");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->limit, 5);
+    EXPECT_EQ(t->window_s, 5);
+    EXPECT_EQ(t->reset_s, static_cast<int64_t>(std::ceil(5 - t->value)));
+  }
+  std::this_thread::sleep_for(milliseconds(2000));
+  const double after[] = {1, 0};
+  for (int i = 0; i < 2; ++i) {
+    AdmitResult r = h.admit(req("ws-acme"));
+    ASSERT_EQ(r.outcome, Outcome::kAllowed) << "request " << 7 + i;
+    EXPECT_NEAR(rem(r, "tenant"), after[i], 0.1);
+  }
+}
+
+// Seed 000, 6.3.6: 300,300,300,300,100,1 against 1000 tokens a month.
+TEST_F(AdmissionTest, SeedQuotaTable) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+
+  const int64_t cost[] = {300, 300, 300, 300, 100, 1};
+  const bool allowed[] = {true, true, true, false, true, false};
+  const double remaining[] = {700, 400, 100, 100, 0, 0};
+  for (int i = 0; i < 6; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i + 1));
+    AdmitResult r = h.admit(req("ws-acme", cost[i]));
+    ASSERT_EQ(r.outcome, allowed[i] ? Outcome::kAllowed : Outcome::kRefused) << r.error;
+    EXPECT_EQ(rem(r, "quota"), remaining[i]);
+    const Remaining* q = find_gate(r, "quota");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->limit, 1000);
+    EXPECT_GE(q->window_s, 28 * 86400);
+    EXPECT_LE(q->window_s, 31 * 86400);
+    EXPECT_GT(q->reset_s, 0);
+    EXPECT_LE(q->reset_s, 31 * 86400);
+    if (!allowed[i]) {
+      EXPECT_EQ(r.gate, "quota");
+      EXPECT_EQ(r.reason, "quota");
+      // Until the next UTC month starts.
+      EXPECT_NEAR(static_cast<double>(r.retry_after_ms) / 1000.0, static_cast<double>(q->reset_s),
+                  2.0);
+    }
+  }
+  // The month key is the current UTC month, from Redis TIME.
+  std::time_t now = std::stol(redis_.cli("TIME | head -1"));
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char month[8];
+  std::strftime(month, sizeof month, "%Y-%m", &tm);
+  EXPECT_EQ(Sync(redis_.port()).str({"GET", keys::quota("ws-acme", month)}), "1000");
+}
+
+// Seed 000, 6.3.7: tenant 20 @ 5, user 6 @ 2, tool web_search 2 @ 0.5; the tool gate refuses
+// the third request, and the tenant and user buckets get their tokens back.
+TEST_F(AdmissionTest, SeedThreeGates) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(20, 5);
+  plan.user = bucket(6, 2);
+  add_tenant(cfg, "ws-acme", plan);
+  cfg.global_gates.tool["web_search"] = bucket(2, 0.5);
+  Harness h(cfg);
+
+  Clock::time_point second_done;
+  double tenant_after_second = 0;
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i + 1));
+    AdmitRequest r = req("ws-acme");
+    r.user = "alice";
+    r.tool = "web_search";
+    AdmitResult res = h.admit(r);
+    if (i < 2) {
+      ASSERT_EQ(res.outcome, Outcome::kAllowed) << res.error;
+      EXPECT_NEAR(rem(res, "tenant"), 19 - i, 0.1);
+      EXPECT_NEAR(rem(res, "user"), 5 - i, 0.1);
+      EXPECT_NEAR(rem(res, "tool"), 1 - i, 0.1);
+      second_done = Clock::now();
+      tenant_after_second = rem(res, "tenant");
+    } else {
+      ASSERT_EQ(res.outcome, Outcome::kRefused);
+      EXPECT_EQ(res.gate, "tool");
+      EXPECT_EQ(res.reason, "rate");
+      EXPECT_GT(res.retry_after_ms, 1500);
+      EXPECT_LE(res.retry_after_ms, 2000);
+      // Refunded: the tenant and user buckets hold what they held after request 2, plus
+      // what refilled since (5/s, 2/s), never less.
+      double since = std::chrono::duration<double>(Clock::now() - second_done).count();
+      EXPECT_GE(rem(res, "tenant"), 18 - 0.01);
+      EXPECT_LE(rem(res, "tenant"), 18 + 5 * since + 0.1);
+      EXPECT_GE(rem(res, "user"), 4 - 0.01);
+      EXPECT_LE(rem(res, "user"), 4 + 2 * since + 0.1);
+      EXPECT_LT(rem(res, "tool"), 1);
+    }
+  }
+  // No trace of the refusals: the tenant bucket holds exactly what request 2 left.
+  Sync s(redis_.port());
+  double tk = std::stod(s.str({"HGET", keys::bucket("ws-acme", "tenant"), "tk"}));
+  EXPECT_EQ(tk, tenant_after_second);
+}
+
+// For each gate: when it alone refuses, every key in Redis is byte-identical afterwards.
+TEST_F(AdmissionTest, AllOrNothingForEveryGate) {
+  config::Config cfg = base_config(redis_.port());
+  const std::vector<std::string> gates = {"tenant",      "user",  "api_key", "quota",
+                                          "concurrency", "model", "tool",    "model-tool"};
+  for (const auto& g : gates) {
+    config::Plan plan;
+    plan.tenant = bucket(g == "tenant" ? 1 : 100, 0.001);
+    plan.user = bucket(g == "user" ? 1 : 100, 0.001);
+    plan.api_key = bucket(g == "api_key" ? 1 : 100, 0.001);
+    plan.quota = config::Quota{g == "quota" ? 10 : 100000, 600};
+    plan.concurrency = config::Concurrency{g == "concurrency" ? 1 : 100, 600};
+    add_tenant(cfg, "t-" + g, plan);
+    if (g == "tenant") add_tenant(cfg, "t-fresh", plan);
+    cfg.global_gates.model["m-" + g] = bucket(g == "model" ? 1 : 100, 0.001);
+    cfg.global_gates.tool["x-" + g] = bucket(g == "tool" || g == "model-tool" ? 1 : 100, 0.001);
+  }
+  Harness h(cfg);
+  Sync s(redis_.port());
+  for (const auto& g : gates) {
+    SCOPED_TRACE("gate " + g);
+    AdmitRequest r = req("t-" + g, 10);
+    r.user = "u1";
+    r.api_key = "k1";
+    r.model = "m-" + g;
+    r.tool = "x-" + g;
+    // The first admission passes every gate and uses up the one under test.
+    AdmitResult first = h.admit(r);
+    ASSERT_EQ(first.outcome, Outcome::kAllowed) << first.error;
+    // An expired lease, which a refused admission must not prune either.
+    s.str({"ZADD", keys::leases("t-" + g), "1000", "t-" + g + ".old"});
+
+    auto before = s.dump();
+    AdmitResult second = h.admit(r);
+    auto after = s.dump();
+    ASSERT_EQ(second.outcome, Outcome::kRefused) << second.error;
+    EXPECT_EQ(second.gate, g == "model-tool" ? "tool" : g);
+    EXPECT_EQ(before, after);
+    EXPECT_EQ(s.str({"EXISTS", keys::reservation("t-" + g, second.request_id)}), "0");
+    // Reported remaining values are those before the refused attempt.
+    if (g == "model" || g == "tool") {
+      EXPECT_NEAR(rem(second, "tenant"), 99, 0.01);
+      EXPECT_EQ(rem(second, "quota"), 100000 - 10);
+      EXPECT_EQ(rem(second, "concurrency"), 99);
+    }
+  }
+  // A tenant whose first admission is refused by a global gate: refund.lua deletes the keys
+  // admit.lua created (buckets, quota counter, lease set), so nothing of it remains.
+  auto before = s.dump();
+  AdmitRequest fresh = req("t-fresh", 10);
+  fresh.user = "u1";
+  fresh.api_key = "k1";
+  fresh.model = "m-model";
+  AdmitResult r = h.admit(fresh);
+  ASSERT_EQ(r.outcome, Outcome::kRefused) << r.error;
+  EXPECT_EQ(r.gate, "model");
+  EXPECT_EQ(s.dump(), before);
+  for (const auto& [k, v] : s.dump()) EXPECT_EQ(k.find("t-fresh"), std::string::npos) << k;
+  EXPECT_NEAR(rem(r, "tenant"), 1, 1e-9);  // a full bucket of capacity 1
+}
+
+// >= 32 threads, each with its own loop and engine, hammering one tenant.
+TEST_F(AdmissionTest, ConcurrentHammering) {
+  config::Config cfg = base_config(redis_.port());
+  cfg.redis.pool_size = 1;
+  cfg.redis.timeout_ms = 5000;
+  config::Plan rate;
+  rate.tenant = bucket(20, 10);
+  add_tenant(cfg, "hammer-rate", rate);
+  config::Plan quota;
+  quota.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "hammer-quota", quota);
+
+  constexpr int kThreads = 32;
+  std::atomic<int> rate_ok{0}, quota_ok{0}, errors{0};
+  auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      Harness h(cfg);
+      auto end = Clock::now() + milliseconds(1500);
+      while (Clock::now() < end) {
+        AdmitResult a = h.admit(req("hammer-rate"));
+        if (a.outcome == Outcome::kAllowed) ++rate_ok;
+        if (a.outcome != Outcome::kAllowed && a.outcome != Outcome::kRefused) ++errors;
+        AdmitResult b = h.admit(req("hammer-quota", 7));
+        if (b.outcome == Outcome::kAllowed) ++quota_ok;
+        if (b.outcome != Outcome::kAllowed && b.outcome != Outcome::kRefused) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GE(rate_ok.load(), 20);
+  EXPECT_LE(rate_ok.load(), 20 + 10 * elapsed + 1) << "elapsed " << elapsed << " s";
+  // All-or-nothing and atomic: exactly floor(1000 / 7) reservations fit, never more.
+  EXPECT_EQ(quota_ok.load(), 1000 / 7);
+  std::time_t now = std::stol(redis_.cli("TIME | head -1"));
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char month[8];
+  std::strftime(month, sizeof month, "%Y-%m", &tm);
+  EXPECT_EQ(Sync(redis_.port()).str({"GET", keys::quota("hammer-quota", month)}),
+            std::to_string(1000 / 7 * 7));
+  std::printf("hammer: %d threads, %.2f s, rate gate admitted %d (bound %.1f), quota %d\n",
+              kThreads, elapsed, rate_ok.load(), 20 + 10 * elapsed + 1, quota_ok.load());
+}
+
+TEST_F(AdmissionTest, SettleIsIdempotent) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "ws-acme", plan);
+  config::Plan open;  // no quota at all
+  add_tenant(cfg, "ws-open", open);
+  Harness h(cfg);
+
+  AdmitResult a = h.admit(req("ws-acme", 100));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed);
+  EXPECT_EQ(rem(a, "quota"), 900);
+  // The tenant is derived from the generated request id.
+  SettleResult s1 = h.settle("", a.request_id, 250);
+  ASSERT_EQ(s1.outcome, Outcome::kAllowed) << s1.error;
+  EXPECT_TRUE(s1.settled);
+  EXPECT_EQ(s1.detail, "settled");
+  EXPECT_EQ(s1.charged, 250);
+  EXPECT_EQ(s1.remaining, 750);
+  SettleResult s2 = h.settle("ws-acme", a.request_id, 999);
+  ASSERT_EQ(s2.outcome, Outcome::kAllowed);
+  EXPECT_FALSE(s2.settled);
+  EXPECT_EQ(s2.detail, "already_settled");
+  EXPECT_EQ(s2.charged, 250);
+  EXPECT_EQ(s2.remaining, 750);
+  // Settling below the estimate gives tokens back.
+  AdmitResult b = h.admit(req("ws-acme", 500));
+  ASSERT_EQ(b.outcome, Outcome::kAllowed);
+  EXPECT_EQ(rem(b, "quota"), 250);
+  SettleResult s3 = h.settle("", b.request_id, 50);
+  EXPECT_TRUE(s3.settled);
+  EXPECT_EQ(s3.remaining, 700);
+  // Unknown reservation: nothing changes.
+  SettleResult s4 = h.settle("ws-acme", "no-such-request", 10);
+  ASSERT_EQ(s4.outcome, Outcome::kAllowed);
+  EXPECT_FALSE(s4.settled);
+  EXPECT_EQ(s4.detail, "expired");
+  EXPECT_EQ(s4.remaining, 700);
+  // A request id in use (its reservation is live, settled or not) is a conflict.
+  AdmitRequest dup = req("ws-acme", 1);
+  dup.request_id = a.request_id;
+  AdmitResult d = h.admit(dup);
+  EXPECT_EQ(d.outcome, Outcome::kConflict);
+  EXPECT_EQ(d.error.rfind("request_id: ", 0), 0u) << d.error;
+  // Without a quota the reservation still makes settle idempotent; remaining is -1.
+  AdmitResult o = h.admit(req("ws-open", 5));
+  ASSERT_EQ(o.outcome, Outcome::kAllowed);
+  EXPECT_EQ(find_gate(o, "quota"), nullptr);
+  SettleResult so = h.settle("", o.request_id, 7);
+  EXPECT_TRUE(so.settled);
+  EXPECT_EQ(so.remaining, -1);
+  EXPECT_FALSE(h.settle("", o.request_id, 7).settled);
+}
+
+TEST_F(AdmissionTest, ReservationExpiresAndStaysCharged) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 1};
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  AdmitResult a = h.admit(req("ws-acme", 100));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed);
+  std::string rkey = keys::reservation("ws-acme", a.request_id);
+  EXPECT_EQ(s.str({"EXISTS", rkey}), "1");
+  std::this_thread::sleep_for(milliseconds(2100));
+  EXPECT_EQ(s.str({"EXISTS", rkey}), "0");
+  SettleResult st = h.settle("", a.request_id, 10);
+  ASSERT_EQ(st.outcome, Outcome::kAllowed);
+  EXPECT_FALSE(st.settled);
+  EXPECT_EQ(st.detail, "expired");
+  EXPECT_EQ(st.remaining, 900);  // the estimate stays charged
+  AdmitResult b = h.admit(req("ws-acme", 0));
+  EXPECT_EQ(rem(b, "quota"), 900);
+}
+
+TEST_F(AdmissionTest, ConcurrencyGateAndRelease) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.concurrency = config::Concurrency{2, 30};
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+
+  AdmitResult a = h.admit(req("ws-acme"));
+  AdmitResult b = h.admit(req("ws-acme"));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed);
+  ASSERT_EQ(b.outcome, Outcome::kAllowed);
+  EXPECT_EQ(rem(a, "concurrency"), 1);
+  EXPECT_EQ(rem(b, "concurrency"), 0);
+  AdmitResult c = h.admit(req("ws-acme"));
+  ASSERT_EQ(c.outcome, Outcome::kRefused);
+  EXPECT_EQ(c.gate, "concurrency");
+  EXPECT_EQ(c.reason, "concurrency");
+  EXPECT_GT(c.retry_after_ms, 29000);  // until the earliest lease ends
+  EXPECT_LE(c.retry_after_ms, 30000);
+
+  ReleaseResult r1 = h.release("", a.request_id);
+  ASSERT_EQ(r1.outcome, Outcome::kAllowed) << r1.error;
+  EXPECT_TRUE(r1.released);
+  EXPECT_FALSE(h.release("ws-acme", a.request_id).released);
+  AdmitResult d = h.admit(req("ws-acme"));
+  EXPECT_EQ(d.outcome, Outcome::kAllowed);
+}
+
+TEST_F(AdmissionTest, LeasesExpireByDeadline) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.concurrency = config::Concurrency{1, 1};
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+  AdmitResult a = h.admit(req("ws-acme"));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed);
+  EXPECT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kRefused);
+  std::this_thread::sleep_for(milliseconds(1100));
+  EXPECT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kAllowed);
+  // The expired lease was pruned by that admission; only the new one is left.
+  EXPECT_EQ(Sync(redis_.port()).str({"ZCARD", keys::leases("ws-acme")}), "1");
+  EXPECT_FALSE(h.release("", a.request_id).released);  // past its deadline
+}
+
+TEST_F(AdmissionTest, BadInputNamesTheField) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(5, 1);
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+
+  auto expect_bad = [&](AdmitRequest r, const std::string& field) {
+    AdmitResult res = h.admit(r);
+    EXPECT_EQ(res.outcome, Outcome::kBadRequest) << field;
+    EXPECT_EQ(res.error.rfind(field + ": ", 0), 0u) << res.error;
+  };
+  expect_bad(req(""), "tenant");
+  expect_bad(req("ws acme"), "tenant");
+  expect_bad(req("nobody"), "tenant");
+  EXPECT_EQ(h.admit(req("nobody")).error, "tenant: unknown tenant 'nobody'");
+  expect_bad(req("ws-acme", -1), "tokens");
+  expect_bad(req("ws-acme", int64_t{1} << 62), "tokens");
+  std::string long_id(65, 'a');
+  for (const std::string& bad :
+       {std::string("a/b"), std::string("x}y"), long_id, std::string("a\nb"), std::string("é")}) {
+    AdmitRequest r = req("ws-acme");
+    r.user = bad;
+    expect_bad(r, "user");
+    r = req("ws-acme");
+    r.api_key = bad;
+    expect_bad(r, "api_key");
+    r = req("ws-acme");
+    r.model = bad;
+    expect_bad(r, "model");
+    r = req("ws-acme");
+    r.tool = bad;
+    expect_bad(r, "tool");
+    r = req("ws-acme");
+    r.request_id = bad;
+    expect_bad(r, "request_id");
+  }
+  // Nothing was consumed by the bad requests.
+  AdmitResult ok = h.admit(req("ws-acme"));
+  ASSERT_EQ(ok.outcome, Outcome::kAllowed);
+  EXPECT_NEAR(rem(ok, "tenant"), 4, 0.1);
+
+  SettleResult s = h.settle("", "no-dot-here", 1);
+  EXPECT_EQ(s.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(s.error.rfind("tenant: ", 0), 0u) << s.error;
+  s = h.settle("", "nobody.0123456789abcdef", 1);
+  EXPECT_EQ(s.error, "tenant: unknown tenant 'nobody'");
+  s = h.settle("ws-acme", "bad id", 1);
+  EXPECT_EQ(s.error.rfind("request_id: ", 0), 0u) << s.error;
+  s = h.settle("ws-acme", ok.request_id, -5);
+  EXPECT_EQ(s.error.rfind("tokens: ", 0), 0u) << s.error;
+  ReleaseResult r = h.release("", "");
+  EXPECT_EQ(r.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(r.error.rfind("request_id: ", 0), 0u) << r.error;
+  r = h.release("ws acme", "x");
+  EXPECT_EQ(r.error.rfind("tenant: ", 0), 0u) << r.error;
+}
+
+TEST_F(AdmissionTest, LongTenantGeneratedRequestIdRoundTrips) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 600};
+  std::string tenant(64, 't');
+  add_tenant(cfg, tenant, plan);
+  Harness h(cfg);
+  AdmitResult a = h.admit(req(tenant, 10));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed);
+  EXPECT_GT(a.request_id.size(), 64u);
+  EXPECT_TRUE(valid_request_id(a.request_id));
+  SettleResult s = h.settle("", a.request_id, 20);
+  EXPECT_TRUE(s.settled) << s.error;
+  EXPECT_EQ(s.remaining, 980);
+}
+
+TEST_F(AdmissionTest, NoscriptAfterScriptFlushIsTransparent) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 1);
+  plan.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "ws-acme", plan);
+  Observer obs;
+  Harness h(cfg, &obs);
+  ASSERT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kAllowed);
+  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  AdmitResult a = h.admit(req("ws-acme", 5));
+  EXPECT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  EXPECT_GE(obs.count("noscript"), 1);
+  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  SettleResult s = h.settle("", a.request_id, 5);
+  EXPECT_TRUE(s.settled) << s.error;
+  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_FALSE(h.release("", a.request_id).released);
+  EXPECT_GE(obs.count("noscript"), 3);
+}
+
+TEST_F(AdmissionTest, RedisDownThenBack) {
+  config::Config cfg = base_config(redis_.port());
+  cfg.redis.timeout_ms = 200;
+  config::Plan plan;
+  plan.tenant = bucket(100, 1);
+  add_tenant(cfg, "ws-acme", plan);
+  Observer obs;
+  Harness h(cfg, &obs);
+  ASSERT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kAllowed);
+  EXPECT_TRUE(h.engine().redis_up());
+
+  redis_.stop();
+  AdmitResult down = h.admit(req("ws-acme"));
+  EXPECT_EQ(down.outcome, Outcome::kUnavailable);
+  EXPECT_EQ(down.error.rfind("redis: ", 0), 0u) << down.error;
+  EXPECT_TRUE(h.wait_until([&] { return !h.engine().redis_up(); }, milliseconds(2000)));
+  // Still answering while down, without waiting for a timeout.
+  auto t0 = Clock::now();
+  EXPECT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kUnavailable);
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000));
+
+  redis_.start();
+  Outcome last = Outcome::kUnavailable;
+  bool back = h.wait_until(
+      [&] {
+        last = h.admit(req("ws-acme")).outcome;
+        return last == Outcome::kAllowed;
+      },
+      milliseconds(10000));
+  EXPECT_TRUE(back);
+  EXPECT_TRUE(h.engine().redis_up());
+  std::lock_guard l(obs.mu);
+  ASSERT_GE(obs.ups.size(), 3u);
+  EXPECT_FALSE(obs.ups[0]);  // initial state
+  EXPECT_TRUE(obs.ups[1]);
+  EXPECT_TRUE(obs.ups.back());
+  EXPECT_GE(obs.round_trips, 2);
+}
+
+TEST_F(AdmissionTest, SlowRedisTimesOutThenRecovers) {
+  config::Config cfg = base_config(redis_.port());
+  cfg.redis.timeout_ms = 100;
+  cfg.redis.pool_size = 1;
+  config::Plan plan;
+  plan.tenant = bucket(100, 1);
+  add_tenant(cfg, "ws-acme", plan);
+  Observer obs;
+  Harness h(cfg, &obs);
+  ASSERT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kAllowed);
+  // Every client, ours included, waits 1 s for its next command.
+  ASSERT_EQ(redis_.cli("CLIENT PAUSE 1000 ALL"), "OK");
+  auto t0 = Clock::now();
+  AdmitResult r = h.admit(req("ws-acme"));
+  auto took = Clock::now() - t0;
+  EXPECT_EQ(r.outcome, Outcome::kUnavailable);
+  EXPECT_NE(r.error.find("timeout"), std::string::npos) << r.error;
+  EXPECT_LT(took, milliseconds(800));
+  EXPECT_GE(obs.count("timeout"), 1);
+  EXPECT_TRUE(h.wait_until([&] { return h.admit(req("ws-acme")).outcome == Outcome::kAllowed; },
+                           milliseconds(5000)));
+}
+
+// The month arithmetic inside admit.lua against the C++20 calendar, for every 9th day from
+// 1970 to 2200 plus the days around each new year (Redis TIME cannot be moved, so the Lua
+// functions are run directly, cut out of the embedded script).
+TEST_F(AdmissionTest, QuotaMonthArithmeticMatchesTheCalendar) {
+  const std::string& text = admit_script_text();
+  auto b = text.find("-- civil:begin");
+  auto e = text.find("-- civil:end");
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_NE(e, std::string::npos);
+  std::string script = text.substr(b, e - b) + R"(
+local out = {}
+for i = 1, #ARGV do
+  local z = tonumber(ARGV[i])
+  local y, m = civil_from_days(z)
+  out[i] = string.format('%04d-%02d %d', y, m, days_from_civil(y, m))
+end
+return out)";
+  namespace chr = std::chrono;
+  std::vector<int> days;
+  for (int d = 0; d < 84000; d += 9) days.push_back(d);
+  for (int y = 1970; y < 2200; ++y) {
+    int ny = chr::sys_days(chr::year(y) / 1 / 1).time_since_epoch().count();
+    days.push_back(ny - 1);
+    days.push_back(ny);
+  }
+  Sync s(redis_.port());
+  for (size_t at = 0; at < days.size(); at += 1000) {
+    std::vector<std::string> argv = {"EVAL", script, "0"};
+    size_t end = std::min(days.size(), at + 1000);
+    for (size_t i = at; i < end; ++i) argv.push_back(std::to_string(days[i]));
+    redisReply* r = s.cmd(argv);
+    ASSERT_NE(r, nullptr);
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
+    ASSERT_EQ(r->elements, end - at);
+    for (size_t i = at; i < end; ++i) {
+      chr::year_month_day ymd{chr::sys_days(chr::days(days[i]))};
+      int first = chr::sys_days(ymd.year() / ymd.month() / 1).time_since_epoch().count();
+      char want[48];
+      snprintf(want, sizeof want, "%04d-%02u %d", static_cast<int>(ymd.year()),
+               static_cast<unsigned>(ymd.month()), first);
+      EXPECT_EQ(std::string(r->element[i - at]->str, r->element[i - at]->len), want)
+          << "day " << days[i];
+    }
+    freeReplyObject(r);
+  }
+}
+
+TEST(AdmitScriptCall, MatchesTheEngineArguments) {
+  config::Config cfg = base_config(6379);
+  config::Plan plan;
+  plan.tenant = bucket(20, 5);
+  plan.user = bucket(6, 2);
+  plan.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "ws-acme", plan);
+  AdmitRequest r = req("ws-acme", 42);
+  r.user = "alice";
+  r.request_id = "rq-1";
+  auto call = admit_script_call(cfg, r);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->script, "admit");
+  EXPECT_EQ(call->text, admit_script_text());
+  EXPECT_EQ(call->sha1.size(), 40u);
+  std::vector<std::string> keys = {"dg:{t:ws-acme}:q:", "dg:{t:ws-acme}:r:rq-1",
+                                   "dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
+                                   "dg:{t:ws-acme}:tb:user:alice"};
+  EXPECT_EQ(call->keys, keys);
+  std::vector<std::string> args = {"rq-1", "42",     "1000", "600", "-1",   "120", "0",
+                                   "2",    "tenant", "20",   "5",   "user", "6",   "2"};
+  EXPECT_EQ(call->args, args);
+  std::string err;
+  r.tenant = "nobody";
+  EXPECT_FALSE(admit_script_call(cfg, r, &err));
+  EXPECT_EQ(err, "tenant: unknown tenant 'nobody'");
+}
+
+}  // namespace
+}  // namespace dripgate::control

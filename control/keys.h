@@ -1,0 +1,31 @@
+// Redis key names. Every tenant-scoped key carries the tenant as its hash tag ({t:<tenant>}),
+// so one admission touches one cluster slot; global gates carry their own tag. Callers pass
+// validated ids only ([A-Za-z0-9._-]), so no input can name a key outside its tenant's slot.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dripgate::control::keys {
+
+// "dg:{t:<tenant>}:" — the prefix every tenant-scoped key starts with.
+std::string tenant_prefix(std::string_view tenant);
+// "dg:{t:<tenant>}:tb:<gate>" for gate "tenant", "dg:{t:<tenant>}:tb:<gate>:<id>" otherwise
+// (gate "user" or "key" for api keys).
+std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
+// "dg:{t:<tenant>}:q:"; the script appends the UTC month "YYYY-MM" from Redis TIME.
+std::string quota_prefix(std::string_view tenant);
+// "dg:{t:<tenant>}:q:<YYYY-MM>" (for tests and tools; the engine never builds it).
+std::string quota(std::string_view tenant, std::string_view month);
+// "dg:{t:<tenant>}:r:<request_id>"
+std::string reservation(std::string_view tenant, std::string_view request_id);
+// "dg:{t:<tenant>}:leases"
+std::string leases(std::string_view tenant);
+// "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
+std::string global_bucket(std::string_view kind, std::string_view name);
+
+// The tenant of an engine-generated request id "<tenant>.<16 hex>": everything before the last
+// '.', or empty when the id has no '.'.
+std::string_view tenant_of_request_id(std::string_view request_id);
+
+}  // namespace dripgate::control::keys

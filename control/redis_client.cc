@@ -1,0 +1,448 @@
+#include "control/redis_client.h"
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "lua/lua_scripts.h"
+
+namespace dripgate::control {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+timeval to_timeval(Clock::duration d) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  if (us < 0) us = 0;
+  return timeval{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+}
+
+}  // namespace
+
+RedisOptions RedisOptions::from(const config::Redis& r) {
+  RedisOptions o;
+  o.host = r.host;
+  o.port = r.port;
+  o.unix_path = r.unix_path;
+  o.password = r.password;
+  o.db = r.db;
+  o.timeout_ms = r.timeout_ms > 0 ? r.timeout_ms : 50;
+  o.connect_timeout_ms = std::max(500, o.timeout_ms);
+  o.pool_size = r.pool_size > 0 ? r.pool_size : 1;
+  return o;
+}
+
+struct RedisClient::Pending {
+  Conn* conn = nullptr;
+  Callback cb;
+  char* cmd = nullptr;  // the formatted command, kept for the NOSCRIPT retry
+  int len = 0;
+  const lua::Script* script = nullptr;
+  bool retried = false;
+  Clock::time_point start;
+  Clock::time_point deadline;
+
+  Pending() = default;
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+  ~Pending() {
+    if (cmd) redisFreeCommand(cmd);
+  }
+};
+
+struct RedisClient::Conn {
+  RedisClient* client = nullptr;
+  redisAsyncContext* ac = nullptr;
+  enum class State { kDown, kConnecting, kUp } state = State::kDown;
+  std::deque<Pending*> pending;  // in issue order = reply order
+  event* timer = nullptr;        // command and connect timeouts
+  event* reconnect = nullptr;
+  Clock::time_point connect_deadline;
+  int backoff_ms = 0;
+  bool logged_down = false;
+  std::string fail_reason;  // for the commands flushed by a failure we initiated
+
+  ~Conn() {
+    if (timer) event_free(timer);
+    if (reconnect) event_free(reconnect);
+  }
+};
+
+struct RedisClient::Posted {
+  event* ev = nullptr;
+  std::function<void()> fn;
+  RedisClient* client = nullptr;
+};
+
+void RedisClient::run_posted(int, short, void* arg) {
+  auto* p = static_cast<Posted*>(arg);
+  p->client->posted_.erase(p);
+  auto fn = std::move(p->fn);
+  event_free(p->ev);
+  delete p;
+  fn();
+}
+
+RedisClient::RedisClient(event_base* base, RedisOptions opts,
+                         std::vector<const lua::Script*> scripts, RedisObserver* observer)
+    : base_(base), opts_(std::move(opts)), scripts_(std::move(scripts)), observer_(observer) {
+  if (observer_) observer_->up(false);
+  int n = std::max(1, opts_.pool_size);
+  for (int i = 0; i < n; ++i) {
+    auto c = std::make_unique<Conn>();
+    c->client = this;
+    c->timer = evtimer_new(base_, &RedisClient::on_timer, c.get());
+    c->reconnect = evtimer_new(base_, &RedisClient::on_reconnect, c.get());
+    c->backoff_ms = opts_.backoff_min_ms;
+    conns_.push_back(std::move(c));
+  }
+  for (auto& c : conns_) connect(c.get());
+}
+
+RedisClient::~RedisClient() {
+  shutting_down_ = true;
+  for (auto& c : conns_) {
+    event_del(c->reconnect);
+    event_del(c->timer);
+    if (c->ac) {
+      auto* ac = c->ac;
+      c->fail_reason = "redis: client shut down";
+      c->ac = nullptr;
+      c->state = Conn::State::kDown;
+      redisAsyncFree(ac);  // runs the pending callbacks with a null reply
+    }
+  }
+  // Deferred callbacks still run, so nobody waits forever or leaks their context.
+  while (!posted_.empty()) {
+    Posted* p = *posted_.begin();
+    posted_.erase(posted_.begin());
+    auto fn = std::move(p->fn);
+    event_free(p->ev);
+    delete p;
+    fn();
+  }
+}
+
+void RedisClient::post(std::function<void()> fn) {
+  auto* p = new Posted;
+  p->fn = std::move(fn);
+  p->client = this;
+  p->ev = evtimer_new(base_, &RedisClient::run_posted, p);
+  posted_.insert(p);
+  timeval zero{0, 0};
+  evtimer_add(p->ev, &zero);
+}
+
+void RedisClient::set_connected(Conn* c, bool is) {
+  static_cast<void>(c);
+  int before = connected_count_.fetch_add(is ? 1 : -1, std::memory_order_relaxed);
+  int after = before + (is ? 1 : -1);
+  if (observer_ && (before == 0) != (after == 0)) observer_->up(after > 0);
+  if (before == 0 && after > 0)
+    spdlog::info("redis: connected to {}", opts_.unix_path.empty()
+                                               ? opts_.host + ":" + std::to_string(opts_.port)
+                                               : opts_.unix_path);
+  if (before > 0 && after == 0) spdlog::warn("redis: no connection left; reconnecting");
+}
+
+void RedisClient::connect(Conn* c) {
+  if (shutting_down_) return;
+  redisAsyncContext* ac = opts_.unix_path.empty()
+                              ? redisAsyncConnect(opts_.host.c_str(), opts_.port)
+                              : redisAsyncConnectUnix(opts_.unix_path.c_str());
+  if (!ac || ac->err) {
+    std::string why = ac ? ac->errstr : "out of memory";
+    if (ac) redisAsyncFree(ac);
+    if (observer_) observer_->error("connect");
+    if (!c->logged_down) spdlog::warn("redis: cannot connect: {}", why);
+    c->logged_down = true;
+    schedule_reconnect(c);
+    return;
+  }
+  ac->data = c;
+  redisLibeventAttach(ac, base_);
+  redisAsyncSetConnectCallback(ac, &RedisClient::on_connect_cb);
+  redisAsyncSetDisconnectCallback(ac, &RedisClient::on_disconnect_cb);
+  c->ac = ac;
+  c->state = Conn::State::kConnecting;
+  c->connect_deadline = Clock::now() + std::chrono::milliseconds(opts_.connect_timeout_ms);
+
+  // Pipelined behind the connect: hiredis sends them once the socket is writable, before any
+  // request that picks this connection, so an EVALSHA never overtakes its SCRIPT LOAD.
+  auto setup = [this, c](std::vector<std::string_view> argv, const char* what) {
+    auto* p = new Pending;
+    std::vector<const char*> a;
+    std::vector<size_t> l;
+    for (auto s : argv) {
+      a.push_back(s.data());
+      l.push_back(s.size());
+    }
+    p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.size()), a.data(), l.data());
+    p->cb = [this, c, what](const redisReply* r, std::string_view) {
+      if (!r || r->type != REDIS_REPLY_ERROR || shutting_down_) return;
+      std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
+      spdlog::error("{}", why);
+      if (std::string_view(what) == "SCRIPT LOAD") {
+        if (observer_) observer_->error("script_load");
+      } else {
+        fail_connection(c, why, "auth");
+      }
+    };
+    send(c, p);
+  };
+  std::string db = std::to_string(opts_.db);
+  if (!opts_.password.empty()) setup({"AUTH", opts_.password}, "AUTH");
+  if (opts_.db != 0) setup({"SELECT", db}, "SELECT");
+  for (const auto* s : scripts_) setup({"SCRIPT", "LOAD", s->text}, "SCRIPT LOAD");
+}
+
+void RedisClient::schedule_reconnect(Conn* c) {
+  if (shutting_down_) return;
+  timeval tv = to_timeval(std::chrono::milliseconds(c->backoff_ms));
+  evtimer_add(c->reconnect, &tv);
+  c->backoff_ms = std::min(opts_.backoff_max_ms, c->backoff_ms * 2);
+}
+
+void RedisClient::on_reconnect(int, short, void* arg) {
+  auto* c = static_cast<Conn*>(arg);
+  c->client->connect(c);
+}
+
+void RedisClient::on_connect_cb(const redisAsyncContext* ac, int status) {
+  auto* c = static_cast<Conn*>(ac->data);
+  if (!c || c->ac != ac) return;
+  RedisClient* self = c->client;
+  if (status == REDIS_OK) {
+    c->state = Conn::State::kUp;
+    c->backoff_ms = self->opts_.backoff_min_ms;
+    c->logged_down = false;
+    // Commands queued while connecting got a deadline past the connect deadline; now that
+    // the connection is up they get the ordinary one, which keeps deadlines in queue order.
+    auto limit = Clock::now() + std::chrono::milliseconds(self->opts_.timeout_ms);
+    for (auto* p : c->pending) p->deadline = std::min(p->deadline, limit);
+    self->set_connected(c, true);
+    return;
+  }
+  // hiredis frees the context after this callback and flushes its commands with null replies.
+  std::string why = std::string("redis: cannot connect: ") + (ac->errstr ? ac->errstr : "error");
+  if (!c->logged_down) spdlog::warn("{}", why);
+  c->logged_down = true;
+  if (self->observer_) self->observer_->error("connect");
+  c->fail_reason = why;
+  c->ac = nullptr;
+  c->state = Conn::State::kDown;
+  event_del(c->timer);
+  self->schedule_reconnect(c);
+}
+
+void RedisClient::on_disconnect_cb(const redisAsyncContext* ac, int) {
+  auto* c = static_cast<Conn*>(ac->data);
+  if (!c || c->ac != ac) return;  // a failure we initiated; already handled
+  RedisClient* self = c->client;
+  if (self->observer_) self->observer_->error("disconnect");
+  bool was_up = c->state == Conn::State::kUp;
+  c->ac = nullptr;
+  c->state = Conn::State::kDown;
+  event_del(c->timer);
+  if (was_up) self->set_connected(c, false);
+  self->schedule_reconnect(c);
+}
+
+void RedisClient::fail_connection(Conn* c, const std::string& why, const char* kind) {
+  if (!c->ac) return;
+  if (observer_) observer_->error(kind);
+  spdlog::warn("{}; dropping the connection", why);
+  bool was_up = c->state == Conn::State::kUp;
+  auto* ac = c->ac;
+  c->fail_reason = why;
+  c->ac = nullptr;
+  c->state = Conn::State::kDown;
+  event_del(c->timer);
+  if (was_up) set_connected(c, false);
+  redisAsyncFree(ac);  // pending callbacks run now (or right after the current hiredis callback)
+  schedule_reconnect(c);
+}
+
+RedisClient::Conn* RedisClient::pick() {
+  size_t n = conns_.size();
+  Conn* connecting = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    Conn* c = conns_[(next_ + i) % n].get();
+    if (c->state == Conn::State::kUp) {
+      next_ = (next_ + i + 1) % n;
+      return c;
+    }
+    if (c->state == Conn::State::kConnecting && !connecting) connecting = c;
+  }
+  return connecting;
+}
+
+void RedisClient::arm_timer(Conn* c) {
+  if (evtimer_pending(c->timer, nullptr)) return;
+  Clock::time_point when = Clock::time_point::max();
+  if (c->state == Conn::State::kConnecting) when = c->connect_deadline;
+  if (!c->pending.empty()) when = std::min(when, c->pending.front()->deadline);
+  if (when == Clock::time_point::max()) return;
+  timeval tv = to_timeval(when - Clock::now());
+  evtimer_add(c->timer, &tv);
+}
+
+void RedisClient::on_timer(int, short, void* arg) {
+  auto* c = static_cast<Conn*>(arg);
+  RedisClient* self = c->client;
+  auto now = Clock::now();
+  if (c->state == Conn::State::kConnecting && now >= c->connect_deadline) {
+    self->fail_connection(
+        c, "redis: connect timeout after " + std::to_string(self->opts_.connect_timeout_ms) + " ms",
+        "timeout");
+    return;
+  }
+  if (!c->pending.empty() && now >= c->pending.front()->deadline) {
+    self->fail_connection(
+        c, "redis: timeout after " + std::to_string(self->opts_.timeout_ms) + " ms", "timeout");
+    return;
+  }
+  self->arm_timer(c);
+}
+
+void RedisClient::send(Conn* c, Pending* p) {
+  p->conn = c;
+  auto now = Clock::now();
+  p->start = now;
+  auto timeout = std::chrono::milliseconds(opts_.timeout_ms);
+  p->deadline =
+      (c->state == Conn::State::kConnecting ? std::max(now, c->connect_deadline) : now) + timeout;
+  if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, p, p->cmd,
+                                 static_cast<size_t>(p->len)) != REDIS_OK) {
+    Callback cb = std::move(p->cb);
+    delete p;
+    post([cb = std::move(cb)] { cb(nullptr, "redis: connection is closing"); });
+    return;
+  }
+  c->pending.push_back(p);
+  arm_timer(c);
+}
+
+void RedisClient::complete(Pending* p, const redisReply* reply, std::string_view error) {
+  Callback cb = std::move(p->cb);
+  delete p;
+  cb(reply, error);
+}
+
+void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
+  auto* p = static_cast<Pending*>(priv);
+  Conn* c = p->conn;
+  RedisClient* self = c->client;
+  if (!c->pending.empty() && c->pending.front() == p) {
+    c->pending.pop_front();
+  } else {
+    auto it = std::find(c->pending.begin(), c->pending.end(), p);
+    if (it != c->pending.end()) c->pending.erase(it);
+  }
+  auto* reply = static_cast<const redisReply*>(r);
+  if (!reply) {
+    std::string why = c->ac == ac ? std::string("redis: connection lost: ") +
+                                        (ac->errstr && ac->errstr[0] ? ac->errstr : "closed")
+                                  : c->fail_reason;
+    self->complete(p, nullptr, why);
+    return;
+  }
+  if (reply->type == REDIS_REPLY_ERROR && p->script && !p->retried && c->ac == ac &&
+      std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
+    // The script cache was flushed (SCRIPT FLUSH, restart, failover): load it and run the same
+    // command again, pipelined on this connection so the load is in place before the retry.
+    if (self->observer_) self->observer_->error("noscript");
+    p->retried = true;
+    auto* load = new Pending;
+    const char* argv[] = {"SCRIPT", "LOAD", p->script->text.data()};
+    size_t lens[] = {6, 4, p->script->text.size()};
+    load->len = redisFormatCommandArgv(&load->cmd, 3, argv, lens);
+    load->cb = [](const redisReply*, std::string_view) {};
+    self->send(c, load);
+    self->send(c, p);
+    return;
+  }
+  if (self->observer_) {
+    self->observer_->round_trip(std::chrono::duration<double>(Clock::now() - p->start).count());
+    if (reply->type == REDIS_REPLY_ERROR) self->observer_->error("reply");
+  }
+  self->complete(p, reply, {});
+}
+
+namespace {
+
+// argv for hiredis without a heap allocation for the usual sizes.
+struct ArgvBuf {
+  static constexpr size_t kInline = 48;
+  const char* ptr_inline[kInline];
+  size_t len_inline[kInline];
+  std::vector<const char*> ptr_heap;
+  std::vector<size_t> len_heap;
+  const char** ptr;
+  size_t* len;
+  size_t n = 0;
+
+  explicit ArgvBuf(size_t count) {
+    if (count <= kInline) {
+      ptr = ptr_inline;
+      len = len_inline;
+    } else {
+      ptr_heap.resize(count);
+      len_heap.resize(count);
+      ptr = ptr_heap.data();
+      len = len_heap.data();
+    }
+  }
+  void add(std::string_view s) {
+    ptr[n] = s.data();
+    len[n] = s.size();
+    ++n;
+  }
+};
+
+}  // namespace
+
+void RedisClient::evalsha(const lua::Script& script, std::span<const std::string_view> keys,
+                          std::span<const std::string_view> args, Callback cb) {
+  Conn* c = pick();
+  if (!c) {
+    post([cb = std::move(cb)] { cb(nullptr, "redis: not connected"); });
+    return;
+  }
+  char numkeys[24];
+  int nk = snprintf(numkeys, sizeof numkeys, "%zu", keys.size());
+  ArgvBuf a(3 + keys.size() + args.size());
+  a.add("EVALSHA");
+  a.add(script.sha1);
+  a.add(std::string_view(numkeys, static_cast<size_t>(nk)));
+  for (auto k : keys) a.add(k);
+  for (auto v : args) a.add(v);
+  auto* p = new Pending;
+  p->script = &script;
+  p->cb = std::move(cb);
+  p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.n), a.ptr, a.len);
+  send(c, p);
+}
+
+void RedisClient::command(std::span<const std::string_view> argv, Callback cb) {
+  Conn* c = pick();
+  if (!c) {
+    post([cb = std::move(cb)] { cb(nullptr, "redis: not connected"); });
+    return;
+  }
+  ArgvBuf a(argv.size());
+  for (auto v : argv) a.add(v);
+  auto* p = new Pending;
+  p->cb = std::move(cb);
+  p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.n), a.ptr, a.len);
+  send(c, p);
+}
+
+}  // namespace dripgate::control

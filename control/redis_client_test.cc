@@ -1,0 +1,222 @@
+// The async Redis client against a real redis-server on a real libevent loop.
+#include "control/redis_client.h"
+
+#include <event2/event.h>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "lua/lua_scripts.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+struct Observer : RedisObserver {
+  std::map<std::string, int> errors;
+  std::vector<bool> ups;
+  int round_trips = 0;
+  void round_trip(double s) override {
+    EXPECT_GE(s, 0);
+    ++round_trips;
+  }
+  void error(const std::string& kind) override { ++errors[kind]; }
+  void up(bool is_up) override { ups.push_back(is_up); }
+};
+
+struct Result {
+  bool done = false;
+  int type = 0;
+  std::string str;
+  long long integer = 0;
+  std::string error;
+};
+
+class Loop {
+ public:
+  Loop() : base_(event_base_new()) {}
+  ~Loop() { event_base_free(base_); }
+  event_base* base() { return base_; }
+  template <class Pred>
+  bool wait_until(Pred pred, milliseconds limit) {
+    auto end = Clock::now() + limit;
+    while (!pred()) {
+      if (Clock::now() > end) return false;
+      timeval tv{0, 5000};
+      event_base_loopexit(base_, &tv);
+      event_base_dispatch(base_);
+    }
+    return true;
+  }
+
+ private:
+  event_base* base_;
+};
+
+RedisClient::Callback into(Result& out) {
+  return [&out](const redisReply* r, std::string_view error) {
+    out.done = true;
+    out.error = std::string(error);
+    if (!r) return;
+    out.type = r->type;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+        r->type == REDIS_REPLY_ERROR)
+      out.str.assign(r->str, r->len);
+    if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
+  };
+}
+
+RedisOptions options(int port, int timeout_ms = 1000) {
+  RedisOptions o;
+  o.port = port;
+  o.timeout_ms = timeout_ms;
+  o.pool_size = 2;
+  return o;
+}
+
+std::vector<const lua::Script*> all_scripts() {
+  return std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll));
+}
+
+Result call(Loop& loop, RedisClient& c, std::vector<std::string_view> argv) {
+  Result r;
+  c.command(argv, into(r));
+  EXPECT_FALSE(r.done) << "callback ran inside command()";
+  EXPECT_TRUE(loop.wait_until([&] { return r.done; }, milliseconds(5000)));
+  return r;
+}
+
+TEST(RedisClient, CommandsAndScriptsLoadedAtConnect) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  Result set = call(loop, c, {"SET", "k", "v\r\n with bytes"});
+  EXPECT_EQ(set.str, "OK");
+  Result get = call(loop, c, {"GET", "k"});
+  EXPECT_EQ(get.str, "v\r\n with bytes");
+  // Every script is in the cache once a connection is up, under the SHA1 computed at build.
+  for (const auto* s : lua::kAll) {
+    EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(s->sha1)), "1") << s->name;
+  }
+  // release.lua on a missing lease answers 0.
+  Result ev;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(ev));
+  ASSERT_TRUE(loop.wait_until([&] { return ev.done; }, milliseconds(3000)));
+  EXPECT_EQ(ev.type, REDIS_REPLY_INTEGER) << ev.error << ev.str;
+  EXPECT_EQ(ev.integer, 0);
+  EXPECT_GE(obs.round_trips, 3);
+  ASSERT_FALSE(obs.ups.empty());
+  EXPECT_TRUE(obs.ups.back());
+}
+
+TEST(RedisClient, NoscriptLoadsAndRetries) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
+  EXPECT_EQ(redis.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kRelease.sha1)), "0");
+  Result ev;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(ev));
+  ASSERT_TRUE(loop.wait_until([&] { return ev.done; }, milliseconds(3000)));
+  EXPECT_EQ(ev.type, REDIS_REPLY_INTEGER) << ev.error << ev.str;
+  EXPECT_EQ(ev.integer, 1);
+  EXPECT_EQ(obs.errors["noscript"], 1);
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kRelease.sha1)), "1");
+}
+
+TEST(RedisClient, NoServerFailsFastAndNeverInline) {
+  int port = testing::free_port();
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(port);
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  auto t0 = Clock::now();
+  Result r = call(loop, c, {"PING"});
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000));
+  EXPECT_FALSE(c.up());
+  EXPECT_EQ(r.type, 0);
+  EXPECT_EQ(r.error.rfind("redis: ", 0), 0u) << r.error;
+  EXPECT_GE(obs.errors["connect"], 1);
+  bool ran = false;
+  c.post([&] { ran = true; });
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(loop.wait_until([&] { return ran; }, milliseconds(1000)));
+}
+
+TEST(RedisClient, TimeoutDropsTheConnectionWhichComesBack) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 100);
+  o.pool_size = 1;
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  ASSERT_EQ(redis.cli("CLIENT PAUSE 700 ALL"), "OK");
+  auto t0 = Clock::now();
+  Result r = call(loop, c, {"PING"});
+  auto took = Clock::now() - t0;
+  EXPECT_EQ(r.error, "redis: timeout after 100 ms");
+  EXPECT_GE(took, milliseconds(90));
+  EXPECT_LT(took, milliseconds(600));
+  EXPECT_EQ(obs.errors["timeout"], 1);
+  // Reconnects by itself; commands work again once the pause is over.
+  EXPECT_TRUE(
+      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+}
+
+TEST(RedisClient, ReconnectsAfterRestartOnTheSamePort) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.stop();
+  EXPECT_TRUE(loop.wait_until([&] { return !c.up(); }, milliseconds(3000)));
+  Result down = call(loop, c, {"PING"});
+  EXPECT_EQ(down.type, 0);
+  EXPECT_FALSE(down.error.empty());
+  redis.start();
+  EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(5000)));
+  EXPECT_EQ(call(loop, c, {"PING"}).str, "PONG");
+  // The restarted server has an empty script cache; the client loaded the scripts again.
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kAdmit.sha1)), "1");
+  std::vector<bool> expect_tail = {false, true, false, true};
+  ASSERT_GE(obs.ups.size(), 4u);
+  EXPECT_EQ(std::vector<bool>(obs.ups.end() - 4, obs.ups.end()), expect_tail);
+}
+
+TEST(RedisClient, DestructionCompletesPendingCalls) {
+  testing::RedisServer redis;
+  Loop loop;
+  Result r, p;
+  bool posted = false;
+  {
+    RedisClient c(loop.base(), options(redis.port()), all_scripts());
+    ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+    ASSERT_EQ(redis.cli("CLIENT PAUSE 300 ALL"), "OK");
+    c.command(std::vector<std::string_view>{"PING"}, into(r));
+    c.post([&] { posted = true; });
+  }
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.error, "redis: client shut down");
+  EXPECT_TRUE(posted);
+}
+
+}  // namespace
+}  // namespace dripgate::control

@@ -1,0 +1,194 @@
+-- admit.lua: one admission for one tenant, atomically, in the tenant's hash slot.
+--
+-- Evaluates every tenant-scoped gate (token buckets tenant/user/api_key, the monthly LLM-token
+-- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
+-- writes nothing at all (not even a refreshed bucket timestamp, so later refill math and a
+-- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
+--
+-- KEYS[1]  quota key prefix "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is
+--          appended here because only Redis knows the month; the full key has the same
+--          {t:<tenant>} hash tag, so it lives in the slot of the declared keys (cluster-safe).
+-- KEYS[2]  reservation hash "dg:{t:<tenant>}:r:<request_id>"
+-- KEYS[3]  leases zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
+-- KEYS[4..3+n]  bucket hashes (fields tk = tokens, ts = last update in microseconds)
+-- ARGV[1]  request_id
+-- ARGV[2]  tokens to reserve (integer >= 0)
+-- ARGV[3]  quota budget for the month; -1: no quota gate (usage is still counted)
+-- ARGV[4]  reservation ttl (s)
+-- ARGV[5]  max streams; -1: no concurrency gate (no lease taken)
+-- ARGV[6]  lease (s)
+-- ARGV[7]  "1": a global-gate call follows and may have to be refunded: return what refund.lua
+--          needs to undo this admission exactly (prior bucket states, pruned leases). "0"
+--          otherwise.
+-- ARGV[8]  n, the number of buckets
+-- ARGV[9+3(i-1) ..]  per bucket i: gate name, capacity, refill per second
+--
+-- Returns {code, gate, retry_after_ms, quota_used, month_left_s, month_len_s, live_leases,
+--          first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
+--   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
+--   request_id has a live reservation (nothing evaluated). quota_used and live_leases are after
+--   the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
+--   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
+--   integers on the way out. snapshot (admitted with ARGV[7] = "1"): per bucket old tk, old ts
+--   ("" when the key did not exist), new tk, new ts, exactly as stored; then, with a
+--   concurrency gate, the number k of expired leases pruned and k pairs member, score.
+
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_us = sec * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {2}
+end
+
+local rid = ARGV[1]
+local tokens = tonumber(ARGV[2])
+local budget = tonumber(ARGV[3])
+local res_ttl = tonumber(ARGV[4])
+local max_streams = tonumber(ARGV[5])
+local lease_ms = tonumber(ARGV[6]) * 1000
+local snapshot = ARGV[7] == '1'
+local n = tonumber(ARGV[8])
+
+local refused, retry = '', 0
+local function refuse(gate, ms)
+  if refused == '' or ms > retry then
+    refused = gate
+    retry = ms
+  end
+end
+
+-- Buckets: first access is a full bucket; tokens = min(cap, tokens + elapsed * rate).
+local buckets = {}
+for i = 1, n do
+  local a = 9 + (i - 1) * 3
+  local cap = tonumber(ARGV[a + 1])
+  local rate = tonumber(ARGV[a + 2])
+  local b = redis.call('HMGET', KEYS[3 + i], 'tk', 'ts')
+  local tk, ts = tonumber(b[1]), tonumber(b[2])
+  local cur = cap
+  if tk and ts then
+    local elapsed = (now_us - ts) / 1e6
+    if elapsed < 0 then elapsed = 0 end
+    cur = math.min(cap, tk + elapsed * rate)
+  end
+  buckets[i] = {cur = cur, cap = cap, rate = rate, old_tk = b[1] or '', old_ts = b[2] or ''}
+  if cur < 1 then
+    local ms = 86400000
+    if rate > 0 then ms = math.ceil((1 - cur) / rate * 1000) end
+    refuse(ARGV[a], ms)
+  end
+end
+
+-- Quota month from Redis time: civil-from-days (H. Hinnant), proleptic Gregorian, UTC.
+-- (civil:begin/end mark the part admission_test.cc checks against the C++ calendar.)
+-- civil:begin
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) -
+                          math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+local function days_from_civil(y, m)  -- day 1 of month m
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5)
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+-- civil:end
+local y, m = civil_from_days(math.floor(sec / 86400))
+local ny, nm = y, m + 1
+if nm > 12 then ny, nm = y + 1, 1 end
+local month_start = days_from_civil(y, m) * 86400
+local next_month = days_from_civil(ny, nm) * 86400
+local qkey = KEYS[1] .. string.format('%04d-%02d', y, m)
+local qraw = redis.call('GET', qkey)
+local used = tonumber(qraw or '0')
+if budget >= 0 and used + tokens > budget then
+  refuse('quota', next_month * 1000 - now_ms)
+end
+
+-- Concurrency: live leases are those with a deadline after now (expired ones are ignored here
+-- and pruned only on the write path).
+local live, first_ms = -1, 0
+if max_streams >= 0 then
+  live = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
+  if live > 0 then
+    local f = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now_ms, '+inf', 'WITHSCORES',
+                         'LIMIT', 0, 1)
+    first_ms = tonumber(f[2]) - now_ms
+  end
+  if live >= max_streams then refuse('concurrency', first_ms) end
+end
+
+local out = {0, refused, retry, used, next_month - sec, next_month - month_start, live, first_ms,
+             qraw and 1 or 0}
+if refused ~= '' then
+  for i = 1, n do out[9 + i] = string.format('%.17g', buckets[i].cur) end
+  return out
+end
+
+-- Admitted: consume everything.
+out[1] = 1
+local now_ts = string.format('%d', now_us)
+for i = 1, n do
+  local b = buckets[i]
+  local tk = string.format('%.17g', b.cur - 1)
+  out[9 + i] = tk
+  redis.call('HSET', KEYS[3 + i], 'tk', tk, 'ts', now_ts)
+  local idle_s = 86400
+  if b.rate > 0 then idle_s = math.ceil(b.cap / b.rate) + 1 end
+  redis.call('EXPIRE', KEYS[3 + i], idle_s)
+  if snapshot then
+    local s = 9 + n + (i - 1) * 4
+    out[s + 1], out[s + 2], out[s + 3], out[s + 4] = b.old_tk, b.old_ts, tk, now_ts
+  end
+end
+
+-- Quota usage includes reservations; the key outlives its month by 32 days for reporting.
+local q_expire_at = next_month + 32 * 86400
+if tokens > 0 then
+  used = redis.call('INCRBY', qkey, tokens)
+  redis.call('EXPIREAT', qkey, q_expire_at)
+  out[4] = used
+end
+
+local leased = 0
+if max_streams >= 0 then
+  if snapshot then
+    -- Prune a bounded number of expired leases and hand them to refund.lua, which puts them
+    -- back when a global gate refuses (so the set stays bounded under steady traffic either way).
+    local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, 16)
+    local s = 9 + n + 4 * n
+    out[s + 1] = #old / 2
+    for j = 1, #old do out[s + 1 + j] = old[j] end
+    for j = 1, #old, 2 do redis.call('ZREM', KEYS[3], old[j]) end
+  else
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+  end
+  local deadline = now_ms + lease_ms
+  redis.call('ZADD', KEYS[3], deadline, rid)
+  if redis.call('PTTL', KEYS[3]) < lease_ms + 1000 then
+    redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
+  end
+  live = live + 1
+  out[7] = live
+  if first_ms == 0 then out[8] = lease_ms end
+  leased = 1
+end
+
+redis.call('HSET', KEYS[2], 'reserved', tokens, 'settled', 0, 'charged', 0, 'q', qkey,
+           'qx', q_expire_at, 'lease', leased)
+redis.call('EXPIRE', KEYS[2], res_ttl)
+return out

@@ -1,0 +1,48 @@
+-- settle.lua: replaces a reservation with the actual token count, idempotently.
+--
+-- The first settle of a live reservation charges used += actual - reserved on the quota key of
+-- the month the admission happened in (recorded in the reservation, same hash slot) and marks
+-- the reservation settled; later settles change nothing and say so. A reservation that expired
+-- (or never existed) changes nothing either: its reserved amount stays charged.
+--
+-- KEYS[1]  reservation hash "dg:{t:<tenant>}:r:<request_id>"
+-- KEYS[2]  quota key prefix "dg:{t:<tenant>}:q:" (only read, to report the current month's
+--          usage for an expired reservation; the month is appended here from TIME)
+-- ARGV[1]  actual tokens (integer >= 0)
+--
+-- Returns {settled (1/0), detail ("settled" | "already_settled" | "expired"), charged, used}:
+-- charged = tokens charged for this request after the call, used = the quota counter after it.
+
+local r = redis.call('HMGET', KEYS[1], 'reserved', 'settled', 'charged', 'q', 'qx')
+if not r[1] then
+  local sec = tonumber(redis.call('TIME')[1])
+  -- Current UTC month (civil-from-days, as in admit.lua).
+  local z = math.floor(sec / 86400) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) -
+                          math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  local used = tonumber(redis.call('GET', KEYS[1 + 1] .. string.format('%04d-%02d', y, m)) or '0')
+  return {0, 'expired', 0, used}
+end
+
+if r[2] == '1' then
+  return {0, 'already_settled', tonumber(r[3]), tonumber(redis.call('GET', r[4]) or '0')}
+end
+
+local actual = tonumber(ARGV[1])
+local delta = actual - tonumber(r[1])
+local used
+if delta ~= 0 then
+  used = redis.call('INCRBY', r[4], delta)
+  if redis.call('TTL', r[4]) == -1 then redis.call('EXPIREAT', r[4], r[5]) end
+else
+  used = tonumber(redis.call('GET', r[4]) or '0')
+end
+redis.call('HSET', KEYS[1], 'settled', 1, 'charged', actual)
+return {1, 'settled', actual, used}
