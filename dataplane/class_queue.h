@@ -1,0 +1,67 @@
+// A fixed-capacity FIFO of queued packets for one traffic class. The scheduler owns one per
+// class; the ring is allocated once at construction so the packet path never allocates.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+
+namespace dripgate::dataplane {
+
+// One queued packet. `pkt` is opaque to the scheduler (the fast path stores an rte_mbuf*);
+// frame_len is the Ethernet frame length without preamble/SFD/IFG (rte_pktmbuf_pkt_len).
+struct Item {
+  void* pkt = nullptr;
+  uint32_t frame_len = 0;
+  uint64_t enq_tsc = 0;
+};
+
+// Single-owner ring: no atomics, not shared between threads (the scheduler mirrors the length
+// into its atomic stats for readers on other lcores).
+class ClassQueue {
+ public:
+  // An empty queue that refuses every push (placeholder until assigned).
+  ClassQueue() = default;
+  // capacity: the depth limit; the ring is rounded up to a power of two so indexing is a mask.
+  explicit ClassQueue(uint32_t capacity)
+      : capacity_(capacity), mask_(std::bit_ceil(capacity == 0 ? 1u : capacity) - 1) {
+    if (capacity == 0) throw std::invalid_argument("queue capacity must be at least 1");
+    if (capacity > (1u << 30)) throw std::invalid_argument("queue capacity above 2^30");
+    slots_ = std::make_unique<Item[]>(static_cast<size_t>(mask_) + 1);
+  }
+
+  ClassQueue(ClassQueue&&) noexcept = default;
+  ClassQueue& operator=(ClassQueue&&) noexcept = default;
+
+  uint32_t capacity() const { return capacity_; }
+  uint32_t size() const { return tail_ - head_; }
+  bool empty() const { return head_ == tail_; }
+  bool full() const { return size() >= capacity_; }
+
+  // False when full (the caller counts the tail drop and keeps ownership of the packet).
+  bool push(const Item& it) {
+    if (full()) return false;
+    slots_[tail_ & mask_] = it;
+    ++tail_;
+    return true;
+  }
+
+  // Precondition: !empty().
+  const Item& front() const { return slots_[head_ & mask_]; }
+  Item pop() {
+    Item it = slots_[head_ & mask_];
+    ++head_;
+    return it;
+  }
+
+ private:
+  uint32_t capacity_ = 0;
+  uint32_t mask_ = 0;
+  // Free-running indices; unsigned wrap-around keeps tail_ - head_ correct.
+  uint32_t head_ = 0;
+  uint32_t tail_ = 0;
+  std::unique_ptr<Item[]> slots_;
+};
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,330 @@
+#include "dataplane/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace dripgate::dataplane {
+namespace {
+
+std::string rate_error(const std::string& field, double pps, double bps, uint64_t tsc_hz) {
+  if (std::string e = check_rate(pps, false, tsc_hz); !e.empty()) return field + "rate_pps: " + e;
+  if (std::string e = check_rate(bps, true, tsc_hz); !e.empty()) return field + "rate_bps: " + e;
+  return {};
+}
+
+unsigned next_index(unsigned i, unsigned n) {
+  return i + 1 == n ? 0 : i + 1;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const config::Drip& drip, const std::vector<config::Class>& classes,
+                     uint64_t tsc_hz)
+    : tsc_hz_(tsc_hz),
+      batch_(drip.batch),
+      max_catchup_(drip.max_catchup),
+      n_(static_cast<unsigned>(classes.size())) {
+  if (tsc_hz == 0 || tsc_hz > kMaxTscHz) {
+    throw std::invalid_argument("tsc_hz: must be in 1..2^40, got " + std::to_string(tsc_hz));
+  }
+  if (drip.batch == 0) throw std::invalid_argument("drip.batch: must be >= 1");
+  if (std::string e = rate_error("drip.", drip.rate_pps, drip.rate_bps, tsc_hz); !e.empty()) {
+    throw std::invalid_argument(e);
+  }
+  if (classes.empty()) throw std::invalid_argument("classes: at least one class is required");
+  if (classes.size() > std::numeric_limits<uint32_t>::max()) {
+    throw std::invalid_argument("classes: too many");
+  }
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const config::Class& c = classes[i];
+    const std::string field = "classes." + (c.name.empty() ? std::to_string(i) : c.name) + ".";
+    if (c.weight == 0) throw std::invalid_argument(field + "weight: must be >= 1");
+    if (c.queue_depth == 0) throw std::invalid_argument(field + "queue_depth: must be >= 1");
+    if (c.queue_depth > (1u << 30)) {
+      throw std::invalid_argument(field + "queue_depth: must be <= 2^30");
+    }
+    if (std::string e = rate_error(field, c.rate_pps, c.rate_bps, tsc_hz); !e.empty()) {
+      throw std::invalid_argument(e);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (classes[j].name == c.name) throw std::invalid_argument(field + "name: duplicate");
+    }
+  }
+
+  port_.set_rate(drip.rate_pps, drip.rate_bps, tsc_hz, 0);
+  cls_ = std::make_unique<ClassState[]>(n_);
+  for (unsigned i = 0; i < n_; ++i) {
+    const config::Class& c = classes[i];
+    ClassState& s = cls_[i];
+    s.name = c.name;
+    s.quantum = uint64_t{c.weight} * kQuantumBytes;
+    s.ttl_ticks = static_cast<uint64_t>(Fixed{c.ttl_ms} * tsc_hz / 1000);
+    if (c.ttl_ms != 0 && s.ttl_ticks == 0) s.ttl_ticks = 1;
+    s.queue = ClassQueue(c.queue_depth);
+    s.cap.set_rate(c.rate_pps, c.rate_bps, tsc_hz, 0);
+    s.req.publish(c.rate_pps, c.rate_bps);
+  }
+  port_req_.publish(drip.rate_pps, drip.rate_bps);
+}
+
+Scheduler::~Scheduler() = default;
+
+int Scheduler::find_class(std::string_view name) const {
+  for (unsigned i = 0; i < n_; ++i) {
+    if (cls_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Scheduler::ready(unsigned i, uint64_t now, ExpiredSink& sink) {
+  ClassState& c = cls_[i];
+  while (!c.queue.empty()) {
+    const Item& head = c.queue.front();
+    // A stamp from the future (another lcore's TSC read after ours) has age 0.
+    if (c.ttl_ticks == 0 || now <= head.enq_tsc || now - head.enq_tsc <= c.ttl_ticks) break;
+    if (sink.n == sink.max) return false;
+    sink.out[sink.n++] = c.queue.pop();
+    --backlog_;
+    bump(c.stats.drop_ttl);
+    c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+  }
+  return !c.queue.empty() && c.cap.permits(now);
+}
+
+// Deficit round robin over the ready classes, one packet per call. Returns the class whose
+// head may leave (its deficit already charged), or -1 when no class is ready.
+int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
+  if (in_turn_) {
+    ClassState& c = cls_[cur_];
+    if (ready(cur_, now, sink)) {
+      const uint32_t len = c.queue.front().frame_len;
+      if (c.deficit >= len) {
+        c.deficit -= len;
+        return static_cast<int>(cur_);
+      }
+    } else if (!c.queue.empty()) {
+      // Held back by its cap: the unused part of this turn is not saved up beyond one
+      // quantum, or lifting the cap later would let the class monopolise the port.
+      c.deficit = std::min(c.deficit, c.quantum);
+    }
+    if (c.queue.empty()) c.deficit = 0;
+    in_turn_ = false;
+    cur_ = next_index(cur_, n_);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    bool any = false;
+    uint64_t min_rounds = std::numeric_limits<uint64_t>::max();
+    for (unsigned k = 0; k < n_; ++k) {
+      const unsigned i = cur_;
+      ClassState& c = cls_[i];
+      if (ready(i, now, sink)) {
+        any = true;
+        c.deficit += c.quantum;
+        const uint32_t len = c.queue.front().frame_len;
+        if (c.deficit >= len) {
+          c.deficit -= len;
+          in_turn_ = true;
+          return static_cast<int>(i);
+        }
+        min_rounds = std::min(min_rounds, (len - c.deficit + c.quantum - 1) / c.quantum);
+      } else if (c.queue.empty()) {
+        c.deficit = 0;
+      }
+      cur_ = next_index(i, n_);
+    }
+    if (!any) return -1;
+    // No ready class could afford its head (frames larger than its quantum). Run the
+    // min_rounds - 1 further rounds in which none could either at once; in the next pass the
+    // first class in round order that reaches its head wins, as in plain DRR.
+    for (unsigned i = 0; i < n_; ++i) {
+      if (ready(i, now, sink)) cls_[i].deficit += (min_rounds - 1) * cls_[i].quantum;
+    }
+  }
+  return -1;  // not reached: the second pass always finds a class
+}
+
+Departure Scheduler::take(unsigned i, uint64_t now, bool first_in_slot, Fixed* slot) {
+  ClassState& c = cls_[i];
+  const Item it = c.queue.pop();
+  --backlog_;
+  c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+  bump(c.stats.tx_packets);
+  bump(c.stats.tx_bytes, it.frame_len);
+
+  bool clamped = false;
+  const Fixed class_base =
+      c.cap.depart(to_fixed(it.enq_tsc), now, it.frame_len, max_catchup_, &clamped);
+  if (clamped) bump(c.stats.stall_clamps);
+  Fixed at;
+  if (first_in_slot) {
+    bool port_clamped = false;
+    at = port_.depart(class_base, now, it.frame_len, max_catchup_, &port_clamped);
+    if (port_clamped) bump(port_clamps_);
+    *slot = at;
+  } else {
+    port_.advance(it.frame_len);
+    at = std::max(*slot, class_base);
+  }
+  return Departure{it.pkt, it.frame_len, i, floor_ticks(at)};
+}
+
+unsigned Scheduler::poll(uint64_t now, Departure* out, unsigned max_out, Item* expired,
+                         unsigned max_expired, unsigned* n_expired) {
+  ExpiredSink sink{expired, expired != nullptr ? max_expired : 0, 0};
+  unsigned n = 0;
+  while (n < max_out && backlog_ != 0 && port_.permits(now)) {
+    const int first = pick(now, sink);
+    if (first < 0) break;
+    Fixed slot = 0;
+    out[n++] = take(static_cast<unsigned>(first), now, true, &slot);
+    for (uint32_t b = 1; b < batch_ && n < max_out && backlog_ != 0; ++b) {
+      const int more = pick(now, sink);
+      if (more < 0) break;
+      out[n++] = take(static_cast<unsigned>(more), now, false, &slot);
+    }
+  }
+  if (n_expired != nullptr) *n_expired = sink.n;
+  return n;
+}
+
+uint64_t Scheduler::next_departure() const {
+  if (backlog_ == 0) return std::numeric_limits<uint64_t>::max();
+  uint64_t cls_min = std::numeric_limits<uint64_t>::max();
+  for (unsigned i = 0; i < n_; ++i) {
+    const ClassState& c = cls_[i];
+    if (!c.queue.empty()) cls_min = std::min(cls_min, c.cap.limited() ? c.cap.next_tsc() : 0);
+  }
+  return std::max(port_.limited() ? port_.next_tsc() : 0, cls_min);
+}
+
+bool Scheduler::set_port_rate(double pps, double bps, uint64_t now, std::string* why) {
+  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
+    if (why != nullptr) *why = e;
+    return false;
+  }
+  port_.set_rate(pps, bps, tsc_hz_, now);
+  port_req_.publish(pps, bps);
+  return true;
+}
+
+bool Scheduler::set_class_rate(unsigned cls, double pps, double bps, uint64_t now,
+                               std::string* why) {
+  if (cls >= n_) {
+    if (why != nullptr) *why = "no class with index " + std::to_string(cls);
+    return false;
+  }
+  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
+    if (why != nullptr) *why = e;
+    return false;
+  }
+  cls_[cls].cap.set_rate(pps, bps, tsc_hz_, now);
+  cls_[cls].req.publish(pps, bps);
+  return true;
+}
+
+// Seqlock writer. Writers exclude each other by moving seq from even to odd with a CAS (they
+// are control-plane threads and may spin briefly); the owner never writes here.
+void Scheduler::RateSlot::write(double pps, double bps) {
+  uint64_t s = seq.load(std::memory_order_relaxed);
+  for (;;) {
+    if (s & 1) {
+      s = seq.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (seq.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+      break;
+    }
+  }
+  // Release stores: a reader whose acquire load sees this data also sees seq odd or moved on.
+  // (No fences, so ThreadSanitizer can check it; on x86 all of these are plain moves.)
+  req_pps.store(pps, std::memory_order_release);
+  req_bps.store(bps, std::memory_order_release);
+  seq.store(s + 2, std::memory_order_release);
+}
+
+// Seqlock reader (owner): false while a write is in progress or raced with this read.
+bool Scheduler::RateSlot::read(uint64_t* seq_out, double* pps, double* bps) const {
+  const uint64_t s1 = seq.load(std::memory_order_acquire);
+  if (s1 & 1) return false;
+  *pps = req_pps.load(std::memory_order_acquire);
+  *bps = req_bps.load(std::memory_order_acquire);
+  if (seq.load(std::memory_order_relaxed) != s1) return false;
+  *seq_out = s1;
+  return true;
+}
+
+bool Scheduler::request_port_rate(double pps, double bps, std::string* why) {
+  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
+    if (why != nullptr) *why = e;
+    return false;
+  }
+  port_req_.write(pps, bps);
+  request_gen_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+bool Scheduler::request_class_rate(unsigned cls, double pps, double bps, std::string* why) {
+  if (cls >= n_) {
+    if (why != nullptr) *why = "no class with index " + std::to_string(cls);
+    return false;
+  }
+  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
+    if (why != nullptr) *why = e;
+    return false;
+  }
+  cls_[cls].req.write(pps, bps);
+  request_gen_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+void Scheduler::apply_requests_slow(uint64_t now) {
+  // Read the generation first: a request landing during the scan bumps it again, so it is
+  // picked up by the next call even if this scan misses it.
+  const uint64_t gen = request_gen_.load(std::memory_order_acquire);
+  bool incomplete = false;
+  auto apply = [&](RateSlot& slot, auto&& set) {
+    uint64_t seq = 0;
+    double pps = 0, bps = 0;
+    if (!slot.read(&seq, &pps, &bps)) {
+      incomplete = true;  // a writer is mid-way: look again next call
+      return;
+    }
+    if (seq == slot.applied_seq) return;
+    slot.applied_seq = seq;
+    set(pps, bps);
+  };
+  apply(port_req_, [&](double pps, double bps) { set_port_rate(pps, bps, now); });
+  for (unsigned i = 0; i < n_; ++i) {
+    apply(cls_[i].req, [&](double pps, double bps) { set_class_rate(i, pps, bps, now); });
+  }
+  if (!incomplete) applied_gen_ = gen;
+}
+
+ClassStats Scheduler::class_stats(unsigned cls) const {
+  const Counters& c = cls_[cls].stats;
+  constexpr auto r = std::memory_order_relaxed;
+  return ClassStats{c.enq_packets.load(r), c.enq_bytes.load(r),  c.tx_packets.load(r),
+                    c.tx_bytes.load(r),    c.drop_depth.load(r), c.drop_ttl.load(r),
+                    c.drained.load(r),     c.queue_len.load(r),  c.stall_clamps.load(r)};
+}
+
+PortStats Scheduler::port_stats() const {
+  PortStats p;
+  for (unsigned i = 0; i < n_; ++i) {
+    const ClassStats c = class_stats(i);
+    p.enq_packets += c.enq_packets;
+    p.enq_bytes += c.enq_bytes;
+    p.tx_packets += c.tx_packets;
+    p.tx_bytes += c.tx_bytes;
+    p.drop_depth += c.drop_depth;
+    p.drop_ttl += c.drop_ttl;
+    p.drained += c.drained;
+    p.backlog += c.queue_len;
+  }
+  p.drop_bad_class = drop_bad_class_.load(std::memory_order_relaxed);
+  p.stall_clamps = port_clamps_.load(std::memory_order_relaxed);
+  return p;
+}
+
+}  // namespace dripgate::dataplane

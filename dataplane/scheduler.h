@@ -1,0 +1,255 @@
+// The drip scheduler: per-class queues, deficit round robin by weight, per-class rate caps and
+// the port's absolute departure timeline. Plain C++ with an injected clock (TSC ticks passed in
+// by the caller), no DPDK: the fast path stores rte_mbuf* as opaque pointers.
+//
+// Per packet: no allocation (rings are preallocated), no syscalls, locks or logging; enqueue
+// is O(1), a departure costs O(number of classes) at worst (the DRR scan) and O(1) when the
+// current class keeps its turn.
+//
+// Thread model: one lcore owns the scheduler and is the only caller of enqueue, poll,
+// next_departure, set_*_rate, apply_requests and drain. Any thread may call request_*_rate
+// (rate changes the owner picks up in apply_requests), port_rate/class_rate, class_stats and
+// port_stats, and the immutable accessors (num_classes, class_name, find_class): counters are
+// relaxed atomics written by the owner with load+store (a plain mov on x86, no lock prefix); a
+// reader sees each counter untorn, but different counters of one snapshot may be a few packets
+// apart.
+//
+// Semantics (DESIGN.md "Dataplane semantics", issue 3):
+// * WHEN: the port timeline (drip.rate_pps / rate_bps on frame + 20 B) says when the next
+//   departure slot opens; a slot releases up to drip.batch packets, all scheduled at the slot's
+//   time, and the timeline advances by the sum of their intervals.
+// * WHICH: deficit round robin over the classes that are ready: backlogged, head not expired,
+//   and permitted by their own cap timeline. The quantum is in bytes (weight * kQuantumBytes,
+//   cost = frame_len), so mixed frame sizes share by bytes. A class skipped because its cap
+//   holds it gets no quantum for that round and keeps at most one quantum of deficit, so a cap
+//   never turns into stored credit; what a capped class cannot use goes to the others.
+// * The scheduled departure of a packet is max(port timeline, its class's cap timeline, its
+//   enqueue time): time in which no packet was ready (idle, or every class capped) never
+//   becomes catch-up credit. After a stall (the caller polled late) each timeline books at most
+//   drip.max_catchup departures before `now` (late), then runs on schedule (see Timeline).
+// * TTL: at dequeue, a head packet whose age now - enq_tsc exceeds the class ttl_ms is removed,
+//   counted (drop_ttl) and handed back through poll()'s `expired` array so the caller frees it.
+//   ttl_ms = 0 disables the TTL. Depth: enqueue into a full class fails (drop_depth) and the
+//   caller keeps (and frees) the packet.
+// * Accounting identity, per class, once the owner is quiescent:
+//     enq_packets == tx_packets + drop_ttl + drained + queue_len
+//   (drop_depth packets were never enqueued).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "dataplane/class_queue.h"
+#include "dataplane/timeline.h"
+
+namespace dripgate::dataplane {
+
+// DRR quantum per unit of weight, in bytes: one full standard frame (1514 B + VLAN tags), so a
+// weight-1 class normally sends at least one frame per turn. Larger frames still work: the
+// scheduler fast-forwards the rounds a jumbo frame needs instead of looping.
+inline constexpr uint64_t kQuantumBytes = 1536;
+
+// A packet released by poll(): send it, then record actual TX TSC - scheduled_tsc.
+struct Departure {
+  void* pkt;
+  uint32_t frame_len;
+  uint32_t cls;
+  uint64_t scheduled_tsc;
+};
+
+struct ClassStats {
+  uint64_t enq_packets = 0;  // accepted into the queue
+  uint64_t enq_bytes = 0;
+  uint64_t tx_packets = 0;  // released by poll()
+  uint64_t tx_bytes = 0;
+  uint64_t drop_depth = 0;    // refused by enqueue(): queue full
+  uint64_t drop_ttl = 0;      // expired at dequeue, returned by poll()
+  uint64_t drained = 0;       // handed back by drain()
+  uint64_t queue_len = 0;     // packets queued now
+  uint64_t stall_clamps = 0;  // times the class's cap timeline hit the catch-up clamp
+};
+
+struct PortStats {
+  uint64_t enq_packets = 0;  // sums over the classes
+  uint64_t enq_bytes = 0;
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t drop_depth = 0;
+  uint64_t drop_ttl = 0;
+  uint64_t drained = 0;
+  uint64_t backlog = 0;
+  uint64_t drop_bad_class = 0;  // enqueue() with a class index out of range
+  uint64_t stall_clamps = 0;    // times the port timeline hit the catch-up clamp
+};
+
+class Scheduler {
+ public:
+  // Validates everything and throws std::invalid_argument naming the field (e.g.
+  // "classes[1].weight: must be >= 1"). Allocates every queue here, never later.
+  Scheduler(const config::Drip& drip, const std::vector<config::Class>& classes, uint64_t tsc_hz);
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  unsigned num_classes() const { return n_; }
+  const std::string& class_name(unsigned cls) const { return cls_[cls].name; }
+  // Index of the class with that name, or -1.
+  int find_class(std::string_view name) const;
+  uint64_t tsc_hz() const { return tsc_hz_; }
+
+  // Queues a packet stamped enq_tsc (TTL and idle detection count from it). False = refused:
+  // the class queue is full (counted as drop_depth) or cls is out of range (drop_bad_class);
+  // the caller still owns the packet. O(1).
+  [[nodiscard]] bool enqueue(unsigned cls, void* pkt, uint32_t frame_len, uint64_t enq_tsc) {
+    if (cls >= n_) [[unlikely]] {
+      bump(drop_bad_class_);
+      return false;
+    }
+    ClassState& c = cls_[cls];
+    if (!c.queue.push(Item{pkt, frame_len, enq_tsc})) {
+      bump(c.stats.drop_depth);
+      return false;
+    }
+    bump(c.stats.enq_packets);
+    bump(c.stats.enq_bytes, frame_len);
+    c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+    ++backlog_;
+    return true;
+  }
+
+  // Releases the packets due at `now`: up to max_out into out (in departure order, each with
+  // its scheduled TSC), and moves up to max_expired TTL-expired packets into expired
+  // (*n_expired = how many; the caller frees them). A class whose expired head finds no room
+  // in `expired` waits for the next poll. Returns the number of departures.
+  unsigned poll(uint64_t now, Departure* out, unsigned max_out, Item* expired, unsigned max_expired,
+                unsigned* n_expired);
+
+  // When something may next be due: the TSC from which poll() can release a packet, <= now
+  // when it can release one now; UINT64_MAX when nothing is queued. For the spin loop: when
+  // the returned time is in the future the caller can spin (or do RX work) until then.
+  uint64_t next_departure() const;
+
+  // Change rates at time `now` (0 = unlimited). Applied at once; queued packets stay; the
+  // timeline stays continuous: the next departure is re-based on the last one at the new rate,
+  // not earlier than now (see Timeline::set_rate). False, with *why set, for a negative,
+  // non-finite or too small rate or an unknown class; nothing changes then.
+  bool set_port_rate(double pps, double bps, uint64_t now, std::string* why = nullptr);
+  bool set_class_rate(unsigned cls, double pps, double bps, uint64_t now,
+                      std::string* why = nullptr);
+  // The rates in force (any thread).
+  config::DripRate port_rate() const { return port_req_.current(); }
+  config::DripRate class_rate(unsigned cls) const { return cls_[cls].req.current(); }
+
+  // Rate changes from another thread (the control socket on the main lcore): request_*()
+  // validates, stores the request in a per-target mailbox (a seqlock; a later request for the
+  // same target replaces an unapplied one) and returns at once; the owner applies pending
+  // requests in apply_requests(now), which costs one atomic load when there are none, so the
+  // fast path can call it every loop. False, with *why set, when the request is invalid.
+  bool request_port_rate(double pps, double bps, std::string* why = nullptr);
+  bool request_class_rate(unsigned cls, double pps, double bps, std::string* why = nullptr);
+  void apply_requests(uint64_t now) {
+    if (request_gen_.load(std::memory_order_acquire) != applied_gen_) [[unlikely]] {
+      apply_requests_slow(now);
+    }
+  }
+
+  // Removes every queued packet (shutdown, or a port going away), calling fn(const Item&) for
+  // each so the caller frees it; counted as `drained`. Returns the count. The destructor does
+  // not free queued packets (they are opaque here): drain before destroying.
+  template <typename Fn>
+  uint64_t drain(Fn&& fn) {
+    uint64_t n = 0;
+    for (unsigned i = 0; i < n_; ++i) {
+      ClassState& c = cls_[i];
+      while (!c.queue.empty()) {
+        const Item it = c.queue.pop();
+        bump(c.stats.drained);
+        c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+        --backlog_;
+        ++n;
+        fn(it);
+      }
+      c.deficit = 0;
+    }
+    in_turn_ = false;
+    return n;
+  }
+
+  uint64_t backlog() const { return backlog_; }  // owner only; others: port_stats().backlog
+  // cls < num_classes() (as for class_name and class_rate).
+  ClassStats class_stats(unsigned cls) const;
+  PortStats port_stats() const;
+
+ private:
+  struct Counters {
+    std::atomic<uint64_t> enq_packets{0}, enq_bytes{0}, tx_packets{0}, tx_bytes{0}, drop_depth{0},
+        drop_ttl{0}, drained{0}, queue_len{0}, stall_clamps{0};
+  };
+  // A rate-change mailbox (seqlock: odd seq = being written) plus the rates in force, both
+  // readable from any thread.
+  struct RateSlot {
+    std::atomic<uint64_t> seq{0};
+    std::atomic<double> req_pps{0}, req_bps{0};
+    std::atomic<double> cur_pps{0}, cur_bps{0};
+    uint64_t applied_seq = 0;  // owner only
+
+    config::DripRate current() const {
+      return {cur_pps.load(std::memory_order_relaxed), cur_bps.load(std::memory_order_relaxed)};
+    }
+    void publish(double pps, double bps) {
+      cur_pps.store(pps, std::memory_order_relaxed);
+      cur_bps.store(bps, std::memory_order_relaxed);
+    }
+    void write(double pps, double bps);
+    bool read(uint64_t* seq_out, double* pps, double* bps) const;
+  };
+  struct ClassState {
+    std::string name;
+    uint64_t quantum = 0;    // bytes per DRR turn
+    uint64_t ttl_ticks = 0;  // 0: no TTL
+    uint64_t deficit = 0;
+    ClassQueue queue;
+    Timeline cap;
+    RateSlot req;
+    Counters stats;
+  };
+  // Where poll() puts expired packets.
+  struct ExpiredSink {
+    Item* out;
+    unsigned max;
+    unsigned n;
+  };
+
+  static void bump(std::atomic<uint64_t>& a, uint64_t d = 1) {
+    a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
+
+  bool ready(unsigned c, uint64_t now, ExpiredSink& sink);
+  int pick(uint64_t now, ExpiredSink& sink);
+  Departure take(unsigned c, uint64_t now, bool first_in_slot, Fixed* slot);
+  void apply_requests_slow(uint64_t now);
+
+  uint64_t tsc_hz_;
+  uint32_t batch_;
+  uint32_t max_catchup_;
+  unsigned n_;
+  std::unique_ptr<ClassState[]> cls_;
+  Timeline port_;
+  RateSlot port_req_;
+  std::atomic<uint64_t> request_gen_{0};
+  uint64_t applied_gen_ = 0;
+  uint64_t backlog_ = 0;
+  // DRR position: the class whose turn it is (when in_turn_) or whose turn comes next.
+  unsigned cur_ = 0;
+  bool in_turn_ = false;
+  std::atomic<uint64_t> drop_bad_class_{0};
+  std::atomic<uint64_t> port_clamps_{0};
+};
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,931 @@
+// The drip scheduler with an injected clock: tsc_hz = 1e9, so one tick is one ns and every
+// interval below is exact arithmetic unless a test says otherwise.
+#include "dataplane/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "dataplane/latency_hist.h"
+
+namespace dripgate::dataplane {
+namespace {
+
+constexpr uint64_t kHz = 1'000'000'000;
+constexpr uint64_t kNever = UINT64_MAX;
+
+config::Class make_class(const std::string& name, uint32_t weight = 1, double pps = 0,
+                         double bps = 0, uint32_t depth = 1024, uint32_t ttl_ms = 0) {
+  config::Class c;
+  c.name = name;
+  c.weight = weight;
+  c.rate_pps = pps;
+  c.rate_bps = bps;
+  c.queue_depth = depth;
+  c.ttl_ms = ttl_ms;
+  return c;
+}
+
+config::Drip make_drip(double pps, double bps = 0, uint32_t batch = 1, uint32_t catchup = 8) {
+  config::Drip d;
+  d.rate_pps = pps;
+  d.rate_bps = bps;
+  d.batch = batch;
+  d.max_catchup = catchup;
+  return d;
+}
+
+// Packets are fake pointers carrying an id, so tests can check identity and order.
+void* pkt(uint64_t id) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(id));
+}
+uint64_t id_of(const void* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
+
+struct Poller {
+  explicit Poller(Scheduler& sched) : s(sched) {}
+
+  Scheduler& s;
+  std::vector<Departure> sent;
+  std::vector<Item> expired;
+
+  // One poll at `now`; returns the departures of this call.
+  std::vector<Departure> at(uint64_t now, unsigned max_out = 256, unsigned max_exp = 256) {
+    std::vector<Departure> out(max_out);
+    std::vector<Item> exp(max_exp);
+    unsigned n_exp = 0;
+    const unsigned n = s.poll(now, out.data(), max_out, exp.data(), max_exp, &n_exp);
+    out.resize(n);
+    exp.resize(n_exp);
+    sent.insert(sent.end(), out.begin(), out.end());
+    expired.insert(expired.end(), exp.begin(), exp.end());
+    return out;
+  }
+
+  // Polls exactly at every next_departure() until nothing is queued or `end` is passed.
+  void until(uint64_t end) {
+    for (;;) {
+      const uint64_t t = s.next_departure();
+      if (t == kNever || t > end) return;
+      at(t);
+    }
+  }
+};
+
+TEST(Scheduler, PpsDeparturesAreExact) {
+  Scheduler s(make_drip(1e6), {make_class("a")}, kHz);  // 1000 ticks per packet
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  auto d = p.at(0);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].scheduled_tsc, 0u);
+  EXPECT_EQ(id_of(d[0].pkt), 1u);
+  EXPECT_EQ(s.next_departure(), 1000u);
+  EXPECT_TRUE(p.at(999).empty());
+  for (uint64_t k = 1; k < 10; ++k) {
+    d = p.at(k * 1000);
+    ASSERT_EQ(d.size(), 1u) << k;
+    EXPECT_EQ(d[0].scheduled_tsc, k * 1000);
+    EXPECT_EQ(id_of(d[0].pkt), k + 1);
+    EXPECT_EQ(d[0].cls, 0u);
+    EXPECT_EQ(d[0].frame_len, 100u);
+  }
+  EXPECT_EQ(s.next_departure(), kNever);
+  EXPECT_EQ(s.port_stats().stall_clamps, 0u);
+}
+
+TEST(Scheduler, BpsCountsFramePlusWireOverhead) {
+  // 1 Gbit/s at 1 GHz: 8 ticks per wire byte, wire bytes = frame + 20.
+  Scheduler s(make_drip(0, 1e9), {make_class("a")}, kHz);
+  const std::vector<uint32_t> sizes = {64, 1500, 200, 9000, 60, 1514};
+  for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(s.enqueue(0, pkt(i + 1), sizes[i], 0));
+  Poller p{s};
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), sizes.size());
+  uint64_t t = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(p.sent[i].scheduled_tsc, t) << i;
+    t += (sizes[i] + 20) * 8;
+  }
+}
+
+TEST(Scheduler, BpsNonIntegerTicksPerByteIsExactOverMixedSizes) {
+  // 3 Gbit/s at 1 GHz: 8/3 tick per byte; departure k at floor(8/3 * wire bytes before it).
+  Scheduler s(make_drip(0, 3e9), {make_class("a", 1, 0, 0, 4096)}, kHz);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> size(60, 9000);
+  std::vector<uint32_t> sizes(4000);
+  for (auto& v : sizes) v = size(rng);
+  for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(s.enqueue(0, pkt(i + 1), sizes[i], 0));
+  Poller p{s};
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), sizes.size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_EQ(p.sent[i].scheduled_tsc, bytes * 8 / 3) << i;
+    bytes += sizes[i] + 20;
+  }
+}
+
+TEST(Scheduler, BothRatesSetTakesTheLargerInterval) {
+  // 1e6 pps = 1000 ticks; 1 Gbit/s = 8 ticks per wire byte: 64 B -> 672, 1500 B -> 12160.
+  Scheduler s(make_drip(1e6, 1e9), {make_class("a")}, kHz);
+  const std::vector<uint32_t> sizes = {64, 1500, 64, 64, 200};
+  for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(s.enqueue(0, pkt(i + 1), sizes[i], 0));
+  Poller p{s};
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 5u);
+  const std::vector<uint64_t> want = {0, 1000, 13160, 14160, 15160};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(p.sent[i].scheduled_tsc, want[i]) << i;
+  EXPECT_EQ(s.next_departure(), kNever);
+}
+
+TEST(Scheduler, LongRunRateIsExactWithFractionalInterval) {
+  // 3e8 pps at 1 GHz: 3 1/3 ticks per packet. Departure k must be at floor(10 k / 3) for a
+  // million departures: no drift in either direction.
+  Scheduler s(make_drip(3e8), {make_class("a", 1, 0, 0, 1024)}, kHz);
+  uint64_t next_id = 1;
+  uint64_t now = 0;
+  constexpr uint64_t kN = 1'000'000;
+  Departure out[4];
+  for (uint64_t k = 0; k < kN; ++k) {
+    while (s.backlog() < 512) ASSERT_TRUE(s.enqueue(0, pkt(next_id++), 64, now));
+    now = s.next_departure();
+    ASSERT_EQ(now, k * 10 / 3) << k;
+    unsigned n_exp = 0;
+    ASSERT_EQ(s.poll(now, out, 4, nullptr, 0, &n_exp), 1u) << k;
+    ASSERT_EQ(out[0].scheduled_tsc, k * 10 / 3) << k;
+  }
+  EXPECT_EQ(s.next_departure(), kN * 10 / 3);
+  EXPECT_EQ(s.class_stats(0).tx_packets, kN);
+}
+
+TEST(Scheduler, CatchUpAfterStallIsBoundedByMaxCatchup) {
+  Scheduler s(make_drip(1e6, 0, 1, 8), {make_class("a")}, kHz);
+  for (uint64_t i = 1; i <= 100; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  // Stall: the caller comes back 50 intervals late. Exactly 8 late departures (42000 ..
+  // 49000), one on time at 50000, then nothing more until 51000.
+  auto d = p.at(50'000);
+  ASSERT_EQ(d.size(), 9u);
+  for (uint64_t i = 0; i < 9; ++i) EXPECT_EQ(d[i].scheduled_tsc, 42'000 + i * 1000) << i;
+  EXPECT_EQ(std::count_if(d.begin(), d.end(),
+                          [](const Departure& x) { return x.scheduled_tsc < 50'000; }),
+            8);
+  EXPECT_TRUE(p.at(50'000).empty());
+  EXPECT_TRUE(p.at(50'999).empty());
+  EXPECT_EQ(s.next_departure(), 51'000u);
+  for (uint64_t k = 51; k < 60; ++k) {
+    d = p.at(k * 1000);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].scheduled_tsc, k * 1000);
+  }
+  EXPECT_EQ(s.port_stats().stall_clamps, 1u);
+  // A stall shorter than max_catchup intervals is made up entirely, no clamp.
+  d = p.at(64'000);  // due at 60000: 60000..64000 = 5 departures
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(d.front().scheduled_tsc, 60'000u);
+  EXPECT_EQ(d.back().scheduled_tsc, 64'000u);
+  EXPECT_EQ(s.port_stats().stall_clamps, 1u);
+}
+
+TEST(Scheduler, ZeroCatchupJumpsToNow) {
+  Scheduler s(make_drip(1e6, 0, 1, 0), {make_class("a")}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  auto d = p.at(7'500);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].scheduled_tsc, 7'500u);
+  EXPECT_EQ(s.next_departure(), 8'500u);
+}
+
+TEST(Scheduler, IdleTimeGivesNoCatchUpCredit) {
+  Scheduler s(make_drip(1e6, 0, 1, 8), {make_class("a")}, kHz);
+  Poller p{s};
+  ASSERT_TRUE(s.enqueue(0, pkt(1), 100, 0));
+  ASSERT_EQ(p.at(0).size(), 1u);
+  // Nothing queued for a long time, then a burst of 20 arrives at once.
+  for (uint64_t i = 2; i <= 21; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 1'000'000));
+  auto d = p.at(1'000'000);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].scheduled_tsc, 1'000'000u);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 21u);
+  for (uint64_t k = 1; k < 21; ++k) {
+    EXPECT_EQ(p.sent[k].scheduled_tsc, 1'000'000 + (k - 1) * 1000) << k;
+  }
+  EXPECT_EQ(s.port_stats().stall_clamps, 0u);
+}
+
+TEST(Scheduler, ArrivalWithinAnIntervalWaitsForTheSlot) {
+  Scheduler s(make_drip(1e6), {make_class("a")}, kHz);
+  Poller p{s};
+  ASSERT_TRUE(s.enqueue(0, pkt(1), 100, 0));
+  ASSERT_EQ(p.at(0).size(), 1u);
+  ASSERT_TRUE(s.enqueue(0, pkt(2), 100, 500));
+  EXPECT_TRUE(p.at(500).empty());
+  EXPECT_EQ(s.next_departure(), 1000u);
+  auto d = p.at(1000);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].scheduled_tsc, 1000u);
+}
+
+TEST(Scheduler, LatePollAfterLateArrivalCountsOnlyFromArrival) {
+  // Packet arrives at 100000 after idle; the caller polls 3 intervals later: that packet is
+  // late by 3000 (a real stall), but the ones behind it are spaced from it, and nothing is
+  // credited for the idle time before the arrival.
+  Scheduler s(make_drip(1e6, 0, 1, 8), {make_class("a")}, kHz);
+  Poller p{s};
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 100'000));
+  auto d = p.at(103'000);
+  ASSERT_EQ(d.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(d[i].scheduled_tsc, 100'000 + i * 1000);
+}
+
+TEST(Scheduler, WeightsShareBytesWithinOnePercent) {
+  // Port-bound (1e6 pps), three backlogged classes with different frame sizes.
+  std::vector<config::Class> classes = {make_class("a", 1), make_class("b", 2), make_class("c", 5)};
+  Scheduler s(make_drip(1e6), classes, kHz);
+  const uint32_t size[3] = {64, 1500, 700};
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> jitter(0, 600);
+  uint64_t id = 1;
+  Poller p{s};
+  for (uint64_t now = 0; now < 300'000'000; now += 1000) {
+    for (unsigned c = 0; c < 3; ++c) {
+      while (s.class_stats(c).queue_len < 64) {
+        const uint32_t len = c == 2 ? 300 + jitter(rng) : size[c];
+        ASSERT_TRUE(s.enqueue(c, pkt(id++), len, now));
+      }
+    }
+    ASSERT_EQ(p.at(now).size(), 1u);
+  }
+  double total = 0;
+  for (unsigned c = 0; c < 3; ++c) total += s.class_stats(c).tx_bytes;
+  const double weights[3] = {1, 2, 5};
+  for (unsigned c = 0; c < 3; ++c) {
+    const double share = s.class_stats(c).tx_bytes / total;
+    const double want = weights[c] / 8;
+    EXPECT_NEAR(share / want, 1.0, 0.01) << "class " << c << " share " << share;
+  }
+}
+
+TEST(Scheduler, WeightsWithJumboFramesLargerThanTheQuantum) {
+  std::vector<config::Class> classes = {make_class("jumbo", 1), make_class("small", 3)};
+  Scheduler s(make_drip(0, 1e10), classes, kHz);
+  uint64_t id = 1;
+  Poller p{s};
+  uint64_t now = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    while (s.class_stats(0).queue_len < 8) ASSERT_TRUE(s.enqueue(0, pkt(id++), 9000, now));
+    while (s.class_stats(1).queue_len < 64) ASSERT_TRUE(s.enqueue(1, pkt(id++), 64, now));
+    now = s.next_departure();
+    ASSERT_EQ(p.at(now).size(), 1u);
+  }
+  const double a = s.class_stats(0).tx_bytes, b = s.class_stats(1).tx_bytes;
+  EXPECT_NEAR(a / (a + b), 0.25, 0.0025);
+}
+
+// Textbook DRR (Shreedhar & Varghese), one full round at a time, for comparison.
+std::vector<uint64_t> reference_drr(std::vector<std::vector<std::pair<uint64_t, uint32_t>>> q,
+                                    const std::vector<uint64_t>& quantum) {
+  std::vector<uint64_t> order;
+  std::vector<uint64_t> deficit(q.size(), 0);
+  std::vector<size_t> head(q.size(), 0);
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t c = 0; c < q.size(); ++c) {
+      if (head[c] == q[c].size()) continue;
+      any = true;
+      deficit[c] += quantum[c];
+      while (head[c] < q[c].size() && deficit[c] >= q[c][head[c]].second) {
+        deficit[c] -= q[c][head[c]].second;
+        order.push_back(q[c][head[c]++].first);
+      }
+      if (head[c] == q[c].size()) deficit[c] = 0;
+    }
+  }
+  return order;
+}
+
+TEST(Scheduler, DrrOrderMatchesTextbookDrrIncludingJumboFrames) {
+  std::vector<config::Class> classes = {make_class("a", 1, 0, 0, 4096),
+                                        make_class("b", 2, 0, 0, 4096),
+                                        make_class("c", 3, 0, 0, 4096)};
+  Scheduler s(make_drip(0), classes, kHz);
+  std::mt19937 rng(5);
+  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> q(3);
+  uint64_t id = 1;
+  for (unsigned c = 0; c < 3; ++c) {
+    // Class a only jumbo frames (several rounds per frame), b and c mixed.
+    for (int i = 0; i < 1000 + 300 * static_cast<int>(c); ++i) {
+      const uint32_t len = c == 0 ? 8000 + rng() % 1200 : 60 + rng() % 9000;
+      q[c].emplace_back(id, len);
+      ASSERT_TRUE(s.enqueue(c, pkt(id++), len, 0));
+    }
+  }
+  std::vector<uint64_t> got;
+  Departure out[64];
+  while (s.backlog() != 0) {
+    const unsigned n = s.poll(0, out, 64, nullptr, 0, nullptr);
+    ASSERT_GT(n, 0u);
+    for (unsigned i = 0; i < n; ++i) got.push_back(id_of(out[i].pkt));
+  }
+  EXPECT_EQ(got, reference_drr(q, {kQuantumBytes, 2 * kQuantumBytes, 3 * kQuantumBytes}));
+}
+
+TEST(Scheduler, ClassCapBelowWeightShareGivesTheRestToOthers) {
+  // Port 10 kpps; gold has weight 4 (would get 8 kpps) but a 2 kpps cap; bronze is uncapped.
+  std::vector<config::Class> classes = {make_class("gold", 4, 2000), make_class("bronze", 1)};
+  Scheduler s(make_drip(10'000), classes, kHz);
+  uint64_t id = 1;
+  Poller p{s};
+  std::vector<uint64_t> gold_times;
+  uint64_t now = 0;
+  while (now < 1'000'000'000) {
+    for (unsigned c = 0; c < 2; ++c) {
+      while (s.class_stats(c).queue_len < 32) ASSERT_TRUE(s.enqueue(c, pkt(id++), 500, now));
+    }
+    now = s.next_departure();
+    if (now >= 1'000'000'000) break;
+    for (const Departure& d : p.at(now)) {
+      if (d.cls == 0) gold_times.push_back(d.scheduled_tsc);
+    }
+  }
+  const uint64_t gold = s.class_stats(0).tx_packets, bronze = s.class_stats(1).tx_packets;
+  EXPECT_EQ(gold + bronze, 10'000u);  // the port is never left idle
+  EXPECT_NEAR(static_cast<double>(gold), 2000.0, 2.0);
+  EXPECT_NEAR(static_cast<double>(bronze), 8000.0, 2.0);
+  // Over any window of 10 consecutive gold departures the cap holds, give or take the one
+  // interval by which bronze's DRR turn can delay a gold departure.
+  ASSERT_GT(gold_times.size(), 10u);
+  for (size_t i = 10; i < gold_times.size(); ++i) {
+    EXPECT_GE(gold_times[i] - gold_times[i - 10], 9 * 500'000u) << i;
+  }
+}
+
+TEST(Scheduler, ClassCapAboveWeightShareDoesNotBind) {
+  // Weights 1:1 on a 10 kpps port; a's cap (8 kpps) is above its 5 kpps share.
+  std::vector<config::Class> classes = {make_class("a", 1, 8000), make_class("b", 1)};
+  Scheduler s(make_drip(10'000), classes, kHz);
+  uint64_t id = 1;
+  Poller p{s};
+  for (uint64_t now = 0; now < 1'000'000'000; now += 100'000) {
+    for (unsigned c = 0; c < 2; ++c) {
+      while (s.class_stats(c).queue_len < 32) ASSERT_TRUE(s.enqueue(c, pkt(id++), 1000, now));
+    }
+    p.at(now);
+  }
+  EXPECT_NEAR(static_cast<double>(s.class_stats(0).tx_packets), 5000.0, 2.0);
+  EXPECT_NEAR(static_cast<double>(s.class_stats(1).tx_packets), 5000.0, 2.0);
+}
+
+TEST(Scheduler, TimeHeldByACapIsNotSavedAsDrrCredit) {
+  // a is capped to 1 kpps for a second while b takes the rest of the 10 kpps port; when a's cap
+  // is lifted, a and b share 1:1 at once: a does not cash in a second of unused turns.
+  std::vector<config::Class> classes = {make_class("a", 1, 1000), make_class("b", 1)};
+  Scheduler s(make_drip(10'000), classes, kHz);
+  uint64_t id = 1;
+  Poller p{s};
+  auto refill = [&](uint64_t now) {
+    for (unsigned c = 0; c < 2; ++c) {
+      while (s.class_stats(c).queue_len < 32) ASSERT_TRUE(s.enqueue(c, pkt(id++), 500, now));
+    }
+  };
+  uint64_t now = 0;
+  for (; now < 1'000'000'000; now += 100'000) {
+    refill(now);
+    ASSERT_EQ(p.at(now).size(), 1u);
+  }
+  EXPECT_NEAR(static_cast<double>(s.class_stats(0).tx_packets), 1000.0, 2.0);
+  ASSERT_TRUE(s.set_class_rate(0, 0, 0, now));
+  const size_t mark = p.sent.size();
+  for (int i = 0; i < 100; ++i, now += 100'000) {
+    refill(now);
+    ASSERT_EQ(p.at(now).size(), 1u);
+  }
+  const auto a = std::count_if(p.sent.begin() + static_cast<std::ptrdiff_t>(mark), p.sent.end(),
+                               [](const Departure& d) { return d.cls == 0; });
+  EXPECT_GE(a, 45);
+  EXPECT_LE(a, 55);
+}
+
+TEST(Scheduler, CappedClassAloneDoesNotBuildPortCredit) {
+  // Port 10 kpps, the only backlogged class is capped at 1 kpps: its departures are on the
+  // class timeline (scheduled = class slot, never "late"), and when an uncapped class wakes up
+  // the port has no stored catch-up burst.
+  std::vector<config::Class> classes = {make_class("capped", 1, 1000), make_class("other", 1)};
+  Scheduler s(make_drip(10'000, 0, 1, 8), classes, kHz);
+  Poller p{s};
+  for (uint64_t i = 1; i <= 20; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  p.until(10'000'000);
+  ASSERT_EQ(p.sent.size(), 11u);  // 0, 1 ms, ..., 10 ms
+  for (size_t k = 0; k < p.sent.size(); ++k) EXPECT_EQ(p.sent[k].scheduled_tsc, k * 1'000'000);
+  // The port timeline stands at 10.1 ms; the other class wakes up at 10.5 ms: one packet now,
+  // then one per 100 us, not a burst of the four port slots that went unused.
+  for (uint64_t i = 100; i < 110; ++i) ASSERT_TRUE(s.enqueue(1, pkt(i), 100, 10'500'000));
+  auto d = p.at(10'500'000);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].cls, 1u);
+  EXPECT_EQ(d[0].scheduled_tsc, 10'500'000u);
+  EXPECT_EQ(s.next_departure(), 10'600'000u);
+  EXPECT_EQ(s.port_stats().stall_clamps, 0u);
+}
+
+TEST(Scheduler, ClassCapCatchUpIsBoundedToo) {
+  // Port unlimited, class capped at 1e6 pps with max_catchup 2: after a stall the class books
+  // two late departures and one on time.
+  Scheduler s(make_drip(0, 0, 1, 2), {make_class("a", 1, 1e6)}, kHz);
+  Poller p{s};
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  ASSERT_EQ(p.at(0).size(), 1u);
+  auto d = p.at(20'000);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].scheduled_tsc, 18'000u);
+  EXPECT_EQ(d[1].scheduled_tsc, 19'000u);
+  EXPECT_EQ(d[2].scheduled_tsc, 20'000u);
+  EXPECT_EQ(s.next_departure(), 21'000u);
+  EXPECT_EQ(s.class_stats(0).stall_clamps, 1u);
+}
+
+TEST(Scheduler, TtlExpiredPacketsAreCountedAndReturned) {
+  // ttl 1 ms = 1e6 ticks; port 1 kpps = 1e6 ticks per packet.
+  Scheduler s(make_drip(1000), {make_class("a", 1, 0, 0, 16, 1)}, kHz);
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  auto d = p.at(1'000'000);  // age exactly the TTL: still sent
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(id_of(d[0].pkt), 2u);
+  EXPECT_TRUE(p.expired.empty());
+  d = p.at(2'000'000);  // age 2 ms: the remaining three expire, in FIFO order
+  EXPECT_TRUE(d.empty());
+  ASSERT_EQ(p.expired.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(id_of(p.expired[i].pkt), i + 3);
+  const ClassStats st = s.class_stats(0);
+  EXPECT_EQ(st.drop_ttl, 3u);
+  EXPECT_EQ(st.tx_packets, 2u);
+  EXPECT_EQ(st.queue_len, 0u);
+  EXPECT_EQ(s.next_departure(), kNever);
+}
+
+TEST(Scheduler, TtlExpiryRespectsTheCallersArraySize) {
+  Scheduler s(make_drip(1000), {make_class("a", 1, 0, 0, 16, 1), make_class("b")}, kHz);
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  ASSERT_TRUE(s.enqueue(1, pkt(10), 100, 5'000'000));
+  Poller p{s};
+  // Class a's three packets are stale; only one fits per poll, so a waits and b goes.
+  auto d = p.at(5'000'000, 8, 1);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(id_of(d[0].pkt), 10u);
+  EXPECT_EQ(p.expired.size(), 1u);
+  p.at(6'000'000, 8, 1);
+  p.at(7'000'000, 8, 1);
+  EXPECT_EQ(p.expired.size(), 3u);
+  EXPECT_EQ(s.class_stats(0).drop_ttl, 3u);
+  EXPECT_EQ(s.backlog(), 0u);
+}
+
+TEST(Scheduler, TtlZeroNeverExpires) {
+  Scheduler s(make_drip(1), {make_class("a", 1, 0, 0, 16, 0)}, kHz);
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  p.until(kNever - 1);
+  EXPECT_EQ(p.sent.size(), 3u);
+  EXPECT_TRUE(p.expired.empty());
+}
+
+TEST(Scheduler, DepthLimitTailDrops) {
+  Scheduler s(make_drip(1e6), {make_class("a", 1, 0, 0, 4)}, kHz);
+  for (uint64_t i = 1; i <= 6; ++i) EXPECT_EQ(s.enqueue(0, pkt(i), 100, 0), i <= 4) << i;
+  ClassStats st = s.class_stats(0);
+  EXPECT_EQ(st.drop_depth, 2u);
+  EXPECT_EQ(st.enq_packets, 4u);
+  EXPECT_EQ(st.enq_bytes, 400u);
+  EXPECT_EQ(st.queue_len, 4u);
+  Poller p{s};
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(id_of(p.sent[i].pkt), i + 1);  // the tail dropped
+  // Room again after dequeue.
+  EXPECT_TRUE(s.enqueue(0, pkt(7), 100, 10'000));
+}
+
+TEST(Scheduler, BadClassIndexIsRefusedAndCounted) {
+  Scheduler s(make_drip(0), {make_class("a")}, kHz);
+  EXPECT_FALSE(s.enqueue(1, pkt(1), 100, 0));
+  EXPECT_FALSE(s.enqueue(99, pkt(2), 100, 0));
+  EXPECT_EQ(s.port_stats().drop_bad_class, 2u);
+  EXPECT_EQ(s.backlog(), 0u);
+}
+
+TEST(Scheduler, SetPortRateFasterMidStreamLosesNothingAndDoesNotBurst) {
+  Scheduler s(make_drip(1000), {make_class("a")}, kHz);  // 1e6 ticks per packet
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  p.until(2'000'000);
+  ASSERT_EQ(p.sent.size(), 3u);
+  // At 2.5 ms go to 4 kpps (250000 ticks): the next departure is now (not 2.25 ms, which
+  // would be a retroactive catch-up), then every 250000.
+  ASSERT_TRUE(s.set_port_rate(4000, 0, 2'500'000));
+  EXPECT_EQ(s.next_departure(), 2'500'000u);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 10u);
+  for (uint64_t k = 3; k < 10; ++k) {
+    EXPECT_EQ(p.sent[k].scheduled_tsc, 2'500'000 + (k - 3) * 250'000) << k;
+    EXPECT_EQ(id_of(p.sent[k].pkt), k + 1);
+  }
+  EXPECT_EQ(s.port_rate().rate_pps, 4000);
+}
+
+TEST(Scheduler, SetPortRateSlowerMidStreamRebasesOnLastDeparture) {
+  Scheduler s(make_drip(1000), {make_class("a")}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  p.until(2'000'000);
+  ASSERT_TRUE(s.set_port_rate(500, 0, 2'500'000));  // 2e6 ticks: next = 2 ms + 2 ms
+  EXPECT_EQ(s.next_departure(), 4'000'000u);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 10u);
+  for (uint64_t k = 3; k < 10; ++k) EXPECT_EQ(p.sent[k].scheduled_tsc, 2'000'000 * (k - 1));
+  // To unlimited and back: everything queued goes at once, then limited again.
+  for (uint64_t i = 11; i <= 15; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 20'000'000));
+  ASSERT_TRUE(s.set_port_rate(0, 0, 20'000'000));
+  EXPECT_EQ(p.at(20'000'000).size(), 5u);
+  EXPECT_EQ(s.class_stats(0).tx_packets, 15u);
+}
+
+TEST(Scheduler, SetClassRateAppliesAtOnce) {
+  Scheduler s(make_drip(0), {make_class("a", 1, 1000)}, kHz);
+  for (uint64_t i = 1; i <= 6; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  EXPECT_EQ(s.next_departure(), 1'000'000u);
+  ASSERT_TRUE(s.set_class_rate(0, 1e6, 0, 10));  // 1000 ticks: due at 1000
+  EXPECT_EQ(s.next_departure(), 1000u);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 6u);
+  for (uint64_t k = 1; k < 6; ++k) EXPECT_EQ(p.sent[k].scheduled_tsc, k * 1000);
+  EXPECT_EQ(s.class_rate(0).rate_pps, 1e6);
+}
+
+TEST(Scheduler, SetRateRejectsBadInputAndChangesNothing) {
+  Scheduler s(make_drip(1000), {make_class("a")}, kHz);
+  std::string why;
+  EXPECT_FALSE(s.set_port_rate(-1, 0, 0, &why));
+  EXPECT_NE(why.find("rate_pps"), std::string::npos) << why;
+  EXPECT_FALSE(s.set_port_rate(0, std::numeric_limits<double>::infinity(), 0, &why));
+  EXPECT_NE(why.find("rate_bps"), std::string::npos) << why;
+  EXPECT_FALSE(s.set_port_rate(1e-9, 0, 0, &why));
+  EXPECT_NE(why.find("too low"), std::string::npos) << why;
+  EXPECT_FALSE(s.set_class_rate(3, 10, 0, 0, &why));
+  EXPECT_NE(why.find("class"), std::string::npos) << why;
+  EXPECT_FALSE(s.set_class_rate(0, std::nan(""), 0, 0, &why));
+  EXPECT_EQ(s.port_rate().rate_pps, 1000);
+  EXPECT_EQ(s.class_rate(0).rate_pps, 0);
+}
+
+TEST(Scheduler, RateRequestsAreAppliedByTheOwnerAtApplyTime) {
+  Scheduler s(make_drip(1000), {make_class("a"), make_class("b")}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  s.apply_requests(10);  // nothing pending: no change
+  EXPECT_EQ(s.next_departure(), 1'000'000u);
+  std::string why;
+  EXPECT_FALSE(s.request_port_rate(-1, 0, &why));
+  EXPECT_NE(why.find("rate_pps"), std::string::npos);
+  EXPECT_FALSE(s.request_class_rate(2, 1, 0, &why));
+  ASSERT_TRUE(s.request_port_rate(2000, 0));
+  ASSERT_TRUE(s.request_port_rate(4000, 0));  // replaces the unapplied 2000
+  EXPECT_EQ(s.port_rate().rate_pps, 1000);    // not before the owner applies it
+  EXPECT_EQ(s.next_departure(), 1'000'000u);
+  s.apply_requests(100'000);
+  EXPECT_EQ(s.port_rate().rate_pps, 4000);
+  EXPECT_EQ(s.next_departure(), 250'000u);
+  s.apply_requests(200'000);  // applied once only
+  EXPECT_EQ(s.next_departure(), 250'000u);
+  ASSERT_TRUE(s.request_class_rate(1, 7, 8));
+  s.apply_requests(300'000);
+  EXPECT_EQ(s.class_rate(1).rate_pps, 7);
+  EXPECT_EQ(s.class_rate(1).rate_bps, 8);
+  p.until(kNever - 1);
+  EXPECT_EQ(p.sent.size(), 10u);
+}
+
+TEST(Scheduler, RateRequestsFromAnotherThreadArriveWhole) {
+  // A control thread sends 20000 requests (pps = i, bps = 1000 i) while the owner applies;
+  // the owner must never apply a torn pair and must end on the last request.
+  Scheduler s(make_drip(0), {make_class("a")}, kHz);
+  constexpr int kN = 20'000;
+  std::thread control([&] {
+    for (int i = 1; i <= kN; ++i) {
+      ASSERT_TRUE(s.request_class_rate(0, i, 1000.0 * i));
+    }
+  });
+  double last = 0;
+  bool whole = true, monotonic = true;
+  for (uint64_t now = 0; now < 2'000'000'000 && last < kN; ++now) {
+    s.apply_requests(now);
+    const config::DripRate r = s.class_rate(0);
+    whole = whole && r.rate_bps == 1000.0 * r.rate_pps;
+    monotonic = monotonic && r.rate_pps >= last;
+    last = r.rate_pps;
+  }
+  control.join();
+  s.apply_requests(0);
+  EXPECT_TRUE(whole);
+  EXPECT_TRUE(monotonic);
+  EXPECT_EQ(s.class_rate(0).rate_pps, kN);
+}
+
+TEST(Scheduler, BatchReleasesUpToBatchPerSlot) {
+  Scheduler s(make_drip(1e6, 0, 4), {make_class("a")}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  auto d = p.at(0);
+  ASSERT_EQ(d.size(), 4u);
+  for (const auto& x : d) EXPECT_EQ(x.scheduled_tsc, 0u);
+  EXPECT_EQ(s.next_departure(), 4000u);  // the slot is batch x interval long
+  EXPECT_TRUE(p.at(3999).empty());
+  d = p.at(4000);
+  ASSERT_EQ(d.size(), 4u);
+  for (const auto& x : d) EXPECT_EQ(x.scheduled_tsc, 4000u);
+  d = p.at(8000);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(s.next_departure(), kNever);
+  // A partial slot advanced the timeline by two intervals only.
+  ASSERT_TRUE(s.enqueue(0, pkt(11), 100, 9000));
+  EXPECT_EQ(s.next_departure(), 10'000u);
+  // Order is kept.
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(id_of(p.sent[i].pkt), i + 1);
+}
+
+TEST(Scheduler, BatchKeepsTheLongRunRate) {
+  Scheduler s(make_drip(3e8, 0, 32), {make_class("a", 1, 0, 0, 4096)}, kHz);
+  uint64_t id = 1, now = 0, sent = 0;
+  Departure out[64];
+  while (sent < 320'000) {
+    while (s.backlog() < 2048) ASSERT_TRUE(s.enqueue(0, pkt(id++), 64, now));
+    now = s.next_departure();
+    const unsigned n = s.poll(now, out, 64, nullptr, 0, nullptr);
+    ASSERT_EQ(n, 32u);
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(out[i].scheduled_tsc, sent * 10 / 3);
+    sent += n;
+  }
+  EXPECT_EQ(s.next_departure(), sent * 10 / 3);
+}
+
+TEST(Scheduler, UnlimitedPortReleasesEverythingUpToMax) {
+  Scheduler s(make_drip(0), {make_class("a"), make_class("b")}, kHz);
+  for (uint64_t i = 1; i <= 50; ++i) ASSERT_TRUE(s.enqueue(i % 2, pkt(i), 100, 0));
+  EXPECT_EQ(s.next_departure(), 0u);
+  Poller p{s};
+  EXPECT_EQ(p.at(5, 32).size(), 32u);
+  EXPECT_EQ(p.at(5, 32).size(), 18u);
+  EXPECT_EQ(s.next_departure(), kNever);
+}
+
+TEST(Scheduler, PerClassOrderIsKept) {
+  std::vector<config::Class> classes = {make_class("a", 3), make_class("b", 1),
+                                        make_class("c", 2, 3000)};
+  Scheduler s(make_drip(20'000), classes, kHz);
+  std::mt19937 rng(3);
+  uint64_t id = 1;
+  std::map<unsigned, std::vector<uint64_t>> in, out;
+  Poller p{s};
+  for (uint64_t now = 0; now < 200'000'000; now += 37'000) {
+    for (int k = 0; k < 3; ++k) {
+      const unsigned c = rng() % 3;
+      if (s.enqueue(c, pkt(id), 64 + rng() % 1400, now)) in[c].push_back(id);
+      ++id;
+    }
+    p.at(now);
+  }
+  p.until(kNever - 1);
+  for (const auto& d : p.sent) out[d.cls].push_back(id_of(d.pkt));
+  EXPECT_EQ(in, out);
+}
+
+TEST(Scheduler, EveryPacketIsSentExpiredDroppedOrDrained) {
+  std::vector<config::Class> classes = {make_class("a", 4, 5000, 0, 64, 2),
+                                        make_class("b", 1, 0, 2e8, 32, 5),
+                                        make_class("c", 2, 0, 0, 16, 0)};
+  Scheduler s(make_drip(20'000, 1e9, 2, 4), classes, kHz);
+  std::mt19937 rng(11);
+  std::set<uint64_t> outstanding;
+  uint64_t offered[3] = {0, 0, 0}, refused = 0, id = 1, now = 0;
+  Departure out[16];
+  Item exp[4];
+  for (int step = 0; step < 200'000; ++step) {
+    now += rng() % 20'000;
+    if (rng() % 1000 == 0) now += 50'000'000;  // stalls
+    for (unsigned k = rng() % 6; k > 0; --k) {
+      const unsigned c = rng() % 3;
+      ++offered[c];
+      if (s.enqueue(c, pkt(id), 60 + rng() % 1455, now)) {
+        outstanding.insert(id);
+      } else {
+        ++refused;
+      }
+      ++id;
+    }
+    if (rng() % 500 == 0) {
+      ASSERT_TRUE(s.set_class_rate(rng() % 3, rng() % 8000, 0, now));
+    }
+    unsigned n_exp = 0;
+    const unsigned n = s.poll(now, out, 16, exp, 4, &n_exp);
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(outstanding.erase(id_of(out[i].pkt)), 1u);
+    for (unsigned i = 0; i < n_exp; ++i) ASSERT_EQ(outstanding.erase(id_of(exp[i].pkt)), 1u);
+  }
+  const uint64_t drained = s.drain([&](const Item& it) { outstanding.erase(id_of(it.pkt)); });
+  EXPECT_TRUE(outstanding.empty());
+  EXPECT_EQ(s.backlog(), 0u);
+  uint64_t depth_drops = 0, drained_sum = 0;
+  for (unsigned c = 0; c < 3; ++c) {
+    const ClassStats st = s.class_stats(c);
+    EXPECT_EQ(st.enq_packets + st.drop_depth, offered[c]) << c;
+    EXPECT_EQ(st.enq_packets, st.tx_packets + st.drop_ttl + st.drained + st.queue_len) << c;
+    EXPECT_EQ(st.queue_len, 0u);
+    EXPECT_GT(st.tx_packets, 0u) << c;
+    depth_drops += st.drop_depth;
+    drained_sum += st.drained;
+  }
+  EXPECT_EQ(depth_drops, refused);
+  EXPECT_EQ(drained_sum, drained);
+  const PortStats ps = s.port_stats();
+  EXPECT_GT(ps.drop_ttl, 0u);
+  EXPECT_GT(ps.drop_depth, 0u);
+  EXPECT_GT(ps.stall_clamps, 0u);
+  EXPECT_EQ(ps.enq_packets, ps.tx_packets + ps.drop_ttl + ps.drained);
+}
+
+TEST(Scheduler, DrainReturnsEverythingAndResets) {
+  Scheduler s(make_drip(1), {make_class("a"), make_class("b")}, kHz);
+  for (uint64_t i = 1; i <= 7; ++i) ASSERT_TRUE(s.enqueue(i % 2, pkt(i), 100, 0));
+  std::vector<uint64_t> ids;
+  EXPECT_EQ(s.drain([&](const Item& it) { ids.push_back(id_of(it.pkt)); }), 7u);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(s.next_departure(), kNever);
+  EXPECT_EQ(s.class_stats(0).drained + s.class_stats(1).drained, 7u);
+  EXPECT_EQ(s.drain([](const Item&) {}), 0u);
+}
+
+TEST(Scheduler, FindClassByName) {
+  Scheduler s(make_drip(0), {make_class("gold"), make_class("default")}, kHz);
+  EXPECT_EQ(s.num_classes(), 2u);
+  EXPECT_EQ(s.find_class("default"), 1);
+  EXPECT_EQ(s.find_class("gold"), 0);
+  EXPECT_EQ(s.find_class("nope"), -1);
+  EXPECT_EQ(s.class_name(1), "default");
+}
+
+TEST(Scheduler, StatsAreReadableFromAnotherThreadWhileTheOwnerRuns) {
+  // The owner lcore enqueues and polls; a stats thread reads concurrently. Counters only grow
+  // and the reader's final view matches. (Built with -fsanitize=thread this also shows the
+  // counters are race-free.)
+  Scheduler s(make_drip(0), {make_class("a", 1, 0, 0, 256), make_class("b")}, kHz);
+  LatencyHist hist;
+  std::atomic<bool> done{false};
+  uint64_t reads = 0;
+  bool monotonic = true;
+  std::thread reader([&] {
+    uint64_t last_tx = 0, last_hist = 0;
+    while (!done.load(std::memory_order_acquire)) {
+      const PortStats ps = s.port_stats();
+      const uint64_t h = hist.snapshot().count;
+      monotonic = monotonic && ps.tx_packets >= last_tx && h >= last_hist;
+      last_tx = ps.tx_packets;
+      last_hist = h;
+      ++reads;
+    }
+  });
+  Departure out[32];
+  uint64_t id = 1;
+  for (uint64_t now = 0; now < 200'000; ++now) {
+    for (int k = 0; k < 3; ++k, ++id) (void)s.enqueue(id % 2, pkt(id), 100, now);
+    const unsigned n = s.poll(now, out, 2, nullptr, 0, nullptr);
+    for (unsigned i = 0; i < n; ++i) hist.record_ticks(static_cast<int64_t>(now % 100));
+  }
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_TRUE(monotonic);
+  EXPECT_GT(reads, 0u);
+  const PortStats ps = s.port_stats();
+  EXPECT_EQ(ps.tx_packets, 400'000u);
+  EXPECT_EQ(hist.snapshot().count, 400'000u);
+  EXPECT_EQ(ps.enq_packets, ps.tx_packets + ps.backlog);
+}
+
+void expect_invalid(const config::Drip& d, const std::vector<config::Class>& c, uint64_t hz,
+                    const std::string& needle) {
+  try {
+    Scheduler s(d, c, hz);
+    ADD_FAILURE() << "accepted; expected an error naming " << needle;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Scheduler, ConstructorRejectsBadConfigNamingTheField) {
+  expect_invalid(make_drip(0), {}, kHz, "classes");
+  expect_invalid(make_drip(0, 0, 0), {make_class("a")}, kHz, "drip.batch");
+  expect_invalid(make_drip(-5), {make_class("a")}, kHz, "drip.rate_pps");
+  expect_invalid(make_drip(0, std::nan("")), {make_class("a")}, kHz, "drip.rate_bps");
+  expect_invalid(make_drip(0), {make_class("a", 0)}, kHz, "classes.a.weight");
+  expect_invalid(make_drip(0), {make_class("a", 1, 0, 0, 0)}, kHz, "classes.a.queue_depth");
+  expect_invalid(make_drip(0), {make_class("a", 1, -1)}, kHz, "classes.a.rate_pps");
+  expect_invalid(make_drip(0), {make_class("a"), make_class("a")}, kHz, "duplicate");
+  expect_invalid(make_drip(0), {make_class("a")}, 0, "tsc_hz");
+}
+
+// ---- timeline ----
+
+TEST(Timeline, IntervalsRoundUpOnTheFixedPointGrid) {
+  Timeline t;
+  t.set_rate(3e8, 0, kHz, 0);  // 10/3 ticks
+  const Fixed iv = t.interval(64);
+  EXPECT_EQ(iv >> kFracBits, 3u);
+  // ceil(2^32 / 3) = 1431655766
+  EXPECT_EQ(static_cast<uint64_t>(iv & 0xffffffffu), 1431655766u);
+  t.set_rate(0, 8e9, kHz, 0);  // exactly one tick per wire byte
+  EXPECT_EQ(t.interval(64), to_fixed(84));
+  t.set_rate(2.5, 0, 10, 0);  // non-integral rate takes the double path: 4 ticks exactly
+  EXPECT_EQ(t.interval(1), to_fixed(4));
+  EXPECT_FALSE(Timeline().limited());
+  EXPECT_TRUE(Timeline().permits(0));
+}
+
+// ---- latency histogram ----
+
+TEST(LatencyHist, BucketsTileTheRange) {
+  uint64_t expect_low = 0;
+  for (unsigned i = 0; i < LatencyHist::kBuckets; ++i) {
+    ASSERT_EQ(LatencyHist::bucket_low(i), expect_low) << i;
+    ASSERT_GE(LatencyHist::bucket_high(i), LatencyHist::bucket_low(i));
+    ASSERT_EQ(LatencyHist::bucket_of(LatencyHist::bucket_low(i)), i);
+    ASSERT_EQ(LatencyHist::bucket_of(LatencyHist::bucket_high(i)), i);
+    expect_low = LatencyHist::bucket_high(i) + 1;
+  }
+  EXPECT_EQ(expect_low, 0u);  // the last bucket ends at UINT64_MAX
+  for (uint64_t m : {1023ull, 1024ull, 1055ull, 1056ull, 123456789ull}) {
+    const unsigned i = LatencyHist::bucket_of(m);
+    EXPECT_LE(LatencyHist::bucket_low(i), m);
+    EXPECT_GE(LatencyHist::bucket_high(i), m);
+    // Log-linear: a bucket is at most 1/32 of its lower edge wide.
+    EXPECT_LE(LatencyHist::bucket_high(i) - LatencyHist::bucket_low(i),
+              std::max<uint64_t>(LatencyHist::bucket_low(i) / 32, 0));
+  }
+}
+
+TEST(LatencyHist, SharesWithinAreExactAndPercentilesSigned) {
+  LatencyHist h;
+  // 1000 samples: -600..399 ns step 1.
+  for (int64_t v = -600; v < 400; ++v) h.record_ns(v);
+  const auto s = h.snapshot();
+  EXPECT_EQ(s.count, 1000u);
+  EXPECT_EQ(s.min_ns, -600);
+  EXPECT_EQ(s.max_ns, 399);
+  EXPECT_EQ(s.count_within(64), 129u);  // -64..64
+  EXPECT_EQ(s.count_within(128), 257u);
+  EXPECT_EQ(s.count_within(256), 513u);
+  EXPECT_EQ(s.count_within(512), 512u + 400u);  // -512..-1 and 0..399
+  EXPECT_DOUBLE_EQ(s.share_within(64), 0.129);
+  EXPECT_EQ(s.percentile(0), -600);
+  EXPECT_EQ(s.percentile(50), -101);  // 500th smallest
+  EXPECT_EQ(s.percentile(100), 399);
+  EXPECT_DOUBLE_EQ(s.mean_ns(), -100.5);
+}
+
+TEST(LatencyHist, LargeValuesAndTickConversion) {
+  LatencyHist h(2'000'000'000);  // 2 GHz: 2 ticks per ns
+  h.record_ticks(3);             // 1.5 ns rounds to 2
+  h.record_ticks(-4);            // -2 ns
+  h.record_ticks(2'000'000);     // 1 ms
+  h.record_ns(std::numeric_limits<int64_t>::min());
+  const auto s = h.snapshot();
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_EQ(s.pos[2], 1u);
+  EXPECT_EQ(s.neg[2], 1u);
+  EXPECT_EQ(s.max_ns, 1'000'000);
+  EXPECT_EQ(s.min_ns, std::numeric_limits<int64_t>::min());
+  const int64_t p100 = s.percentile(100);
+  EXPECT_NEAR(static_cast<double>(p100), 1e6, 1e6 / 32);
+  EXPECT_EQ(s.count_within(2), 2u);
+  EXPECT_EQ(LatencyHist().snapshot().percentile(50), 0);
+}
+
+}  // namespace
+}  // namespace dripgate::dataplane
