@@ -1,0 +1,65 @@
+// Static classification rules (YAML `dataplane.classify`), compiled once at start into a flat
+// array the fast path scans in order; the first matching rule wins. Free of DPDK.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "dataplane/parse.h"
+
+namespace dripgate::dataplane {
+
+// An address prefix in the tuple's 16-byte form, as two big-endian 64-bit halves.
+struct Prefix {
+  L3 l3 = L3::kNone;
+  uint8_t len = 0;  // prefix length in bits
+  uint64_t addr[2] = {0, 0};
+  uint64_t mask[2] = {0, 0};
+};
+
+// "10.0.0.0/8", "2001:db8::/32", or a bare address (a host prefix). Host bits beyond the prefix
+// are cleared (as iptables does). nullopt on any syntax error or out-of-range length.
+std::optional<Prefix> parse_prefix(std::string_view text);
+
+struct ClassifierCompileResult;
+
+class Classifier {
+ public:
+  static constexpr int kNoMatch = -1;
+
+  // Class indexes are positions in `classes` (the config's YAML order). Errors: a rule naming an
+  // unknown class, a bad CIDR, vlan > 4095, dscp > 63.
+  static ClassifierCompileResult compile(const std::vector<config::Rule>& rules,
+                                         const std::vector<config::Class>& classes);
+
+  Classifier() = default;
+
+  // Index of the class of the first rule matching `p`, or kNoMatch. `p` must have status kOk.
+  int classify(const ParsedPacket& p) const noexcept;
+
+  size_t size() const noexcept { return rules_.size(); }
+
+ private:
+  enum : uint8_t { kSrc = 1, kDst = 2, kVlan = 4, kDscp = 8 };
+  struct Compiled {
+    uint64_t src[2], src_mask[2];
+    uint64_t dst[2], dst_mask[2];
+    uint8_t match;  // kSrc | kDst | ...
+    L3 src_l3, dst_l3;
+    uint8_t dscp;
+    uint16_t vlan;
+    uint16_t klass;
+  };
+  std::vector<Compiled> rules_;
+};
+
+struct ClassifierCompileResult {
+  std::optional<Classifier> classifier;  // set only when error is empty
+  std::string error;                     // "classify[1].src: invalid CIDR 'x'"
+};
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,266 @@
+#include "dataplane/flow_table.h"
+
+#include <rte_errno.h>
+#include <rte_hash.h>
+#include <rte_hash_crc.h>
+#include <rte_malloc.h>
+
+#include <cerrno>
+#include <new>
+
+namespace dripgate::dataplane {
+
+namespace {
+
+// DPDK object names are short (RTE_HASH_NAMESIZE, ring names with prefixes): keep ours so.
+constexpr size_t kMaxNameLen = 12;
+
+}  // namespace
+
+std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std::string* error) {
+  if (params.name.empty() || params.name.size() > kMaxNameLen) {
+    *error = "flow table name must be 1.." + std::to_string(kMaxNameLen) + " characters";
+    return nullptr;
+  }
+  if (params.entries < 8 || params.entries > (1u << 28)) {
+    *error = "flow table entries must be in 8..2^28, got " + std::to_string(params.entries);
+    return nullptr;
+  }
+  if (params.tsc_hz == 0) {
+    *error = "flow table tsc_hz must be > 0";
+    return nullptr;
+  }
+  if (params.max_readers == 0) {
+    *error = "flow table max_readers must be > 0";
+    return nullptr;
+  }
+
+  std::unique_ptr<FlowTable> t(new FlowTable());
+  t->entries_ = params.entries;
+  t->tsc_hz_ = params.tsc_hz;
+  t->idle_ticks_ = static_cast<uint64_t>(params.idle_timeout_s) * params.tsc_hz;
+  // Refreshing last-seen at most ~1000 times a second per flow keeps the reader from dirtying
+  // the entry's cache line on every packet; idle timeouts are seconds.
+  t->refresh_ticks_ = params.tsc_hz / 1024;
+
+  const size_t rcu_size = rte_rcu_qsbr_get_memsize(params.max_readers);
+  t->rcu_ = static_cast<rte_rcu_qsbr*>(
+      rte_zmalloc_socket("dg_flow_rcu", rcu_size, RTE_CACHE_LINE_SIZE, params.socket_id));
+  if (t->rcu_ == nullptr || rte_rcu_qsbr_init(t->rcu_, params.max_readers) != 0) {
+    *error = std::string("flow table RCU init failed: ") + rte_strerror(rte_errno);
+    return nullptr;
+  }
+
+  // Every value slot is held by a live key, a deleted key awaiting its grace period (both
+  // bounded by the hash's entries + 1 key slots) or a replaced value awaiting its grace period
+  // (bounded by the retire ring), so this many slots never run out.
+  const size_t retire_cap = params.entries + 8;
+  t->slots_ = static_cast<uint32_t>(params.entries + 1 + retire_cap + 8);
+  t->values_ = static_cast<Value*>(rte_zmalloc_socket("dg_flow_values", sizeof(Value) * t->slots_,
+                                                      RTE_CACHE_LINE_SIZE, params.socket_id));
+  if (t->values_ == nullptr) {
+    *error = "flow table: cannot allocate " + std::to_string(t->slots_) + " values";
+    return nullptr;
+  }
+  for (uint32_t i = 0; i < t->slots_; ++i) new (&t->values_[i]) Value{0, 0, {0}};
+  t->free_slots_.reserve(t->slots_);
+  for (uint32_t i = t->slots_; i > 0; --i) t->free_slots_.push_back(i - 1);
+  t->retired_.resize(retire_cap);
+  t->sweep_keys_.reserve(params.entries + 1);
+
+  static std::atomic<unsigned> instance{0};
+  const std::string hash_name = params.name + "_" + std::to_string(instance.fetch_add(1));
+  rte_hash_parameters hp{};
+  hp.name = hash_name.c_str();
+  hp.entries = params.entries;
+  hp.key_len = sizeof(FiveTuple);
+  hp.hash_func = rte_hash_crc;
+  hp.hash_func_init_val = 0;
+  hp.socket_id = params.socket_id;
+  hp.extra_flag = RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF;
+  t->hash_ = rte_hash_create(&hp);
+  if (t->hash_ == nullptr) {
+    *error = "rte_hash_create(" + hash_name + ") failed: " + rte_strerror(rte_errno);
+    return nullptr;
+  }
+
+  rte_hash_rcu_config rc{};
+  rc.v = t->rcu_;
+  rc.mode = RTE_HASH_QSBR_MODE_DQ;  // deletes never wait for readers
+  // Room for every key slot (entries + 1) to sit deleted in the queue: a full queue would leak
+  // the slot of the delete that found it full.
+  rc.dq_size = params.entries + 64;
+  rc.trigger_reclaim_limit = 0;  // try to reclaim on every delete (non-blocking)
+  rc.max_reclaim_size = 0;       // default batch
+  rc.key_data_ptr = t.get();
+  rc.free_key_data_func = &FlowTable::free_value;
+  if (rte_hash_rcu_qsbr_add(t->hash_, &rc) != 0) {
+    *error = std::string("rte_hash_rcu_qsbr_add failed: ") + rte_strerror(rte_errno);
+    return nullptr;
+  }
+  return t;
+}
+
+FlowTable::~FlowTable() {
+  // rte_hash_free drains the hash's defer queue, which calls free_value (and waits for any
+  // registered reader to report quiescent): readers must have unregistered by now.
+  if (hash_ != nullptr) rte_hash_free(hash_);
+  if (values_ != nullptr) {
+    for (uint32_t i = 0; i < slots_; ++i) values_[i].~Value();
+    rte_free(values_);
+  }
+  rte_free(rcu_);
+}
+
+void FlowTable::free_value(void* self, void* value) {
+  // Runs in writer context (inside rte_hash_add/del/free), with writer_mu_ already held.
+  auto* t = static_cast<FlowTable*>(self);
+  t->free_slots_.push_back(static_cast<uint32_t>(static_cast<Value*>(value) - t->values_));
+}
+
+inline int FlowTable::hit(void* data, uint64_t now) noexcept {
+  Value* v = static_cast<Value*>(data);
+  if (v->expires != 0 && now >= v->expires) return kNoMatch;
+  const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
+  if (now > last + refresh_ticks_) v->last_seen.store(now, std::memory_order_relaxed);
+  return static_cast<int>(v->klass);
+}
+
+int FlowTable::lookup(const FiveTuple& key, uint64_t now) noexcept {
+  void* data = nullptr;
+  if (rte_hash_lookup_data(hash_, &key, &data) < 0) return kNoMatch;
+  return hit(data, now);
+}
+
+void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now,
+                            int* classes) noexcept {
+  static_assert(kMaxBulk == RTE_HASH_LOOKUP_BULK_MAX);
+  while (n > 0) {
+    const uint32_t m = n < kMaxBulk ? n : kMaxBulk;
+    uint64_t hits = 0;
+    void* data[kMaxBulk];
+    // rte_hash takes `const void**` though it never writes the array.
+    const void** key_ptrs = const_cast<const void**>(reinterpret_cast<const void* const*>(keys));
+    if (rte_hash_lookup_bulk_data(hash_, key_ptrs, m, &hits, data) < 0) {
+      hits = 0;
+    }
+    for (uint32_t i = 0; i < m; ++i) {
+      classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
+    }
+    keys += m;
+    classes += m;
+    n -= m;
+  }
+}
+
+int FlowTable::register_reader(unsigned thread_id) {
+  const int rc = rte_rcu_qsbr_thread_register(rcu_, thread_id);
+  if (rc != 0) return -rte_errno;
+  rte_rcu_qsbr_thread_online(rcu_, thread_id);
+  return 0;
+}
+
+void FlowTable::unregister_reader(unsigned thread_id) {
+  rte_rcu_qsbr_thread_offline(rcu_, thread_id);
+  rte_rcu_qsbr_thread_unregister(rcu_, thread_id);
+}
+
+bool FlowTable::alloc_slot(uint32_t* slot) {
+  if (free_slots_.empty()) reclaim_retired();
+  if (free_slots_.empty()) return false;
+  *slot = free_slots_.back();
+  free_slots_.pop_back();
+  return true;
+}
+
+void FlowTable::reclaim_retired() {
+  while (retired_count_ > 0) {
+    const Retired& r = retired_[retired_head_];
+    if (rte_rcu_qsbr_check(rcu_, r.token, false) != 1) break;  // tokens are in order
+    free_slots_.push_back(r.slot);
+    retired_head_ = (retired_head_ + 1) % retired_.size();
+    --retired_count_;
+  }
+}
+
+int FlowTable::add(const FiveTuple& key, uint16_t klass, uint32_t ttl_s, uint64_t now) {
+  if (key.l3 != L3::kIpv4 && key.l3 != L3::kIpv6) return -EINVAL;
+  std::lock_guard lock(writer_mu_);
+  reclaim_retired();
+  uint32_t slot = 0;
+  if (!alloc_slot(&slot)) return -ENOSPC;
+  Value& v = values_[slot];
+  v.klass = klass;
+  v.expires = ttl_s == 0 ? 0 : now + static_cast<uint64_t>(ttl_s) * tsc_hz_;
+  v.last_seen.store(now, std::memory_order_relaxed);
+
+  void* old = nullptr;
+  const bool existed = rte_hash_lookup_data(hash_, &key, &old) >= 0;
+  if (existed && retired_count_ == retired_.size()) {
+    // Every retire slot waits on a reader that has not reported quiescent for a whole table's
+    // worth of re-tags: wait for it rather than fail the tag.
+    rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID);
+    reclaim_retired();
+  }
+  // Publishes the fully written value (release store inside rte_hash); readers that still hold
+  // the old pointer keep reading valid memory until the grace period below has passed.
+  const int rc = rte_hash_add_key_data(hash_, &key, &v);
+  if (rc < 0) {
+    free_slots_.push_back(slot);
+    return rc == -ENOSPC ? -ENOSPC : -EINVAL;
+  }
+  if (existed) {
+    const size_t tail = (retired_head_ + retired_count_) % retired_.size();
+    retired_[tail] = Retired{static_cast<uint32_t>(static_cast<Value*>(old) - values_),
+                             rte_rcu_qsbr_start(rcu_)};
+    ++retired_count_;
+  } else {
+    live_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return 0;
+}
+
+bool FlowTable::del(const FiveTuple& key) {
+  std::lock_guard lock(writer_mu_);
+  if (rte_hash_del_key(hash_, &key) < 0) return false;
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+size_t FlowTable::sweep(uint64_t now) {
+  std::lock_guard lock(writer_mu_);
+  reclaim_retired();
+  sweep_keys_.clear();
+  const void* k = nullptr;
+  void* d = nullptr;
+  uint32_t next = 0;
+  while (rte_hash_iterate(hash_, &k, &d, &next) >= 0) {
+    const Value* v = static_cast<const Value*>(d);
+    const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
+    const bool expired = v->expires != 0 && now >= v->expires;
+    const bool idle = idle_ticks_ != 0 && now > last && now - last >= idle_ticks_;
+    if (expired || idle) sweep_keys_.push_back(*static_cast<const FiveTuple*>(k));
+  }
+  // Deleting after the walk keeps rte_hash_iterate's cursor valid.
+  size_t removed = 0;
+  for (const FiveTuple& key : sweep_keys_) {
+    if (rte_hash_del_key(hash_, &key) >= 0) ++removed;
+  }
+  live_.fetch_sub(static_cast<uint32_t>(removed), std::memory_order_relaxed);
+  return removed;
+}
+
+std::optional<FlowTable::Entry> FlowTable::get(const FiveTuple& key) const {
+  std::lock_guard lock(writer_mu_);
+  void* data = nullptr;
+  if (rte_hash_lookup_data(hash_, &key, &data) < 0) return std::nullopt;
+  const Value* v = static_cast<const Value*>(data);
+  return Entry{static_cast<uint16_t>(v->klass), v->expires,
+               v->last_seen.load(std::memory_order_relaxed)};
+}
+
+uint32_t FlowTable::size() const {
+  return live_.load(std::memory_order_relaxed);
+}
+
+}  // namespace dripgate::dataplane

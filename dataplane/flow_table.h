@@ -1,0 +1,123 @@
+// The dynamic flow table: flows tagged by the control plane (tag/untag over the control socket)
+// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout.
+//
+// Concurrency: one or more reader lcores call lookup() lock-free (rte_hash with
+// RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF); writers (add/del/sweep, normally the main lcore) are
+// serialized by a mutex among themselves and never block readers. Deleted and replaced entries
+// are freed only after every registered reader has passed a quiescent state (rte_rcu_qsbr), so a
+// reader never sees freed or reused memory. Readers must register_reader() once and call
+// quiescent() regularly (e.g. once per burst) outside any lookup.
+#pragma once
+
+#include <rte_rcu_qsbr.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dataplane/parse.h"
+
+struct rte_hash;
+
+namespace dripgate::dataplane {
+
+struct FlowTableParams {
+  std::string name = "dg_flows";         // unique per process (DPDK object names)
+  uint32_t entries = 65536;              // config::Dataplane::flow_table_size
+  uint64_t tsc_hz = 0;                   // ticks per second of the `now` values (rte_get_tsc_hz())
+  uint32_t idle_timeout_s = 300;         // 0: entries never idle out
+  int socket_id = -1;                    // SOCKET_ID_ANY
+  uint32_t max_readers = RTE_MAX_LCORE;  // reader thread ids are 0 .. max_readers-1
+};
+
+class FlowTable {
+ public:
+  static constexpr int kNoMatch = -1;
+
+  struct Entry {
+    uint16_t klass;
+    uint64_t expires;    // tsc; 0 = no tag expiry
+    uint64_t last_seen;  // tsc of the last lookup hit (or of the add)
+  };
+
+  // Needs an initialized EAL. nullptr with *error set on failure.
+  static std::unique_ptr<FlowTable> create(const FlowTableParams& params, std::string* error);
+  ~FlowTable();
+  FlowTable(const FlowTable&) = delete;
+  FlowTable& operator=(const FlowTable&) = delete;
+
+  // ---- readers (fast path): no locks, no allocation ----
+
+  // Class index of a live entry, or kNoMatch (absent, or tag expired). A hit records `now` as
+  // the entry's last-seen time (relaxed store) so busy flows do not idle out.
+  int lookup(const FiveTuple& key, uint64_t now) noexcept;
+
+  // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe, prefetched):
+  // classes[i] = class of *keys[i] or kNoMatch.
+  static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
+  void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
+
+  // RCU reader registration; thread_id < max_readers (the lcore id for DPDK workers).
+  int register_reader(unsigned thread_id);
+  void unregister_reader(unsigned thread_id);
+  // Tells writers this reader holds no reference into the table.
+  void quiescent(unsigned thread_id) noexcept { rte_rcu_qsbr_quiescent(rcu_, thread_id); }
+  rte_rcu_qsbr* rcu() const noexcept { return rcu_; }
+
+  // ---- writers: serialized internally; never on the fast path ----
+
+  // Tags `key` with `klass`; ttl_s = 0 means no expiry (the idle timeout still applies).
+  // Re-tagging an existing key replaces its class and expiry atomically for readers.
+  // Returns 0, or -ENOSPC when the table is full, -EINVAL on bad arguments.
+  int add(const FiveTuple& key, uint16_t klass, uint32_t ttl_s, uint64_t now);
+  // True when the key was present.
+  bool del(const FiveTuple& key);
+  // Removes entries whose tag expired or that were not seen for idle_timeout_s; returns the
+  // count removed. Also frees memory of replaced entries whose grace period has passed.
+  size_t sweep(uint64_t now);
+  // Writer-side inspection (stats, tests).
+  std::optional<Entry> get(const FiveTuple& key) const;
+  // Live entries (deleted ones awaiting their grace period are not counted). Any thread.
+  uint32_t size() const;
+  uint32_t capacity() const noexcept { return entries_; }
+
+ private:
+  struct Value {
+    uint64_t expires;
+    uint32_t klass;
+    std::atomic<uint64_t> last_seen;
+  };
+  struct Retired {
+    uint32_t slot;
+    uint64_t token;
+  };
+
+  FlowTable() = default;
+  int hit(void* data, uint64_t now) noexcept;
+  static void free_value(void* self, void* value);
+  bool alloc_slot(uint32_t* slot);
+  void reclaim_retired();
+
+  rte_hash* hash_ = nullptr;
+  rte_rcu_qsbr* rcu_ = nullptr;
+  Value* values_ = nullptr;
+  uint32_t entries_ = 0;
+  uint32_t slots_ = 0;
+  uint64_t tsc_hz_ = 0;
+  uint64_t idle_ticks_ = 0;  // 0: no idle timeout
+  uint64_t refresh_ticks_ = 0;
+
+  std::atomic<uint32_t> live_{0};
+  mutable std::mutex writer_mu_;
+  std::vector<uint32_t> free_slots_;  // writer-only
+  std::vector<Retired> retired_;      // ring, writer-only
+  size_t retired_head_ = 0;
+  size_t retired_count_ = 0;
+  std::vector<FiveTuple> sweep_keys_;  // preallocated scratch for sweep()
+};
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,81 @@
+// Packet parsing for the fast path: Ethernet, 802.1Q/QinQ, IPv4, IPv6 (extension headers), TCP/UDP.
+// Free of DPDK so it can be fuzzed and tested anywhere. parse() never allocates, never makes a
+// syscall and never reads at or past data + len.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dripgate::dataplane {
+
+enum class L3 : uint8_t { kNone = 0, kIpv4 = 4, kIpv6 = 6 };
+
+// The flow identity, and at the same time the flow-table key: every byte, padding included, is
+// defined (zeroed), so it can be hashed and compared as 40 raw bytes. IPv4 addresses sit in the
+// first 4 bytes of src/dst with the other 12 zero; `l3` keeps v4 and v6 keys apart.
+struct FiveTuple {
+  uint8_t src[16];
+  uint8_t dst[16];
+  uint16_t sport;  // host byte order; 0 when the protocol has no ports or for non-first fragments
+  uint16_t dport;  // host byte order
+  uint8_t proto;   // upper-layer protocol (IPv6: after the extension header chain)
+  L3 l3;
+  uint8_t pad[2];
+};
+static_assert(sizeof(FiveTuple) == 40);
+
+// Why a frame is not a parsed IP packet. Everything except kOk and kNotIp is a malformation that
+// the fast path drops and counts under to_string(status).
+enum class ParseStatus : uint8_t {
+  kOk = 0,
+  kNotIp,            // non-IP ethertype (ARP, LLDP, ...): passes through unshaped
+  kTruncatedL2,      // shorter than an Ethernet header
+  kTruncatedVlan,    // a VLAN tag announced but cut off
+  kTooManyVlans,     // more than 2 VLAN tags
+  kTruncatedIpv4,    // shorter than the IPv4 header, its IHL, or its total length
+  kBadIpVersion,     // version nibble disagrees with the ethertype
+  kBadIhl,           // IHL < 5
+  kBadIpv4Len,       // total length < header length
+  kTruncatedIpv6,    // shorter than 40 bytes or than 40 + payload length
+  kBadIpv6ExtChain,  // extension header overruns the payload, misplaced hop-by-hop, or too many
+  kTruncatedL4,      // IP payload too short for the TCP/UDP header
+  kBadTcpOffset,     // TCP data offset < 5
+  kCount,
+};
+inline constexpr size_t kParseStatusCount = static_cast<size_t>(ParseStatus::kCount);
+
+// Stable names ("truncated-ipv4", ...), used as drop-cause counter labels.
+const char* to_string(ParseStatus s) noexcept;
+
+struct ParsedPacket {
+  FiveTuple tuple;  // valid when status == kOk
+  ParseStatus status;
+  uint8_t vlan_count;  // 0, 1 or 2
+  uint16_t vlan;       // outer VLAN id (12 bits); 0 when vlan_count == 0
+  uint8_t dscp;        // 0..63
+  bool fragment;       // IP fragment, first or not (non-first ones carry no ports)
+  uint16_t l3_offset;  // from the start of the frame
+  uint16_t l4_offset;  // 0 when there is no L4 header (non-first fragment, ESP, ...)
+  uint32_t frame_len;  // len passed to parse()
+};
+
+// Parses the frame at data[0, len). Fills every field of *out (tuple fully zeroed first) and
+// returns out->status.
+ParseStatus parse(const uint8_t* data, uint32_t len, ParsedPacket* out) noexcept;
+
+// Text address ("10.1.2.3", "2001:db8::1") to the tuple's 16-byte form. Not for the fast path.
+bool parse_address(std::string_view text, L3* l3, uint8_t addr[16]);
+
+// Builds a key from the control socket's flow description; nullopt when an address is invalid
+// or the two addresses are of different families. Call it qualified (dataplane::make_tuple):
+// with std::string arguments an unqualified call also finds std::make_tuple by ADL.
+std::optional<FiveTuple> make_tuple(std::string_view src, uint16_t sport, std::string_view dst,
+                                    uint16_t dport, uint8_t proto);
+
+// "10.1.2.3:1234 -> 10.9.9.9:80 proto 6" for logs and test messages. Not for the fast path.
+std::string format_tuple(const FiveTuple& t);
+
+}  // namespace dripgate::dataplane

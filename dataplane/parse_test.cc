@@ -1,0 +1,546 @@
+// Crafted frames for every header combination and every malformation. Each parse runs on a heap
+// copy of exactly `len` bytes; this test is built with AddressSanitizer (see meson.build), so
+// any read past the end fails the test.
+#include "dataplane/parse.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+// The crafted headers below use designated initializers that name only what a case changes.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace dripgate::dataplane {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+void put16(Bytes& b, uint16_t v) {
+  b.push_back(static_cast<uint8_t>(v >> 8));
+  b.push_back(static_cast<uint8_t>(v));
+}
+void set16(Bytes& b, size_t at, uint16_t v) {
+  b[at] = static_cast<uint8_t>(v >> 8);
+  b[at + 1] = static_cast<uint8_t>(v);
+}
+void append(Bytes& b, const Bytes& more) {
+  b.insert(b.end(), more.begin(), more.end());
+}
+
+struct Tag {
+  uint16_t tpid;
+  uint16_t vid;
+};
+
+Bytes eth(uint16_t ether_type, std::initializer_list<Tag> tags = {}) {
+  Bytes b = {0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02};
+  for (const Tag& t : tags) {
+    put16(b, t.tpid);
+    put16(b, static_cast<uint16_t>(0x2000 | t.vid));  // PCP 1: must not leak into the id
+  }
+  put16(b, ether_type);
+  return b;
+}
+
+Bytes tcp(uint16_t sport, uint16_t dport, uint8_t data_offset_words = 5) {
+  Bytes b;
+  put16(b, sport);
+  put16(b, dport);
+  b.resize(20, 0);
+  b[12] = static_cast<uint8_t>(data_offset_words << 4);
+  b.resize(data_offset_words >= 5 ? data_offset_words * 4u : 20u, 0x01);  // options: NOPs
+  return b;
+}
+
+Bytes udp(uint16_t sport, uint16_t dport, size_t payload = 4) {
+  Bytes b;
+  put16(b, sport);
+  put16(b, dport);
+  put16(b, static_cast<uint16_t>(8 + payload));
+  put16(b, 0);
+  b.resize(8 + payload, 0xAB);
+  return b;
+}
+
+struct V4 {
+  uint8_t proto = 6;
+  uint8_t tos = 0;
+  uint16_t frag = 0;  // flags + offset field
+  Bytes options;
+};
+
+Bytes ipv4(const V4& h, const Bytes& payload) {
+  Bytes b;
+  const size_t ihl = 20 + h.options.size();
+  b.push_back(static_cast<uint8_t>(0x40 | (ihl / 4)));
+  b.push_back(h.tos);
+  put16(b, static_cast<uint16_t>(ihl + payload.size()));
+  put16(b, 0x1234);
+  put16(b, h.frag);
+  b.push_back(64);
+  b.push_back(h.proto);
+  put16(b, 0);
+  append(b, {10, 1, 2, 3});
+  append(b, {10, 9, 8, 7});
+  append(b, h.options);
+  append(b, payload);
+  return b;
+}
+
+const uint8_t kV6Src[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
+const uint8_t kV6Dst[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02};
+
+Bytes ipv6(uint8_t next, const Bytes& payload, uint8_t traffic_class = 0) {
+  Bytes b;
+  const uint32_t first = (6u << 28) | (static_cast<uint32_t>(traffic_class) << 20) | 0x12345;
+  put16(b, static_cast<uint16_t>(first >> 16));
+  put16(b, static_cast<uint16_t>(first));
+  put16(b, static_cast<uint16_t>(payload.size()));
+  b.push_back(next);
+  b.push_back(64);
+  b.insert(b.end(), kV6Src, kV6Src + 16);
+  b.insert(b.end(), kV6Dst, kV6Dst + 16);
+  append(b, payload);
+  return b;
+}
+
+// Hop-by-hop, routing and destination options share the (next, len in 8-byte units - 1) layout.
+Bytes ext_generic(uint8_t next, uint8_t len_units = 0) {
+  Bytes b = {next, len_units};
+  b.resize((len_units + 1u) * 8u, 0);
+  return b;
+}
+Bytes ext_fragment(uint8_t next, uint16_t offset_units, bool more) {
+  Bytes b = {next, 0};
+  put16(b, static_cast<uint16_t>((offset_units << 3) | (more ? 1 : 0)));
+  append(b, {0xDE, 0xAD, 0xBE, 0xEF});
+  return b;
+}
+Bytes ext_ah(uint8_t next, uint8_t len_field = 4) {  // (len + 2) * 4 bytes; 4 -> 24 bytes
+  Bytes b = {next, len_field};
+  b.resize((len_field + 2u) * 4u, 0x5A);
+  return b;
+}
+
+Bytes cat(std::initializer_list<Bytes> parts) {
+  Bytes b;
+  for (const Bytes& p : parts) append(b, p);
+  return b;
+}
+
+// Parses a heap copy of exactly `len` bytes so ASan sees any overread.
+ParsedPacket parse_exact(const Bytes& frame, size_t len) {
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);
+  if (len > 0) std::memcpy(buf.get(), frame.data(), len);
+  ParsedPacket p;
+  std::memset(&p, 0xCC, sizeof(p));  // parse must overwrite everything
+  const ParseStatus s = parse(buf.get(), static_cast<uint32_t>(len), &p);
+  EXPECT_EQ(s, p.status);
+  EXPECT_EQ(p.frame_len, len);
+  return p;
+}
+ParsedPacket parse_all(const Bytes& frame) {
+  return parse_exact(frame, frame.size());
+}
+
+constexpr uint8_t kTcp = 6, kUdp = 17, kIcmp6 = 58, kEsp = 50, kNoNext = 59;
+constexpr uint8_t kHbh = 0, kRouting = 43, kFrag = 44, kAh = 51, kDstOpts = 60;
+
+void expect_v4_tuple(const ParsedPacket& p, uint8_t proto, uint16_t sport, uint16_t dport) {
+  EXPECT_EQ(p.tuple.l3, L3::kIpv4);
+  const uint8_t src[16] = {10, 1, 2, 3};
+  const uint8_t dst[16] = {10, 9, 8, 7};
+  EXPECT_EQ(0, std::memcmp(p.tuple.src, src, 16));
+  EXPECT_EQ(0, std::memcmp(p.tuple.dst, dst, 16));
+  EXPECT_EQ(p.tuple.proto, proto);
+  EXPECT_EQ(p.tuple.sport, sport);
+  EXPECT_EQ(p.tuple.dport, dport);
+  EXPECT_EQ(p.tuple.pad[0], 0);
+  EXPECT_EQ(p.tuple.pad[1], 0);
+}
+
+void expect_v6_tuple(const ParsedPacket& p, uint8_t proto, uint16_t sport, uint16_t dport) {
+  EXPECT_EQ(p.tuple.l3, L3::kIpv6);
+  EXPECT_EQ(0, std::memcmp(p.tuple.src, kV6Src, 16));
+  EXPECT_EQ(0, std::memcmp(p.tuple.dst, kV6Dst, 16));
+  EXPECT_EQ(p.tuple.proto, proto);
+  EXPECT_EQ(p.tuple.sport, sport);
+  EXPECT_EQ(p.tuple.dport, dport);
+}
+
+TEST(Parse, Ipv4Tcp) {
+  const Bytes f = cat({eth(0x0800), ipv4({.proto = kTcp, .tos = 46 << 2}, tcp(40000, 443))});
+  const ParsedPacket p = parse_all(f);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v4_tuple(p, kTcp, 40000, 443);
+  EXPECT_EQ(p.dscp, 46);
+  EXPECT_EQ(p.vlan_count, 0);
+  EXPECT_EQ(p.vlan, 0);
+  EXPECT_FALSE(p.fragment);
+  EXPECT_EQ(p.l3_offset, 14);
+  EXPECT_EQ(p.l4_offset, 34);
+}
+
+TEST(Parse, Ipv4Udp) {
+  const ParsedPacket p = parse_all(cat({eth(0x0800), ipv4({.proto = kUdp}, udp(5353, 53))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v4_tuple(p, kUdp, 5353, 53);
+}
+
+TEST(Parse, Ipv4OtherProtocolHasNoPorts) {
+  const ParsedPacket p = parse_all(cat({eth(0x0800), ipv4({.proto = 1}, Bytes(8, 0))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v4_tuple(p, 1, 0, 0);
+  EXPECT_EQ(p.l4_offset, 0);
+}
+
+TEST(Parse, Ipv4OptionsShiftL4) {
+  V4 h{.proto = kTcp};
+  h.options = {0x01, 0x01, 0x01, 0x01, 0x44, 0x04, 0x05, 0x00};  // NOPs + timestamp-ish, IHL 7
+  const ParsedPacket p = parse_all(cat({eth(0x0800), ipv4(h, tcp(1111, 2222))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v4_tuple(p, kTcp, 1111, 2222);
+  EXPECT_EQ(p.l4_offset, 14 + 28);
+  h.options.assign(40, 0x01);  // the maximum, IHL 15
+  const ParsedPacket q = parse_all(cat({eth(0x0800), ipv4(h, tcp(3, 4))}));
+  ASSERT_EQ(q.status, ParseStatus::kOk);
+  expect_v4_tuple(q, kTcp, 3, 4);
+}
+
+TEST(Parse, Ipv4EthernetPaddingIsIgnored) {
+  Bytes f = cat({eth(0x0800), ipv4({.proto = kUdp}, udp(7, 9, 0))});  // 42 bytes
+  f.resize(60, 0);
+  const ParsedPacket p = parse_all(f);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v4_tuple(p, kUdp, 7, 9);
+  EXPECT_EQ(p.frame_len, 60u);
+}
+
+TEST(Parse, Vlan8021Q) {
+  const ParsedPacket p =
+      parse_all(cat({eth(0x0800, {{0x8100, 100}}), ipv4({.proto = kTcp}, tcp(1, 2))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.vlan_count, 1);
+  EXPECT_EQ(p.vlan, 100);
+  EXPECT_EQ(p.l3_offset, 18);
+  expect_v4_tuple(p, kTcp, 1, 2);
+}
+
+TEST(Parse, QinQ88a8RecordsOuterVlan) {
+  const ParsedPacket p =
+      parse_all(cat({eth(0x86DD, {{0x88A8, 300}, {0x8100, 7}}), ipv6(kUdp, udp(1000, 2000))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.vlan_count, 2);
+  EXPECT_EQ(p.vlan, 300);
+  EXPECT_EQ(p.l3_offset, 22);
+  expect_v6_tuple(p, kUdp, 1000, 2000);
+}
+
+TEST(Parse, QinQ8100Outer) {
+  const ParsedPacket p = parse_all(
+      cat({eth(0x0800, {{0x8100, 4095}, {0x8100, 1}}), ipv4({.proto = kUdp}, udp(1, 2))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.vlan_count, 2);
+  EXPECT_EQ(p.vlan, 4095);
+}
+
+TEST(Parse, ThreeTagsRejected) {
+  const ParsedPacket p = parse_all(cat(
+      {eth(0x0800, {{0x88A8, 1}, {0x8100, 2}, {0x8100, 3}}), ipv4({.proto = kUdp}, udp(1, 2))}));
+  EXPECT_EQ(p.status, ParseStatus::kTooManyVlans);
+}
+
+TEST(Parse, NonIpPassesAsNotIp) {
+  Bytes arp = eth(0x0806);
+  arp.resize(42, 0);
+  EXPECT_EQ(parse_all(arp).status, ParseStatus::kNotIp);
+  Bytes vlan_arp = eth(0x0806, {{0x8100, 5}});
+  vlan_arp.resize(46, 0);
+  const ParsedPacket p = parse_all(vlan_arp);
+  EXPECT_EQ(p.status, ParseStatus::kNotIp);
+  EXPECT_EQ(p.vlan, 5);
+  EXPECT_EQ(parse_all(eth(0x88CC)).status, ParseStatus::kNotIp);  // LLDP, header only
+}
+
+TEST(Parse, Ipv4FirstFragmentParsesPorts) {
+  const ParsedPacket p =
+      parse_all(cat({eth(0x0800), ipv4({.proto = kUdp, .frag = 0x2000}, udp(53, 5353, 64))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_TRUE(p.fragment);
+  expect_v4_tuple(p, kUdp, 53, 5353);
+}
+
+TEST(Parse, Ipv4NonFirstFragmentHasNoPorts) {
+  // Offset 185 (1480 bytes), last fragment; the 3 payload bytes are too short for any header.
+  const ParsedPacket p =
+      parse_all(cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 185}, Bytes{1, 2, 3})}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_TRUE(p.fragment);
+  EXPECT_EQ(p.l4_offset, 0);
+  expect_v4_tuple(p, kTcp, 0, 0);
+  const ParsedPacket q =
+      parse_all(cat({eth(0x0800), ipv4({.proto = kUdp, .frag = 0x2000 | 10}, Bytes(16, 0xFF))}));
+  ASSERT_EQ(q.status, ParseStatus::kOk);
+  expect_v4_tuple(q, kUdp, 0, 0);
+}
+
+TEST(Parse, Ipv4DontFragmentIsNotAFragment) {
+  const ParsedPacket p =
+      parse_all(cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x4000}, tcp(5, 6))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_FALSE(p.fragment);
+  expect_v4_tuple(p, kTcp, 5, 6);
+}
+
+TEST(Parse, Ipv6TcpAndDscp) {
+  const ParsedPacket p = parse_all(cat({eth(0x86DD), ipv6(kTcp, tcp(8080, 80), 0xB8)}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  expect_v6_tuple(p, kTcp, 8080, 80);
+  EXPECT_EQ(p.dscp, 46);
+  EXPECT_EQ(p.l4_offset, 54);
+}
+
+TEST(Parse, Ipv6EachExtensionHeader) {
+  struct Case {
+    const char* name;
+    uint8_t first;
+    Bytes ext;
+    bool fragment;
+  };
+  const std::vector<Case> cases = {
+      {"hop-by-hop", kHbh, ext_generic(kUdp), false},
+      {"hop-by-hop long", kHbh, ext_generic(kUdp, 3), false},
+      {"routing", kRouting, ext_generic(kUdp, 2), false},
+      {"destination options", kDstOpts, ext_generic(kUdp), false},
+      {"first fragment", kFrag, ext_fragment(kUdp, 0, true), true},
+      {"authentication header", kAh, ext_ah(kUdp), false},
+      {"full chain", kHbh,
+       cat({ext_generic(kDstOpts), ext_generic(kRouting), ext_generic(kFrag, 1),
+            ext_fragment(kAh, 0, true), ext_ah(kDstOpts, 1), ext_generic(kUdp)}),
+       true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Bytes f = cat({eth(0x86DD), ipv6(c.first, cat({c.ext, udp(4242, 53)}))});
+    const ParsedPacket p = parse_all(f);
+    ASSERT_EQ(p.status, ParseStatus::kOk) << to_string(p.status);
+    expect_v6_tuple(p, kUdp, 4242, 53);
+    EXPECT_EQ(p.l4_offset, 14 + 40 + c.ext.size());
+    EXPECT_EQ(p.fragment, c.fragment);
+  }
+}
+
+TEST(Parse, Ipv6NonFirstFragmentHasNoPorts) {
+  const ParsedPacket p = parse_all(
+      cat({eth(0x86DD), ipv6(kRouting, cat({ext_generic(kFrag), ext_fragment(kTcp, 100, false),
+                                            Bytes{1, 2, 3, 4, 5}}))}));
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_TRUE(p.fragment);
+  expect_v6_tuple(p, kTcp, 0, 0);
+}
+
+TEST(Parse, Ipv6ChainStopsAtEspNoNextAndUnknown) {
+  for (uint8_t stop : {kEsp, kNoNext, kIcmp6, uint8_t{253}}) {
+    SCOPED_TRACE(static_cast<int>(stop));
+    const ParsedPacket p =
+        parse_all(cat({eth(0x86DD), ipv6(kDstOpts, cat({ext_generic(stop), Bytes(12, 0x77)}))}));
+    ASSERT_EQ(p.status, ParseStatus::kOk);
+    expect_v6_tuple(p, stop, 0, 0);
+  }
+}
+
+// ---- malformations ----
+
+TEST(ParseMalformed, TruncatedL2) {
+  const Bytes f = cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))});
+  for (size_t len = 0; len < 14; ++len) {
+    EXPECT_EQ(parse_exact(f, len).status, ParseStatus::kTruncatedL2) << len;
+  }
+}
+
+TEST(ParseMalformed, TruncatedVlan) {
+  // A tag announced right at the end of the frame.
+  EXPECT_EQ(parse_all(eth(0x8100)).status, ParseStatus::kTruncatedVlan);
+  Bytes f = eth(0x8100, {{0x88A8, 1}});
+  f.push_back(0);
+  EXPECT_EQ(parse_all(f).status, ParseStatus::kTruncatedVlan);
+}
+
+TEST(ParseMalformed, Ipv4Header) {
+  const Bytes good = cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))});
+  {
+    Bytes f = good;
+    f[14] = 0x65;  // version 6 in an IPv4 ethertype
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadIpVersion);
+  }
+  for (uint8_t ihl = 0; ihl < 5; ++ihl) {
+    Bytes f = good;
+    f[14] = static_cast<uint8_t>(0x40 | ihl);
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadIhl) << int(ihl);
+  }
+  {
+    Bytes f = good;
+    set16(f, 16, 19);  // total length below the 20-byte header
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadIpv4Len);
+    f[14] = 0x46;  // IHL 24 bytes
+    set16(f, 16, 23);
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadIpv4Len);
+  }
+  {
+    Bytes f = good;
+    set16(f, 16, static_cast<uint16_t>(good.size() - 14 + 1));  // one byte more than the frame
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kTruncatedIpv4);
+  }
+  {
+    Bytes f = good;
+    f[14] = 0x4F;  // IHL 60 > the 40 bytes that exist
+    set16(f, 16, 60);
+    f.resize(14 + 40);
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kTruncatedIpv4);
+  }
+}
+
+TEST(ParseMalformed, TruncatedL4ByIpLength) {
+  // TCP header cut by the IP total length (frame padded, so only the IP length says so).
+  Bytes f = cat({eth(0x0800), ipv4({.proto = kTcp}, Bytes(10, 0))});
+  f.resize(80, 0);
+  EXPECT_EQ(parse_all(f).status, ParseStatus::kTruncatedL4);
+  Bytes u = cat({eth(0x0800), ipv4({.proto = kUdp}, Bytes(7, 0))});
+  EXPECT_EQ(parse_all(u).status, ParseStatus::kTruncatedL4);
+  // A first fragment too short for the TCP header (the tiny-fragment trick).
+  Bytes tiny = cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x2000}, Bytes(8, 0))});
+  EXPECT_EQ(parse_all(tiny).status, ParseStatus::kTruncatedL4);
+  // TCP options announced beyond the segment.
+  Bytes opts = cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))});
+  opts[14 + 20 + 12] = 0xF0;  // data offset 60 bytes, segment has 20
+  EXPECT_EQ(parse_all(opts).status, ParseStatus::kTruncatedL4);
+  // The same in IPv6.
+  EXPECT_EQ(parse_all(cat({eth(0x86DD), ipv6(kUdp, Bytes(4, 0))})).status,
+            ParseStatus::kTruncatedL4);
+}
+
+TEST(ParseMalformed, BadTcpOffset) {
+  for (uint8_t words = 0; words < 5; ++words) {
+    Bytes f = cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))});
+    f[14 + 20 + 12] = static_cast<uint8_t>(words << 4);
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadTcpOffset) << int(words);
+  }
+}
+
+TEST(ParseMalformed, Ipv6Header) {
+  const Bytes good = cat({eth(0x86DD), ipv6(kUdp, udp(1, 2))});
+  {
+    Bytes f = good;
+    f[14] = 0x45;
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kBadIpVersion);
+  }
+  {
+    Bytes f = good;
+    set16(f, 14 + 4, static_cast<uint16_t>(good.size() - 54 + 1));
+    EXPECT_EQ(parse_all(f).status, ParseStatus::kTruncatedIpv6);
+  }
+}
+
+TEST(ParseMalformed, Ipv6ExtChain) {
+  const auto frame = [](uint8_t first, const Bytes& payload) {
+    return cat({eth(0x86DD), ipv6(first, payload)});
+  };
+  // Hop-by-hop anywhere but first.
+  EXPECT_EQ(
+      parse_all(frame(kDstOpts, cat({ext_generic(kHbh), ext_generic(kUdp), udp(1, 2)}))).status,
+      ParseStatus::kBadIpv6ExtChain);
+  // An extension header longer than the payload.
+  {
+    Bytes p = cat({ext_generic(kUdp, 2), udp(1, 2)});
+    p[1] = 9;  // 80 bytes claimed, 40 present
+    EXPECT_EQ(parse_all(frame(kRouting, p)).status, ParseStatus::kBadIpv6ExtChain);
+    Bytes ah = cat({ext_ah(kUdp), udp(1, 2)});
+    ah[1] = 200;
+    EXPECT_EQ(parse_all(frame(kAh, ah)).status, ParseStatus::kBadIpv6ExtChain);
+  }
+  // Fewer than 8 bytes left where an extension header must start.
+  for (uint8_t first : {kHbh, kRouting, kFrag, kAh, kDstOpts}) {
+    EXPECT_EQ(parse_all(frame(first, Bytes(7, 0))).status, ParseStatus::kBadIpv6ExtChain)
+        << int(first);
+    EXPECT_EQ(parse_all(frame(first, Bytes{})).status, ParseStatus::kBadIpv6ExtChain) << int(first);
+  }
+  // Too many headers: 8 pass, 9 do not.
+  for (int n : {8, 9}) {
+    Bytes chain;
+    for (int i = 0; i < n; ++i) append(chain, ext_generic(i + 1 < n ? kDstOpts : kUdp));
+    const ParseStatus s = parse_all(frame(kDstOpts, cat({chain, udp(1, 2)}))).status;
+    EXPECT_EQ(s, n == 8 ? ParseStatus::kOk : ParseStatus::kBadIpv6ExtChain) << n;
+  }
+}
+
+// Every valid packet, cut at every shorter length, yields a truncation status (and ASan checks
+// that nothing past the cut is read).
+TEST(ParseMalformed, EveryPrefixOfEveryValidPacketIsTruncated) {
+  const std::vector<Bytes> packets = {
+      cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kTcp, .options = Bytes(12, 1)}, tcp(1, 2, 8))}),
+      cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x2000}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 99}, Bytes(9, 0))}),
+      cat({eth(0x0800, {{0x8100, 10}}), ipv4({.proto = kUdp}, udp(1, 2))}),
+      cat({eth(0x0800, {{0x88A8, 10}, {0x8100, 20}}), ipv4({.proto = kTcp}, tcp(1, 2))}),
+      cat({eth(0x86DD), ipv6(kTcp, tcp(1, 2))}),
+      cat({eth(0x86DD, {{0x88A8, 1}, {0x8100, 2}}), ipv6(kUdp, udp(1, 2))}),
+      cat({eth(0x86DD),
+           ipv6(kHbh, cat({ext_generic(kRouting), ext_generic(kFrag, 1), ext_fragment(kAh, 0, true),
+                           ext_ah(kDstOpts), ext_generic(kTcp), tcp(1, 2)}))}),
+      cat({eth(0x86DD), ipv6(kFrag, cat({ext_fragment(kUdp, 7, false), Bytes(3, 0)}))}),
+      cat({eth(0x86DD), ipv6(kEsp, Bytes(16, 0))}),
+  };
+  const std::vector<ParseStatus> truncated = {
+      ParseStatus::kTruncatedL2, ParseStatus::kTruncatedVlan, ParseStatus::kTruncatedIpv4,
+      ParseStatus::kTruncatedIpv6};
+  for (size_t i = 0; i < packets.size(); ++i) {
+    const Bytes& f = packets[i];
+    ASSERT_EQ(parse_all(f).status, ParseStatus::kOk) << "packet " << i;
+    for (size_t len = 0; len < f.size(); ++len) {
+      const ParseStatus s = parse_exact(f, len).status;
+      EXPECT_NE(std::find(truncated.begin(), truncated.end(), s), truncated.end())
+          << "packet " << i << " cut at " << len << ": " << to_string(s);
+    }
+  }
+}
+
+TEST(Parse, StatusNamesAreDistinct) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < kParseStatusCount; ++i) {
+    const std::string n = to_string(static_cast<ParseStatus>(i));
+    EXPECT_NE(n, "unknown");
+    EXPECT_EQ(std::find(names.begin(), names.end(), n), names.end()) << n;
+    names.push_back(n);
+  }
+  EXPECT_STREQ(to_string(ParseStatus::kTruncatedL2), "truncated-l2");
+  EXPECT_STREQ(to_string(ParseStatus::kNotIp), "not-ip");
+}
+
+TEST(Parse, MakeTupleMatchesParsedTuple) {
+  const ParsedPacket p = parse_all(cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(40000, 443))}));
+  const auto t = dataplane::make_tuple("10.1.2.3", 40000, "10.9.8.7", 443, kTcp);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(0, std::memcmp(&*t, &p.tuple, sizeof(FiveTuple)));
+
+  const ParsedPacket q = parse_all(cat({eth(0x86DD), ipv6(kUdp, udp(1, 2))}));
+  const auto u = dataplane::make_tuple("2001:db8::1", 1, "2001:db8::2", 2, kUdp);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(0, std::memcmp(&*u, &q.tuple, sizeof(FiveTuple)));
+  EXPECT_EQ(format_tuple(*u), "[2001:db8::1]:1 -> [2001:db8::2]:2 proto 17");
+  EXPECT_EQ(format_tuple(*t), "10.1.2.3:40000 -> 10.9.8.7:443 proto 6");
+
+  EXPECT_FALSE(dataplane::make_tuple("10.1.2.3", 1, "2001:db8::2", 2, kUdp));  // mixed families
+  EXPECT_FALSE(dataplane::make_tuple("10.1.2", 1, "10.1.2.4", 2, kUdp));
+  EXPECT_FALSE(dataplane::make_tuple("", 1, "10.1.2.4", 2, kUdp));
+  EXPECT_FALSE(dataplane::make_tuple(std::string(100, '1'), 1, "10.1.2.4", 2, kUdp));
+}
+
+}  // namespace
+}  // namespace dripgate::dataplane
