@@ -1,0 +1,361 @@
+#include "dataplane/control_socket.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "dataplane/fastpath.h"
+#include "dataplane/flow_table.h"
+#include "dataplane/parse.h"
+#include "dataplane/scheduler.h"
+#include "dataplane/stats.h"
+
+namespace dripgate::dataplane {
+
+namespace {
+
+[[noreturn]] void sys_fail(const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+sockaddr_un make_addr(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(a.sun_path))
+    throw std::runtime_error(fmt::format(
+        "control socket path '{}' is empty or longer than {} bytes", path, sizeof(a.sun_path) - 1));
+  std::memcpy(a.sun_path, path.data(), path.size());
+  return a;
+}
+
+// True when a process accepts connections on path.
+bool socket_alive(const std::string& path) {
+  sockaddr_un a = make_addr(path);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool alive = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return alive;
+}
+
+}  // namespace
+
+ControlSocket::ControlSocket(std::string path, Handler handler)
+    : path_(std::move(path)), handler_(std::move(handler)) {
+  sockaddr_un addr = make_addr(path_);
+  std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec)
+      throw std::runtime_error(
+          fmt::format("control socket directory '{}': {}", parent.string(), ec.message()));
+  }
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      throw std::runtime_error(
+          fmt::format("control socket path '{}' exists and is not a socket", path_));
+    if (socket_alive(path_))
+      throw std::runtime_error(
+          fmt::format("control socket '{}' is served by another running process", path_));
+    ::unlink(path_.c_str());
+  }
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) sys_fail("control socket");
+  // umask makes the socket 0600 from birth: no window in which others could connect.
+  mode_t old = ::umask(0177);
+  int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::umask(old);
+  if (rc != 0) {
+    int e = errno;
+    ::close(listen_fd_);
+    errno = e;
+    sys_fail(fmt::format("bind control socket '{}'", path_));
+  }
+  ::chmod(path_.c_str(), 0600);
+  if (::listen(listen_fd_, 16) != 0) {
+    int e = errno;
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+    errno = e;
+    sys_fail("listen on control socket");
+  }
+}
+
+ControlSocket::~ControlSocket() {
+  for (auto& c : clients_) ::close(c.fd);
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+  }
+}
+
+std::string ControlSocket::answer_line(const std::string& line, const Handler& handler) {
+  nlohmann::json answer;
+  nlohmann::json req = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded()) {
+    answer = {{"ok", false}, {"error", "malformed JSON"}};
+  } else if (!req.is_object()) {
+    answer = {{"ok", false}, {"error", "request must be a JSON object"}};
+  } else {
+    try {
+      answer = handler(req);
+    } catch (const std::exception& e) {
+      answer = {{"ok", false}, {"error", e.what()}};
+    }
+  }
+  // Replace invalid UTF-8 (echoed from a client's bytes) rather than throw.
+  return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+void ControlSocket::accept_clients() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a client that went away before we accepted
+    if (clients_.size() >= kMaxClients) {
+      static const char kBusy[] = "{\"ok\":false,\"error\":\"too many clients\"}\n";
+      [[maybe_unused]] auto n = ::send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    clients_.push_back(Client{fd, {}, {}});
+  }
+}
+
+bool ControlSocket::read_client(Client& c) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n == 0) {
+      c.closing = true;  // answer what is complete, then close
+      break;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      return false;
+    }
+    c.in.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = c.in.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string line = c.in.substr(start, nl - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      c.out += answer_line(line, handler_);
+    }
+    c.in.erase(0, start);
+    if (c.in.size() > kMaxLine) {
+      c.out += "{\"ok\":false,\"error\":\"line longer than 65536 bytes\"}\n";
+      c.in.clear();
+      c.closing = true;
+      break;
+    }
+    if (c.out.size() > kMaxPendingOut) return false;  // a client that never reads
+  }
+  return true;
+}
+
+bool ControlSocket::flush_client(Client& c) {
+  while (!c.out.empty()) {
+    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      return false;
+    }
+    c.out.erase(0, static_cast<size_t>(n));
+  }
+  return !c.closing;
+}
+
+bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
+  std::vector<pollfd> fds;
+  fds.reserve(clients_.size() + 2);
+  fds.push_back({listen_fd_, POLLIN, 0});
+  fds.push_back({wake_fd, POLLIN, 0});  // poll ignores a negative fd
+  for (const auto& c : clients_)
+    fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+  int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n <= 0) return false;
+  bool woken = wake_fd >= 0 && (fds[1].revents & POLLIN);
+  std::vector<Client> keep;
+  keep.reserve(clients_.size());
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    Client& c = clients_[i];
+    short ev = fds[i + 2].revents;
+    bool ok = true;
+    if (ev & (POLLIN | POLLHUP | POLLERR)) ok = read_client(c);
+    if (ok) ok = flush_client(c);
+    if (ok) {
+      keep.push_back(std::move(c));
+    } else {
+      ::close(c.fd);
+    }
+  }
+  clients_ = std::move(keep);
+  if (fds[0].revents & POLLIN) accept_clients();
+  return woken;
+}
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& msg) {
+  throw std::invalid_argument(msg);
+}
+
+const json& field(const json& obj, const char* name, const std::string& where) {
+  auto it = obj.find(name);
+  if (it == obj.end()) bad(fmt::format("{}{}: missing", where, name));
+  return *it;
+}
+
+std::string get_string(const json& obj, const char* name, const std::string& where) {
+  const json& v = field(obj, name, where);
+  if (!v.is_string()) bad(fmt::format("{}{}: must be a string", where, name));
+  return v.get<std::string>();
+}
+
+int64_t get_int(const json& v, const std::string& path, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() && !v.is_number_unsigned())
+    bad(fmt::format("{}: must be an integer", path));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
+    bad(fmt::format("{}: must be in [{}, {}]", path, lo, hi));
+  int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) bad(fmt::format("{}: must be in [{}, {}]", path, lo, hi));
+  return x;
+}
+
+uint8_t get_proto(const json& v) {
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "tcp") return 6;
+    if (s == "udp") return 17;
+    if (s == "icmp") return 1;
+    if (s == "icmpv6") return 58;
+    if (s == "sctp") return 132;
+    bad("flow.proto: expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got '" + s + "'");
+  }
+  return static_cast<uint8_t>(get_int(v, "flow.proto", 0, 255));
+}
+
+FiveTuple get_flow(const json& req) {
+  const json& f = field(req, "flow", "");
+  if (!f.is_object()) bad("flow: must be an object {src, sport, dst, dport, proto}");
+  for (auto it = f.begin(); it != f.end(); ++it) {
+    static const char* const kKeys[] = {"src", "sport", "dst", "dport", "proto"};
+    if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys))
+      bad("flow." + it.key() + ": unknown field (expected src, sport, dst, dport, proto)");
+  }
+  std::string src = get_string(f, "src", "flow.");
+  std::string dst = get_string(f, "dst", "flow.");
+  auto port = [&](const char* name) -> uint16_t {
+    auto it = f.find(name);
+    return it == f.end()
+               ? 0
+               : static_cast<uint16_t>(get_int(*it, fmt::format("flow.{}", name), 0, 65535));
+  };
+  uint16_t sport = port("sport"), dport = port("dport");
+  uint8_t proto = get_proto(field(f, "proto", "flow."));
+  std::optional<FiveTuple> t = dataplane::make_tuple(src, sport, dst, dport, proto);
+  if (!t) {
+    L3 l3;
+    uint8_t addr[16];
+    if (!parse_address(src, &l3, addr)) bad("flow.src: not an IPv4 or IPv6 address: '" + src + "'");
+    if (!parse_address(dst, &l3, addr)) bad("flow.dst: not an IPv4 or IPv6 address: '" + dst + "'");
+    bad("flow: src and dst are of different address families");
+  }
+  return *t;
+}
+
+std::optional<double> get_rate(const json& req, const char* name) {
+  auto it = req.find(name);
+  if (it == req.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) bad(fmt::format("{}: must be a number >= 0", name));
+  double v = it->get<double>();
+  if (!(v >= 0) || !std::isfinite(v)) bad(fmt::format("{}: must be a finite number >= 0", name));
+  return v;
+}
+
+int class_of(const ControlTargets& t, const std::string& name, const char* field_name) {
+  int c = t.sched->find_class(name);
+  if (c < 0) {
+    std::string known;
+    for (unsigned i = 0; i < t.sched->num_classes(); ++i)
+      known += (i ? ", " : "") + t.sched->class_name(i);
+    bad(fmt::format("{}: no class named '{}' (classes: {})", field_name, name, known));
+  }
+  return c;
+}
+
+}  // namespace
+
+ControlSocket::Handler make_protocol(ControlTargets t) {
+  return [t](const json& req) -> json {
+    const json& opv = field(req, "op", "");
+    if (!opv.is_string()) bad("op: must be a string");
+    const std::string op = opv.get<std::string>();
+    if (op == "tag") {
+      FiveTuple key = get_flow(req);
+      int cls = class_of(t, get_string(req, "class", ""), "class");
+      uint32_t ttl = 0;
+      if (auto it = req.find("ttl_s"); it != req.end())
+        ttl = static_cast<uint32_t>(get_int(*it, "ttl_s", 0, 10 * 365 * 86400));
+      int rc = t.flows->add(key, static_cast<uint16_t>(cls), ttl, t.now());
+      if (rc == -ENOSPC) bad(fmt::format("flow table full ({} flows)", t.flows->capacity()));
+      if (rc != 0) bad(fmt::format("cannot tag the flow: {}", std::strerror(-rc)));
+      return {{"ok", true},
+              {"flow", format_tuple(key)},
+              {"class", t.sched->class_name(cls)},
+              {"ttl_s", ttl}};
+    }
+    if (op == "untag") {
+      FiveTuple key = get_flow(req);
+      bool removed = t.flows->del(key);
+      return {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}};
+    }
+    if (op == "set_rate") {
+      const std::string name = get_string(req, "class", "");
+      std::optional<double> pps = get_rate(req, "rate_pps"), bps = get_rate(req, "rate_bps");
+      if (!pps && !bps) bad("set_rate needs rate_pps and/or rate_bps (0 = unlimited)");
+      RateMailbox::Request r;
+      if (name == "port") {
+        r.cls = RateMailbox::kPort;
+        r.pps = pps.value_or(t.stats->drip.port_rate_pps.load());
+        r.bps = bps.value_or(t.stats->drip.port_rate_bps.load());
+      } else {
+        r.cls = class_of(t, name, "class");
+        const ClassCounters& c = t.stats->classes[static_cast<size_t>(r.cls)];
+        r.pps = pps.value_or(c.rate_pps.load());
+        r.bps = bps.value_or(c.rate_bps.load());
+      }
+      RateMailbox::Result res;
+      t.mailbox->post_and_wait(r, &res, std::chrono::milliseconds(2000));
+      if (!res.ok) bad("set_rate: " + res.error);
+      return {{"ok", true}, {"class", name}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
+    }
+    if (op == "stats") {
+      json s = t.stats->to_json();
+      s["flows"] = t.flows->size();
+      return {{"ok", true}, {"stats", std::move(s)}};
+    }
+    bad("op: unknown '" + op + "' (expected tag, untag, set_rate, stats)");
+  };
+}
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,74 @@
+// The dataplane's control socket: a unix stream socket (mode 0600) served on the main lcore with
+// poll(), one JSON object per line in each direction, several clients at once. The protocol
+// logic lives in the handler; this class only frames lines and never lets a client's bytes
+// crash or block the process.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dripgate::dataplane {
+
+class FlowTable;
+class RateMailbox;
+class Scheduler;
+struct Stats;
+
+class ControlSocket {
+ public:
+  // Called with each request object; returns the answer object. Throwing std::exception turns
+  // into {"ok":false,"error":what()}.
+  using Handler = std::function<nlohmann::json(const nlohmann::json&)>;
+
+  static constexpr size_t kMaxLine = 64 * 1024;
+  static constexpr size_t kMaxClients = 64;
+  static constexpr size_t kMaxPendingOut = 1 << 20;
+
+  // Binds and listens; throws std::runtime_error when the path is taken by a live dataplane or
+  // cannot be created. A stale socket file left by a dead process is replaced.
+  ControlSocket(std::string path, Handler handler);
+  ~ControlSocket();
+  ControlSocket(const ControlSocket&) = delete;
+  ControlSocket& operator=(const ControlSocket&) = delete;
+
+  // Waits up to timeout_ms for activity, serves it, and returns true when wake_fd (if >= 0)
+  // became readable.
+  bool poll_once(int timeout_ms, int wake_fd);
+  size_t clients() const { return clients_.size(); }
+  const std::string& path() const { return path_; }
+
+  // Answers one line as the socket would (also used by tests).
+  static std::string answer_line(const std::string& line, const Handler& handler);
+
+ private:
+  struct Client {
+    int fd;
+    std::string in, out;
+    bool closing = false;
+  };
+  void accept_clients();
+  bool read_client(Client& c);   // false: close it
+  bool flush_client(Client& c);  // false: close it
+
+  std::string path_;
+  Handler handler_;
+  int listen_fd_ = -1;
+  std::vector<Client> clients_;
+};
+
+// The dataplane protocol: tag, untag, set_rate, stats (see DESIGN.md "Control socket").
+// Everything it touches is either writer-safe from the main lcore (flow table, stats) or goes
+// to the drip lcore through the mailbox (rates).
+struct ControlTargets {
+  FlowTable* flows;
+  Stats* stats;
+  RateMailbox* mailbox;
+  const Scheduler* sched;  // class names only (immutable)
+  uint64_t (*now)();       // TSC for flow-table timestamps
+};
+ControlSocket::Handler make_protocol(ControlTargets t);
+
+}  // namespace dripgate::dataplane

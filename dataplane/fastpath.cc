@@ -1,0 +1,454 @@
+#include "dataplane/fastpath.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#include "dataplane/parse.h"
+
+namespace dripgate::dataplane {
+
+namespace {
+// TX attempts for one burst before the rest is dropped and counted (tx_full). A PMD whose ring
+// is full frees descriptors as the NIC sends, so a few immediate retries usually suffice; more
+// would hold up the timeline for everyone else.
+constexpr unsigned kTxRetries = 8;
+
+uint64_t ns_to_ticks(uint64_t ns) {
+  return ns * rte_get_tsc_hz() / 1000000000ULL;
+}
+}  // namespace
+
+// ---- RateMailbox ----
+
+bool RateMailbox::post_and_wait(const Request& r, Result* out, std::chrono::milliseconds timeout) {
+  uint64_t p = posted_.load(std::memory_order_relaxed);
+  if (done_.load(std::memory_order_acquire) != p) {
+    *out = {false, "a previous rate change is still pending (worker not answering)"};
+    return false;
+  }
+  req_ = r;
+  posted_.store(p + 1, std::memory_order_release);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (done_.load(std::memory_order_acquire) != p + 1) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      *out = {false, "the drip lcore did not take the rate change in time"};
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  *out = result_;
+  return true;
+}
+
+// ---- Fastpath ----
+
+struct Fastpath::RxOut {
+  Handoff shaped[kBurst];  // split layout: unshaped frames too, with cls = kPassCls
+  unsigned n_shaped = 0;
+  rte_mbuf* pass[kBurst];
+  unsigned n_pass = 0;
+  rte_mbuf* drop[kBurst];
+  unsigned n_drop = 0;
+  unsigned n_rx = 0;
+  void reset() { n_shaped = n_pass = n_drop = n_rx = 0; }
+};
+
+Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
+                   const Classifier& classifier, Stats& stats)
+    : p_(p), sched_(sched), flows_(flows), classifier_(classifier), stats_(stats) {
+  if (p_.unknown == config::UnknownFlows::kDefault &&
+      (p_.default_class < 0 || static_cast<unsigned>(p_.default_class) >= sched_.num_classes()))
+    throw std::invalid_argument("unknown_flows is 'default' but there is no class 'default'");
+  margin_ticks_ = ns_to_ticks(150);
+  prep_ticks_ = ns_to_ticks(250);
+  rx_cost_fixed_ = ns_to_ticks(300);
+  rx_cost_per_pkt_ = ns_to_ticks(60);
+  if (split()) {
+    std::string name = fmt::format("dg_handoff_{}", p_.rx_lcore);
+    ring_ = rte_ring_create_elem(name.c_str(), sizeof(Handoff), p_.ring_size, rte_socket_id(),
+                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (ring_ == nullptr)
+      throw std::runtime_error(
+          fmt::format("cannot create the hand-over ring: {}", rte_strerror(rte_errno)));
+  }
+}
+
+Fastpath::~Fastpath() {
+  if (launched_) stop_and_wait();
+  rte_ring_free(ring_);
+}
+
+void Fastpath::launch() {
+  auto check = [](unsigned l, const char* what) {
+    if (l >= RTE_MAX_LCORE || !rte_lcore_is_enabled(l))
+      throw std::runtime_error(fmt::format(
+          "dataplane.lcores.{} = {} is not an lcore enabled in the EAL args (-l/--lcores)", what,
+          l));
+    if (l == rte_get_main_lcore())
+      throw std::runtime_error(fmt::format(
+          "dataplane.lcores.{} = {} is the main lcore, which serves the control socket; use a "
+          "worker lcore",
+          what, l));
+  };
+  check(p_.rx_lcore, "rx");
+  check(p_.drip_lcore, "drip");
+  auto launch_one = [this](lcore_function_t* fn, unsigned l) {
+    if (int rc = rte_eal_remote_launch(fn, this, l); rc != 0)
+      throw std::runtime_error(fmt::format("cannot launch lcore {}: {}", l, rte_strerror(-rc)));
+  };
+  if (split()) {
+    launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_drip(); }, p_.drip_lcore);
+    launched_ = true;
+    try {
+      launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_rx(); }, p_.rx_lcore);
+    } catch (...) {
+      rx_done_.store(true, std::memory_order_release);  // lets the drip lcore finish
+      throw;
+    }
+  } else {
+    launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_single(); }, p_.rx_lcore);
+    launched_ = true;
+  }
+}
+
+void Fastpath::stop_and_wait() {
+  running_.store(false, std::memory_order_release);
+  if (!launched_) return;
+  rte_eal_wait_lcore(p_.rx_lcore);
+  if (split()) rte_eal_wait_lcore(p_.drip_lcore);
+  launched_ = false;
+}
+
+// How many packets an RX pass may take in `slack` ticks without making the next departure late.
+unsigned Fastpath::budget(uint64_t slack) const {
+  if (slack == UINT64_MAX) return kBurst;
+  uint64_t overhead = margin_ticks_ + prep_ticks_ + rx_cost_fixed_;
+  if (slack <= overhead) return 0;
+  uint64_t n = (slack - overhead) / std::max<uint64_t>(rx_cost_per_pkt_, 1);
+  return static_cast<unsigned>(std::min<uint64_t>(n, kBurst));
+}
+
+// Moving averages (1/16) of an RX pass's fixed and per-packet cost: a one-off preemption moves
+// them a little, a slower machine moves them for good.
+// A sample is capped at twice the estimate plus the margin: a pass during which the thread was
+// preempted (milliseconds) must not inflate the estimate, or RX would be starved until the
+// queue runs dry and the idle time would cost rate. A really slower pass still raises the
+// estimate geometrically, pass by pass.
+void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
+  if (pkts == 0) {
+    const uint64_t s = std::min(ticks, 2 * rx_cost_fixed_ + margin_ticks_);
+    rx_cost_fixed_ = rx_cost_fixed_ - (rx_cost_fixed_ >> 4) + (s >> 4);
+    return;
+  }
+  const uint64_t var = ticks > rx_cost_fixed_ ? (ticks - rx_cost_fixed_) / pkts : 0;
+  const uint64_t s = std::min(var, 2 * rx_cost_per_pkt_ + margin_ticks_ / 8);
+  rx_cost_per_pkt_ = rx_cost_per_pkt_ - (rx_cost_per_pkt_ >> 4) + (s >> 4);
+}
+
+void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
+  rte_mbuf* pkts[kBurst];
+  const unsigned n = rte_eth_rx_burst(p_.client_port, 0, pkts, static_cast<uint16_t>(max));
+  o.n_rx += n;
+  if (n == 0) return;
+  stats_.rx.rx_client.add(n);
+  const bool inline_pass = split();
+  for (unsigned i = 0; i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
+  for (unsigned i = 0; i < n; ++i) {
+    rte_mbuf* m = pkts[i];
+    ParsedPacket pp;
+    const ParseStatus st = parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), &pp);
+    int cls;
+    bool pass = false;
+    if (st == ParseStatus::kOk) [[likely]] {
+      cls = flows_.lookup(pp.tuple, now);
+      if (cls < 0) cls = classifier_.classify(pp);
+      if (cls < 0) {
+        switch (p_.unknown) {
+          case config::UnknownFlows::kDefault:
+            cls = p_.default_class;
+            break;
+          case config::UnknownFlows::kDrop:
+            stats_.rx.drop_unknown.add();
+            o.drop[o.n_drop++] = m;
+            continue;
+          case config::UnknownFlows::kPass:
+            stats_.rx.pass_unknown.add();
+            pass = true;
+            break;
+        }
+      }
+    } else if (st == ParseStatus::kNotIp) {
+      cls = p_.non_ip_class;
+      if (cls < 0) {
+        stats_.rx.pass_non_ip.add();
+        pass = true;
+      }
+    } else {
+      stats_.rx.malformed[static_cast<size_t>(st) % RxStats::kMaxCauses].add();
+      o.drop[o.n_drop++] = m;
+      continue;
+    }
+    if (pass) {
+      if (inline_pass) {
+        o.shaped[o.n_shaped++] = Handoff{m, now, kPassCls, 0};
+      } else {
+        o.pass[o.n_pass++] = m;
+      }
+      continue;
+    }
+    stats_.classes[static_cast<size_t>(cls)].classified.add();
+    o.shaped[o.n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
+  }
+}
+
+void Fastpath::rx_reverse(unsigned max) {
+  rte_mbuf* pkts[kBurst];
+  const unsigned n = rte_eth_rx_burst(p_.cluster_port, 0, pkts, static_cast<uint16_t>(max));
+  if (n == 0) return;
+  stats_.rx.rx_cluster.add(n);
+  unsigned sent = 0;
+  for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
+    sent += rte_eth_tx_burst(p_.client_port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
+  stats_.rx.reverse_tx.add(sent);
+  if (sent < n) {
+    stats_.rx.reverse_drop_tx.add(n - sent);
+    rte_pktmbuf_free_bulk(pkts + sent, n - sent);
+  }
+}
+
+// Unshaped client->cluster frames; only ever called by the owner of the cluster TX queue.
+void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
+  unsigned sent = 0;
+  for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
+    sent += rte_eth_tx_burst(p_.cluster_port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
+  stats_.rx.pass_tx.add(sent);
+  if (sent < n) {
+    stats_.rx.pass_drop_tx.add(n - sent);
+    rte_pktmbuf_free_bulk(pkts + sent, n - sent);
+  }
+}
+
+// Scheduler owner: queue the classified packets, send the unshaped ones.
+void Fastpath::enqueue_shaped(const Handoff* h, unsigned n) {
+  rte_mbuf* refused[kBurst];
+  unsigned n_refused = 0;
+  rte_mbuf* pass[kBurst];
+  unsigned n_pass = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (h[i].cls == kPassCls) {
+      pass[n_pass++] = h[i].m;
+    } else if (!sched_.enqueue(h[i].cls, h[i].m, h[i].len, h[i].tsc)) {
+      refused[n_refused++] = h[i].m;  // counted by the scheduler (drop_depth)
+    }
+  }
+  if (n_pass) send_pass(pass, n_pass);
+  if (n_refused) rte_pktmbuf_free_bulk(refused, n_refused);
+}
+
+// Scheduler owner: send what is due at `now`, free what expired.
+void Fastpath::drip_due(uint64_t now) {
+  Departure deps[kBurst];
+  Item expired[kBurst];
+  unsigned n_exp = 0;
+  const unsigned n = sched_.poll(now, deps, kBurst, expired, kBurst, &n_exp);
+  if (n_exp) {
+    rte_mbuf* f[kBurst];
+    for (unsigned i = 0; i < n_exp; ++i) f[i] = static_cast<rte_mbuf*>(expired[i].pkt);
+    rte_pktmbuf_free_bulk(f, n_exp);  // counted by the scheduler (drop_ttl)
+  }
+  if (n == 0) return;
+  rte_mbuf* mb[kBurst];
+  for (unsigned i = 0; i < n; ++i) mb[i] = static_cast<rte_mbuf*>(deps[i].pkt);
+  // Polled up to prep_ticks_ ahead: the departure is ready, now wait for its exact time. A tight
+  // loop (PAUSE can take ~50 ns) bounded by prep_ticks_.
+  const uint64_t at = std::min(deps[0].scheduled_tsc, now);
+  while (rte_rdtsc() < at) {
+  }
+  unsigned sent = 0;
+  uint64_t t = 0;
+  for (unsigned tries = 0; sent < n; ++tries) {
+    t = rte_rdtsc();
+    const unsigned k =
+        rte_eth_tx_burst(p_.cluster_port, 0, mb + sent, static_cast<uint16_t>(n - sent));
+    // Class counters are added per run of same-class departures, not per packet.
+    uint32_t run_cls = UINT32_MAX;
+    uint64_t run_pkts = 0, run_bytes = 0;
+    for (unsigned j = sent; j < sent + k; ++j) {
+      stats_.drip.error.record_ticks(static_cast<int64_t>(t - deps[j].scheduled_tsc));
+      if (deps[j].cls != run_cls) {
+        if (run_pkts) {
+          stats_.classes[run_cls].tx_pkts.add(run_pkts);
+          stats_.classes[run_cls].tx_bytes.add(run_bytes);
+        }
+        run_cls = deps[j].cls;
+        run_pkts = run_bytes = 0;
+      }
+      ++run_pkts;
+      run_bytes += deps[j].frame_len;
+    }
+    if (run_pkts) {
+      stats_.classes[run_cls].tx_pkts.add(run_pkts);
+      stats_.classes[run_cls].tx_bytes.add(run_bytes);
+    }
+    sent += k;
+    if (sent == n || tries == kTxRetries) break;
+    stats_.drip.tx_retries.add();
+  }
+  if (sent) {
+    if (stats_.drip.first_tsc.get() == 0) stats_.drip.first_tsc.set(t);
+    stats_.drip.last_tsc.set(t);
+    stats_.drip.departures.add(sent);
+  }
+  for (unsigned j = sent; j < n; ++j) {
+    stats_.classes[deps[j].cls].drop_tx.add();
+    rte_pktmbuf_free(mb[j]);
+  }
+}
+
+void Fastpath::check_mailbox() {
+  mailbox_.poll([this](const RateMailbox::Request& r) {
+    RateMailbox::Result res;
+    // The strings below are only touched on a control request, never per packet.
+    if (r.cls == RateMailbox::kPort) {
+      res.ok = sched_.set_port_rate(r.pps, r.bps, rte_rdtsc(), &res.error);
+      if (res.ok) {
+        stats_.drip.port_rate_pps.store(r.pps, std::memory_order_relaxed);
+        stats_.drip.port_rate_bps.store(r.bps, std::memory_order_relaxed);
+      }
+    } else {
+      const auto c = static_cast<unsigned>(r.cls);
+      res.ok = sched_.set_class_rate(c, r.pps, r.bps, rte_rdtsc(), &res.error);
+      if (res.ok) {
+        stats_.classes[c].rate_pps.store(r.pps, std::memory_order_relaxed);
+        stats_.classes[c].rate_bps.store(r.bps, std::memory_order_relaxed);
+      }
+    }
+    if (res.ok) stats_.drip.rate_updates.add();
+    return res;
+  });
+}
+
+// Scheduler owner, after RX has stopped: keep the timeline for up to drain_ms, then free what
+// is left (the scheduler counts it as drained = drops.shutdown).
+void Fastpath::drain_and_free() {
+  const uint64_t deadline = rte_rdtsc() + p_.drain_ms * (rte_get_tsc_hz() / 1000);
+  while (sched_.backlog() != 0) {
+    const uint64_t now = rte_rdtsc();
+    if (now >= deadline) break;
+    check_mailbox();
+    if (sched_.next_departure() <= now) {
+      drip_due(now);
+    } else {
+      rte_pause();
+    }
+  }
+  sched_.drain([](const Item& it) { rte_pktmbuf_free(static_cast<rte_mbuf*>(it.pkt)); });
+}
+
+int Fastpath::run_single() {
+  const unsigned lcore = rte_lcore_id();
+  flows_.register_reader(lcore);
+  RxOut out;
+  while (running_.load(std::memory_order_relaxed)) {
+    check_mailbox();
+    uint64_t now = rte_rdtsc();
+    const uint64_t nd = sched_.next_departure();
+    unsigned max;
+    if (nd <= now + prep_ticks_) {
+      // Due, or due within prep_ticks_: prepare it now, drip_due waits for the exact time.
+      const uint64_t at = std::max(now, nd);
+      const uint64_t before = stats_.drip.departures.get();
+      drip_due(at);
+      if (stats_.drip.departures.get() != before || sched_.next_departure() > at) continue;
+      max = kBurst;  // due but nothing released (all capped): do not starve RX
+    } else {
+      max = budget(nd == UINT64_MAX ? UINT64_MAX : nd - now);
+    }
+    if (max == 0) {
+      flows_.quiescent(lcore);
+      while (rte_rdtsc() + prep_ticks_ < nd) rte_pause();
+      continue;
+    }
+    out.reset();
+    rx_client(max, out, now);
+    flows_.quiescent(lcore);
+    enqueue_shaped(out.shaped, out.n_shaped);
+    if (out.n_pass) send_pass(out.pass, out.n_pass);
+    if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
+    rx_reverse(max);
+    note_rx_cost(rte_rdtsc() - now, out.n_rx);
+  }
+  flows_.quiescent(lcore);
+  flows_.unregister_reader(lcore);
+  drain_and_free();
+  return 0;
+}
+
+int Fastpath::run_rx() {
+  const unsigned lcore = rte_lcore_id();
+  flows_.register_reader(lcore);
+  RxOut out;
+  while (running_.load(std::memory_order_relaxed)) {
+    const uint64_t now = rte_rdtsc();
+    out.reset();
+    rx_client(kBurst, out, now);
+    flows_.quiescent(lcore);
+    if (out.n_shaped) {
+      const unsigned q =
+          rte_ring_sp_enqueue_burst_elem(ring_, out.shaped, sizeof(Handoff), out.n_shaped, nullptr);
+      for (unsigned i = q; i < out.n_shaped; ++i) out.drop[out.n_drop++] = out.shaped[i].m;
+      stats_.rx.drop_ring.add(out.n_shaped - q);
+    }
+    if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
+    rx_reverse(kBurst);
+  }
+  flows_.quiescent(lcore);
+  flows_.unregister_reader(lcore);
+  rx_done_.store(true, std::memory_order_release);
+  return 0;
+}
+
+int Fastpath::run_drip() {
+  Handoff h[kBurst];
+  for (;;) {
+    check_mailbox();
+    const uint64_t now = rte_rdtsc();
+    const uint64_t nd = sched_.next_departure();
+    const bool due = nd <= now + prep_ticks_;
+    if (due) {
+      const uint64_t at = std::max(now, nd);
+      const uint64_t before = stats_.drip.departures.get();
+      drip_due(at);
+      if (stats_.drip.departures.get() != before || sched_.next_departure() > at) continue;
+    }
+    const unsigned max = due ? kBurst : budget(nd == UINT64_MAX ? UINT64_MAX : nd - now);
+    if (max == 0) {
+      while (rte_rdtsc() + prep_ticks_ < nd) rte_pause();
+      continue;
+    }
+    const bool rx_finished = rx_done_.load(std::memory_order_acquire);
+    const unsigned n = rte_ring_sc_dequeue_burst_elem(ring_, h, sizeof(Handoff), max, nullptr);
+    if (n) {
+      enqueue_shaped(h, n);
+      note_rx_cost(rte_rdtsc() - now, n);
+    } else if (rx_finished) {
+      break;  // RX has stopped and everything it handed over is in the scheduler
+    }
+  }
+  drain_and_free();
+  return 0;
+}
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,138 @@
+// The worker loops. Two layouts:
+//  * single: one worker lcore receives from both ports, parses, classifies, enqueues into the
+//    scheduler, drips toward the cluster port and forwards the reverse path;
+//  * split: an RX lcore receives, parses and classifies, and hands packets to the drip lcore
+//    through one single-producer/single-consumer rte_ring; the drip lcore owns the scheduler
+//    and is the only user of the cluster port's TX queue (unshaped client->cluster frames go
+//    through the ring too). The RX lcore owns the client port's TX queue (reverse path).
+// Per packet: no syscalls, locks, allocation or logging. Every mbuf is sent or freed, and counted.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+#include "dataplane/classify.h"
+#include "dataplane/flow_table.h"
+#include "dataplane/scheduler.h"
+#include "dataplane/stats.h"
+
+struct rte_ring;
+struct rte_mbuf;
+
+namespace dripgate::dataplane {
+
+// A rate change handed from the main lcore to the scheduler's owner: a single slot, posted by
+// one writer (the main lcore) and taken by the drip lcore between bursts, so the scheduler is
+// never touched from two threads and queued packets stay queued.
+class RateMailbox {
+ public:
+  static constexpr int kPort = -1;
+  struct Request {
+    int cls = kPort;
+    double pps = 0, bps = 0;
+  };
+  struct Result {
+    bool ok = false;
+    std::string error;
+  };
+
+  // Main lcore: posts and waits for the worker's answer (false: worker not answering in time).
+  bool post_and_wait(const Request& r, Result* out, std::chrono::milliseconds timeout);
+
+  // Worker: applies a pending request, if any. One acquire load when idle.
+  template <typename Apply>
+  void poll(Apply&& apply) {
+    uint64_t p = posted_.load(std::memory_order_acquire);
+    if (p == done_.load(std::memory_order_relaxed)) [[likely]]
+      return;
+    result_ = apply(req_);
+    done_.store(p, std::memory_order_release);
+  }
+
+ private:
+  alignas(64) std::atomic<uint64_t> posted_{0};
+  alignas(64) std::atomic<uint64_t> done_{0};
+  Request req_;
+  Result result_;
+};
+
+struct FastpathParams {
+  uint16_t client_port = 0;
+  uint16_t cluster_port = 1;
+  unsigned rx_lcore = 1;
+  unsigned drip_lcore = 1;
+  config::UnknownFlows unknown = config::UnknownFlows::kDefault;
+  int default_class = -1;  // for unknown_flows: default
+  int non_ip_class = -1;   // >= 0: shape non-IP frames in this class instead of passing them
+  uint32_t drain_ms = 2000;
+  uint32_t ring_size = 4096;  // split layout hand-over ring
+};
+
+class Fastpath {
+ public:
+  Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
+           const Classifier& classifier, Stats& stats);
+  ~Fastpath();
+  Fastpath(const Fastpath&) = delete;
+  Fastpath& operator=(const Fastpath&) = delete;
+
+  bool split() const { return p_.rx_lcore != p_.drip_lcore; }
+  // Starts the worker lcore(s); throws when an lcore cannot be launched.
+  void launch();
+  // Stops receiving; the drip side sends what is queued for up to drain_ms, then frees the rest
+  // (counted as drops.shutdown). Returns when the workers have returned.
+  void stop_and_wait();
+
+  RateMailbox& mailbox() { return mailbox_; }
+
+  // Implementation, public for the lcore entry points.
+  struct Handoff {
+    rte_mbuf* m;
+    uint64_t tsc;
+    uint32_t cls;  // kPassCls: send unshaped
+    uint32_t len;
+  };
+  static constexpr uint32_t kPassCls = UINT32_MAX;
+  int run_single();
+  int run_rx();
+  int run_drip();
+
+ private:
+  static constexpr unsigned kBurst = 32;
+
+  struct RxOut;  // where one received burst goes
+  unsigned budget(uint64_t slack) const;
+  void rx_client(unsigned max, RxOut& out, uint64_t now);
+  void rx_reverse(unsigned max);
+  void send_pass(rte_mbuf** pkts, unsigned n);
+  void enqueue_shaped(const Handoff* h, unsigned n);
+  void drip_due(uint64_t now);
+  void check_mailbox();
+  void drain_and_free();
+  void note_rx_cost(uint64_t ticks, unsigned pkts);
+
+  FastpathParams p_;
+  Scheduler& sched_;
+  FlowTable& flows_;
+  const Classifier& classifier_;
+  Stats& stats_;
+  RateMailbox mailbox_;
+  rte_ring* ring_ = nullptr;
+  bool launched_ = false;
+
+  alignas(64) std::atomic<bool> running_{true};
+  std::atomic<bool> rx_done_{false};
+  // Drip-owner state: the cost of an RX pass per packet (ticks), a decaying maximum, so the
+  // worker only receives when the next departure is far enough away.
+  uint64_t rx_cost_per_pkt_ = 0;
+  uint64_t rx_cost_fixed_ = 0;
+  uint64_t margin_ticks_ = 0;
+  // How far ahead of its time a departure is polled from the scheduler, so that only the TX call
+  // separates the end of the spin from the packet leaving.
+  uint64_t prep_ticks_ = 0;
+};
+
+}  // namespace dripgate::dataplane

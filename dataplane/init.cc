@@ -1,0 +1,129 @@
+#include "dataplane/init.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+namespace dripgate::dataplane {
+
+namespace {
+[[noreturn]] void fail(const std::string& what, int err) {
+  throw std::runtime_error(fmt::format("{}: {}", what, rte_strerror(err < 0 ? -err : err)));
+}
+}  // namespace
+
+namespace {
+// The runtime dir, removed at exit: DPDK's telemetry unlinks its socket in an atexit handler,
+// so ours must be registered before rte_eal_init to run after it.
+char g_runtime_dir[4096];
+void remove_runtime_dir() {
+  if (g_runtime_dir[0] != '\0') ::rmdir(g_runtime_dir);  // fails harmlessly if not empty
+}
+}  // namespace
+
+Eal::Eal(const std::vector<std::string>& args) {
+  static const bool registered = std::atexit(remove_runtime_dir) == 0;
+  (void)registered;
+  std::vector<std::string> copy = args;  // rte_eal_init may permute argv
+  std::vector<char*> argv;
+  argv.reserve(copy.size() + 1);
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (rte_eal_init(static_cast<int>(copy.size()), argv.data()) < 0)
+    fail("EAL initialisation failed (check dataplane.eal)", rte_errno);
+  runtime_dir_ = rte_eal_get_runtime_dir();
+  std::snprintf(g_runtime_dir, sizeof(g_runtime_dir), "%s", runtime_dir_.c_str());
+}
+
+Eal::~Eal() {
+  rte_eal_cleanup();
+  remove_runtime_dir();  // in case nothing is left already; else again at exit
+}
+
+MbufPool::MbufPool(const std::string& name, uint32_t count, int socket) {
+  // The per-lcore cache must divide into the pool: 256 is DPDK's usual value, smaller for
+  // tiny pools so the caches cannot hide most of the pool.
+  unsigned cache = count >= 4096 ? 256 : count / 16;
+  pool_ = rte_pktmbuf_pool_create(name.c_str(), count, cache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                  socket < 0 ? SOCKET_ID_ANY : socket);
+  if (pool_ == nullptr) fail(fmt::format("cannot create mbuf pool of {} mbufs", count), rte_errno);
+}
+
+MbufPool::~MbufPool() {
+  rte_mempool_free(pool_);
+}
+
+uint32_t MbufPool::size() const {
+  return pool_->size;
+}
+uint32_t MbufPool::available() const {
+  return rte_mempool_avail_count(pool_);
+}
+
+Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_desc, uint16_t tx_desc) : id_(id) {
+  if (!rte_eth_dev_is_valid_port(id))
+    throw std::runtime_error(fmt::format(
+        "port {} does not exist ({} ports available; add --vdev or a PCI device to dataplane.eal)",
+        id, rte_eth_dev_count_avail()));
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(id, &info); rc != 0) fail(fmt::format("port {} info", id), rc);
+  rte_eth_conf conf{};
+  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  if (int rc = rte_eth_dev_configure(id, 1, 1, &conf); rc != 0)
+    fail(fmt::format("port {} configure", id), rc);
+  if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(id, &rx_desc, &tx_desc); rc != 0)
+    fail(fmt::format("port {} descriptors", id), rc);
+  int socket = rte_eth_dev_socket_id(id);
+  if (socket < 0) socket = SOCKET_ID_ANY;
+  rte_eth_rxconf rxq = info.default_rxconf;
+  rxq.offloads = conf.rxmode.offloads;
+  if (int rc = rte_eth_rx_queue_setup(id, 0, rx_desc, static_cast<unsigned>(socket), &rxq, pool);
+      rc != 0)
+    fail(fmt::format("port {} rx queue", id), rc);
+  rte_eth_txconf txq = info.default_txconf;
+  txq.offloads = conf.txmode.offloads;
+  if (int rc = rte_eth_tx_queue_setup(id, 0, tx_desc, static_cast<unsigned>(socket), &txq); rc != 0)
+    fail(fmt::format("port {} tx queue", id), rc);
+  if (int rc = rte_eth_dev_start(id); rc != 0) fail(fmt::format("port {} start", id), rc);
+  started_ = true;
+  // A bump in the wire forwards frames for any MAC; not every PMD supports it (net_null).
+  rte_eth_promiscuous_enable(id);
+}
+
+Port::~Port() {
+  stop();
+  close();
+}
+
+std::string Port::name() const {
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  if (rte_eth_dev_get_name_by_port(id_, name) != 0) return fmt::format("port{}", id_);
+  return name;
+}
+
+void Port::stop() {
+  if (started_) {
+    rte_eth_dev_stop(id_);
+    started_ = false;
+  }
+}
+
+void Port::close() {
+  stop();
+  if (!closed_) {
+    rte_eth_dev_close(id_);
+    closed_ = true;
+  }
+}
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,59 @@
+// DPDK resources with owners: the EAL, the mbuf pool and the two ports. Construction throws
+// std::runtime_error with DPDK's reason; destruction releases in the reverse order of creation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct rte_mempool;
+
+namespace dripgate::dataplane {
+
+// rte_eal_init in the constructor, rte_eal_cleanup in the destructor.
+class Eal {
+ public:
+  // args[0] is the program name.
+  explicit Eal(const std::vector<std::string>& args);
+  ~Eal();
+  Eal(const Eal&) = delete;
+  Eal& operator=(const Eal&) = delete;
+
+ private:
+  std::string runtime_dir_;
+};
+
+class MbufPool {
+ public:
+  MbufPool(const std::string& name, uint32_t count, int socket);
+  ~MbufPool();
+  MbufPool(const MbufPool&) = delete;
+  MbufPool& operator=(const MbufPool&) = delete;
+  rte_mempool* get() const { return pool_; }
+  uint32_t size() const;
+  uint32_t available() const;
+
+ private:
+  rte_mempool* pool_ = nullptr;
+};
+
+// One ethdev with 1 RX and 1 TX queue, promiscuous, started. stop() is idempotent; the
+// destructor stops and closes (which frees whatever the PMD still holds in its rings).
+class Port {
+ public:
+  Port(uint16_t id, rte_mempool* pool, uint16_t rx_desc = 1024, uint16_t tx_desc = 1024);
+  ~Port();
+  Port(const Port&) = delete;
+  Port& operator=(const Port&) = delete;
+  uint16_t id() const { return id_; }
+  std::string name() const;
+  void stop();
+  void close();
+
+ private:
+  uint16_t id_;
+  bool started_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace dripgate::dataplane

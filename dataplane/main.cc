@@ -1,0 +1,217 @@
+// dripgate-dataplane: loads the config, brings up the EAL, the mbuf pool and the two ports,
+// starts the worker lcore(s) and serves the control socket on the main lcore (poll(), no spin)
+// until SIGTERM/SIGINT or --duration; then drains, stops and prints the final stats as JSON.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <rte_cycles.h>
+#include <rte_lcore.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "config/config.h"
+#include "dataplane/args.h"
+#include "dataplane/classify.h"
+#include "dataplane/control_socket.h"
+#include "dataplane/fastpath.h"
+#include "dataplane/flow_table.h"
+#include "dataplane/init.h"
+#include "dataplane/parse.h"
+#include "dataplane/scheduler.h"
+#include "dataplane/stats.h"
+
+namespace dg = dripgate::dataplane;
+namespace cfg = dripgate::config;
+
+namespace {
+
+// SIGTERM/SIGINT arrive on a signalfd that the control loop polls. Blocked before the EAL
+// starts its threads, so every thread inherits the mask and only the signalfd sees them.
+class SignalFd {
+ public:
+  SignalFd() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    fd_ = signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd_ < 0) throw std::runtime_error("signalfd failed");
+  }
+  ~SignalFd() { ::close(fd_); }
+  SignalFd(const SignalFd&) = delete;
+  SignalFd& operator=(const SignalFd&) = delete;
+  int fd() const { return fd_; }
+  int take() {
+    signalfd_siginfo si{};
+    if (::read(fd_, &si, sizeof(si)) != sizeof(si)) return 0;
+    return static_cast<int>(si.ssi_signo);
+  }
+
+ private:
+  sigset_t set_;
+  int fd_ = -1;
+};
+
+std::vector<std::string> cause_names() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < dg::kParseStatusCount; ++i) {
+    auto st = static_cast<dg::ParseStatus>(i);
+    bool malformed = st != dg::ParseStatus::kOk && st != dg::ParseStatus::kNotIp;
+    names.push_back(malformed ? dg::to_string(st) : "");
+  }
+  return names;
+}
+
+uint64_t tsc_now() {
+  return rte_rdtsc();
+}
+
+int run(const dg::Options& opt, const cfg::Dataplane& dp) {
+  SignalFd signals;
+  // Destroyed after the EAL (declared before it): telemetry may read them until cleanup.
+  std::unique_ptr<dg::Scheduler> sched;
+  std::unique_ptr<dg::Stats> stats;
+  dg::Eal eal(dg::eal_args(opt, dp, "dripgate-dataplane"));
+
+  const uint64_t hz = rte_get_tsc_hz();
+  sched = std::make_unique<dg::Scheduler>(dp.drip, dp.classes, hz);
+  stats = std::make_unique<dg::Stats>(sched.get(), cause_names(), hz, rte_rdtsc());
+  dg::register_telemetry(stats.get());
+
+  auto compiled = dg::Classifier::compile(dp.classify, dp.classes);
+  if (!compiled.classifier) throw std::runtime_error("dataplane." + compiled.error);
+  const dg::Classifier classifier = std::move(*compiled.classifier);
+
+  dg::FlowTableParams fp;
+  fp.entries = dp.flow_table_size;
+  fp.tsc_hz = hz;
+  fp.idle_timeout_s = dp.flow_idle_timeout_s;
+  fp.socket_id = static_cast<int>(rte_socket_id());
+  std::string err;
+  std::unique_ptr<dg::FlowTable> flows = dg::FlowTable::create(fp, &err);
+  if (!flows) throw std::runtime_error("flow table: " + err);
+
+  if (dp.client_port == dp.cluster_port)
+    throw std::runtime_error("dataplane.ports: client and cluster must be different ports");
+  dg::MbufPool pool("dg_mbufs", dp.mbufs, static_cast<int>(rte_socket_id()));
+  stats->mbufs_total = pool.size();
+  dg::Port client(dp.client_port, pool.get());
+  dg::Port cluster(dp.cluster_port, pool.get());
+  spdlog::info("ports: client {} ({}), cluster {} ({})", client.id(), client.name(), cluster.id(),
+               cluster.name());
+
+  dg::FastpathParams params;
+  params.client_port = dp.client_port;
+  params.cluster_port = dp.cluster_port;
+  params.rx_lcore = dp.rx_lcore;
+  params.drip_lcore = dp.drip_lcore;
+  params.unknown = dp.unknown_flows;
+  params.default_class = sched->find_class("default");
+  params.drain_ms = opt.drain_ms;
+  if (!opt.shape_non_ip.empty()) {
+    params.non_ip_class = sched->find_class(opt.shape_non_ip);
+    if (params.non_ip_class < 0)
+      throw std::runtime_error("--shape-non-ip: no class named '" + opt.shape_non_ip + "'");
+  }
+  dg::Fastpath fastpath(params, *sched, *flows, classifier, *stats);
+
+  dg::ControlSocket control(
+      dp.control_socket,
+      dg::make_protocol({flows.get(), stats.get(), &fastpath.mailbox(), sched.get(), &tsc_now}));
+  fastpath.launch();
+  spdlog::info(
+      "running: {} layout (rx lcore {}, drip lcore {}), port rate {} pps / {} bps, "
+      "control socket {}",
+      fastpath.split() ? "split" : "single-worker", dp.rx_lcore, dp.drip_lcore, dp.drip.rate_pps,
+      dp.drip.rate_bps, dp.control_socket);
+  std::fflush(stdout);
+
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto next_sweep = start + std::chrono::seconds(1);
+  for (;;) {
+    if (control.poll_once(100, signals.fd())) {
+      spdlog::info("signal {}: stopping", signals.take());
+      break;
+    }
+    const auto now = clock::now();
+    if (opt.duration_s > 0 && now - start >= std::chrono::duration<double>(opt.duration_s)) {
+      spdlog::info("--duration reached: stopping");
+      break;
+    }
+    if (now >= next_sweep) {
+      flows->sweep(rte_rdtsc());
+      next_sweep = now + std::chrono::seconds(1);
+    }
+  }
+
+  fastpath.stop_and_wait();
+  client.close();
+  cluster.close();
+  // Every mbuf is back once the ports have released their rings: a leak shows here.
+  stats->mbufs_available.store(pool.available());
+  nlohmann::json final_stats = stats->to_json();
+  final_stats["flows"] = flows->size();
+  final_stats["uptime_s"] = std::chrono::duration<double>(clock::now() - start).count();
+  std::cout << final_stats.dump() << std::endl;
+  if (!opt.stats_file.empty()) {
+    std::ofstream f(opt.stats_file);
+    f << final_stats.dump(2) << "\n";
+    if (!f) spdlog::error("cannot write --stats-file {}", opt.stats_file);
+  }
+  if (pool.available() != pool.size())
+    spdlog::error("mbuf leak: {} of {} mbufs not returned", pool.size() - pool.available(),
+                  pool.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("dataplane"));
+  dg::ParseOutcome parsed = dg::parse_args(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const dg::Options& opt = *parsed.options;
+
+  cfg::LoadResult lr =
+      opt.config_path.empty() ? cfg::load_default() : cfg::load_file(opt.config_path);
+  if (!lr.errors.empty()) {
+    for (const auto& e : lr.errors) std::cerr << e.str() << "\n";
+    return 2;
+  }
+  if (!lr.config->dataplane) {
+    std::cerr << lr.config->source << ": no `dataplane:` section\n";
+    return 2;
+  }
+  cfg::Dataplane dp = *lr.config->dataplane;
+  dg::apply_overrides(opt, dp);
+  // What the loader cannot see: the rules compiled against the classes, the scheduler's limits.
+  if (auto c = dg::Classifier::compile(dp.classify, dp.classes); !c.classifier) {
+    std::cerr << lr.config->source << ": dataplane." << c.error << "\n";
+    return 2;
+  }
+  try {
+    dg::Scheduler probe(dp.drip, dp.classes, 2'000'000'000);
+  } catch (const std::exception& e) {
+    std::cerr << lr.config->source << ": dataplane." << e.what() << "\n";
+    return 2;
+  }
+  if (opt.check) {
+    std::cout << lr.config->source << ": ok\n";
+    return 0;
+  }
+  try {
+    return run(opt, dp);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,249 @@
+#include "dataplane/stats.h"
+
+#include "dataplane/scheduler.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <rte_telemetry.h>
+
+namespace dripgate::dataplane {
+
+nlohmann::json hist_json(const LatencyHist& h) {
+  LatencyHist::Snapshot s = h.snapshot();
+  nlohmann::json j;
+  j["count"] = s.count;
+  j["min_ns"] = s.min_ns;
+  j["max_ns"] = s.max_ns;
+  j["mean_ns"] = s.mean_ns();
+  j["p50_ns"] = s.percentile(50);
+  j["p99_ns"] = s.percentile(99);
+  j["p999_ns"] = s.percentile(99.9);
+  for (uint64_t w : {64, 128, 256, 512, 1024})
+    j["within_" + std::to_string(w) + "ns"] = s.share_within(w);
+  // Non-empty buckets as [low_ns, high_ns, count] (inclusive edges), earliest first.
+  nlohmann::json buckets = nlohmann::json::array();
+  for (unsigned b = LatencyHist::kBuckets; b-- > 0;) {
+    if (s.neg[b])
+      buckets.push_back({-static_cast<int64_t>(LatencyHist::bucket_high(b)),
+                         -static_cast<int64_t>(LatencyHist::bucket_low(b)), s.neg[b]});
+  }
+  for (unsigned b = 0; b < LatencyHist::kBuckets; ++b) {
+    if (s.pos[b])
+      buckets.push_back({static_cast<int64_t>(LatencyHist::bucket_low(b)),
+                         static_cast<int64_t>(LatencyHist::bucket_high(b)), s.pos[b]});
+  }
+  j["buckets"] = std::move(buckets);
+  return j;
+}
+
+Stats::Stats(const Scheduler* s, std::vector<std::string> causes, uint64_t hz, uint64_t start)
+    : malformed_names(std::move(causes)),
+      classes(s->num_classes()),
+      sched(s),
+      drip(hz),
+      tsc_hz(hz),
+      start_tsc(start) {
+  for (unsigned i = 0; i < s->num_classes(); ++i) {
+    class_names.push_back(s->class_name(i));
+    config::DripRate r = s->class_rate(i);
+    classes[i].rate_pps.store(r.rate_pps);
+    classes[i].rate_bps.store(r.rate_bps);
+  }
+  config::DripRate p = s->port_rate();
+  drip.port_rate_pps.store(p.rate_pps);
+  drip.port_rate_bps.store(p.rate_bps);
+  if (malformed_names.size() > static_cast<size_t>(RxStats::kMaxCauses))
+    malformed_names.resize(RxStats::kMaxCauses);
+}
+
+int Stats::class_index(const std::string& name) const {
+  for (size_t i = 0; i < class_names.size(); ++i)
+    if (class_names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+uint64_t Stats::malformed_total() const {
+  uint64_t n = 0;
+  for (const auto& c : rx.malformed) n += c.get();
+  return n;
+}
+
+Stats::Totals Stats::totals() const {
+  Totals t;
+  for (unsigned i = 0; i < classes.size(); ++i) {
+    ClassStats s = sched->class_stats(i);
+    t.classified += classes[i].classified.get();
+    t.enqueued += s.enq_packets;
+    t.tx += classes[i].tx_pkts.get();
+    t.tx_bytes += classes[i].tx_bytes.get();
+    t.depth += s.drop_depth;
+    t.ttl += s.drop_ttl;
+    t.drop_tx += classes[i].drop_tx.get();
+    t.drained += s.drained;
+    t.queue_len += s.queue_len;
+  }
+  return t;
+}
+
+double Stats::departure_rate_pps() const {
+  uint64_t n = drip.departures.get();
+  uint64_t first = drip.first_tsc.get(), last = drip.last_tsc.get();
+  if (n < 2 || last <= first) return 0;
+  return static_cast<double>(n - 1) * static_cast<double>(tsc_hz) /
+         static_cast<double>(last - first);
+}
+
+nlohmann::json Stats::class_json(size_t i) const {
+  const ClassCounters& c = classes[i];
+  ClassStats s = sched->class_stats(static_cast<unsigned>(i));
+  return {{"name", class_names[i]},
+          {"classified", c.classified.get()},
+          {"enqueued", s.enq_packets},
+          {"released", s.tx_packets},
+          {"tx_pkts", c.tx_pkts.get()},
+          {"tx_bytes", c.tx_bytes.get()},
+          {"queue_len", s.queue_len},
+          {"rate_pps", c.rate_pps.load(std::memory_order_relaxed)},
+          {"rate_bps", c.rate_bps.load(std::memory_order_relaxed)},
+          {"drops",
+           {{"depth", s.drop_depth},
+            {"ttl", s.drop_ttl},
+            {"tx_full", c.drop_tx.get()},
+            {"shutdown", s.drained}}}};
+}
+
+nlohmann::json Stats::to_json() const {
+  nlohmann::json j;
+  nlohmann::json cls = nlohmann::json::object();
+  for (size_t i = 0; i < classes.size(); ++i) cls[class_names[i]] = class_json(i);
+  Totals t = totals();
+  nlohmann::json malformed = nlohmann::json::object();
+  for (size_t i = 0; i < malformed_names.size(); ++i) {
+    if (malformed_names[i].empty()) continue;
+    malformed[malformed_names[i]] = rx.malformed[i].get();
+  }
+  j["classes"] = std::move(cls);
+  j["rx"] = {{"client", rx.rx_client.get()}, {"cluster", rx.rx_cluster.get()}};
+  j["tx"] = {{"shaped", t.tx},
+             {"shaped_bytes", t.tx_bytes},
+             {"pass_non_ip", rx.pass_non_ip.get()},
+             {"pass_unknown", rx.pass_unknown.get()},
+             {"pass_sent", rx.pass_tx.get()},
+             {"reverse", rx.reverse_tx.get()}};
+  j["drops"] = {{"depth", t.depth},
+                {"ttl", t.ttl},
+                {"tx_full", t.drop_tx},
+                {"pass_tx_full", rx.pass_drop_tx.get()},
+                {"reverse_tx_full", rx.reverse_drop_tx.get()},
+                {"unknown", rx.drop_unknown.get()},
+                {"ring", rx.drop_ring.get()},
+                {"shutdown", t.drained},
+                {"malformed", malformed_total()},
+                {"malformed_by_cause", std::move(malformed)}};
+  j["queue_len"] = t.queue_len;
+  j["departures"] = drip.departures.get();
+  j["stall_clamps"] = sched->port_stats().stall_clamps;  // catch-up limit hit after a stall
+  j["tx_retries"] = drip.tx_retries.get();
+  j["rate_updates"] = drip.rate_updates.get();
+  j["departure_rate_pps"] = departure_rate_pps();
+  j["port_rate_pps"] = drip.port_rate_pps.load(std::memory_order_relaxed);
+  j["port_rate_bps"] = drip.port_rate_bps.load(std::memory_order_relaxed);
+  j["departure_error"] = hist_json(drip.error);
+  j["tsc_hz"] = tsc_hz;
+  j["mbufs_total"] = mbufs_total;
+  if (int64_t avail = mbufs_available.load(); avail >= 0) j["mbufs_available"] = avail;
+  return j;
+}
+
+namespace {
+
+const Stats* g_stats = nullptr;  // telemetry callbacks are plain function pointers
+
+void add_u64(rte_tel_data* d, const std::string& name, uint64_t v) {
+  rte_tel_data_add_dict_u64(d, name.c_str(), v);
+}
+
+int tel_stats(const char*, const char*, rte_tel_data* d) {
+  if (g_stats == nullptr) return -EAGAIN;
+  const Stats& s = *g_stats;
+  Stats::Totals t = s.totals();
+  rte_tel_data_start_dict(d);
+  add_u64(d, "rx_client", s.rx.rx_client.get());
+  add_u64(d, "rx_cluster", s.rx.rx_cluster.get());
+  add_u64(d, "tx_shaped", t.tx);
+  add_u64(d, "tx_pass_non_ip", s.rx.pass_non_ip.get());
+  add_u64(d, "tx_pass_unknown", s.rx.pass_unknown.get());
+  add_u64(d, "tx_reverse", s.rx.reverse_tx.get());
+  add_u64(d, "drop_depth", t.depth);
+  add_u64(d, "drop_ttl", t.ttl);
+  add_u64(d, "drop_tx_full", t.drop_tx + s.rx.pass_drop_tx.get() + s.rx.reverse_drop_tx.get());
+  add_u64(d, "drop_unknown", s.rx.drop_unknown.get());
+  add_u64(d, "drop_ring", s.rx.drop_ring.get());
+  add_u64(d, "drop_shutdown", t.drained);
+  add_u64(d, "drop_malformed", s.malformed_total());
+  for (size_t i = 0; i < s.malformed_names.size(); ++i) {
+    if (s.malformed_names[i].empty()) continue;
+    std::string name = "malformed_" + s.malformed_names[i];
+    for (char& ch : name)
+      if (ch == '-') ch = '_';  // telemetry names: alphanumerics, '_' and '/'
+    add_u64(d, name, s.rx.malformed[i].get());
+  }
+  add_u64(d, "queue_len", t.queue_len);
+  add_u64(d, "departures", s.drip.departures.get());
+  // Telemetry dicts in 22.11 carry no floats: rates in milli-pps, shares in ppm.
+  add_u64(d, "departure_rate_mpps", static_cast<uint64_t>(s.departure_rate_pps() * 1000.0));
+  LatencyHist::Snapshot h = s.drip.error.snapshot();
+  for (uint64_t w : {64, 128, 256, 512})
+    add_u64(d, "departure_within_" + std::to_string(w) + "ns_ppm",
+            h.count ? h.count_within(w) * 1000000 / h.count : 0);
+  rte_tel_data_add_dict_int(d, "departure_error_p50_ns", static_cast<int>(h.percentile(50)));
+  rte_tel_data_add_dict_int(d, "departure_error_p99_ns", static_cast<int>(h.percentile(99)));
+  rte_tel_data_add_dict_int(d, "departure_error_max_ns",
+                            static_cast<int>(std::min<int64_t>(h.max_ns, INT32_MAX)));
+  return 0;
+}
+
+int tel_classes(const char*, const char* params, rte_tel_data* d) {
+  if (g_stats == nullptr) return -EAGAIN;
+  const Stats& s = *g_stats;
+  if (params == nullptr || *params == '\0') {
+    rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+    for (const auto& n : s.class_names) rte_tel_data_add_array_string(d, n.c_str());
+    return 0;
+  }
+  int i = s.class_index(params);
+  if (i < 0) return -EINVAL;
+  const ClassCounters& c = s.classes[static_cast<size_t>(i)];
+  ClassStats cs = s.sched->class_stats(static_cast<unsigned>(i));
+  rte_tel_data_start_dict(d);
+  rte_tel_data_add_dict_string(d, "name", params);
+  add_u64(d, "classified", c.classified.get());
+  add_u64(d, "enqueued", cs.enq_packets);
+  add_u64(d, "tx_pkts", c.tx_pkts.get());
+  add_u64(d, "tx_bytes", c.tx_bytes.get());
+  add_u64(d, "queue_len", cs.queue_len);
+  add_u64(d, "drop_depth", cs.drop_depth);
+  add_u64(d, "drop_ttl", cs.drop_ttl);
+  add_u64(d, "drop_tx_full", c.drop_tx.get());
+  add_u64(d, "drop_shutdown", cs.drained);
+  add_u64(d, "rate_pps", static_cast<uint64_t>(c.rate_pps.load(std::memory_order_relaxed)));
+  add_u64(d, "rate_bps", static_cast<uint64_t>(c.rate_bps.load(std::memory_order_relaxed)));
+  return 0;
+}
+
+}  // namespace
+
+void register_telemetry(const Stats* stats) {
+  g_stats = stats;
+  rte_telemetry_register_cmd("/dripgate/stats", tel_stats,
+                             "dripgate totals: rx, tx, drops by cause, departure error. No "
+                             "parameters");
+  rte_telemetry_register_cmd("/dripgate/classes", tel_classes,
+                             "Without parameter: the class names. Parameter: a class name, "
+                             "returns its counters");
+}
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,107 @@
+// Dataplane counters: each block is written by exactly one lcore and read by the main lcore and
+// the telemetry thread. Single writer, so a counter is a relaxed load + store (a plain mov on
+// x86), never a locked read-modify-write on the packet path.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dataplane/latency_hist.h"
+
+namespace dripgate::dataplane {
+
+class Counter {
+ public:
+  void add(uint64_t n = 1) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  void set(uint64_t n) { v_.store(n, std::memory_order_relaxed); }
+  uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+class Scheduler;
+
+// Per class, beside the scheduler's own counters (enqueued, depth/TTL drops, queue length).
+struct alignas(64) ClassCounters {
+  Counter classified;           // assigned to this class by the RX side (written by the RX lcore)
+  alignas(64) Counter tx_pkts;  // handed to the port (written by the drip lcore)
+  Counter tx_bytes;
+  Counter drop_tx;  // tx_full: released by the scheduler, refused by the port after retries
+  // The class's current rates (config, then set_rate), for display.
+  std::atomic<double> rate_pps{0}, rate_bps{0};
+};
+
+// Written by the lcore doing RX (the single worker, or the RX lcore of the split layout).
+struct alignas(64) RxStats {
+  static constexpr int kMaxCauses = 32;
+  Counter rx_client, rx_cluster;
+  Counter pass_non_ip;            // client->cluster non-IP frames, sent unshaped
+  Counter pass_unknown;           // unknown_flows: pass
+  Counter drop_unknown;           // unknown_flows: drop
+  Counter drop_ring;              // split layout: hand-over ring full
+  Counter reverse_tx;             // cluster->client, unshaped
+  Counter reverse_drop_tx;        // cluster->client, the client port refused it
+  Counter pass_tx, pass_drop_tx;  // unshaped client->cluster sent / refused
+  std::array<Counter, kMaxCauses> malformed{};
+};
+
+// Written by the drip lcore: departures and the error of each against its schedule.
+struct alignas(64) DripStats {
+  Counter departures;
+  Counter tx_retries;
+  Counter first_tsc, last_tsc;  // TSC of the first / latest departure (long-run rate)
+  Counter rate_updates;         // set_rate requests applied
+  std::atomic<double> port_rate_pps{0}, port_rate_bps{0};
+  LatencyHist error;
+  explicit DripStats(uint64_t tsc_hz) : error(tsc_hz) {}
+};
+
+// Everything the process counts; the names index the arrays above.
+struct Stats {
+  std::vector<std::string> class_names;
+  std::vector<std::string> malformed_names;  // parse causes, index = cause value
+  std::vector<ClassCounters> classes;
+  const Scheduler* sched = nullptr;  // its counters are readable from any thread
+  RxStats rx;
+  DripStats drip;
+  uint64_t tsc_hz = 0;
+  uint64_t start_tsc = 0;
+  uint64_t mbufs_total = 0;
+  std::atomic<int64_t> mbufs_available{-1};  // set after the ports are closed
+
+  Stats(const Scheduler* sched, std::vector<std::string> causes, uint64_t hz, uint64_t start);
+  Stats(const Stats&) = delete;
+  Stats& operator=(const Stats&) = delete;
+
+  int class_index(const std::string& name) const;
+  uint64_t malformed_total() const;
+  // Totals over the classes of the scheduler's and our own counters.
+  struct Totals {
+    uint64_t classified = 0, enqueued = 0, tx = 0, tx_bytes = 0, depth = 0, ttl = 0, drop_tx = 0,
+             drained = 0, queue_len = 0;
+  };
+  Totals totals() const;
+  // Long-run departure rate from the first to the latest departure, 0 if < 2 departures.
+  double departure_rate_pps() const;
+
+  nlohmann::json class_json(size_t i) const;
+  nlohmann::json to_json() const;
+};
+
+// Departure-error summary: count, min/mean/max, p50/p99/p99.9, shares within ±64..1024 ns and
+// the non-empty buckets.
+nlohmann::json hist_json(const LatencyHist& h);
+
+// Register /dripgate/stats and /dripgate/classes with DPDK telemetry. The Stats object (and its
+// scheduler) must outlive the EAL: telemetry keeps the pointer until rte_eal_cleanup.
+void register_telemetry(const Stats* stats);
+
+}  // namespace dripgate::dataplane

@@ -1,0 +1,78 @@
+// Test support for the dataplane integration tests: a dripgate-dataplane child process that is
+// always reaped, a control-socket client, a scratch directory that is always removed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dripgate::testing {
+
+// build/dataplane/dripgate-dataplane, from the DG_DATAPLANE environment variable set by meson.
+std::string dataplane_binary();
+
+// EAL arguments every test uses: no hugepages, no PCI, a file prefix unique to this process.
+std::vector<std::string> test_eal_args();
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A child process with stdout/stderr redirected to files; SIGKILLed and reaped by the
+// destructor if it is still running.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& out, const std::string& err);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  pid_t pid() const { return pid_; }
+  bool running();
+  // SIGTERM, then wait up to `timeout`; returns the exit code, or -1 if it had to be killed, or
+  // 128 + signal when a signal ended it.
+  int terminate(std::chrono::milliseconds timeout);
+  // Waits for the process to end by itself; -1 on timeout (still running).
+  int wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+// One connection to the dataplane's control socket.
+class ControlClient {
+ public:
+  // Retries until the socket accepts or the timeout passes (throws then).
+  ControlClient(const std::string& path, std::chrono::milliseconds timeout);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+  // Sends one line and reads one answer line.
+  std::string call_raw(const std::string& line);
+  nlohmann::json call(const nlohmann::json& req);
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// The last line of a file that parses as a JSON object (the dataplane's final stats).
+nlohmann::json last_json_line(const std::string& path);
+std::string read_file(const std::string& path);
+// Runs a shell command, returns its stdout.
+std::string run_command(const std::string& cmd);
+
+}  // namespace dripgate::testing

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Reads DPDK telemetry of a running process (dpdk-testpmd or dripgate-dataplane) straight from
+its socket, so both are measured the same way.
+
+  dp_telemetry.py rate --prefix P --ports 0,1 --warmup 2 --seconds 10
+      waits for the socket, sleeps `warmup`, samples /ethdev/stats,N for every port, sleeps
+      `seconds`, samples again; prints JSON: per-port opackets/s and ipackets/s and the total.
+  dp_telemetry.py get --prefix P CMD...
+      prints the JSON answer of each command.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+
+def connect(prefix, timeout):
+    path = os.path.join("/var/run/dpdk", prefix, "dpdk_telemetry.v2")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(path)
+            json.loads(s.recv(65536).decode())  # the greeting
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() > deadline:
+                sys.exit(f"dp_telemetry: no telemetry socket at {path}")
+            time.sleep(0.1)
+
+
+def query(s, cmd):
+    s.send(cmd.encode())
+    return json.loads(s.recv(1 << 20).decode())
+
+
+def sample(s, ports):
+    t = time.monotonic()
+    stats = {p: query(s, f"/ethdev/stats,{p}")["/ethdev/stats"] for p in ports}
+    return t, stats
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("rate")
+    r.add_argument("--prefix", required=True)
+    r.add_argument("--ports", default="0,1")
+    r.add_argument("--warmup", type=float, default=2)
+    r.add_argument("--seconds", type=float, default=10)
+    r.add_argument("--timeout", type=float, default=30)
+    g = sub.add_parser("get")
+    g.add_argument("--prefix", required=True)
+    g.add_argument("--timeout", type=float, default=30)
+    g.add_argument("cmd", nargs="+")
+    a = ap.parse_args()
+    s = connect(a.prefix, a.timeout)
+    if a.what == "get":
+        for c in a.cmd:
+            print(json.dumps(query(s, c)))
+        return
+    ports = [int(p) for p in a.ports.split(",")]
+    time.sleep(a.warmup)
+    t0, s0 = sample(s, ports)
+    time.sleep(a.seconds)
+    t1, s1 = sample(s, ports)
+    dt = t1 - t0
+    out = {"seconds": dt, "ports": {}}
+    total = 0.0
+    for p in ports:
+        opps = (s1[p]["opackets"] - s0[p]["opackets"]) / dt
+        ipps = (s1[p]["ipackets"] - s0[p]["ipackets"]) / dt
+        out["ports"][p] = {"opackets_per_s": opps, "ipackets_per_s": ipps,
+                           "oerrors": s1[p]["oerrors"] - s0[p]["oerrors"]}
+        total += opps
+    out["total_opackets_per_s"] = total
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
