@@ -79,4 +79,50 @@ struct iat_window {
   uint64_t windows; /* closed windows that had at least one packet */
 };
 
+/* Per-CPU counters (a BPF_MAP_TYPE_PERCPU_ARRAY of one entry): plain increments, no atomics; user
+ * space sums the CPUs. tc and XDP run with bottom halves off, so one CPU never nests two runs. */
+struct iat_cpu_counters {
+  uint64_t packets;
+  uint64_t bytes;
+  uint64_t filtered_out;
+  uint64_t hist[IAT_BUCKETS];
+};
+
+/* Burst-window state as the BPF program keeps it (lock-free): one 64-bit word packs the index of
+ * the open window (now / width, low 40 bits) and its packet count (low 24 bits), so opening a new
+ * window and counting a packet are one compare-and-swap. User space turns it into iat_window. */
+#define IAT_WIN_COUNT_BITS 24
+#define IAT_WIN_COUNT_MASK ((1ull << IAT_WIN_COUNT_BITS) - 1)
+#define IAT_WIN_INDEX_MASK ((1ull << (64 - IAT_WIN_COUNT_BITS)) - 1)
+
+struct iat_window_state {
+  uint64_t state;     /* (window index << IAT_WIN_COUNT_BITS) | count */
+  uint64_t max_count;
+  uint64_t windows;   /* closed windows that had at least one packet */
+  uint64_t lost;      /* packets not counted in a window: compare-and-swap kept failing */
+};
+
+/* Filter settings, fixed before load (BPF `const volatile` rodata). Addresses and masks are in
+ * network byte order; IPv4 uses word [0] only. A packet is counted when every enabled criterion
+ * matches; non-IP frames never match. Ports apply to TCP, UDP and SCTP first fragments only. */
+#define IAT_F_SRC4 0x01u
+#define IAT_F_SRC6 0x02u
+#define IAT_F_DST4 0x04u
+#define IAT_F_DST6 0x08u
+#define IAT_F_SPORT 0x10u
+#define IAT_F_DPORT 0x20u
+#define IAT_F_PROTO 0x40u
+
+struct iat_filter {
+  uint32_t src_addr[4];
+  uint32_t src_mask[4];
+  uint32_t dst_addr[4];
+  uint32_t dst_mask[4];
+  uint16_t sport_lo, sport_hi; /* inclusive, host byte order */
+  uint16_t dport_lo, dport_hi;
+  uint8_t protocol; /* IPPROTO_*, with IAT_F_PROTO */
+  uint8_t pad[3];
+  uint32_t flags; /* IAT_F_* */
+};
+
 #endif
