@@ -1,0 +1,306 @@
+// dripgate-iat: the inter-arrival profiler. `live` attaches the eBPF probe to an interface for a
+// while, `pcap` reads a capture, `compare` sets two saved profiles side by side.
+#include <linux/if_link.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ebpf/iat_probe.h"
+#include "tools/iat_pcap.h"
+#include "tools/iat_profile.h"
+
+namespace dripgate::iat {
+namespace {
+
+constexpr unsigned long kBpfFsMagic = 0xcafe4a11;
+
+struct Output {
+  std::string json_path;
+  std::string svg_path;
+  bool quiet = false;
+};
+
+void add_output_options(CLI::App* sub, Output& out) {
+  sub->add_option("--json", out.json_path,
+                  "write every figure and the raw buckets here ('-': stdout)");
+  sub->add_option("--svg", out.svg_path, "write a chart of the histogram and window counts here");
+  sub->add_flag("--quiet", out.quiet, "no text report on stdout");
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  f.close();
+  if (!f)
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+}
+
+void emit(const Profile& p, const Output& out) {
+  if (out.json_path == "-") {
+    std::cout << to_json(p).dump(2) << "\n";
+  } else {
+    if (!out.quiet) std::cout << render_text(p);
+    if (!out.json_path.empty()) write_file(out.json_path, to_json(p).dump(2) + "\n");
+  }
+  if (!out.svg_path.empty()) write_file(out.svg_path, render_svg(p));
+}
+
+uint64_t mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Root, or the capabilities the probe needs (CAP_NET_ADMIN for tc, CAP_BPF or CAP_SYS_ADMIN).
+bool may_load_bpf() {
+  if (::geteuid() == 0) return true;
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    unsigned long long caps = std::stoull(line.substr(7), nullptr, 16);
+    bool net_admin = caps & (1ull << 12), sys_admin = caps & (1ull << 21),
+         bpf = caps & (1ull << 39);
+    return net_admin && (bpf || sys_admin);
+  }
+  return false;
+}
+
+// The signals that end a run early. Blocked for the whole live run, then taken synchronously
+// with sigtimedwait: no handler can interrupt the detach path, so it always runs.
+sigset_t stop_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  sigaddset(&s, SIGHUP);
+  return s;
+}
+
+struct LiveArgs {
+  std::string iface, netns, direction = "ingress", duration = "5s", windows = "100us,1ms";
+  bool xdp = false;
+  std::string xdp_mode = "auto";
+  std::string src, dst, sport, dport, proto;
+};
+
+int run_live(const LiveArgs& a, const Output& out) {
+  const sigset_t sigs = stop_signals();
+  if (sigprocmask(SIG_BLOCK, &sigs, nullptr) != 0)
+    throw std::runtime_error(fmt::format("sigprocmask: {}", std::strerror(errno)));
+
+  if (a.xdp && a.direction == "egress")
+    throw std::runtime_error("--xdp sees ingress only; use tc (no --xdp) for --direction egress");
+  const uint64_t duration = parse_duration_ns(a.duration);
+  if (duration == 0) throw std::runtime_error("--duration must be longer than 0");
+  auto widths = parse_windows(a.windows);
+
+  ebpf::Options opt;
+  opt.windows_ns.fill(0);
+  for (size_t i = 0; i < widths.size(); ++i) opt.windows_ns[i] = widths[i];
+  std::string filter_text;
+  try {
+    if (!a.src.empty()) opt.filter.src = ebpf::Prefix::parse(a.src);
+    if (!a.dst.empty()) opt.filter.dst = ebpf::Prefix::parse(a.dst);
+    if (!a.sport.empty()) opt.filter.src_port = ebpf::PortRange::parse(a.sport);
+    if (!a.dport.empty()) opt.filter.dst_port = ebpf::PortRange::parse(a.dport);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(fmt::format("bad filter: {}", e.what()));
+  }
+  if (!a.proto.empty()) {
+    if (a.proto == "tcp")
+      opt.filter.protocol = IPPROTO_TCP;
+    else if (a.proto == "udp")
+      opt.filter.protocol = IPPROTO_UDP;
+    else if (a.proto == "sctp")
+      opt.filter.protocol = IPPROTO_SCTP;
+    else if (a.proto == "icmp")
+      opt.filter.protocol = IPPROTO_ICMP;
+    else
+      throw std::runtime_error(
+          fmt::format("bad filter: --filter-proto '{}' (use tcp, udp, sctp or icmp)", a.proto));
+  }
+  for (const auto& [name, v] :
+       {std::pair{"src", a.src}, std::pair{"dst", a.dst}, std::pair{"sport", a.sport},
+        std::pair{"dport", a.dport}, std::pair{"proto", a.proto}})
+    if (!v.empty()) filter_text += fmt::format(" {} {}", name, v);
+
+  if (!may_load_bpf())
+    throw std::runtime_error(
+        "live mode needs root (or CAP_BPF/CAP_SYS_ADMIN and CAP_NET_ADMIN) to load the eBPF "
+        "probe; run it with sudo, or use `dripgate-iat pcap` on a capture");
+  // Resolves the name before loading anything: the commonest mistake gets the plainest error.
+  ebpf::interface_index(a.iface, a.netns);
+
+  std::unique_ptr<ebpf::IatProbe> probe;
+  try {
+    probe = std::make_unique<ebpf::IatProbe>(opt);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    struct statfs fs {};
+    if (::statfs("/sys/fs/bpf", &fs) != 0 || static_cast<unsigned long>(fs.f_type) != kBpfFsMagic)
+      msg += " (note: bpffs is not mounted at /sys/fs/bpf: mount -t bpf bpf /sys/fs/bpf)";
+    throw std::runtime_error(msg);
+  }
+  std::string where = a.iface + (a.netns.empty() ? "" : " (netns " + a.netns + ")");
+  std::string hook;
+  if (a.xdp) {
+    uint32_t flags = a.xdp_mode == "skb"   ? XDP_FLAGS_SKB_MODE
+                     : a.xdp_mode == "drv" ? XDP_FLAGS_DRV_MODE
+                                           : 0;
+    probe->attach_xdp(a.iface, flags, a.netns);
+    hook = "xdp";
+  } else {
+    probe->attach_tc(a.iface,
+                     a.direction == "egress" ? ebpf::Direction::kEgress : ebpf::Direction::kIngress,
+                     a.netns);
+    hook = "tc " + a.direction;
+  }
+  const uint64_t t0 = mono_ns();
+  if (!out.quiet && out.json_path != "-")
+    std::cerr << fmt::format("dripgate-iat: probing {} {}{} for {} (Ctrl-C ends early)\n", where,
+                             hook, filter_text.empty() ? "" : ", filter" + filter_text,
+                             format_ns(static_cast<double>(duration)));
+
+  int signo = 0;
+  for (;;) {
+    uint64_t now = mono_ns();
+    if (now - t0 >= duration) break;
+    uint64_t left = duration - (now - t0);
+    timespec ts{static_cast<time_t>(left / 1'000'000'000ull),
+                static_cast<long>(left % 1'000'000'000ull)};
+    int r = sigtimedwait(&sigs, nullptr, &ts);
+    if (r > 0) {
+      signo = r;
+      break;
+    }
+    if (r < 0 && errno != EAGAIN && errno != EINTR)
+      throw std::runtime_error(fmt::format("sigtimedwait: {}", std::strerror(errno)));
+  }
+  // Detach first: the maps outlive the hook, and once no packet can update them the histogram,
+  // totals and windows read back as one consistent state.
+  probe->detach();
+  const uint64_t attached = mono_ns() - t0;
+  ebpf::Snapshot snap = probe->snapshot();
+  probe.reset();
+
+  RawCounters raw;
+  raw.hist = snap.hist;
+  raw.totals = snap.totals;
+  raw.windows = snap.windows;
+  raw.count_hist = snap.count_hist;
+  Profile p =
+      profile_from_counters(raw, attached,
+                            fmt::format("live {} {}{}", where, hook,
+                                        filter_text.empty() ? "" : ", filter" + filter_text));
+  emit(p, out);
+  if (signo && !out.quiet && out.json_path != "-")
+    std::cerr << fmt::format(
+        "dripgate-iat: stopped early by {} after {}; probe detached\n",
+        sigabbrev_np(signo) ? fmt::format("SIG{}", sigabbrev_np(signo)) : std::to_string(signo),
+        format_ns(static_cast<double>(attached)));
+  return 0;
+}
+
+Profile load_profile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format("'{}' is not JSON: {}", path, e.what()));
+  }
+  try {
+    return from_json(j);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("'{}': {}", path, e.what()));
+  }
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"dripgate-iat: inter-arrival profiler (histogram, percentiles, burst windows)"};
+  app.require_subcommand(1);
+
+  LiveArgs live;
+  Output live_out;
+  auto* l = app.add_subcommand("live", "attach the eBPF probe to an interface for a while");
+  l->add_option("--iface", live.iface, "interface to probe")->required();
+  l->add_option("--netns", live.netns, "network namespace of the interface (name in /run/netns)");
+  l->add_option("--direction", live.direction, "tc hook: ingress or egress")
+      ->check(CLI::IsMember({"ingress", "egress"}))
+      ->capture_default_str();
+  auto* xdp = l->add_flag("--xdp", live.xdp, "attach with XDP (ingress only) instead of tc");
+  l->add_option("--xdp-mode", live.xdp_mode, "XDP mode: auto, skb or drv")
+      ->check(CLI::IsMember({"auto", "skb", "drv"}))
+      ->needs(xdp)
+      ->capture_default_str();
+  l->add_option("--filter-src", live.src, "count only packets from this prefix (CIDR)");
+  l->add_option("--filter-dst", live.dst, "count only packets to this prefix (CIDR)");
+  l->add_option("--filter-port,--filter-dport", live.dport,
+                "count only packets to this port or port range (N or N-M)");
+  l->add_option("--filter-sport", live.sport, "count only packets from this port or range");
+  l->add_option("--filter-proto", live.proto, "count only tcp, udp, sctp or icmp")
+      ->check(CLI::IsMember({"tcp", "udp", "sctp", "icmp"}));
+  l->add_option("--duration", live.duration, "how long to collect (e.g. 5s, 500ms)")
+      ->capture_default_str();
+  l->add_option("--window", live.windows, "burst window widths, at most 2 (e.g. 100us,1ms)")
+      ->capture_default_str();
+  add_output_options(l, live_out);
+
+  std::string pcap_file;
+  PcapOptions pcap_opt;
+  std::string pcap_windows = "100us,1ms";
+  Output pcap_out;
+  auto* pc = app.add_subcommand("pcap", "profile a pcap or pcapng capture");
+  pc->add_option("file", pcap_file, "capture file")->required();
+  pc->add_option("--filter", pcap_opt.filter, "pcap-filter(7) expression, e.g. 'udp port 9000'");
+  pc->add_option("--window", pcap_windows, "burst window widths, at most 2 (e.g. 100us,1ms)")
+      ->capture_default_str();
+  add_output_options(pc, pcap_out);
+
+  std::string cmp_a, cmp_b;
+  auto* cmp = app.add_subcommand("compare", "two saved profiles (--json) side by side");
+  cmp->add_option("a", cmp_a, "profile A (JSON)")->required();
+  cmp->add_option("b", cmp_b, "profile B (JSON)")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*l) return run_live(live, live_out);
+  if (*pc) {
+    pcap_opt.windows_ns = parse_windows(pcap_windows);
+    emit(profile_pcap(pcap_file, pcap_opt), pcap_out);
+    return 0;
+  }
+  if (*cmp) {
+    std::cout << render_compare(load_profile(cmp_a), load_profile(cmp_b), cmp_a, cmp_b);
+    return 0;
+  }
+  return 1;
+}
+
+}  // namespace
+}  // namespace dripgate::iat
+
+int main(int argc, char** argv) {
+  try {
+    return dripgate::iat::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "dripgate-iat: " << e.what() << "\n";
+    return 1;
+  }
+}
