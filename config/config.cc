@@ -90,7 +90,9 @@ void bucket(YAML::Emitter& out, const Bucket& b) {
 void kv(YAML::Emitter& out, const char* key, const std::string& value) {
   out << YAML::Key << key << YAML::Value << value;
 }
-void kv(YAML::Emitter& out, const char* key, double value) { kv(out, key, num(value)); }
+void kv(YAML::Emitter& out, const char* key, double value) {
+  kv(out, key, num(value));
+}
 void kv(YAML::Emitter& out, const char* key, int64_t value) {
   kv(out, key, std::to_string(value));
 }
@@ -151,8 +153,8 @@ std::string to_yaml(const Config& cfg) {
 
   out << YAML::Key << "global_gates" << YAML::Value << YAML::BeginMap;
   for (const auto* kind : {"tool", "model"}) {
-    const auto& gates = std::strcmp(kind, "tool") == 0 ? cfg.global_gates.tool
-                                                       : cfg.global_gates.model;
+    const auto& gates =
+        std::strcmp(kind, "tool") == 0 ? cfg.global_gates.tool : cfg.global_gates.model;
     out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
     for (const auto& [name, b] : gates) bucket(out << YAML::Key << name << YAML::Value, b);
     out << YAML::EndMap;

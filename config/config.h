@@ -122,11 +122,11 @@ struct Cidr {
 struct Rule {
   std::optional<std::string> src;  // CIDR, v4 or v6, as written
   std::optional<std::string> dst;  // CIDR
-  std::optional<Cidr> src_net;     // src parsed (set iff src is)
-  std::optional<Cidr> dst_net;     // dst parsed (set iff dst is)
   std::optional<uint16_t> vlan;
   std::optional<uint8_t> dscp;
   std::string klass;
+  std::optional<Cidr> src_net;  // src parsed by the loader (set iff src is)
+  std::optional<Cidr> dst_net;  // dst parsed by the loader (set iff dst is)
 
   bool operator==(const Rule&) const = default;
 };

@@ -188,7 +188,9 @@ class Fields {
 
 // ---- scalars ----
 
-bool is_quoted(const YAML::Node& n) { return n.Tag() == "!"; }
+bool is_quoted(const YAML::Node& n) {
+  return n.Tag() == "!";
+}
 
 // Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as YAML requires.
 bool valid_utf8(std::string_view s) {
@@ -266,9 +268,9 @@ struct NumRule {
 std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::string& path,
                                  NumRule rule) {
   if (!n.IsScalar() || is_quoted(n)) {
-    ctx.error(n, path,
-              "expected a number, got " + (n.IsScalar() ? "the string " : std::string()) +
-                  describe(n));
+    ctx.error(
+        n, path,
+        "expected a number, got " + (n.IsScalar() ? "the string " : std::string()) + describe(n));
     return std::nullopt;
   }
   auto v = parse_double(n.Scalar());
@@ -287,12 +289,12 @@ std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::strin
   return v;
 }
 
-std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string& path,
-                               int64_t min, int64_t max, bool unbounded = false) {
+std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string& path, int64_t min,
+                               int64_t max, bool unbounded = false) {
   if (!n.IsScalar() || is_quoted(n)) {
-    ctx.error(n, path,
-              "expected an integer, got " + (n.IsScalar() ? "the string " : std::string()) +
-                  describe(n));
+    ctx.error(
+        n, path,
+        "expected an integer, got " + (n.IsScalar() ? "the string " : std::string()) + describe(n));
     return std::nullopt;
   }
   bool out_of_range = false;
@@ -305,10 +307,10 @@ std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string&
   }
   if (*v < min || *v > max) {
     // Only the type's own limit as a maximum: the bound users care about is the minimum.
-    std::string msg = unbounded && *v < min ? "must be >= " + std::to_string(min)
-                      : unbounded           ? "must be <= " + std::to_string(max)
-                                            : "must be between " + std::to_string(min) +
-                                        " and " + std::to_string(max);
+    std::string msg =
+        unbounded && *v < min ? "must be >= " + std::to_string(min)
+        : unbounded           ? "must be <= " + std::to_string(max)
+                    : "must be between " + std::to_string(min) + " and " + std::to_string(max);
     ctx.error(n, path, msg + ", got " + n.Scalar());
     return std::nullopt;
   }
@@ -342,8 +344,8 @@ bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std
 bool hostname_ok(std::string_view h) {
   if (h.empty() || h.size() > 253) return false;
   for (char c : h)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '-'))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '-'))
       return false;
   return true;
 }
@@ -356,7 +358,8 @@ std::optional<std::string> split_host_port(std::string_view s, bool need_port, s
     auto close = s.find(']');
     if (close == std::string_view::npos) return "missing ']' after the IPv6 address";
     host = std::string(s.substr(1, close - 1));
-    if (!parse_cidr(host) || host.find(':') == std::string::npos)
+    if (host.find('/') != std::string::npos || host.find(':') == std::string::npos ||
+        !parse_cidr(host))
       return "bad IPv6 address " + quote(host);
     rest = s.substr(close + 1);
   } else {
@@ -366,6 +369,9 @@ std::optional<std::string> split_host_port(std::string_view s, bool need_port, s
       return "an IPv6 address must be in brackets, e.g. [::1]:6379";
     if (host.empty()) return "missing host";
     if (!hostname_ok(host)) return "bad host " + quote(host);
+    // All digits and dots is meant as an IPv4 address, so it has to be one.
+    if (host.find_first_not_of("0123456789.") == std::string::npos && !parse_cidr(host))
+      return "bad IPv4 address " + quote(host);
     rest = colon == std::string_view::npos ? std::string_view() : s.substr(colon);
   }
   if (rest.empty()) {
@@ -376,8 +382,7 @@ std::optional<std::string> split_host_port(std::string_view s, bool need_port, s
   rest.remove_prefix(1);
   int p = -1;
   auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), p);
-  if (rest.empty() || ec != std::errc() || end != rest.data() + rest.size() || p < 0 ||
-      p > 65535)
+  if (rest.empty() || ec != std::errc() || end != rest.data() + rest.size() || p < 0 || p > 65535)
     return "bad port " + quote(rest) + " (0 to 65535)";
   port = p;
   return std::nullopt;
@@ -439,7 +444,8 @@ std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::stri
   bool ok = true;
   // A request costs one token, so a bucket smaller than 1 would refuse everything.
   if (const Entry* e = f.require("capacity")) {
-    if (auto v = get_double(ctx, e->value, f.path("capacity"), {1, false, "a request costs 1 token"}))
+    if (auto v =
+            get_double(ctx, e->value, f.path("capacity"), {1, false, "a request costs 1 token"}))
       b.capacity = *v;
     else
       ok = false;
@@ -646,7 +652,8 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
 
   if (const Entry* e = f.find("classify")) {
     if (!e->value.IsSequence() && !e->value.IsNull()) {
-      ctx.error(e->value, f.path("classify"), "expected a list of rules, got " + describe(e->value));
+      ctx.error(e->value, f.path("classify"),
+                "expected a list of rules, got " + describe(e->value));
     } else {
       for (size_t i = 0; i < e->value.size(); ++i) {
         std::string path = index(f.path("classify"), i);
@@ -698,12 +705,13 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
       }
     }
   }
-  if (dp.unknown_flows == UnknownFlows::kDefault && f.find("classes") &&
-      !class_names.empty() && !class_names.count("default")) {
+  if (dp.unknown_flows == UnknownFlows::kDefault && f.find("classes") && !class_names.empty() &&
+      !class_names.count("default")) {
     const Entry* e = f.find("unknown_flows");
-    ctx.error(e ? e->value : f.find("classes")->value, e ? f.path("unknown_flows") : f.path("classes"),
-              "is 'default' but there is no class named 'default' (defined: " +
-                  list(class_names) + "); add one, or set unknown_flows to drop or pass");
+    ctx.error(e ? e->value : f.find("classes")->value,
+              e ? f.path("unknown_flows") : f.path("classes"),
+              "is 'default' but there is no class named 'default' (defined: " + list(class_names) +
+                  "); add one, or set unknown_flows to drop or pass");
   }
   set_int(ctx, f, "flow_idle_timeout_s", dp.flow_idle_timeout_s, 1);
   set_int(ctx, f, "flow_table_size", dp.flow_table_size, 1);
@@ -711,8 +719,8 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
 
   for (const auto& ref : refs) {
     if (class_names.count(ref.name) || class_names.empty()) continue;
-    std::string msg = "no class named " + quote(ref.name) + " in dataplane.classes (defined: " +
-                      list(class_names) + ")";
+    std::string msg = "no class named " + quote(ref.name) +
+                      " in dataplane.classes (defined: " + list(class_names) + ")";
     if (ref.implicit) msg = "the plan has no class, so it uses 'default', but there is " + msg;
     ctx.error(ref.at, ref.path, msg);
   }
@@ -771,8 +779,7 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
             "global_gates, dataplane");
     return;
   }
-  Fields f(ctx, root, "",
-           {"redis", "control", "plans", "tenants", "global_gates", "dataplane"});
+  Fields f(ctx, root, "", {"redis", "control", "plans", "tenants", "global_gates", "dataplane"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("redis")) load_redis(ctx, e->value, cfg.redis);
   if (const Entry* e = f.find("control")) load_control(ctx, e->value, cfg.control);
@@ -839,7 +846,8 @@ LoadResult load_string(const std::string& yaml, const std::string& name) {
   try {
     std::optional<YAML::Mark> second;
     if (scan_documents(ctx, yaml, second)) {
-      if (second) ctx.add(*second, "", "more than one YAML document; a config file holds exactly one");
+      if (second)
+        ctx.add(*second, "", "more than one YAML document; a config file holds exactly one");
       load_root(ctx, YAML::Load(yaml), cfg);
     }
   } catch (const YAML::Exception& e) {
@@ -877,6 +885,8 @@ const std::string& default_yaml() {
   return text;
 }
 
-LoadResult load_default() { return load_string(default_yaml(), "<embedded default>"); }
+LoadResult load_default() {
+  return load_string(default_yaml(), "<embedded default>");
+}
 
 }  // namespace dripgate::config

@@ -212,9 +212,8 @@ TEST(Errors, WrongTypes) {
   EXPECT_EQ(error_of("plans: [pro]\n"), "t.yaml:1:8: plans: expected a mapping, got a list");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tenant: { capacity: abc, refill_per_s: 1 } } } }"),
             "t.yaml:1:46: plans.pro.gates.tenant.capacity: expected a number, got 'abc'");
-  EXPECT_EQ(
-      error_of("plans: { pro: { gates: { tenant: { capacity: \"5\", refill_per_s: 1 } } } }"),
-      "t.yaml:1:46: plans.pro.gates.tenant.capacity: expected a number, got the string '5'");
+  EXPECT_EQ(error_of("plans: { pro: { gates: { tenant: { capacity: \"5\", refill_per_s: 1 } } } }"),
+            "t.yaml:1:46: plans.pro.gates.tenant.capacity: expected a number, got the string '5'");
   EXPECT_EQ(error_of("plans: { pro: { quota: { tokens_per_month: 1.5 } } }"),
             "t.yaml:1:44: plans.pro.quota.tokens_per_month: expected an integer, got '1.5'");
   EXPECT_EQ(error_of("plans: { pro: { quota: { tokens_per_month: [1] } } }"),
@@ -278,8 +277,7 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
   EXPECT_EQ(bucket("0.5", "1"),
             "t.yaml:1:44: plans.p.gates.tenant.capacity: must be >= 1, got 0.5 (a request costs 1 "
             "token)");
-  EXPECT_EQ(bucket("5", "0"),
-            "t.yaml:1:61: plans.p.gates.tenant.refill_per_s: must be > 0, got 0");
+  EXPECT_EQ(bucket("5", "0"), "t.yaml:1:61: plans.p.gates.tenant.refill_per_s: must be > 0, got 0");
   EXPECT_EQ(bucket("5", "-0.5"),
             "t.yaml:1:61: plans.p.gates.tenant.refill_per_s: must be > 0, got -0.5");
   EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 0 } } }"),
@@ -324,9 +322,10 @@ TEST(Errors, BadIds) {
             "_ -)");
   EXPECT_EQ(error_of("plans: { p: {} }\ntenants: { \"ws:a\": { plan: p } }"),
             "t.yaml:2:12: tenants.ws:a: 'ws:a' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
-  EXPECT_EQ(error_of("global_gates: { tool: { \"web search\": { capacity: 1, refill_per_s: 1 } } }"),
-            "t.yaml:1:25: global_gates.tool.web search: 'web search' is not a valid id (1 to 64 "
-            "of A-Z a-z 0-9 . _ -)");
+  EXPECT_EQ(
+      error_of("global_gates: { tool: { \"web search\": { capacity: 1, refill_per_s: 1 } } }"),
+      "t.yaml:1:25: global_gates.tool.web search: 'web search' is not a valid id (1 to 64 "
+      "of A-Z a-z 0-9 . _ -)");
   EXPECT_EQ(error_of("plans: { p: { class: \"g/old\" } }"),
             "t.yaml:1:22: plans.p.class: 'g/old' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ "
             "-)");
@@ -351,33 +350,40 @@ plans:
 
 TEST(Errors, RedisUrl) {
   auto url = [](const std::string& u) { return error_of("redis: { url: \"" + u + "\" }"); };
-  const std::string expect =
-      "; expected redis://[:password@]host[:port][/db] or unix:///path";
-  EXPECT_EQ(url("http://h:1"), "t.yaml:1:15: redis.url: bad redis URL 'http://h:1': the scheme "
-                               "must be redis:// or unix://" + expect);
-  EXPECT_EQ(url("rediss://h:1"), "t.yaml:1:15: redis.url: bad redis URL 'rediss://h:1': TLS "
-                                 "(rediss://) is not supported" + expect);
+  const std::string expect = "; expected redis://[:password@]host[:port][/db] or unix:///path";
+  EXPECT_EQ(url("http://h:1"),
+            "t.yaml:1:15: redis.url: bad redis URL 'http://h:1': the scheme "
+            "must be redis:// or unix://" +
+                expect);
+  EXPECT_EQ(url("rediss://h:1"),
+            "t.yaml:1:15: redis.url: bad redis URL 'rediss://h:1': TLS "
+            "(rediss://) is not supported" +
+                expect);
   EXPECT_EQ(url("redis://:6379"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://:6379': missing host" + expect);
-  EXPECT_EQ(url("redis://h:99999"), "t.yaml:1:15: redis.url: bad redis URL 'redis://h:99999': "
-                                    "bad port '99999' (0 to 65535)" + expect);
-  EXPECT_EQ(url("redis://h:0"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:0': bad port '0' (1 to 65535)" +
+  EXPECT_EQ(url("redis://h:99999"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:99999': "
+            "bad port '99999' (0 to 65535)" +
                 expect);
-  EXPECT_EQ(url("redis://h:x"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:x': bad port 'x' (0 to 65535)" +
-                expect);
-  EXPECT_EQ(url("redis://h:1/x"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:1/x': bad database number 'x'" +
-                expect);
+  EXPECT_EQ(
+      url("redis://h:0"),
+      "t.yaml:1:15: redis.url: bad redis URL 'redis://h:0': bad port '0' (1 to 65535)" + expect);
+  EXPECT_EQ(
+      url("redis://h:x"),
+      "t.yaml:1:15: redis.url: bad redis URL 'redis://h:x': bad port 'x' (0 to 65535)" + expect);
+  EXPECT_EQ(
+      url("redis://h:1/x"),
+      "t.yaml:1:15: redis.url: bad redis URL 'redis://h:1/x': bad database number 'x'" + expect);
   EXPECT_EQ(url("redis://user:pw@h:1"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://user:pw@h:1': credentials must be "
-            "':password@' (user names are not supported)" + expect);
+            "':password@' (user names are not supported)" +
+                expect);
   EXPECT_EQ(url("redis://:@h:1"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://:@h:1': empty password" + expect);
   EXPECT_EQ(url("redis://::1:6379"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://::1:6379': an IPv6 address must be "
-            "in brackets, e.g. [::1]:6379" + expect);
+            "in brackets, e.g. [::1]:6379" +
+                expect);
   EXPECT_EQ(url("redis://[::g]:6379"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://[::g]:6379': bad IPv6 address '::g'" +
                 expect);
@@ -385,16 +391,15 @@ TEST(Errors, RedisUrl) {
             "t.yaml:1:15: redis.url: bad redis URL 'redis://h_x:1': bad host 'h_x'" + expect);
   EXPECT_EQ(url("unix://relative.sock"),
             "t.yaml:1:15: redis.url: bad redis URL 'unix://relative.sock': the socket path must "
-            "be absolute" + expect);
+            "be absolute" +
+                expect);
   EXPECT_EQ(url("unix:///" + std::string(120, 's')),
             "t.yaml:1:15: redis.url: bad redis URL 'unix:///" + std::string(52, 's') +
                 "...': the socket path is longer than 107 bytes" + expect);
 }
 
 TEST(Redis, UrlIsParsedIntoItsParts) {
-  auto redis = [](const std::string& u) {
-    return load_ok("redis: { url: \"" + u + "\" }").redis;
-  };
+  auto redis = [](const std::string& u) { return load_ok("redis: { url: \"" + u + "\" }").redis; };
   Redis r = redis("redis://:s3cr@t@cache.example:6380/3");
   EXPECT_EQ(r.url, "redis://:s3cr@t@cache.example:6380/3");
   EXPECT_EQ(r.host, "cache.example");
@@ -422,23 +427,38 @@ TEST(Redis, UrlIsParsedIntoItsParts) {
 }
 
 TEST(Errors, ListenAddress) {
-  auto listen = [](const std::string& l) {
-    return error_of("control: { listen: \"" + l + "\" }");
-  };
+  auto listen = [](const std::string& l) { return error_of("control: { listen: \"" + l + "\" }"); };
   const std::string expect = "; expected host:port or [v6-address]:port";
-  EXPECT_EQ(listen("127.0.0.1"), "t.yaml:1:20: control.listen: bad listen address '127.0.0.1': "
-                                 "missing ':port'" + expect);
+  EXPECT_EQ(listen("127.0.0.1"),
+            "t.yaml:1:20: control.listen: bad listen address '127.0.0.1': "
+            "missing ':port'" +
+                expect);
   EXPECT_EQ(listen(":8080"),
             "t.yaml:1:20: control.listen: bad listen address ':8080': missing host" + expect);
-  EXPECT_EQ(listen("127.0.0.1:80800"), "t.yaml:1:20: control.listen: bad listen address "
-                                       "'127.0.0.1:80800': bad port '80800' (0 to 65535)" +
-                                           expect);
-  EXPECT_EQ(listen("::1:8080"), "t.yaml:1:20: control.listen: bad listen address '::1:8080': an "
-                                "IPv6 address must be in brackets, e.g. [::1]:6379" + expect);
-  EXPECT_EQ(listen("[::1]8080"), "t.yaml:1:20: control.listen: bad listen address '[::1]8080': "
-                                 "unexpected '8080' after the host" + expect);
-  EXPECT_EQ(listen("[::1"), "t.yaml:1:20: control.listen: bad listen address '[::1': missing "
-                            "']' after the IPv6 address" + expect);
+  EXPECT_EQ(listen("127.0.0.1:80800"),
+            "t.yaml:1:20: control.listen: bad listen address "
+            "'127.0.0.1:80800': bad port '80800' (0 to 65535)" +
+                expect);
+  EXPECT_EQ(listen("::1:8080"),
+            "t.yaml:1:20: control.listen: bad listen address '::1:8080': an "
+            "IPv6 address must be in brackets, e.g. [::1]:6379" +
+                expect);
+  EXPECT_EQ(listen("[::1]8080"),
+            "t.yaml:1:20: control.listen: bad listen address '[::1]8080': "
+            "unexpected '8080' after the host" +
+                expect);
+  EXPECT_EQ(listen("[::1"),
+            "t.yaml:1:20: control.listen: bad listen address '[::1': missing "
+            "']' after the IPv6 address" +
+                expect);
+  EXPECT_EQ(listen("[::1/64]:80"),
+            "t.yaml:1:20: control.listen: bad listen address "
+            "'[::1/64]:80': bad IPv6 address '::1/64'" +
+                expect);
+  EXPECT_EQ(listen("10.0.0.256:80"),
+            "t.yaml:1:20: control.listen: bad listen address "
+            "'10.0.0.256:80': bad IPv4 address '10.0.0.256'" +
+                expect);
   EXPECT_EQ(load_ok("control: { listen: \"[::1]:9000\" }").control.listen, "[::1]:9000");
   EXPECT_EQ(load_ok("control: { listen: \"localhost:0\" }").control.listen, "localhost:0");
   EXPECT_EQ(load_ok("control: { listen: 0.0.0.0:80 }").control.listen, "0.0.0.0:80");
@@ -469,7 +489,8 @@ TEST(Errors, YamlSyntaxWithPosition) {
             "t.yaml:2:1: YAML syntax error: end of map flow not found");
   EXPECT_EQ(error_of("plans:\n  pro: {}\n bad: 1\n"),
             "t.yaml:3:2: YAML syntax error: end of map not found");
-  EXPECT_EQ(error_of("redis: { url: \"abc"), "t.yaml:1:19: YAML syntax error: illegal EOF in scalar");
+  EXPECT_EQ(error_of("redis: { url: \"abc"),
+            "t.yaml:1:19: YAML syntax error: illegal EOF in scalar");
   EXPECT_EQ(error_of("redis: url: x\n"), "t.yaml:1:11: YAML syntax error: illegal map value");
   EXPECT_EQ(error_of("redis:\n  url: x\n    timeout_ms: 5\n"),
             "t.yaml:3:15: YAML syntax error: illegal map value");
@@ -481,13 +502,15 @@ TEST(Errors, YamlSyntaxWithPosition) {
   EXPECT_EQ(error_of(",\r"), "t.yaml:1:1: YAML syntax error: unexpected ','");
   EXPECT_EQ(error_of(",\x0b"), "t.yaml:1:1: YAML syntax error: unexpected ','");
   EXPECT_EQ(error_of("\n,\n    "), "t.yaml:2:1: YAML syntax error: unexpected ','");
-  EXPECT_EQ(error_of("{}\n---\n,\n"), "t.yaml:2:1: more than one YAML document; a config file "
-                                        "holds exactly one");
+  EXPECT_EQ(error_of("{}\n---\n,\n"),
+            "t.yaml:2:1: more than one YAML document; a config file "
+            "holds exactly one");
 }
 
 TEST(Errors, DocumentShape) {
-  EXPECT_EQ(error_of(""), "t.yaml:1:1: the configuration is empty; expected a mapping of redis, "
-                          "control, plans, tenants, global_gates, dataplane");
+  EXPECT_EQ(error_of(""),
+            "t.yaml:1:1: the configuration is empty; expected a mapping of redis, "
+            "control, plans, tenants, global_gates, dataplane");
   EXPECT_EQ(error_of("# only a comment\n"),
             "t.yaml:1:1: the configuration is empty; expected a mapping of redis, control, "
             "plans, tenants, global_gates, dataplane");
@@ -495,7 +518,8 @@ TEST(Errors, DocumentShape) {
             "t.yaml:2:1: more than one YAML document; a config file holds exactly one");
   LoadResult r = load_file("/nonexistent/dripgate.yaml");
   ASSERT_EQ(r.errors.size(), 1u);
-  EXPECT_EQ(r.errors[0].str(), "/nonexistent/dripgate.yaml: cannot open: No such file or directory");
+  EXPECT_EQ(r.errors[0].str(),
+            "/nonexistent/dripgate.yaml: cannot open: No such file or directory");
   EXPECT_FALSE(r.config);
 }
 
@@ -538,8 +562,7 @@ TEST(Dataplane, PortsAndLcores) {
             "t.yaml:4:26: dataplane.lcores.drip: expected an integer, got '1.5'");
   EXPECT_EQ(error_of(kDp + "  lcores: { rx: 1, tx: 1 }\n"),
             "t.yaml:4:20: dataplane.lcores.tx: unknown key 'tx' (allowed: rx, drip)");
-  EXPECT_EQ(error_of(kDp + "  mbufs: 0\n"),
-            "t.yaml:4:10: dataplane.mbufs: must be >= 1, got 0");
+  EXPECT_EQ(error_of(kDp + "  mbufs: 0\n"), "t.yaml:4:10: dataplane.mbufs: must be >= 1, got 0");
 }
 
 TEST(Dataplane, DripAndClassRates) {
