@@ -31,7 +31,7 @@ std::string Error::str() const {
   return out;
 }
 
-std::optional<Cidr> parse_cidr(std::string_view text, std::string* why) {
+std::optional<Cidr> parse_cidr(std::string_view text, std::string* why, HostBits host_bits) {
   auto fail = [&](std::string msg) -> std::optional<Cidr> {
     if (why) *why = std::move(msg);
     return std::nullopt;
@@ -49,6 +49,8 @@ std::optional<Cidr> parse_cidr(std::string_view text, std::string* why) {
   }
   Cidr net;
   std::string a(addr);
+  // inet_pton stops at a NUL, so "10.0.0.1\0junk" would pass as 10.0.0.1.
+  if (a.find('\0') != std::string::npos) return fail("NUL byte in address");
   if (a.find(':') != std::string::npos) {
     net.v6 = true;
     if (inet_pton(AF_INET6, a.c_str(), net.addr.data()) != 1)
@@ -62,9 +64,11 @@ std::optional<Cidr> parse_cidr(std::string_view text, std::string* why) {
     return fail("bad prefix length " + std::to_string(len) + " (at most " + std::to_string(max) +
                 " for " + (net.v6 ? "IPv6" : "IPv4") + ")");
   net.prefix = static_cast<uint8_t>(len);
-  // Host bits set usually means a typo in the address or the length; say so rather than guess.
+  if (host_bits == HostBits::kKeep) return net;
   Cidr masked = net;
   for (unsigned bit = len; bit < max; ++bit) masked.addr[bit / 8] &= ~(0x80u >> (bit % 8));
+  if (host_bits == HostBits::kClear) return masked;
+  // Host bits set usually means a typo in the address or the length; say so rather than guess.
   if (masked.addr != net.addr) {
     char buf[INET6_ADDRSTRLEN] = {};
     inet_ntop(net.v6 ? AF_INET6 : AF_INET, masked.addr.data(), buf, sizeof buf);

@@ -187,10 +187,16 @@ const std::string& default_yaml();
 // Identifier rule shared by config and API: [A-Za-z0-9._-]{1,64}.
 bool valid_id(std::string_view id);
 
+// What parse_cidr does with address bits beyond the prefix length. The config rejects them (a
+// typo in the address or the length); the dataplane classifier clears them (as iptables does);
+// the probe keeps them so that its --src/--dst echo what the user wrote.
+enum class HostBits { kReject, kClear, kKeep };
+
 // "10.1.0.0/16", "2001:db8::/32"; an address without "/len" is a host (/32, /128). On failure
 // returns nullopt and, when why is given, says what is wrong (bad address, prefix length, host
 // bits set).
-std::optional<Cidr> parse_cidr(std::string_view text, std::string* why = nullptr);
+std::optional<Cidr> parse_cidr(std::string_view text, std::string* why = nullptr,
+                               HostBits host_bits = HostBits::kReject);
 
 // Renders a config as YAML that load_string() reads back into an equal Config (round trip).
 std::string to_yaml(const Config& cfg);

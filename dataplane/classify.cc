@@ -1,8 +1,6 @@
 #include "dataplane/classify.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cstring>
 
 namespace dripgate::dataplane {
 
@@ -14,39 +12,30 @@ inline uint64_t load_be64(const uint8_t* p) noexcept {
   return v;
 }
 
-inline bool prefix_match(const uint64_t addr[2], const uint64_t want[2],
-                         const uint64_t mask[2]) noexcept {
-  return (((addr[0] ^ want[0]) & mask[0]) | ((addr[1] ^ want[1]) & mask[1])) == 0;
+inline bool prefix_match(const uint64_t addr[2], const Prefix& want) noexcept {
+  const uint64_t diff0 = (addr[0] ^ want.addr[0]) & want.mask[0];
+  const uint64_t diff1 = (addr[1] ^ want.addr[1]) & want.mask[1];
+  return (diff0 | diff1) == 0;
 }
 
 }  // namespace
 
-std::optional<Prefix> parse_prefix(std::string_view text) {
+Prefix to_prefix(const config::Cidr& net) {
   Prefix p;
-  std::string_view addr_text = text;
-  const size_t slash = text.find('/');
-  unsigned parsed_len = 0;
-  const bool has_len = slash != std::string_view::npos;
-  if (has_len) {
-    addr_text = text.substr(0, slash);
-    const std::string_view len_text = text.substr(slash + 1);
-    if (len_text.empty() || len_text.size() > 3) return std::nullopt;
-    const char* end = len_text.data() + len_text.size();
-    const auto [ptr, ec] = std::from_chars(len_text.data(), end, parsed_len);
-    if (ec != std::errc() || ptr != end) return std::nullopt;
-  }
-  uint8_t bytes[16];
-  if (!parse_address(addr_text, &p.l3, bytes)) return std::nullopt;
-  const int max_len = p.l3 == L3::kIpv4 ? 32 : 128;
-  if (has_len && parsed_len > static_cast<unsigned>(max_len)) return std::nullopt;
-  const int len = has_len ? static_cast<int>(parsed_len) : max_len;
-  p.len = static_cast<uint8_t>(len);
+  p.l3 = net.v6 ? L3::kIpv6 : L3::kIpv4;
+  p.len = net.prefix;
   for (int half = 0; half < 2; ++half) {
-    const int bits = std::min(std::max(len - 64 * half, 0), 64);
+    const int bits = std::min(std::max(int{net.prefix} - 64 * half, 0), 64);
     p.mask[half] = bits == 0 ? 0 : ~uint64_t{0} << (64 - bits);
-    p.addr[half] = load_be64(bytes + 8 * half) & p.mask[half];
+    p.addr[half] = load_be64(net.addr.data() + 8 * half) & p.mask[half];
   }
   return p;
+}
+
+std::optional<Prefix> parse_prefix(std::string_view text) {
+  const auto net = config::parse_cidr(text, nullptr, config::HostBits::kClear);
+  if (!net) return std::nullopt;
+  return to_prefix(*net);
 }
 
 ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rules,
@@ -57,8 +46,7 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
   for (size_t i = 0; i < rules.size(); ++i) {
     const config::Rule& r = rules[i];
     const std::string where = "classify[" + std::to_string(i) + "]";
-    Compiled out;
-    std::memset(&out, 0, sizeof(out));
+    Compiled out{};
 
     size_t k = 0;
     while (k < classes.size() && classes[k].name != r.klass) ++k;
@@ -72,28 +60,22 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
     }
     out.klass = static_cast<uint16_t>(k);
 
-    if (r.src) {
-      const auto p = parse_prefix(*r.src);
+    // The loader has parsed src/dst already; rules built in code carry only the text.
+    auto prefix = [&](const char* field, const std::optional<std::string>& text,
+                      const std::optional<config::Cidr>& net, uint8_t bit, Prefix* to) {
+      if (!text) return true;
+      const auto p = net ? to_prefix(*net) : parse_prefix(*text);
       if (!p) {
-        result.error = where + ".src: invalid CIDR '" + *r.src + "'";
-        return result;
+        result.error = where + "." + field + ": invalid CIDR '" + *text + "'";
+        return false;
       }
-      out.match |= kSrc;
-      out.src_l3 = p->l3;
-      std::memcpy(out.src, p->addr, sizeof(out.src));
-      std::memcpy(out.src_mask, p->mask, sizeof(out.src_mask));
-    }
-    if (r.dst) {
-      const auto p = parse_prefix(*r.dst);
-      if (!p) {
-        result.error = where + ".dst: invalid CIDR '" + *r.dst + "'";
-        return result;
-      }
-      out.match |= kDst;
-      out.dst_l3 = p->l3;
-      std::memcpy(out.dst, p->addr, sizeof(out.dst));
-      std::memcpy(out.dst_mask, p->mask, sizeof(out.dst_mask));
-    }
+      out.match |= bit;
+      *to = *p;
+      return true;
+    };
+    if (!prefix("src", r.src, r.src_net, kSrc, &out.src) ||
+        !prefix("dst", r.dst, r.dst_net, kDst, &out.dst))
+      return result;
     if (r.vlan) {
       if (*r.vlan > 4095) {
         result.error = where + ".vlan: " + std::to_string(*r.vlan) + " is not in 0..4095";
@@ -121,12 +103,8 @@ int Classifier::classify(const ParsedPacket& p) const noexcept {
   const uint64_t src[2] = {load_be64(p.tuple.src), load_be64(p.tuple.src + 8)};
   const uint64_t dst[2] = {load_be64(p.tuple.dst), load_be64(p.tuple.dst + 8)};
   for (const Compiled& r : rules_) {
-    if ((r.match & kSrc) && (r.src_l3 != p.tuple.l3 || !prefix_match(src, r.src, r.src_mask))) {
-      continue;
-    }
-    if ((r.match & kDst) && (r.dst_l3 != p.tuple.l3 || !prefix_match(dst, r.dst, r.dst_mask))) {
-      continue;
-    }
+    if ((r.match & kSrc) && (r.src.l3 != p.tuple.l3 || !prefix_match(src, r.src))) continue;
+    if ((r.match & kDst) && (r.dst.l3 != p.tuple.l3 || !prefix_match(dst, r.dst))) continue;
     if ((r.match & kVlan) && (p.vlan_count == 0 || p.vlan != r.vlan)) continue;
     if ((r.match & kDscp) && p.dscp != r.dscp) continue;
     return r.klass;

@@ -21,8 +21,12 @@ struct Prefix {
   uint64_t mask[2] = {0, 0};
 };
 
-// "10.0.0.0/8", "2001:db8::/32", or a bare address (a host prefix). Host bits beyond the prefix
-// are cleared (as iptables does). nullopt on any syntax error or out-of-range length.
+// A parsed network (config::parse_cidr) in the classifier's form.
+Prefix to_prefix(const config::Cidr& net);
+
+// config::parse_cidr with host bits beyond the prefix cleared (as iptables does), so
+// "10.1.2.3/16" is 10.1.0.0/16; a bare address is a host prefix. nullopt on any syntax error or
+// out-of-range length.
 std::optional<Prefix> parse_prefix(std::string_view text);
 
 struct ClassifierCompileResult;
@@ -46,10 +50,8 @@ class Classifier {
  private:
   enum : uint8_t { kSrc = 1, kDst = 2, kVlan = 4, kDscp = 8 };
   struct Compiled {
-    uint64_t src[2], src_mask[2];
-    uint64_t dst[2], dst_mask[2];
+    Prefix src, dst;
     uint8_t match;  // kSrc | kDst | ...
-    L3 src_l3, dst_l3;
     uint8_t dscp;
     uint16_t vlan;
     uint16_t klass;

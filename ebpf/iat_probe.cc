@@ -28,6 +28,8 @@
 #include "ebpf/iat.skel.h"
 #pragma GCC diagnostic pop
 
+#include "config/config.h"
+
 namespace dripgate::ebpf {
 namespace {
 
@@ -155,30 +157,14 @@ bpf_tc_attach_point tc_point(Direction d) {
 // ---- Prefix / PortRange / Filter ----
 
 Prefix Prefix::parse(std::string_view text) {
+  std::string why;
+  // Host bits are kept: str() echoes the address as given; to_bpf() masks it.
+  const auto net = config::parse_cidr(text, &why, config::HostBits::kKeep);
+  if (!net) throw std::invalid_argument("bad prefix '" + std::string(text) + "': " + why);
   Prefix p;
-  std::string s(text);
-  std::string addr = s;
-  std::optional<unsigned> len;
-  if (auto slash = s.find('/'); slash != std::string::npos) {
-    addr = s.substr(0, slash);
-    std::string_view l = std::string_view(s).substr(slash + 1);
-    unsigned v = 0;
-    auto [ptr, ec] = std::from_chars(l.data(), l.data() + l.size(), v);
-    if (l.empty() || ec != std::errc() || ptr != l.data() + l.size())
-      throw std::invalid_argument("bad prefix length in '" + s + "'");
-    len = v;
-  }
-  if (::inet_pton(AF_INET, addr.c_str(), p.addr.data()) == 1) {
-    p.family = 4;
-  } else if (::inet_pton(AF_INET6, addr.c_str(), p.addr.data()) == 1) {
-    p.family = 6;
-  } else {
-    throw std::invalid_argument("bad IP address in '" + s + "'");
-  }
-  unsigned max = p.family == 4 ? 32 : 128;
-  p.len = len.value_or(max);
-  if (p.len > max)
-    throw std::invalid_argument("prefix length above " + std::to_string(max) + " in '" + s + "'");
+  p.family = net->v6 ? 6 : 4;
+  p.addr = net->addr;
+  p.len = net->prefix;
   return p;
 }
 

@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/netns.h"
+
 namespace dripgate::ebpf {
 namespace {
 
@@ -484,58 +486,26 @@ TEST(IatProbeErrors, NotRootIsReportedAsSuch) {
 // ---- attaching in network namespaces ----
 
 int sh(const std::string& cmd) {
-  int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return ::dripgate::testing::run_shell(cmd + " >/dev/null 2>&1").status;
 }
 
 std::string out(const std::string& cmd) {
-  std::string r;
-  if (FILE* p = popen((cmd + " 2>&1").c_str(), "r")) {
-    char buf[512];
-    while (fgets(buf, sizeof(buf), p)) r += buf;
-    pclose(p);
-  }
-  return r;
+  return ::dripgate::testing::run_shell(cmd + " 2>&1").out;
 }
 
-constexpr const char* kNsPrefix = "dgprobe-";
-
-// Two namespaces joined by a veth pair: a (10.77.x.1) -> b (10.77.x.2). Removed on destruction;
-// leftovers of dead test processes are removed on construction.
+// Two namespaces joined by a veth pair: a (10.77.x.1) -> b (10.77.x.2). tests/netns.h removes
+// them on destruction, and leftovers of dead test processes on construction.
 class TestNet {
+  ::dripgate::testing::TestNetns net_{"dgprobe"};  // first: the names below come from it
+
  public:
   TestNet() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
-      std::string n = e.path().filename();
-      if (n.rfind(kNsPrefix, 0) != 0) continue;
-      pid_t owner = static_cast<pid_t>(std::atoi(n.c_str() + std::strlen(kNsPrefix)));
-      if (owner > 0 && kill(owner, 0) != 0) sh("ip netns del " + n);
-    }
-    const std::string id = std::to_string(getpid());
-    a = kNsPrefix + id + "-a";
-    b = kNsPrefix + id + "-b";
-    va = "dgpa" + id;
-    vb = "dgpb" + id;
     const std::string net = "10.77." + std::to_string(getpid() % 250) + ".";
     ip_b = net + "2";
-    for (const std::string& c :
-         {"ip netns add " + a, "ip netns add " + b,
-          "ip -n " + a + " link add " + va + " type veth peer name " + vb + " netns " + b,
-          "ip -n " + a + " addr add " + net + "1/24 dev " + va,
-          "ip -n " + b + " addr add " + ip_b + "/24 dev " + vb,
-          "ip -n " + a + " link set " + va + " up", "ip -n " + b + " link set " + vb + " up",
-          // resolve the neighbour now, so no datagram of a test waits in the ARP queue
-          "ip netns exec " + a + " ping -c 1 -W 2 " + ip_b}) {
-      if (sh(c) != 0) throw std::runtime_error("test network setup failed: " + c);
-    }
+    net_.add_veth({a, va, net + "1/24", ""}, {b, vb, ip_b + "/24", ""});
+    // resolve the neighbour now, so no datagram of a test waits in the ARP queue
+    ::dripgate::testing::run_checked("ip netns exec " + a + " ping -c 1 -W 2 " + ip_b);
   }
-  ~TestNet() {
-    sh("ip netns del " + a);
-    sh("ip netns del " + b);
-  }
-  TestNet(const TestNet&) = delete;
-  TestNet& operator=(const TestNet&) = delete;
 
   std::string tc_b(const std::string& args) const {
     return out("ip netns exec " + b + " tc " + args);
@@ -561,7 +531,9 @@ class TestNet {
     close(fd);
   }
 
-  std::string a, b, va, vb, ip_b;
+  const std::string a = net_.add_netns("-a"), b = net_.add_netns("-b");
+  const std::string va = net_.name("a"), vb = net_.name("b");
+  std::string ip_b;
 };
 
 size_t count_of(const std::string& text, const std::string& what) {

@@ -60,59 +60,21 @@ local function refuse(gate, ms)
 end
 
 -- Buckets: first access is a full bucket; tokens = min(cap, tokens + elapsed * rate).
+-- @include lib_bucket.lua
 local buckets = {}
 for i = 1, n do
   local a = 9 + (i - 1) * 3
   local cap = tonumber(ARGV[a + 1])
   local rate = tonumber(ARGV[a + 2])
-  local b = redis.call('HMGET', KEYS[3 + i], 'tk', 'ts')
-  local tk, ts = tonumber(b[1]), tonumber(b[2])
-  local cur = cap
-  if tk and ts then
-    local elapsed = (now_us - ts) / 1e6
-    if elapsed < 0 then elapsed = 0 end
-    cur = math.min(cap, tk + elapsed * rate)
-  end
-  buckets[i] = {cur = cur, cap = cap, rate = rate, old_tk = b[1] or '', old_ts = b[2] or ''}
-  if cur < 1 then
-    local ms = 86400000
-    if rate > 0 then ms = math.ceil((1 - cur) / rate * 1000) end
-    refuse(ARGV[a], ms)
-  end
+  local cur, old_tk, old_ts = bucket_read(KEYS[3 + i], cap, rate, now_us)
+  buckets[i] = {cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts}
+  if cur < 1 then refuse(ARGV[a], bucket_wait_ms(cur, rate)) end
 end
 
--- Quota month from Redis time: civil-from-days (H. Hinnant), proleptic Gregorian, UTC.
--- (civil:begin/end mark the part admission_test.cc checks against the C++ calendar.)
--- civil:begin
-local function civil_from_days(z)
-  z = z + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) -
-                          math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = mp < 10 and mp + 3 or mp - 9
-  if m <= 2 then y = y + 1 end
-  return y, m
-end
-local function days_from_civil(y, m)  -- day 1 of month m
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m > 2 and m - 3 or m + 9
-  local doy = math.floor((153 * mp + 2) / 5)
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-  return era * 146097 + doe - 719468
-end
--- civil:end
-local y, m = civil_from_days(math.floor(sec / 86400))
-local ny, nm = y, m + 1
-if nm > 12 then ny, nm = y + 1, 1 end
-local month_start = days_from_civil(y, m) * 86400
-local next_month = days_from_civil(ny, nm) * 86400
-local qkey = KEYS[1] .. string.format('%04d-%02d', y, m)
+-- Quota month from Redis time (utc_month, from lib_month.lua).
+-- @include lib_month.lua
+local month, month_start, next_month = utc_month(sec)
+local qkey = KEYS[1] .. month
 local qraw = redis.call('GET', qkey)
 local used = tonumber(qraw or '0')
 if budget >= 0 and used + tokens > budget then
@@ -141,18 +103,13 @@ end
 
 -- Admitted: consume everything.
 out[1] = 1
-local now_ts = string.format('%d', now_us)
 for i = 1, n do
   local b = buckets[i]
-  local tk = string.format('%.17g', b.cur - 1)
+  local tk, ts = bucket_take(KEYS[3 + i], b.cur, b.cap, b.rate, now_us)
   out[9 + i] = tk
-  redis.call('HSET', KEYS[3 + i], 'tk', tk, 'ts', now_ts)
-  local idle_s = 86400
-  if b.rate > 0 then idle_s = math.ceil(b.cap / b.rate) + 1 end
-  redis.call('EXPIRE', KEYS[3 + i], idle_s)
   if snapshot then
     local s = 9 + n + (i - 1) * 4
-    out[s + 1], out[s + 2], out[s + 3], out[s + 4] = b.old_tk, b.old_ts, tk, now_ts
+    out[s + 1], out[s + 2], out[s + 3], out[s + 4] = b.old_tk, b.old_ts, tk, ts
   end
 end
 

@@ -2,11 +2,33 @@
 """Embeds the Lua scripts into a C++ header: name, text and SHA1 (what SCRIPT LOAD returns), so
 the engine can EVALSHA without waiting for SCRIPT LOAD and the scripts stay real .lua files.
 
+Redis scripts cannot load other files, so a script shares code by a line
+`-- @include NAME.lua`, which is replaced here by the text of NAME.lua (beside the script). The
+SHA1 is that of the text after the replacement, which is what Redis sees.
+
 usage: embed.py OUTPUT.h SCRIPT.lua...
 """
 import hashlib
 import os
+import re
 import sys
+
+INCLUDE = re.compile(r"^-- @include ([A-Za-z0-9_.-]+\.lua)[ \t]*$", re.MULTILINE)
+
+
+def expand_includes(text: str, path: str) -> str:
+    def one(match: re.Match) -> str:
+        lib = os.path.join(os.path.dirname(path), match.group(1))
+        try:
+            with open(lib, "rb") as f:
+                included = f.read().decode("utf-8")
+        except OSError as e:
+            raise SystemExit(f"embed.py: {path}: cannot include {match.group(1)}: {e.strerror}")
+        if INCLUDE.search(included):
+            raise SystemExit(f"embed.py: {lib}: an included file cannot include others")
+        return included.rstrip("\n")
+
+    return INCLUDE.sub(one, text)
 
 
 def cxx_literal(text: str) -> str:
@@ -38,11 +60,11 @@ def main() -> None:
     for path in scripts:
         with open(path, "rb") as f:
             raw = f.read()
-        text = raw.decode("utf-8")
+        text = expand_includes(raw.decode("utf-8"), path)
         name = os.path.splitext(os.path.basename(path))[0]
         ident = "k" + "".join(p.capitalize() for p in name.replace("-", "_").split("_"))
         names.append(ident)
-        sha = hashlib.sha1(raw).hexdigest()
+        sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
         parts.append(f'inline constexpr Script {ident}{{"{name}", "{sha}",\n    {cxx_literal(text)}}};')
         parts.append("")
     parts.append("inline constexpr const Script* kAll[] = {" + ", ".join("&" + n for n in names) + "};")

@@ -13,21 +13,12 @@
 -- Returns {settled (1/0), detail ("settled" | "already_settled" | "expired"), charged, used}:
 -- charged = tokens charged for this request after the call, used = the quota counter after it.
 
+-- @include lib_month.lua
+
 local r = redis.call('HMGET', KEYS[1], 'reserved', 'settled', 'charged', 'q', 'qx')
 if not r[1] then
   local sec = tonumber(redis.call('TIME')[1])
-  -- Current UTC month (civil-from-days, as in admit.lua).
-  local z = math.floor(sec / 86400) + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) -
-                          math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = mp < 10 and mp + 3 or mp - 9
-  if m <= 2 then y = y + 1 end
-  local used = tonumber(redis.call('GET', KEYS[1 + 1] .. string.format('%04d-%02d', y, m)) or '0')
+  local used = tonumber(redis.call('GET', KEYS[1 + 1] .. utc_month(sec)) or '0')
   return {0, 'expired', 0, used}
 end
 

@@ -1,14 +1,13 @@
 // dripgate-dataplane as a real bump in the wire: client netns <-veth-> [net_af_packet0
 // dripgate-dataplane net_af_packet1] <-veth-> server netns. Ping and a TCP transfer cross it;
 // a flow tagged over the control socket is counted in its class. Also exercises the control
-// protocol's error answers with several clients connected. Namespaces and links carry the pid
-// in their names and are always removed (leftovers of dead runs too).
+// protocol's error answers with several clients connected. Namespaces and links come from
+// tests/netns.h: the pid in their names, always removed (leftovers of dead runs too).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,14 +15,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/integration/dp_harness.h"
+#include "tests/netns.h"
 
 namespace dripgate::testing {
 namespace {
@@ -38,78 +36,35 @@ constexpr uint16_t kServerPort = 5001;
 constexpr size_t kTransfer = 2 << 20;
 
 int sh(const std::string& cmd) {
-  int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return run_shell(cmd + " >/dev/null 2>&1").status;
 }
 
-// Removes namespaces and links left by earlier runs whose process is gone.
-void remove_leftovers() {
-  std::istringstream ns(run_command("ip netns list 2>/dev/null"));
-  static const std::regex kNs(R"(^dp-[cs](\d+)\b.*)");
-  for (std::string line; std::getline(ns, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, kNs) && ::kill(std::stoi(m[1]), 0) != 0)
-      sh("ip netns del " + line.substr(0, line.find(' ')));
-  }
-  std::istringstream links(run_command("ip -o link show 2>/dev/null"));
-  static const std::regex kLink(R"(^\d+: (dp[cs](\d+)r)[@:].*)");
-  for (std::string line; std::getline(links, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, kLink) && ::kill(std::stoi(m[2]), 0) != 0)
-      sh("ip link del " + m[1].str());
-  }
-}
-
+// Client and server namespaces, each joined to the root namespace by a veth pair whose root end
+// the dataplane opens with af_packet.
 class Topology {
  public:
-  Topology() : id_(std::to_string(::getpid())) {
-    remove_leftovers();
-    try {
-      build();
-    } catch (...) {
-      teardown();
-      throw;
-    }
-  }
-  ~Topology() { teardown(); }
-  Topology(const Topology&) = delete;
-  Topology& operator=(const Topology&) = delete;
-
-  std::string ns(char side) const { return fmt::format("dp-{}{}", side, id_); }
-  std::string root_if(char side) const { return fmt::format("dp{}{}r", side, id_); }
-  std::string ns_if(char side) const { return fmt::format("dp{}{}n", side, id_); }
-
- private:
-  void must(const std::string& cmd) {
-    if (sh(cmd) != 0) throw std::runtime_error("setup failed: " + cmd);
-  }
-  void build() {
+  Topology() {
     for (char side : {'c', 's'}) {
-      const std::string n = ns(side), r = root_if(side), i = ns_if(side);
-      const char* ip = side == 'c' ? kClientIp : kServerIp;
-      must("ip netns add " + n);
-      must(fmt::format("ip link add {} type veth peer name {}", r, i));
-      must(fmt::format("ip link set {} netns {}", i, n));
-      must(fmt::format("ip -n {} addr add {}/24 dev {}", n, ip, i));
-      must(fmt::format("ip -n {} link set lo up", n));
-      must(fmt::format("ip -n {} link set {} up", n, i));
-      must(fmt::format("ip link set {} up", r));
+      const std::string n = net_.add_netns(std::string(1, side));
+      const std::string r = root_if(side), i = ns_if(side);
+      const std::string addr = std::string(side == 'c' ? kClientIp : kServerIp) + "/24";
+      net_.add_veth({"", r, "", ""}, {n, i, addr, ""});
       // The dataplane forwards frames as they are: no segmentation or checksum offload may
       // leave a frame larger than the MTU or with a checksum still to fill in.
-      must(fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n, i));
+      run_checked(
+          fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n, i));
       sh(fmt::format("ethtool -K {} tx off tso off gso off gro off", r));
       // No IPv6 chatter from the root side.
       sh(fmt::format("sysctl -w net.ipv6.conf.{}.disable_ipv6=1", r));
     }
   }
-  void teardown() {
-    // Deleting a namespace deletes the veth end inside it and with it the peer.
-    for (char side : {'c', 's'}) {
-      sh("ip netns del " + ns(side));
-      sh("ip link del " + root_if(side));
-    }
-  }
-  std::string id_;
+
+  std::string ns(char side) const { return net_.name(std::string(1, side)); }
+  std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
+  std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
+
+ private:
+  TestNetns net_{"dgdp"};
 };
 
 // Runs fn on a thread that has entered network namespace `ns`.

@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "tests/netns.h"
 
 namespace dripgate::testing {
 
@@ -154,13 +155,7 @@ std::string read_file(const std::string& path) {
 }
 
 std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  ::pclose(p);
-  return out;
+  return run_shell(cmd).out;
 }
 
 nlohmann::json last_json_line(const std::string& path) {

@@ -22,12 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/netns.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-const char kPrefix[] = "dgiat";  // netns names: dgiat<pid>a / dgiat<pid>b
 
 std::string env_or_die(const char* name) {
   const char* v = std::getenv(name);
@@ -35,21 +35,11 @@ std::string env_or_die(const char* name) {
   return v;
 }
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
+using dripgate::testing::run_checked;
+using Result = dripgate::testing::CommandResult;
 
 Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return dripgate::testing::run_shell(cmd + " 2>&1");
 }
 
 std::string read_file(const std::string& path) {
@@ -111,53 +101,23 @@ class Child {
 };
 
 // Two namespaces joined by a veth pair with static neighbours (no ARP in the measured traffic).
-// Removed in the destructor; leftovers of dead test processes are removed in the constructor.
+// tests/netns.h removes them in the destructor, and leftovers of dead test processes.
 class VethNetns {
- public:
-  VethNetns() {
-    remove_leftovers();
-    const std::string pid = std::to_string(::getpid());
-    ns_a = kPrefix + pid + "a";
-    ns_b = kPrefix + pid + "b";
-    if_a = "dgia" + pid;
-    if_b = "dgib" + pid;
-    try {
-      create();
-    } catch (...) {
-      destroy();  // the destructor does not run when the constructor throws
-      throw;
-    }
-  }
-  ~VethNetns() { destroy(); }
-  VethNetns(const VethNetns&) = delete;
-  VethNetns& operator=(const VethNetns&) = delete;
-
- private:
-  void create() {
-    must("ip netns add " + ns_a);
-    must("ip netns add " + ns_b);
-    must("ip link add " + if_a + " netns " + ns_a +
-         " address 02:00:00:77:00:01 type veth peer name " + if_b + " netns " + ns_b +
-         " address 02:00:00:77:00:02");
-    for (const auto& [ns, ifn, addr] :
-         {std::tuple{ns_a, if_a, addr_a}, std::tuple{ns_b, if_b, addr_b}}) {
-      must("ip -n " + ns + " link set lo up");
-      must("ip -n " + ns + " addr add " + addr + "/24 dev " + ifn);
-      must("ip -n " + ns + " link set " + ifn + " up");
-    }
-    must("ip -n " + ns_a + " neigh replace " + addr_b + " lladdr 02:00:00:77:00:02 dev " + if_a +
-         " nud permanent");
-    must("ip -n " + ns_b + " neigh replace " + addr_a + " lladdr 02:00:00:77:00:01 dev " + if_b +
-         " nud permanent");
-  }
-  void destroy() {
-    sh("ip netns del " + ns_a);
-    sh("ip netns del " + ns_b);
-  }
+  dripgate::testing::TestNetns net_{"dgiat"};  // first: the names below come from it
 
  public:
-  std::string ns_a, ns_b, if_a, if_b;
+  const std::string ns_a = net_.add_netns("a"), ns_b = net_.add_netns("b");
+  const std::string if_a = net_.name("va"), if_b = net_.name("vb");
   const std::string addr_a = "10.77.0.1", addr_b = "10.77.0.2";
+
+  VethNetns() {
+    net_.add_veth({ns_a, if_a, addr_a + "/24", "02:00:00:77:00:01"},
+                  {ns_b, if_b, addr_b + "/24", "02:00:00:77:00:02"});
+    run_checked("ip -n " + ns_a + " neigh replace " + addr_b + " lladdr 02:00:00:77:00:02 dev " +
+                if_a + " nud permanent");
+    run_checked("ip -n " + ns_b + " neigh replace " + addr_a + " lladdr 02:00:00:77:00:01 dev " +
+                if_b + " nud permanent");
+  }
 
   // Side 'a' (sender) or 'b' (receiver).
   const std::string& ns(char side) const { return side == 'a' ? ns_a : ns_b; }
@@ -194,25 +154,6 @@ class VethNetns {
       int n = 0;
       for (size_t p = 0; (p = l.find(": <", p)) != std::string::npos; ++p) ++n;
       EXPECT_EQ(n, 2) << l;  // lo and the veth
-    }
-  }
-
- private:
-  static void must(const std::string& cmd) {
-    auto r = sh(cmd);
-    if (r.status != 0) throw std::runtime_error(cmd + ": " + r.out);
-  }
-  static void remove_leftovers() {
-    auto r = sh("ip netns list");
-    std::istringstream in(r.out);
-    std::string name;
-    while (in >> name) {
-      if (name.rfind(kPrefix, 0) != 0) continue;
-      std::string digits = name.substr(sizeof(kPrefix) - 1);
-      digits = digits.substr(0, digits.find_first_not_of("0123456789"));
-      if (digits.empty()) continue;
-      pid_t pid = static_cast<pid_t>(std::stol(digits));
-      if (::kill(pid, 0) != 0 && errno == ESRCH) sh("ip netns del " + name);
     }
   }
 };
