@@ -1,0 +1,313 @@
+#include "control/api.h"
+
+#include <arpa/inet.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+
+namespace dripgate::control::api {
+namespace {
+
+using json = nlohmann::json;
+
+// Far above any real request; keeps sums in Lua (doubles) exact.
+constexpr int64_t kMaxTokens = int64_t{1} << 50;
+
+std::optional<FieldError> parse_object(std::string_view body, json& out) {
+  out = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) return FieldError{"", "body is not valid JSON"};
+  if (!out.is_object()) return FieldError{"", "body must be a JSON object"};
+  return std::nullopt;
+}
+
+std::optional<FieldError> reject_unknown(const json& obj,
+                                         std::initializer_list<std::string_view> known,
+                                         const std::string& prefix = "") {
+  for (const auto& [key, value] : obj.items()) {
+    bool ok = false;
+    for (auto k : known) ok = ok || key == k;
+    if (!ok) return FieldError{prefix + key, "unknown field"};
+  }
+  return std::nullopt;
+}
+
+// An id field: absent or null leaves `out` empty unless required.
+std::optional<FieldError> get_id(const json& obj, const char* name, bool required, std::string& out,
+                                 bool (*valid)(std::string_view) = config::valid_id) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) {
+    if (required) return FieldError{name, "required"};
+    return std::nullopt;
+  }
+  if (!it->is_string()) return FieldError{name, "must be a string"};
+  const auto& s = it->get_ref<const std::string&>();
+  if (!valid(s)) return FieldError{name, "must match [A-Za-z0-9._-]{1,64}"};
+  out = s;
+  return std::nullopt;
+}
+
+std::optional<FieldError> get_tokens(const json& obj, bool required, int64_t& out) {
+  auto it = obj.find("tokens");
+  if (it == obj.end() || it->is_null()) {
+    if (required) return FieldError{"tokens", "required"};
+    return std::nullopt;
+  }
+  const char* msg = "must be a non-negative integer";
+  if (it->is_number_unsigned()) {
+    auto v = it->get<uint64_t>();
+    if (v > static_cast<uint64_t>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    out = static_cast<int64_t>(v);
+  } else if (it->is_number_integer()) {
+    auto v = it->get<int64_t>();
+    if (v < 0) return FieldError{"tokens", msg};
+    out = v;
+  } else if (it->is_number_float()) {
+    // 300.0 is an integer written by a careless serializer; 300.5 is not.
+    double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0 || std::floor(v) != v) return FieldError{"tokens", msg};
+    if (v > static_cast<double>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    out = static_cast<int64_t>(v);
+  } else {
+    return FieldError{"tokens", msg};
+  }
+  return std::nullopt;
+}
+
+bool valid_ip(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
+std::optional<FieldError> get_port(const json& flow, const char* name, uint16_t& out) {
+  std::string field = std::string("flow.") + name;
+  auto it = flow.find(name);
+  if (it == flow.end() || it->is_null()) return FieldError{field, "required"};
+  if (!it->is_number_integer() && !it->is_number_unsigned())
+    return FieldError{field, "must be an integer 1..65535"};
+  auto v = it->get<int64_t>();
+  if (v < 1 || v > 65535) return FieldError{field, "must be an integer 1..65535"};
+  out = static_cast<uint16_t>(v);
+  return std::nullopt;
+}
+
+std::optional<FieldError> get_flow(const json& obj, std::optional<Flow>& out) {
+  auto it = obj.find("flow");
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return FieldError{"flow", "must be an object"};
+  const json& f = *it;
+  if (auto e = reject_unknown(f, {"src", "sport", "dst", "dport", "proto"}, "flow.")) return e;
+  Flow flow;
+  for (auto [name, dst] : {std::pair{"src", &flow.src}, std::pair{"dst", &flow.dst}}) {
+    std::string field = std::string("flow.") + name;
+    auto a = f.find(name);
+    if (a == f.end() || a->is_null()) return FieldError{field, "required"};
+    if (!a->is_string() || !valid_ip(a->get<std::string>()))
+      return FieldError{field, "must be an IPv4 or IPv6 address"};
+    *dst = a->get<std::string>();
+  }
+  if (auto e = get_port(f, "sport", flow.sport)) return e;
+  if (auto e = get_port(f, "dport", flow.dport)) return e;
+  auto p = f.find("proto");
+  const char* msg = "must be \"tcp\", \"udp\", 6 or 17";
+  if (p == f.end() || p->is_null()) return FieldError{"flow.proto", "required"};
+  if (p->is_string()) {
+    const auto& s = p->get_ref<const std::string&>();
+    if (s == "tcp") {
+      flow.proto = 6;
+    } else if (s == "udp") {
+      flow.proto = 17;
+    } else {
+      return FieldError{"flow.proto", msg};
+    }
+  } else if (p->is_number_integer() || p->is_number_unsigned()) {
+    auto v = p->get<int64_t>();
+    if (v != 6 && v != 17) return FieldError{"flow.proto", msg};
+    flow.proto = static_cast<uint8_t>(v);
+  } else {
+    return FieldError{"flow.proto", msg};
+  }
+  // Both ends must be of the same family, or the 5-tuple can never match a packet.
+  if ((flow.src.find(':') == std::string::npos) != (flow.dst.find(':') == std::string::npos))
+    return FieldError{"flow.dst", "must be of the same address family as flow.src"};
+  out = std::move(flow);
+  return std::nullopt;
+}
+
+bool is_whole(const std::string& gate) {
+  return gate == "quota" || gate == "concurrency";
+}
+
+json remaining_json(const std::vector<Remaining>& remaining) {
+  json out = json::object();
+  for (const auto& r : remaining) {
+    if (is_whole(r.gate)) {
+      out[r.gate] = static_cast<int64_t>(std::floor(r.value));
+    } else {
+      // Four decimals: the fractional refill is meaningful, float noise is not.
+      out[r.gate] = std::round(r.value * 10000.0) / 10000.0;
+    }
+  }
+  return out;
+}
+
+int64_t whole(double v) {
+  if (!std::isfinite(v) || v <= 0) return 0;
+  if (v > 9e15) return int64_t{9000000000000000};
+  return static_cast<int64_t>(v);
+}
+
+std::string json_response_body(const json& j) {
+  return j.dump() + "\n";
+}
+
+}  // namespace
+
+std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  if (auto e = reject_unknown(
+          j, {"tenant", "user", "api_key", "model", "tool", "tokens", "request_id", "flow"}))
+    return e;
+  AdmitRequest r;
+  if (auto e = get_id(j, "tenant", true, r.tenant)) return e;
+  if (auto e = get_id(j, "user", false, r.user)) return e;
+  if (auto e = get_id(j, "api_key", false, r.api_key)) return e;
+  if (auto e = get_id(j, "model", false, r.model)) return e;
+  if (auto e = get_id(j, "tool", false, r.tool)) return e;
+  if (auto e = get_id(j, "request_id", false, r.request_id)) return e;
+  if (auto e = get_tokens(j, false, r.tokens)) return e;
+  if (auto e = get_flow(j, r.flow)) return e;
+  out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  if (auto e = reject_unknown(j, {"tenant", "request_id", "tokens"})) return e;
+  SettleRequest r;
+  if (auto e = get_id(j, "tenant", false, r.tenant)) return e;
+  if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
+  if (auto e = get_tokens(j, true, r.tokens)) return e;
+  out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  if (auto e = reject_unknown(j, {"tenant", "request_id"})) return e;
+  ReleaseRequest r;
+  if (auto e = get_id(j, "tenant", false, r.tenant)) return e;
+  if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
+  out = std::move(r);
+  return std::nullopt;
+}
+
+std::string flow_json(const Flow& flow) {
+  json j = {{"src", flow.src},
+            {"sport", flow.sport},
+            {"dst", flow.dst},
+            {"dport", flow.dport},
+            {"proto", flow.proto}};
+  return j.dump();
+}
+
+int status_of(Outcome o) {
+  switch (o) {
+    case Outcome::kAllowed:
+      return 200;
+    case Outcome::kRefused:
+      return 429;
+    case Outcome::kBadRequest:
+      return 400;
+    case Outcome::kConflict:
+      return 409;
+    case Outcome::kUnavailable:
+      return 503;
+  }
+  return 500;
+}
+
+int64_t retry_after_seconds(int64_t retry_after_ms) {
+  if (retry_after_ms <= 0) return 0;
+  return (retry_after_ms + 999) / 1000;
+}
+
+// Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
+std::string ratelimit_policy_header(const std::vector<Remaining>& remaining) {
+  std::string out;
+  for (const auto& r : remaining) {
+    if (!out.empty()) out += ", ";
+    out += "\"" + r.gate + "\";q=" + std::to_string(whole(r.limit));
+    if (r.gate == "quota") out += ";qu=\"tokens\"";
+    if (r.gate == "concurrency") out += ";qu=\"concurrent-requests\"";
+    if (r.gate != "concurrency")
+      out += ";w=" + std::to_string(std::max<int64_t>(1, whole(std::ceil(r.window_s))));
+  }
+  return out;
+}
+
+std::string ratelimit_header(const std::vector<Remaining>& remaining) {
+  std::string out;
+  for (const auto& r : remaining) {
+    if (!out.empty()) out += ", ";
+    out += "\"" + r.gate + "\";r=" + std::to_string(whole(std::floor(r.value))) +
+           ";t=" + std::to_string(std::max<int64_t>(0, r.reset_s));
+  }
+  return out;
+}
+
+Response render_error(int status, const std::string& message) {
+  return Response{status, {}, json_response_body(json{{"error", message}})};
+}
+
+Response render_admit(const AdmitResult& r) {
+  int status = status_of(r.outcome);
+  if (status != 200 && status != 429) {
+    return render_error(status, r.error.empty() ? "admission failed" : r.error);
+  }
+  Response resp;
+  resp.status = status;
+  json j;
+  if (status == 200) {
+    j = {{"allowed", true},
+         {"request_id", r.request_id},
+         {"class", r.klass},
+         {"remaining", remaining_json(r.remaining)}};
+  } else {
+    j = {{"allowed", false},
+         {"gate", r.gate},
+         {"reason", r.reason},
+         {"retry_after_ms", r.retry_after_ms},
+         {"remaining", remaining_json(r.remaining)}};
+    resp.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(r.retry_after_ms)));
+  }
+  if (!r.remaining.empty()) {
+    resp.headers.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
+    resp.headers.emplace_back("RateLimit", ratelimit_header(r.remaining));
+  }
+  resp.body = json_response_body(j);
+  return resp;
+}
+
+Response render_settle(const SettleResult& r) {
+  int status = status_of(r.outcome);
+  if (status != 200) return render_error(status, r.error.empty() ? "settle failed" : r.error);
+  json j = {{"settled", r.settled},
+            {"charged", r.charged},
+            {"remaining", r.remaining < 0 ? json(nullptr) : json(r.remaining)},
+            {"detail", r.detail}};
+  return Response{200, {}, json_response_body(j)};
+}
+
+Response render_release(const ReleaseResult& r) {
+  int status = status_of(r.outcome);
+  if (status != 200) return render_error(status, r.error.empty() ? "release failed" : r.error);
+  return Response{200, {}, json_response_body(json{{"released", r.released}})};
+}
+
+}  // namespace dripgate::control::api

@@ -1,0 +1,62 @@
+// The HTTP API's JSON bodies: parsing requests into engine calls (every field validated, errors
+// name the field) and rendering engine results into status, headers and body.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "control/admission.h"
+
+namespace dripgate::control::api {
+
+struct SettleRequest {
+  std::string tenant;  // optional: derived by the engine from a generated request_id
+  std::string request_id;
+  int64_t tokens = 0;
+};
+
+struct ReleaseRequest {
+  std::string tenant;  // optional, as for settle
+  std::string request_id;
+};
+
+// A 400 answer: `field` is the JSON path of the offending field ("" for the body itself).
+struct FieldError {
+  std::string field;
+  std::string message;
+  std::string str() const { return field.empty() ? message : field + ": " + message; }
+};
+
+// Each returns the first problem found, or nullopt with `out` filled. Unknown fields are
+// rejected (a misspelt "token" must not silently reserve nothing).
+std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out);
+std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out);
+std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out);
+
+// Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
+std::string flow_json(const Flow& flow);
+
+struct Response {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type is added by the server
+  std::string body;
+};
+
+Response render_admit(const AdmitResult& r);
+Response render_settle(const SettleResult& r);
+Response render_release(const ReleaseResult& r);
+Response render_error(int status, const std::string& message);
+// The status an engine outcome maps to.
+int status_of(Outcome o);
+
+// draft-ietf-httpapi-ratelimit-headers-10 fields for a set of gates (empty when none).
+std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
+std::string ratelimit_header(const std::vector<Remaining>& remaining);
+// Whole seconds, rounded up.
+int64_t retry_after_seconds(int64_t retry_after_ms);
+
+}  // namespace dripgate::control::api

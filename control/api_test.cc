@@ -1,0 +1,244 @@
+#include "control/api.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace dripgate::control::api {
+namespace {
+
+using json = nlohmann::json;
+
+std::string admit_error(const std::string& body) {
+  AdmitRequest r;
+  auto e = parse_admit(body, r);
+  return e ? e->str() : "";
+}
+
+TEST(ParseAdmit, FullRequest) {
+  AdmitRequest r;
+  auto e = parse_admit(R"({"tenant":"ws-acme","user":"u1","api_key":"k.1","model":"llama-70b",
+      "tool":"web_search","tokens":300,"request_id":"r-1",
+      "flow":{"src":"10.0.0.1","sport":40000,"dst":"10.0.1.2","dport":443,"proto":"tcp"}})",
+                       r);
+  ASSERT_FALSE(e) << e->str();
+  EXPECT_EQ(r.tenant, "ws-acme");
+  EXPECT_EQ(r.user, "u1");
+  EXPECT_EQ(r.api_key, "k.1");
+  EXPECT_EQ(r.model, "llama-70b");
+  EXPECT_EQ(r.tool, "web_search");
+  EXPECT_EQ(r.tokens, 300);
+  EXPECT_EQ(r.request_id, "r-1");
+  ASSERT_TRUE(r.flow);
+  EXPECT_EQ(r.flow->src, "10.0.0.1");
+  EXPECT_EQ(r.flow->sport, 40000);
+  EXPECT_EQ(r.flow->dst, "10.0.1.2");
+  EXPECT_EQ(r.flow->dport, 443);
+  EXPECT_EQ(r.flow->proto, 6);
+}
+
+TEST(ParseAdmit, MinimalRequestLeavesOptionalFieldsEmpty) {
+  AdmitRequest r;
+  ASSERT_FALSE(parse_admit(R"({"tenant":"t","user":null})", r));
+  EXPECT_EQ(r.tenant, "t");
+  EXPECT_TRUE(r.user.empty());
+  EXPECT_EQ(r.tokens, 0);
+  EXPECT_FALSE(r.flow);
+}
+
+TEST(ParseAdmit, ErrorsNameTheField) {
+  EXPECT_EQ(admit_error("{"), "body is not valid JSON");
+  EXPECT_EQ(admit_error(""), "body is not valid JSON");
+  EXPECT_EQ(admit_error("[1]"), "body must be a JSON object");
+  EXPECT_EQ(admit_error("{}"), "tenant: required");
+  EXPECT_EQ(admit_error(R"({"tenant":5})"), "tenant: must be a string");
+  EXPECT_EQ(admit_error(R"({"tenant":"a b"})"), "tenant: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":""})"), "tenant: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":")" + std::string(65, 'a') + "\"}"),
+            "tenant: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","user":"x}y"})"), "user: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","api_key":"{t:other}"})"),
+            "api_key: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","model":"a:b"})"),
+            "model: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tool":[]})"), "tool: must be a string");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","request_id":"é"})"),
+            "request_id: must match [A-Za-z0-9._-]{1,64}");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","token":3})"), "token: unknown field");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tokens":-1})"), "tokens: must be a non-negative integer");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tokens":1.5})"),
+            "tokens: must be a non-negative integer");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tokens":"3"})"),
+            "tokens: must be a non-negative integer");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tokens":1e300})"), "tokens: too large");
+  EXPECT_EQ(admit_error(R"({"tenant":"t","tokens":18446744073709551615})"), "tokens: too large");
+}
+
+TEST(ParseAdmit, IntegralFloatTokensAreAccepted) {
+  AdmitRequest r;
+  ASSERT_FALSE(parse_admit(R"({"tenant":"t","tokens":300.0})", r));
+  EXPECT_EQ(r.tokens, 300);
+}
+
+TEST(ParseAdmit, FlowValidation) {
+  auto flow = [](const std::string& f) {
+    return admit_error(R"({"tenant":"t","flow":)" + f + "}");
+  };
+  EXPECT_EQ(flow("1"), "flow: must be an object");
+  EXPECT_EQ(flow(R"({"sport":1,"dst":"1.2.3.4","dport":2,"proto":6})"), "flow.src: required");
+  EXPECT_EQ(flow(R"({"src":"1.2.3","sport":1,"dst":"1.2.3.4","dport":2,"proto":6})"),
+            "flow.src: must be an IPv4 or IPv6 address");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":0,"dst":"1.2.3.4","dport":2,"proto":6})"),
+            "flow.sport: must be an integer 1..65535");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":1,"dst":"1.2.3.4","dport":65536,"proto":6})"),
+            "flow.dport: must be an integer 1..65535");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":1,"dst":"1.2.3.4","dport":2,"proto":"icmp"})"),
+            "flow.proto: must be \"tcp\", \"udp\", 6 or 17");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":1,"dst":"1.2.3.4","dport":2,"proto":1})"),
+            "flow.proto: must be \"tcp\", \"udp\", 6 or 17");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":1,"dst":"::1","dport":2,"proto":6})"),
+            "flow.dst: must be of the same address family as flow.src");
+  EXPECT_EQ(flow(R"({"src":"1.2.3.4","sport":1,"dst":"1.2.3.4","dport":2,"proto":6,"x":1})"),
+            "flow.x: unknown field");
+  AdmitRequest r;
+  ASSERT_FALSE(parse_admit(
+      R"({"tenant":"t","flow":{"src":"fd00::1","sport":1,"dst":"fd00::2","dport":2,"proto":"udp"}})",
+      r));
+  EXPECT_EQ(r.flow->proto, 17);
+  EXPECT_EQ(json::parse(flow_json(*r.flow)),
+            json::parse(R"({"src":"fd00::1","sport":1,"dst":"fd00::2","dport":2,"proto":17})"));
+}
+
+TEST(ParseSettle, RequiresRequestIdAndTokens) {
+  SettleRequest s;
+  ASSERT_FALSE(parse_settle(R"({"request_id":"r1","tokens":250})", s));
+  EXPECT_EQ(s.request_id, "r1");
+  EXPECT_EQ(s.tokens, 250);
+  EXPECT_TRUE(s.tenant.empty());
+  EXPECT_EQ(parse_settle(R"({"tokens":1})", s)->str(), "request_id: required");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r"})", s)->str(), "tokens: required");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":-5})", s)->str(),
+            "tokens: must be a non-negative integer");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":1,"flow":{}})", s)->str(),
+            "flow: unknown field");
+}
+
+TEST(ParseSettle, AcceptsEngineGeneratedIdsOfLongTenants) {
+  SettleRequest s;
+  std::string rid = std::string(64, 't') + ".0123456789abcdef";
+  ASSERT_FALSE(parse_settle(R"({"request_id":")" + rid + R"(","tokens":1})", s));
+  EXPECT_EQ(s.request_id, rid);
+  std::string bad = std::string(64, 't') + ".not-hex-at-all!";
+  EXPECT_EQ(parse_settle(R"({"request_id":")" + bad + R"(","tokens":1})", s)->field, "request_id");
+}
+
+TEST(ParseRelease, RequiresRequestId) {
+  ReleaseRequest r;
+  ASSERT_FALSE(parse_release(R"({"tenant":"ws","request_id":"ws.1f"})", r));
+  EXPECT_EQ(r.tenant, "ws");
+  EXPECT_EQ(r.request_id, "ws.1f");
+  EXPECT_EQ(parse_release("{}", r)->str(), "request_id: required");
+  EXPECT_EQ(parse_release(R"({"request_id":"a/b"})", r)->str(),
+            "request_id: must match [A-Za-z0-9._-]{1,64}");
+}
+
+std::string header(const Response& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers)
+    if (k == name) return v;
+  return "<absent>";
+}
+
+TEST(Render, Allowed) {
+  AdmitResult a;
+  a.outcome = Outcome::kAllowed;
+  a.request_id = "ws-acme.00ff";
+  a.klass = "gold";
+  a.remaining = {{"tenant", 3.0104999, 5, 5, 2}, {"quota", 700, 1000, 2592000, 86400}};
+  auto r = render_admit(a);
+  EXPECT_EQ(r.status, 200);
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["allowed"], true);
+  EXPECT_EQ(j["request_id"], "ws-acme.00ff");
+  EXPECT_EQ(j["class"], "gold");
+  EXPECT_DOUBLE_EQ(j["remaining"]["tenant"].get<double>(), 3.0105);
+  EXPECT_TRUE(j["remaining"]["quota"].is_number_integer());
+  EXPECT_EQ(j["remaining"]["quota"], 700);
+  EXPECT_EQ(header(r, "Retry-After"), "<absent>");
+  EXPECT_EQ(header(r, "RateLimit-Policy"),
+            "\"tenant\";q=5;w=5, \"quota\";q=1000;qu=\"tokens\";w=2592000");
+  EXPECT_EQ(header(r, "RateLimit"), "\"tenant\";r=3;t=2, \"quota\";r=700;t=86400");
+}
+
+TEST(Render, RefusedCarriesRetryAfterRoundedUp) {
+  AdmitResult a;
+  a.outcome = Outcome::kRefused;
+  a.gate = "tool";
+  a.reason = "rate";
+  a.retry_after_ms = 1001;
+  a.remaining = {{"tool", 0.0132, 2, 4, 4}};
+  auto r = render_admit(a);
+  EXPECT_EQ(r.status, 429);
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["allowed"], false);
+  EXPECT_EQ(j["gate"], "tool");
+  EXPECT_EQ(j["reason"], "rate");
+  EXPECT_EQ(j["retry_after_ms"], 1001);
+  EXPECT_DOUBLE_EQ(j["remaining"]["tool"].get<double>(), 0.0132);
+  EXPECT_EQ(header(r, "Retry-After"), "2");
+  EXPECT_EQ(header(r, "RateLimit-Policy"), "\"tool\";q=2;w=4");
+  EXPECT_EQ(header(r, "RateLimit"), "\"tool\";r=0;t=4");
+}
+
+TEST(Render, RetryAfterSeconds) {
+  EXPECT_EQ(retry_after_seconds(0), 0);
+  EXPECT_EQ(retry_after_seconds(1), 1);
+  EXPECT_EQ(retry_after_seconds(999), 1);
+  EXPECT_EQ(retry_after_seconds(1000), 1);
+  EXPECT_EQ(retry_after_seconds(1001), 2);
+  EXPECT_EQ(retry_after_seconds(-5), 0);
+}
+
+TEST(Render, ConcurrencyPolicyHasNoWindow) {
+  std::vector<Remaining> rem = {{"concurrency", 49, 50, 0, 0}};
+  EXPECT_EQ(ratelimit_policy_header(rem), "\"concurrency\";q=50;qu=\"concurrent-requests\"");
+}
+
+TEST(Render, ErrorsAndOtherOutcomes) {
+  AdmitResult a;
+  a.outcome = Outcome::kBadRequest;
+  a.error = "tenant: unknown tenant";
+  auto r = render_admit(a);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"], "tenant: unknown tenant");
+  a.outcome = Outcome::kUnavailable;
+  a.error = "redis: connection refused";
+  EXPECT_EQ(render_admit(a).status, 503);
+  a.outcome = Outcome::kConflict;
+  EXPECT_EQ(render_admit(a).status, 409);
+
+  SettleResult s;
+  s.outcome = Outcome::kAllowed;
+  s.settled = true;
+  s.charged = 250;
+  s.remaining = 750;
+  s.detail = "settled";
+  auto sr = render_settle(s);
+  EXPECT_EQ(sr.status, 200);
+  EXPECT_EQ(json::parse(sr.body),
+            json::parse(R"({"settled":true,"charged":250,"remaining":750,"detail":"settled"})"));
+
+  s.remaining = -1;  // the plan has no quota
+  EXPECT_TRUE(json::parse(render_settle(s).body)["remaining"].is_null());
+
+  ReleaseResult rel;
+  rel.outcome = Outcome::kAllowed;
+  rel.released = false;
+  EXPECT_EQ(json::parse(render_release(rel).body), json::parse(R"({"released":false})"));
+  rel.outcome = Outcome::kUnavailable;
+  EXPECT_EQ(render_release(rel).status, 503);
+  EXPECT_EQ(json::parse(render_error(401, "missing bearer token").body)["error"],
+            "missing bearer token");
+}
+
+}  // namespace
+}  // namespace dripgate::control::api

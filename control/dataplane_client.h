@@ -1,0 +1,88 @@
+// Client of the dataplane's control socket (unix stream, one JSON object per line each way),
+// driven by one worker thread's libevent loop. Never blocks the loop: connects lazily (a unix
+// connect completes or fails at once), and when the dataplane is absent every call completes
+// with "unavailable" so admission goes on without it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "control/admission.h"
+
+struct event_base;
+struct bufferevent;
+struct event;
+
+namespace dripgate::control {
+
+class Metrics;
+
+class DataplaneClient {
+ public:
+  // result: "ok" | "error" (the dataplane said no) | "unavailable" (no socket / connection lost)
+  // | "timeout" (no answer within timeout_ms).
+  using Done = std::function<void(const std::string& result)>;
+
+  DataplaneClient(event_base* base, std::string socket_path, Metrics* metrics,
+                  int timeout_ms = 100);
+  ~DataplaneClient();
+  DataplaneClient(const DataplaneClient&) = delete;
+  DataplaneClient& operator=(const DataplaneClient&) = delete;
+
+  // `done` may run before these return (when the dataplane is unavailable).
+  void tag(const Flow& flow, const std::string& klass, int ttl_s, Done done);
+  void untag(const Flow& flow, Done done);
+  bool connected() const { return bev_ != nullptr; }
+
+ private:
+  struct Pending {
+    std::string op;
+    Done done;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void send(const std::string& op, std::string line, Done done);
+  bool ensure_connected();
+  void close_connection(const std::string& result_for_pending, const char* why);
+  void finish(Pending p, const std::string& result);
+  void arm_timer();
+  static void on_read(bufferevent* bev, void* arg);
+  static void on_event(bufferevent* bev, short what, void* arg);
+  static void on_timer(int fd, short what, void* arg);
+
+  event_base* base_;
+  std::string path_;
+  Metrics* metrics_;
+  std::chrono::milliseconds timeout_;
+  bufferevent* bev_ = nullptr;
+  event* timer_ = nullptr;
+  std::deque<Pending> pending_;
+  bool outage_logged_ = false;
+  std::chrono::steady_clock::time_point next_attempt_{};
+};
+
+// request_id -> flow of admitted requests, so that release can untag. In process and bounded
+// (oldest entries are forgotten first); shared by the worker threads of one daemon, so a release
+// must reach the daemon that admitted the request for the untag to happen (the dataplane's idle
+// timeout and the tag's ttl_s clean up otherwise).
+class FlowRegistry {
+ public:
+  explicit FlowRegistry(size_t capacity = 65536) : capacity_(capacity) {}
+  void put(const std::string& request_id, const Flow& flow);
+  std::optional<Flow> take(const std::string& request_id);
+  size_t size() const;
+
+ private:
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::string> order_;  // oldest first
+  std::unordered_map<std::string, std::pair<Flow, std::list<std::string>::iterator>> map_;
+};
+
+}  // namespace dripgate::control

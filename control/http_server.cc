@@ -1,0 +1,415 @@
+#include "control/http_server.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <event2/util.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "control/admission.h"
+#include "control/api.h"
+
+namespace dripgate::control {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// How long a stopping worker waits for requests in flight (each bounded by the Redis timeout).
+constexpr std::chrono::seconds kDrainLimit{10};
+constexpr int kDefaultTagTtlS = 300;
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 429:
+      return "Too Many Requests";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
+  }
+}
+
+const char* result_label(Outcome o) {
+  switch (o) {
+    case Outcome::kAllowed:
+      return "allowed";
+    case Outcome::kRefused:
+      return "refused";
+    case Outcome::kBadRequest:
+      return "bad_request";
+    case Outcome::kConflict:
+      return "conflict";
+    case Outcome::kUnavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+// Constant time in the length of the expected token, so timing does not leak a prefix.
+bool token_matches(const std::string& expected, const char* header) {
+  if (!header) return false;
+  static constexpr char kPrefix[] = "Bearer ";
+  if (strncasecmp(header, kPrefix, sizeof kPrefix - 1) != 0) return false;
+  std::string_view got(header + sizeof kPrefix - 1);
+  unsigned char diff = got.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i)
+    diff |= static_cast<unsigned char>(expected[i]) ^
+            static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  return diff == 0;
+}
+
+int make_listener(const std::string& listen, int& port, std::string& error) {
+  sockaddr_storage ss{};
+  int len = sizeof ss;
+  if (evutil_parse_sockaddr_port(listen.c_str(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    error = "listen: cannot parse address '" + listen + "' (want host:port or [v6]:port)";
+    return -1;
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string("listen: socket: ") + std::strerror(errno);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), static_cast<socklen_t>(len)) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    error = "listen: " + listen + ": " + std::strerror(errno);
+    close(fd);
+    return -1;
+  }
+  sockaddr_storage bound{};
+  socklen_t blen = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen);
+  port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+}  // namespace
+
+struct HttpServer::Worker {
+  HttpServer* server = nullptr;
+  int index = 0;
+  event_base* base = nullptr;
+  evhttp* http = nullptr;
+  evhttp_bound_socket* bound = nullptr;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<DataplaneClient> dp;
+  event* stop_ev = nullptr;
+  event* drain_ev = nullptr;
+  int inflight = 0;
+  bool draining = false;
+  bool http_freed = false;
+  Clock::time_point drain_deadline{};
+
+  ~Worker() {
+    dp.reset();
+    engine.reset();
+    if (http) evhttp_free(http);
+    if (stop_ev) event_free(stop_ev);
+    if (drain_ev) event_free(drain_ev);
+    if (base) event_base_free(base);
+  }
+
+  void reply(evhttp_request* req, const api::Response& r,
+             const char* content_type = "application/json") {
+    evkeyvalq* h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", content_type);
+    for (const auto& [k, v] : r.headers) evhttp_add_header(h, k.c_str(), v.c_str());
+    evbuffer* body = evbuffer_new();
+    evbuffer_add(body, r.body.data(), r.body.size());
+    evhttp_send_reply(req, r.status, reason_phrase(r.status), body);
+    evbuffer_free(body);
+    server->metrics_.http_request(r.status);
+  }
+
+  // Finishes an asynchronous request unless the server was torn down meanwhile.
+  bool complete() {
+    --inflight;
+    return !http_freed;
+  }
+
+  std::string body_of(evhttp_request* req) {
+    evbuffer* in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    std::string s(n, '\0');
+    if (n) evbuffer_copyout(in, s.data(), n);
+    return s;
+  }
+
+  std::string tenant_label(const std::string& tenant) const {
+    // Only configured tenants become label values: bad input must not grow the metrics.
+    return server->cfg_.tenants.count(tenant) ? tenant : "";
+  }
+
+  int tag_ttl(const std::string& tenant) const {
+    auto t = server->cfg_.tenants.find(tenant);
+    if (t == server->cfg_.tenants.end()) return kDefaultTagTtlS;
+    auto p = server->cfg_.plans.find(t->second.plan);
+    if (p == server->cfg_.plans.end() || !p->second.concurrency) return kDefaultTagTtlS;
+    return static_cast<int>(std::max<int64_t>(1, p->second.concurrency->lease_s));
+  }
+
+  void handle_admit(evhttp_request* req) {
+    AdmitRequest ar;
+    if (auto e = api::parse_admit(body_of(req), ar)) {
+      server->metrics_.admission("", "", "bad_request");
+      reply(req, api::render_error(400, e->str()));
+      return;
+    }
+    ++inflight;
+    std::string tenant = ar.tenant;
+    std::optional<Flow> flow = ar.flow;
+    engine->admit(std::move(ar), [this, req, tenant, flow](AdmitResult r) {
+      server->metrics_.admission(tenant_label(tenant), r.outcome == Outcome::kRefused ? r.gate : "",
+                                 result_label(r.outcome));
+      if (http_freed) {
+        --inflight;
+        return;
+      }
+      api::Response resp = api::render_admit(r);
+      if (r.outcome != Outcome::kAllowed || !flow) {
+        if (complete()) reply(req, resp);
+        return;
+      }
+      server->flows_.put(r.request_id, *flow);
+      // The answer waits for the dataplane (bounded by its timeout), so a caller that starts
+      // sending right after 200 finds its flow already in its class.
+      dp->tag(*flow, r.klass, tag_ttl(tenant),
+              [this, req, resp](const std::string& result) mutable {
+                resp.headers.emplace_back("Dripgate-Flow-Tag", result);
+                if (complete()) reply(req, resp);
+              });
+    });
+  }
+
+  void handle_settle(evhttp_request* req) {
+    api::SettleRequest sr;
+    if (auto e = api::parse_settle(body_of(req), sr)) {
+      reply(req, api::render_error(400, e->str()));
+      return;
+    }
+    ++inflight;
+    engine->settle(sr.tenant, sr.request_id, sr.tokens, [this, req](SettleResult r) {
+      if (complete()) reply(req, api::render_settle(r));
+    });
+  }
+
+  void handle_release(evhttp_request* req) {
+    api::ReleaseRequest rr;
+    if (auto e = api::parse_release(body_of(req), rr)) {
+      reply(req, api::render_error(400, e->str()));
+      return;
+    }
+    ++inflight;
+    std::string rid = rr.request_id;
+    engine->release(rr.tenant, rr.request_id, [this, req, rid](ReleaseResult r) {
+      if (http_freed) {
+        --inflight;
+        return;
+      }
+      api::Response resp = api::render_release(r);
+      std::optional<Flow> flow;
+      // The request is over whether or not it held a lease: its flow leaves its class.
+      if (r.outcome == Outcome::kAllowed) flow = server->flows_.take(rid);
+      if (!flow) {
+        if (complete()) reply(req, resp);
+        return;
+      }
+      dp->untag(*flow, [this, req, resp](const std::string& result) mutable {
+        resp.headers.emplace_back("Dripgate-Flow-Tag", result);
+        if (complete()) reply(req, resp);
+      });
+    });
+  }
+
+  void handle_healthz(evhttp_request* req) {
+    bool up = engine->redis_up();
+    json j = {{"status", draining ? "stopping" : "ok"},
+              {"redis", up ? "up" : "down"},
+              {"dataplane", dp->connected() ? "connected" : "not connected"},
+              {"worker", index}};
+    reply(req, api::Response{draining ? 503 : 200, {}, j.dump() + "\n"});
+  }
+
+  void handle_metrics(evhttp_request* req) {
+    reply(req, api::Response{200, {}, server->metrics_.render()},
+          "text/plain; version=0.0.4; charset=utf-8");
+  }
+
+  static void on_request(evhttp_request* req, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+    const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
+    std::string path = p ? p : "";
+    auto method = evhttp_request_get_command(req);
+
+    bool is_api = path == "/v1/admit" || path == "/v1/settle" || path == "/v1/release";
+    bool is_get = path == "/healthz" || path == "/metrics";
+    if (!is_api && !is_get) {
+      w->reply(req, api::render_error(404, "no such path: " + path));
+      return;
+    }
+    auto want = is_api ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
+    if (method != want) {
+      api::Response r = api::render_error(405, std::string("use ") + (is_api ? "POST" : "GET"));
+      r.headers.emplace_back("Allow", is_api ? "POST" : "GET");
+      w->reply(req, r);
+      return;
+    }
+    // /healthz and /metrics stay open for probes and scrapers; the API needs the token.
+    const std::string& token = w->server->cfg_.control.auth_token;
+    if (is_api && !token.empty()) {
+      const char* auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+      if (!token_matches(token, auth)) {
+        api::Response r = api::render_error(
+            401, auth ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
+        r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");
+        w->reply(req, r);
+        return;
+      }
+    }
+    if (path == "/v1/admit") {
+      w->handle_admit(req);
+    } else if (path == "/v1/settle") {
+      w->handle_settle(req);
+    } else if (path == "/v1/release") {
+      w->handle_release(req);
+    } else if (path == "/healthz") {
+      w->handle_healthz(req);
+    } else {
+      w->handle_metrics(req);
+    }
+  }
+
+  static void on_stop(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    if (w->draining) return;
+    w->draining = true;
+    w->drain_deadline = Clock::now() + kDrainLimit;
+    if (w->bound) evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
+    timeval tv{0, 5000};
+    event_add(w->drain_ev, &tv);
+  }
+
+  static void on_drain(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    if (w->inflight > 0 && Clock::now() < w->drain_deadline) return;  // persistent: next tick
+    if (w->inflight > 0)
+      spdlog::warn("worker {}: {} requests abandoned at shutdown", w->index, w->inflight);
+    event_del(w->drain_ev);
+    // Closes idle keep-alive connections too.
+    evhttp_free(w->http);
+    w->http = nullptr;
+    w->http_freed = true;
+    event_base_loopexit(w->base, nullptr);
+  }
+};
+
+HttpServer::HttpServer(const config::Config& cfg, ServerOptions opts)
+    : cfg_(cfg), opts_(std::move(opts)) {}
+
+HttpServer::~HttpServer() {
+  stop();
+  join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+bool HttpServer::start(std::string& error) {
+  static std::once_flag threads_once;
+  std::call_once(threads_once, [] { evthread_use_pthreads(); });
+
+  listen_fd_ = make_listener(opts_.listen, port_, error);
+  if (listen_fd_ < 0) return false;
+  int n = std::max(1, opts_.threads);
+  for (int i = 0; i < n; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->server = this;
+    w->index = i;
+    // The changelist folds the add/del pairs that evhttp and hiredis make within one loop
+    // iteration into at most one epoll_ctl per fd (each base has its own epoll set, so the
+    // per-worker dup of the listening socket is never in the same set twice).
+    event_config* ecfg = event_config_new();
+    event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    w->base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
+    w->http = w->base ? evhttp_new(w->base) : nullptr;
+    if (!w->http) {
+      error = "cannot create an event loop";
+      return false;
+    }
+    evhttp_set_max_body_size(w->http, opts_.max_body);
+    evhttp_set_max_headers_size(w->http, 16 * 1024);
+    evhttp_set_timeout(w->http, 60);
+    evhttp_set_gencb(w->http, &Worker::on_request, w.get());
+    int fd = dup(listen_fd_);  // each evhttp closes its own copy when freed
+    if (fd < 0) {
+      error = std::string("dup: ") + std::strerror(errno);
+      return false;
+    }
+    w->bound = evhttp_accept_socket_with_handle(w->http, fd);
+    if (!w->bound) {
+      close(fd);
+      error = "cannot accept on " + opts_.listen;
+      return false;
+    }
+    w->engine = std::make_unique<Engine>(cfg_, w->base, &metrics_);
+    w->dp = std::make_unique<DataplaneClient>(w->base, cfg_.control.dataplane_socket, &metrics_,
+                                              opts_.dataplane_timeout_ms);
+    w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
+    w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) {
+    threads_.emplace_back([this, wp = w.get()] { run_worker(wp); });
+  }
+  return true;
+}
+
+void HttpServer::run_worker(Worker* w) {
+  event_base_dispatch(w->base);
+  // Engines and dataplane clients belong to this thread's loop: tear them down here.
+  w->dp.reset();
+  w->engine.reset();
+}
+
+void HttpServer::stop() {
+  for (auto& w : workers_) {
+    if (w->stop_ev) event_active(w->stop_ev, EV_TIMEOUT, 0);
+  }
+}
+
+void HttpServer::join() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+}  // namespace dripgate::control

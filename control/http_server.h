@@ -1,0 +1,54 @@
+// dripgate-control's HTTP front: libevent evhttp on several worker threads. Each worker has its
+// own event_base, evhttp, admission Engine (hence its own Redis connections) and dataplane
+// client; all accept on one listening socket bound once.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "control/dataplane_client.h"
+#include "control/metrics.h"
+
+namespace dripgate::control {
+
+struct ServerOptions {
+  std::string listen;  // "host:port" or "[v6]:port"
+  int threads = 2;
+  size_t max_body = 64 * 1024;  // larger bodies get 413 from evhttp
+  int dataplane_timeout_ms = 100;
+};
+
+class HttpServer {
+ public:
+  HttpServer(const config::Config& cfg, ServerOptions opts);
+  ~HttpServer();  // stops and joins if still running
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts the workers; false with `error` set when the address cannot be used.
+  bool start(std::string& error);
+  // Thread-safe: stop accepting, let requests in flight finish (bounded wait), then stop.
+  void stop();
+  void join();
+  int port() const { return port_; }
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  struct Worker;
+  void run_worker(Worker* w);
+
+  config::Config cfg_;
+  ServerOptions opts_;
+  Metrics metrics_;
+  FlowRegistry flows_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dripgate::control

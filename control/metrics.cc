@@ -1,0 +1,150 @@
+#include "control/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+
+namespace dripgate::control {
+namespace {
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string format_double(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void header(std::string& out, const std::string& name, const std::string& help, const char* type) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+CounterFamily::CounterFamily(std::string name, std::string help,
+                             std::vector<std::string> label_names)
+    : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+
+void CounterFamily::inc(const std::vector<std::string>& label_values, uint64_t n) {
+  {
+    std::shared_lock lock(mu_);
+    auto it = values_.find(label_values);
+    if (it != values_.end()) {
+      it->second->fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
+  }
+  std::unique_lock lock(mu_);
+  auto& slot = values_[label_values];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  slot->fetch_add(n, std::memory_order_relaxed);
+}
+
+uint64_t CounterFamily::value(const std::vector<std::string>& label_values) const {
+  std::shared_lock lock(mu_);
+  auto it = values_.find(label_values);
+  return it == values_.end() ? 0 : it->second->load(std::memory_order_relaxed);
+}
+
+void CounterFamily::render(std::string& out) const {
+  header(out, name_, help_, "counter");
+  std::shared_lock lock(mu_);
+  for (const auto& [labels, v] : values_) {
+    out += name_;
+    if (!label_names_.empty()) {
+      out += '{';
+      for (size_t i = 0; i < label_names_.size(); ++i) {
+        if (i) out += ',';
+        out += label_names_[i] + "=\"" + escape_label(i < labels.size() ? labels[i] : "") + "\"";
+      }
+      out += '}';
+    }
+    out += ' ' + std::to_string(v->load(std::memory_order_relaxed)) + '\n';
+  }
+}
+
+Histogram::Histogram(std::string name, std::string help, std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      bounds_(std::move(bounds)),
+      buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+}
+
+void Histogram::observe(double seconds) {
+  if (!(seconds >= 0)) seconds = 0;  // also catches NaN
+  size_t i = 0;
+  while (i < bounds_.size() && seconds > bounds_[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(std::llround(seconds * 1e9)), std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Histogram::render(std::string& out) const {
+  header(out, name_, help_, "histogram");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    std::string le = i < bounds_.size() ? format_double(bounds_[i]) : "+Inf";
+    out += name_ + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+  }
+  out += name_ + "_sum " +
+         format_double(static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9) + '\n';
+  // The count is the +Inf bucket, so the exposition is self-consistent under concurrent updates.
+  out += name_ + "_count " + std::to_string(cumulative) + '\n';
+}
+
+Metrics::Metrics()
+    : admissions_("dripgate_admissions_total",
+                  "Admission decisions by tenant, refusing gate and result.",
+                  {"tenant", "gate", "result"}),
+      http_requests_("dripgate_http_requests_total", "HTTP requests answered, by status code.",
+                     {"code"}),
+      redis_errors_("dripgate_redis_errors_total", "Redis errors by kind.", {"kind"}),
+      dataplane_tag_("dripgate_dataplane_tag_total",
+                     "Flow tag requests sent to the dataplane, by result.", {"result"}),
+      dataplane_untag_("dripgate_dataplane_untag_total",
+                       "Flow untag requests sent to the dataplane, by result.", {"result"}),
+      redis_rtt_(
+          "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {}
+
+void Metrics::admission(const std::string& tenant, const std::string& gate,
+                        const std::string& result) {
+  admissions_.inc({tenant, gate, result});
+}
+
+void Metrics::dataplane(const std::string& op, const std::string& result) {
+  (op == "untag" ? dataplane_untag_ : dataplane_tag_).inc({result});
+}
+
+std::string Metrics::render() const {
+  std::string out;
+  admissions_.render(out);
+  redis_rtt_.render(out);
+  redis_errors_.render(out);
+  header(out, "dripgate_redis_up", "1 when the last Redis call succeeded.", "gauge");
+  out += "dripgate_redis_up " + std::to_string(redis_up_.load(std::memory_order_relaxed)) + '\n';
+  dataplane_tag_.render(out);
+  dataplane_untag_.render(out);
+  http_requests_.render(out);
+  return out;
+}
+
+}  // namespace dripgate::control

@@ -1,0 +1,85 @@
+// Prometheus metrics of dripgate-control: one registry shared by every worker thread. Counting is
+// lock-free (atomics); only the first use of a new label set takes a lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "control/admission.h"
+
+namespace dripgate::control {
+
+// A counter with labels; label values are escaped when rendered.
+class CounterFamily {
+ public:
+  CounterFamily(std::string name, std::string help, std::vector<std::string> label_names);
+  void inc(const std::vector<std::string>& label_values, uint64_t n = 1);
+  uint64_t value(const std::vector<std::string>& label_values) const;
+  void render(std::string& out) const;
+
+ private:
+  std::string name_, help_;
+  std::vector<std::string> label_names_;
+  mutable std::shared_mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<std::atomic<uint64_t>>> values_;
+};
+
+class Histogram {
+ public:
+  // Upper bounds in seconds, ascending; +Inf is implicit.
+  Histogram(std::string name, std::string help, std::vector<double> bounds);
+  void observe(double seconds);
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  void render(std::string& out) const;
+
+ private:
+  std::string name_, help_;
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // non-cumulative; bounds_.size() + 1
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+class Metrics : public RedisObserver {
+ public:
+  Metrics();
+
+  // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none.
+  void admission(const std::string& tenant, const std::string& gate, const std::string& result);
+  void http_request(int code) { http_requests_.inc({std::to_string(code)}); }
+  // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
+  void dataplane(const std::string& op, const std::string& result);
+
+  // RedisObserver
+  void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
+  void error(const std::string& kind) override { redis_errors_.inc({kind}); }
+  void up(bool is_up) override { redis_up_.store(is_up ? 1 : 0, std::memory_order_relaxed); }
+
+  bool redis_up() const { return redis_up_.load(std::memory_order_relaxed) != 0; }
+  const CounterFamily& admissions() const { return admissions_; }
+  const CounterFamily& dataplane_tags() const { return dataplane_tag_; }
+  const CounterFamily& dataplane_untags() const { return dataplane_untag_; }
+  const CounterFamily& redis_errors() const { return redis_errors_; }
+  const CounterFamily& http_requests() const { return http_requests_; }
+  const Histogram& redis_round_trip() const { return redis_rtt_; }
+
+  // The Prometheus text exposition format, version 0.0.4.
+  std::string render() const;
+
+ private:
+  CounterFamily admissions_;
+  CounterFamily http_requests_;
+  CounterFamily redis_errors_;
+  CounterFamily dataplane_tag_;
+  CounterFamily dataplane_untag_;
+  Histogram redis_rtt_;
+  std::atomic<int> redis_up_{0};
+};
+
+}  // namespace dripgate::control

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The README's demo command: a private redis-server on a free port, dripgate-control on the
+# embedded default config, and the seed's runs (section 6.3) replayed through the HTTP API.
+# Everything it starts is stopped on exit, also on failure or Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tools/setup-deps.sh
+BUILD=${BUILD:-build}
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" >/dev/null
+fi
+if ! out=$(meson compile -C "$BUILD" dripgate-control dripgate-demo 2>&1); then
+  echo "$out" >&2
+  echo "demo: build failed" >&2
+  exit 1
+fi
+
+work=$(mktemp -d /tmp/dripgate-demo.XXXXXX)
+pids=()
+cleanup() {
+  local rc=$?
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ $rc -ne 0 ] && [ -f "$work/control.log" ]; then
+    echo "--- dripgate-control log ---" >&2
+    tail -n 30 "$work/control.log" >&2
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits until a TCP port on 127.0.0.1 accepts connections (bash's /dev/tcp, no curl needed).
+wait_port() {
+  for _ in $(seq 1 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "demo: nothing listens on port $1" >&2
+  return 1
+}
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$work" --logfile "$work/redis.log" &
+pids+=($!)
+wait_port "$redis_port"
+
+http_port=$(free_port)
+"$BUILD/control/dripgate-control" --redis "redis://127.0.0.1:$redis_port/0" \
+  --listen "127.0.0.1:$http_port" --log-level warn 2>"$work/control.log" &
+pids+=($!)
+wait_port "$http_port"
+
+echo "dripgate demo: redis-server on port $redis_port, dripgate-control on 127.0.0.1:$http_port"
+echo "(default config: dripgate-control --config config/examples/default.yaml)"
+echo
+"$BUILD/tools/dripgate-demo" --port "$http_port"
