@@ -185,24 +185,24 @@ int main(int argc, char** argv) {
       opt.config_path.empty() ? cfg::load_default() : cfg::load_file(opt.config_path);
   if (!lr.errors.empty()) {
     for (const auto& e : lr.errors) std::cerr << e.str() << "\n";
-    return 2;
+    return 1;
   }
   if (!lr.config->dataplane) {
     std::cerr << lr.config->source << ": no `dataplane:` section\n";
-    return 2;
+    return 1;
   }
   cfg::Dataplane dp = *lr.config->dataplane;
   dg::apply_overrides(opt, dp);
   // What the loader cannot see: the rules compiled against the classes, the scheduler's limits.
   if (auto c = dg::Classifier::compile(dp.classify, dp.classes); !c.classifier) {
     std::cerr << lr.config->source << ": dataplane." << c.error << "\n";
-    return 2;
+    return 1;
   }
   try {
     dg::Scheduler probe(dp.drip, dp.classes, 2'000'000'000);
   } catch (const std::exception& e) {
     std::cerr << lr.config->source << ": dataplane." << e.what() << "\n";
-    return 2;
+    return 1;
   }
   if (opt.check) {
     std::cout << lr.config->source << ": ok\n";

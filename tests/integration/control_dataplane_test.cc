@@ -1,0 +1,351 @@
+// The whole admission path end to end: a real redis-server, the real dripgate-dataplane as a bump
+// in the wire between two network namespaces (net_af_packet on veth pairs), and the real
+// dripgate-control pointed at the dataplane's control socket. An admitted flow is tagged, its
+// UDP traffic is shaped in its plan's class while another flow goes to `default`, release
+// untags it, and admission keeps answering when the dataplane is gone. Namespaces, links and
+// processes are RAII (tests/netns.h, dp_harness.h): removed and reaped also on failure.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tests/integration/dp_harness.h"
+#include "tests/netns.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kClientIp = "10.198.0.1";
+constexpr const char* kServerIp = "10.198.0.2";
+constexpr uint16_t kServerPort = 5002;
+constexpr uint16_t kGoldPort = 40200;   // the admitted flow's source port
+constexpr uint16_t kOtherPort = 40201;  // a flow nobody admitted
+constexpr int kGoldDatagrams = 200;
+constexpr int kOtherDatagrams = 100;
+constexpr int kAfterRelease = 20;
+
+std::string control_binary() {
+  const char* p = std::getenv("DG_CONTROL");
+  if (p == nullptr || *p == '\0')
+    throw std::runtime_error("DG_CONTROL is not set (run the test through meson test)");
+  return p;
+}
+
+// ---- HTTP: one request per connection, read to EOF ----
+
+struct HttpResponse {
+  int status = 0;                              // 0: no answer
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "<absent>" : it->second;
+  }
+};
+
+HttpResponse http(int port, const std::string& method, const std::string& path,
+                  const std::string& body = "") {
+  HttpResponse r;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return r;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string raw;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    std::string req = fmt::format(
+        "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        method, path, body.size(), body);
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+        raw.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  auto end = raw.find("\r\n\r\n");
+  if (end == std::string::npos || raw.size() < 12) return r;
+  std::istringstream head(raw.substr(0, end));
+  std::string line;
+  std::getline(head, line);
+  r.status = std::atoi(line.c_str() + 9);  // "HTTP/1.1 200 OK"
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    r.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  r.body = raw.substr(end + 4);
+  return r;
+}
+
+// ---- topology: client ns <-veth-> [af_packet0 dataplane af_packet1] <-veth-> server ns ----
+
+class Topology {
+ public:
+  Topology() {
+    for (char side : {'c', 's'}) {
+      const std::string n = net_.add_netns(std::string(1, side));
+      const std::string r = root_if(side);
+      const std::string addr = std::string(side == 'c' ? kClientIp : kServerIp) + "/24";
+      net_.add_veth({"", r, "", ""}, {n, ns_if(side), addr, ""});
+      // The dataplane forwards frames as they are: no checksum may be left to fill in.
+      run_checked(fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n,
+                              ns_if(side)));
+      run_shell(fmt::format("ethtool -K {} tx off tso off gso off gro off >/dev/null 2>&1", r));
+      run_shell(fmt::format("sysctl -w net.ipv6.conf.{}.disable_ipv6=1 >/dev/null 2>&1", r));
+    }
+  }
+  std::string ns(char side) const { return net_.name(std::string(1, side)); }
+  std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
+  std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
+
+ private:
+  TestNetns net_{"dgcd"};
+};
+
+// Runs fn on a thread inside network namespace `ns` and waits for it; false if setns failed.
+bool run_in_netns(const std::string& ns, const std::function<void()>& fn) {
+  bool entered = false;
+  std::thread t([&] {
+    int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    entered = fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
+    if (fd >= 0) ::close(fd);
+    if (entered) fn();
+  });
+  t.join();
+  return entered;
+}
+
+sockaddr_in addr(const char* ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+int udp_socket(const char* ip, uint16_t port) {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = addr(ip, port);
+  if (s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// A UDP echo server in the server namespace, running until destroyed.
+class EchoServer {
+ public:
+  explicit EchoServer(const std::string& ns) {
+    std::atomic<int> state{0};
+    thread_ = std::thread([this, ns, &state] {
+      bool entered = run_in_netns(ns, [this, &state] {
+        int fd = udp_socket(kServerIp, kServerPort);
+        state = fd >= 0 ? 1 : -1;
+        if (fd < 0) return;
+        char buf[2048];
+        while (!stop_) {
+          pollfd p{fd, POLLIN, 0};
+          if (::poll(&p, 1, 100) != 1) continue;
+          sockaddr_in from{};
+          socklen_t len = sizeof(from);
+          ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
+          if (n > 0)
+            ::sendto(fd, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
+        }
+        ::close(fd);
+      });
+      if (!entered) state = -1;
+    });
+    while (state == 0) std::this_thread::sleep_for(5ms);
+    ok_ = state == 1;
+  }
+  ~EchoServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  EchoServer(const EchoServer&) = delete;
+  EchoServer& operator=(const EchoServer&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  bool ok_ = false;
+  std::thread thread_;
+};
+
+// Lock-step UDP exchange from the client namespace: `count` datagrams from `sport`, each waiting
+// for its echo (so no queue ever overflows). Returns the number of echoes received.
+int udp_exchange(const std::string& ns, uint16_t sport, int count) {
+  int echoed = 0;
+  bool entered = run_in_netns(ns, [&] {
+    int s = udp_socket(kClientIp, sport);
+    if (s < 0) return;
+    sockaddr_in to = addr(kServerIp, kServerPort);
+    for (int i = 0; i < count; ++i) {
+      std::string msg = fmt::format("{}:{}", sport, i);
+      if (::sendto(s, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0)
+        break;
+      pollfd p{s, POLLIN, 0};
+      char buf[64];
+      if (::poll(&p, 1, 2000) == 1 && ::recv(s, buf, sizeof(buf), 0) > 0) ++echoed;
+    }
+    ::close(s);
+  });
+  return entered ? echoed : -1;
+}
+
+std::string flow_json(uint16_t sport) {
+  return json({{"src", kClientIp},
+               {"sport", sport},
+               {"dst", kServerIp},
+               {"dport", kServerPort},
+               {"proto", "udp"}})
+      .dump();
+}
+
+// Control and dataplane share one config file, as in a deployment: the loader then also
+// checks that the plan's class exists in the dataplane.
+void write_config(const std::string& path, const std::string& sock,
+                  const std::vector<std::string>& eal) {
+  std::ofstream y(path);
+  y << "redis: { url: \"redis://127.0.0.1:1/0\", timeout_ms: 500 }\n"
+    << "control: { listen: \"127.0.0.1:8080\", threads: 2, dataplane_socket: \"" << sock << "\" }\n"
+    << "plans:\n"
+    << "  pro:\n"
+    << "    class: gold\n"
+    << "    gates:\n"
+    << "      tenant: { capacity: 1000, refill_per_s: 100 }\n"
+    << "    concurrency: { max_streams: 8, lease_s: 120 }\n"
+    << "tenants:\n"
+    << "  t-gold: { plan: pro }\n"
+    << "dataplane:\n"
+    << "  eal: " << json(eal).dump() << "\n"
+    << "  ports: { client: 0, cluster: 1 }\n"
+    << "  lcores: { rx: 1, drip: 1 }\n"
+    << "  mbufs: 8191\n"
+    << "  drip: { rate_pps: 50000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
+    << "  classes:\n"
+    << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
+    << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
+    << "  unknown_flows: default\n"
+    << "  control_socket: " << sock << "\n";
+}
+
+uint64_t class_tx(const json& stats, const char* klass) {
+  return stats.at("classes").at(klass).at("tx_pkts").get<uint64_t>();
+}
+
+TEST(ControlDataplane, AdmittedFlowIsShapedInItsClassUntilReleased) {
+  ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
+  RedisServer redis;
+  Topology topo;
+  TempDir dir;
+  std::vector<std::string> eal = test_eal_args();
+  eal.push_back("--vdev=net_af_packet0,iface=" + topo.root_if('c'));
+  eal.push_back("--vdev=net_af_packet1,iface=" + topo.root_if('s'));
+  const std::string sock = dir.file("dp.sock");
+  const std::string cfg = dir.file("dripgate.yaml");
+  write_config(cfg, sock, eal);
+
+  Process dp({dataplane_binary(), "--config", cfg}, dir.file("dp.out"), dir.file("dp.err"));
+  ControlClient cc(sock, 30s);  // the dataplane is up once its socket answers
+  ASSERT_TRUE(cc.call({{"op", "stats"}}).at("ok").get<bool>());
+
+  const int port = free_port();
+  Process control({control_binary(), "--config", cfg, "--redis", redis.url(), "--listen",
+                   fmt::format("127.0.0.1:{}", port), "--log-level", "debug"},
+                  dir.file("control.out"), dir.file("control.err"));
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (http(port, "GET", "/healthz").status != 200) {
+    ASSERT_TRUE(control.running()) << read_file(dir.file("control.err"));
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(dir.file("control.err"));
+    std::this_thread::sleep_for(20ms);
+  }
+
+  // Admission tags the flow in the dataplane before it answers.
+  HttpResponse a =
+      http(port, "POST", "/v1/admit", R"({"tenant":"t-gold","flow":)" + flow_json(kGoldPort) + "}");
+  ASSERT_EQ(a.status, 200) << a.body << read_file(dir.file("control.err"));
+  EXPECT_EQ(a.header("dripgate-flow-tag"), "ok") << read_file(dir.file("control.err"));
+  json st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(st.at("flows").get<int>(), 1) << st.dump();
+  const uint64_t gold0 = class_tx(st, "gold"), default0 = class_tx(st, "default");
+  EXPECT_EQ(gold0, 0u);
+
+  // Traffic of the admitted flow goes out in gold, another flow in default.
+  EchoServer echo(topo.ns('s'));
+  ASSERT_TRUE(echo.ok()) << "UDP echo server could not start in " << topo.ns('s');
+  EXPECT_EQ(udp_exchange(topo.ns('c'), kGoldPort, kGoldDatagrams), kGoldDatagrams)
+      << read_file(dir.file("dp.err"));
+  EXPECT_EQ(udp_exchange(topo.ns('c'), kOtherPort, kOtherDatagrams), kOtherDatagrams);
+  st = cc.call({{"op", "stats"}}).at("stats");
+  // Every datagram was echoed, so each was sent before the stats were read.
+  EXPECT_EQ(class_tx(st, "gold"), static_cast<uint64_t>(kGoldDatagrams)) << st.dump();
+  EXPECT_GE(class_tx(st, "default") - default0, static_cast<uint64_t>(kOtherDatagrams))
+      << st.dump();
+  EXPECT_GE(st.at("tx").at("reverse").get<uint64_t>(),
+            static_cast<uint64_t>(kGoldDatagrams + kOtherDatagrams))
+      << st.dump();
+
+  // Release untags: the flow leaves the table and its next packets are in default.
+  json admitted = json::parse(a.body, nullptr, false);
+  ASSERT_TRUE(admitted.is_object() && admitted.contains("request_id")) << a.body;
+  HttpResponse rel =
+      http(port, "POST", "/v1/release",
+           json({{"tenant", "t-gold"}, {"request_id", admitted["request_id"]}}).dump());
+  ASSERT_EQ(rel.status, 200) << rel.body;
+  EXPECT_EQ(rel.header("dripgate-flow-tag"), "ok");
+  st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(st.at("flows").get<int>(), 0) << st.dump();
+  const uint64_t default1 = class_tx(st, "default");
+  EXPECT_EQ(udp_exchange(topo.ns('c'), kGoldPort, kAfterRelease), kAfterRelease);
+  st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(class_tx(st, "gold"), static_cast<uint64_t>(kGoldDatagrams)) << st.dump();
+  EXPECT_GE(class_tx(st, "default") - default1, static_cast<uint64_t>(kAfterRelease)) << st.dump();
+
+  // Without the dataplane, admission still answers and says the tag did not happen.
+  ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("dp.err"));
+  const json fin = last_json_line(dir.file("dp.out"));
+  ASSERT_TRUE(fin.is_object()) << read_file(dir.file("dp.out"));
+  EXPECT_EQ(fin.at("flows").get<int>(), 0);
+  EXPECT_EQ(fin.at("mbufs_available").get<uint64_t>(), fin.at("mbufs_total").get<uint64_t>());
+  for (uint16_t sport : {uint16_t{40300}, uint16_t{40301}}) {
+    HttpResponse u =
+        http(port, "POST", "/v1/admit", R"({"tenant":"t-gold","flow":)" + flow_json(sport) + "}");
+    ASSERT_EQ(u.status, 200) << u.body;
+    EXPECT_EQ(u.header("dripgate-flow-tag"), "unavailable") << read_file(dir.file("control.err"));
+  }
+  EXPECT_EQ(control.terminate(10s), 0) << read_file(dir.file("control.err"));
+}
+
+}  // namespace
+}  // namespace dripgate::testing
