@@ -1,5 +1,7 @@
 #include "tests/netns.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +49,24 @@ std::string run_checked(const std::string& cmd) {
   CommandResult r = run_shell("{ " + cmd + "\n} 2>&1");
   if (r.status != 0) throw std::runtime_error(cmd + ": " + r.out);
   return r.out;
+}
+
+std::thread thread_in_netns(const std::string& ns, std::function<void(bool entered)> fn) {
+  return std::thread([ns, fn = std::move(fn)] {
+    int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    const bool entered = fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
+    if (fd >= 0) ::close(fd);
+    fn(entered);
+  });
+}
+
+bool run_in_netns(const std::string& ns, const std::function<void()>& fn) {
+  bool entered = false;
+  thread_in_netns(ns, [&](bool ok) {
+    entered = ok;
+    if (ok) fn();
+  }).join();
+  return entered;
 }
 
 TestNetns::TestNetns(std::string prefix) : prefix_(std::move(prefix)) {

@@ -3,7 +3,9 @@
 // which removes whatever carries the prefix and the pid of a process that no longer exists.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dripgate::testing {
@@ -18,6 +20,13 @@ CommandResult run_shell(const std::string& cmd);
 // Runs `cmd` (stderr captured too); throws std::runtime_error with the command and its output
 // when it exits non-zero.
 std::string run_checked(const std::string& cmd);
+
+// Starts a thread that enters network namespace `ns` (ip netns, /run/netns/ns) and then runs
+// fn(entered); entered is false when setns failed. A thread, because setns changes only the
+// calling thread's namespace and the test's own thread must stay in the root namespace.
+std::thread thread_in_netns(const std::string& ns, std::function<void(bool entered)> fn);
+// Runs fn on a thread inside `ns` and waits for it; false (and fn not run) if setns failed.
+bool run_in_netns(const std::string& ns, const std::function<void()>& fn);
 
 // One end of a veth pair.
 struct VethEnd {

@@ -5,26 +5,21 @@
 // untags it, and admission keeps answering when the dataplane is gone. Namespaces, links and
 // processes are RAII (tests/netns.h, dp_harness.h): removed and reaped also on failure.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <functional>
-#include <map>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/http_client.h"
 #include "tests/integration/dp_harness.h"
 #include "tests/netns.h"
 #include "tests/redis_server.h"
@@ -49,98 +44,6 @@ std::string control_binary() {
   if (p == nullptr || *p == '\0')
     throw std::runtime_error("DG_CONTROL is not set (run the test through meson test)");
   return p;
-}
-
-// ---- HTTP: one request per connection, read to EOF ----
-
-struct HttpResponse {
-  int status = 0;                              // 0: no answer
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;
-  std::string header(const std::string& name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? "<absent>" : it->second;
-  }
-};
-
-HttpResponse http(int port, const std::string& method, const std::string& path,
-                  const std::string& body = "") {
-  HttpResponse r;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return r;
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string raw;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    std::string req = fmt::format(
-        "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-        method, path, body.size(), body);
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
-        raw.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  auto end = raw.find("\r\n\r\n");
-  if (end == std::string::npos || raw.size() < 12) return r;
-  std::istringstream head(raw.substr(0, end));
-  std::string line;
-  std::getline(head, line);
-  r.status = std::atoi(line.c_str() + 9);  // "HTTP/1.1 200 OK"
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-    r.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
-  }
-  r.body = raw.substr(end + 4);
-  return r;
-}
-
-// ---- topology: client ns <-veth-> [af_packet0 dataplane af_packet1] <-veth-> server ns ----
-
-class Topology {
- public:
-  Topology() {
-    for (char side : {'c', 's'}) {
-      const std::string n = net_.add_netns(std::string(1, side));
-      const std::string r = root_if(side);
-      const std::string addr = std::string(side == 'c' ? kClientIp : kServerIp) + "/24";
-      net_.add_veth({"", r, "", ""}, {n, ns_if(side), addr, ""});
-      // The dataplane forwards frames as they are: no checksum may be left to fill in.
-      run_checked(fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n,
-                              ns_if(side)));
-      run_shell(fmt::format("ethtool -K {} tx off tso off gso off gro off >/dev/null 2>&1", r));
-      run_shell(fmt::format("sysctl -w net.ipv6.conf.{}.disable_ipv6=1 >/dev/null 2>&1", r));
-    }
-  }
-  std::string ns(char side) const { return net_.name(std::string(1, side)); }
-  std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
-  std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
-
- private:
-  TestNetns net_{"dgcd"};
-};
-
-// Runs fn on a thread inside network namespace `ns` and waits for it; false if setns failed.
-bool run_in_netns(const std::string& ns, const std::function<void()>& fn) {
-  bool entered = false;
-  std::thread t([&] {
-    int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    entered = fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
-    if (fd >= 0) ::close(fd);
-    if (entered) fn();
-  });
-  t.join();
-  return entered;
 }
 
 sockaddr_in addr(const char* ip, uint16_t port) {
@@ -267,11 +170,9 @@ uint64_t class_tx(const json& stats, const char* klass) {
 TEST(ControlDataplane, AdmittedFlowIsShapedInItsClassUntilReleased) {
   ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
   RedisServer redis;
-  Topology topo;
+  ApplianceTopology topo("dgcd", kClientIp, kServerIp);
   TempDir dir;
-  std::vector<std::string> eal = test_eal_args();
-  eal.push_back("--vdev=net_af_packet0,iface=" + topo.root_if('c'));
-  eal.push_back("--vdev=net_af_packet1,iface=" + topo.root_if('s'));
+  const std::vector<std::string> eal = topo.eal_args();
   const std::string sock = dir.file("dp.sock");
   const std::string cfg = dir.file("dripgate.yaml");
   write_config(cfg, sock, eal);

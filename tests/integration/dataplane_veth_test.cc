@@ -4,10 +4,8 @@
 // protocol's error answers with several clients connected. Namespaces and links come from
 // tests/netns.h: the pid in their names, always removed (leftovers of dead runs too).
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,49 +35,6 @@ constexpr size_t kTransfer = 2 << 20;
 
 int sh(const std::string& cmd) {
   return run_shell(cmd + " >/dev/null 2>&1").status;
-}
-
-// Client and server namespaces, each joined to the root namespace by a veth pair whose root end
-// the dataplane opens with af_packet.
-class Topology {
- public:
-  Topology() {
-    for (char side : {'c', 's'}) {
-      const std::string n = net_.add_netns(std::string(1, side));
-      const std::string r = root_if(side), i = ns_if(side);
-      const std::string addr = std::string(side == 'c' ? kClientIp : kServerIp) + "/24";
-      net_.add_veth({"", r, "", ""}, {n, i, addr, ""});
-      // The dataplane forwards frames as they are: no segmentation or checksum offload may
-      // leave a frame larger than the MTU or with a checksum still to fill in.
-      run_checked(
-          fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n, i));
-      sh(fmt::format("ethtool -K {} tx off tso off gso off gro off", r));
-      // No IPv6 chatter from the root side.
-      sh(fmt::format("sysctl -w net.ipv6.conf.{}.disable_ipv6=1", r));
-    }
-  }
-
-  std::string ns(char side) const { return net_.name(std::string(1, side)); }
-  std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
-  std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
-
- private:
-  TestNetns net_{"dgdp"};
-};
-
-// Runs fn on a thread that has entered network namespace `ns`.
-template <typename Fn>
-std::thread in_netns(const std::string& ns, Fn fn) {
-  return std::thread([ns, fn]() mutable {
-    int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
-      if (fd >= 0) ::close(fd);
-      fn(false);
-      return;
-    }
-    ::close(fd);
-    fn(true);
-  });
 }
 
 sockaddr_in addr(const char* ip, uint16_t port) {
@@ -172,11 +127,9 @@ void transfer(bool entered, std::string& error, uint64_t& acked) {
 
 TEST(DataplaneVeth, PingAndTcpCrossTheApplianceAndTaggedFlowIsCounted) {
   ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
-  Topology topo;
+  ApplianceTopology topo("dgdp", kClientIp, kServerIp);
   TempDir dir;
-  std::vector<std::string> eal = test_eal_args();
-  eal.push_back("--vdev=net_af_packet0,iface=" + topo.root_if('c'));
-  eal.push_back("--vdev=net_af_packet1,iface=" + topo.root_if('s'));
+  const std::vector<std::string> eal = topo.eal_args();
   const std::string sock = dir.file("dp.sock");
   {
     std::ofstream y(dir.file("dp.yaml"));
@@ -236,12 +189,13 @@ TEST(DataplaneVeth, PingAndTcpCrossTheApplianceAndTaggedFlowIsCounted) {
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
   std::atomic<int> ready{0};
   std::atomic<uint64_t> got{0};
-  std::thread server = in_netns(topo.ns('s'), [&](bool ok) { serve(ok, ready, got); });
+  std::thread server = thread_in_netns(topo.ns('s'), [&](bool ok) { serve(ok, ready, got); });
   while (ready == 0) std::this_thread::sleep_for(10ms);
   std::string error;
   uint64_t acked = 0;
   if (ready == 1) {
-    std::thread client = in_netns(topo.ns('c'), [&](bool ok) { transfer(ok, error, acked); });
+    std::thread client =
+        thread_in_netns(topo.ns('c'), [&](bool ok) { transfer(ok, error, acked); });
     client.join();
   }
   server.join();

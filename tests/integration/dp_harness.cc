@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "tests/netns.h"
+#include <fmt/format.h>
 
 namespace dripgate::testing {
 
@@ -29,6 +29,29 @@ std::string dataplane_binary() {
 std::vector<std::string> test_eal_args() {
   return {"-l", "0-1", "--no-huge", "--no-shconf",
           "-m", "512", "--no-pci",  "--file-prefix=dg" + std::to_string(::getpid())};
+}
+
+ApplianceTopology::ApplianceTopology(const std::string& prefix, const std::string& client_ip,
+                                     const std::string& server_ip)
+    : net_(prefix) {
+  for (char side : {'c', 's'}) {
+    const std::string n = net_.add_netns(std::string(1, side));
+    const std::string r = root_if(side), i = ns_if(side);
+    net_.add_veth({"", r, "", ""}, {n, i, (side == 'c' ? client_ip : server_ip) + "/24", ""});
+    // The dataplane forwards frames as they are: no segmentation or checksum offload may
+    // leave a frame larger than the MTU or with a checksum still to fill in.
+    run_checked(fmt::format("ip netns exec {} ethtool -K {} tx off tso off gso off gro off", n, i));
+    run_shell(fmt::format("ethtool -K {} tx off tso off gso off gro off >/dev/null 2>&1", r));
+    // No IPv6 chatter from the root side.
+    run_shell(fmt::format("sysctl -w net.ipv6.conf.{}.disable_ipv6=1 >/dev/null 2>&1", r));
+  }
+}
+
+std::vector<std::string> ApplianceTopology::eal_args() const {
+  std::vector<std::string> eal = test_eal_args();
+  eal.push_back("--vdev=net_af_packet0,iface=" + root_if('c'));
+  eal.push_back("--vdev=net_af_packet1,iface=" + root_if('s'));
+  return eal;
 }
 
 TempDir::TempDir() {

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/netns.h"
+
 namespace dripgate::testing {
 
 // build/dataplane/dripgate-dataplane, from the DG_DATAPLANE environment variable set by meson.
@@ -50,6 +52,25 @@ class Process {
  private:
   pid_t pid_ = -1;
   int status_ = -1;
+};
+
+// The appliance as deployed, in namespaces: client ns <-veth-> [net_af_packet0 dataplane
+// net_af_packet1] <-veth-> server ns. Each namespace is joined to the root namespace by a veth
+// pair whose root end the dataplane opens with net_af_packet; the client's end gets client_ip/24,
+// the server's server_ip/24. Sides are 'c' (client) and 's' (server). Removed on destruction.
+class ApplianceTopology {
+ public:
+  // prefix: TestNetns prefix, unique per test (names also carry the pid).
+  ApplianceTopology(const std::string& prefix, const std::string& client_ip,
+                    const std::string& server_ip);
+  std::string ns(char side) const { return net_.name(std::string(1, side)); }
+  std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
+  std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
+  // test_eal_args() plus the vdevs: port 0 on the client's root end, port 1 on the server's.
+  std::vector<std::string> eal_args() const;
+
+ private:
+  TestNetns net_;
 };
 
 // One connection to the dataplane's control socket.
