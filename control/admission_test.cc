@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "control/keys.h"
+#include "tests/event_loop.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -68,26 +69,16 @@ void add_tenant(config::Config& c, const std::string& tenant, config::Plan plan)
 class Harness {
  public:
   Harness(const config::Config& cfg, RedisObserver* obs = nullptr)
-      : base_(event_base_new()), engine_(std::make_unique<Engine>(cfg, base_, obs)) {
+      : engine_(std::make_unique<Engine>(cfg, loop_.base(), obs)) {
     // Let the pool connect, so the first call does not race the connect.
     wait_until([&] { return engine_->redis_up(); }, milliseconds(3000));
   }
-  ~Harness() {
-    engine_.reset();
-    event_base_free(base_);
-  }
+  ~Harness() { engine_.reset(); }
   Engine& engine() { return *engine_; }
 
   template <class Pred>
   bool wait_until(Pred pred, milliseconds limit) {
-    auto end = Clock::now() + limit;
-    while (!pred()) {
-      if (Clock::now() > end) return false;
-      timeval tv{0, 5000};
-      event_base_loopexit(base_, &tv);
-      event_base_dispatch(base_);
-    }
-    return true;
+    return loop_.wait_until(pred, limit);
   }
   template <class R>
   R run(std::function<void(std::function<void(R)>)> call) {
@@ -107,7 +98,7 @@ class Harness {
   }
 
  private:
-  event_base* base_;
+  dripgate::testing::EventLoop loop_;
   std::unique_ptr<Engine> engine_;
 };
 

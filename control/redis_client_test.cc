@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "lua/lua_scripts.h"
+#include "tests/event_loop.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -39,26 +40,7 @@ struct Result {
   std::string error;
 };
 
-class Loop {
- public:
-  Loop() : base_(event_base_new()) {}
-  ~Loop() { event_base_free(base_); }
-  event_base* base() { return base_; }
-  template <class Pred>
-  bool wait_until(Pred pred, milliseconds limit) {
-    auto end = Clock::now() + limit;
-    while (!pred()) {
-      if (Clock::now() > end) return false;
-      timeval tv{0, 5000};
-      event_base_loopexit(base_, &tv);
-      event_base_dispatch(base_);
-    }
-    return true;
-  }
-
- private:
-  event_base* base_;
-};
+using Loop = dripgate::testing::EventLoop;
 
 RedisClient::Callback into(Result& out) {
   return [&out](const redisReply* r, std::string_view error) {

@@ -32,25 +32,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+source tools/lib.sh
 
-# Waits until a TCP port on 127.0.0.1 accepts connections (bash's /dev/tcp, no curl needed).
-wait_port() {
-  for _ in $(seq 1 200); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "demo: nothing listens on port $1" >&2
-  return 1
-}
-
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
-wait_port "$redis_port"
+start_redis "$work"
 
 http_port=$(free_port)
 "$BUILD/control/dripgate-control" --redis "redis://127.0.0.1:$redis_port/0" \

@@ -35,17 +35,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_port() {
-  for _ in $(seq 1 200); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "bench: nothing listens on port $1" >&2
-  return 1
-}
+source tools/lib.sh
 # One HTTP POST with bash's /dev/tcp (no curl needed).
 post() {
   exec 3<>"/dev/tcp/127.0.0.1/$1"
@@ -55,11 +45,7 @@ post() {
   exec 3<&-
 }
 
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
-wait_port "$redis_port"
+start_redis "$work"
 
 http_port=$(free_port)
 "$BUILD/control/dripgate-control" --config tools/bench/admit_bench.yaml \
