@@ -54,6 +54,16 @@ class ClassQueue {
     ++head_;
     return it;
   }
+  // Free places below the depth limit; fill(i) is the i-th of them (i < room()), and
+  // commit(k) appends the first k filled: push() for a burst without a check per item.
+  uint32_t room() const { return full() ? 0 : capacity_ - size(); }
+  Item& fill(uint32_t i) { return slots_[(tail_ + i) & mask_]; }
+  void commit(uint32_t k) { tail_ += k; }
+
+  // The i-th queued item from the front (i < size()), and removing the first k (k <= size()):
+  // for a consumer that walks a run in local variables and commits it once.
+  const Item& peek(uint32_t i) const { return slots_[(head_ + i) & mask_]; }
+  void discard(uint32_t k) { head_ += k; }
 
  private:
   uint32_t capacity_ = 0;

@@ -164,6 +164,7 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   if (n == 0) return;
   stats_.rx.rx_client.add(n);
   const bool inline_pass = split();
+  const unsigned first_shaped = o.n_shaped;
   for (unsigned i = 0; i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
@@ -208,8 +209,15 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
       }
       continue;
     }
-    stats_.classes[static_cast<size_t>(cls)].classified.add();
+    // classified is counted per run of same-class packets, after the loop.
     o.shaped[o.n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
+  }
+  for (unsigned i = first_shaped; i < o.n_shaped;) {
+    const uint32_t cls = o.shaped[i].cls;
+    unsigned j = i + 1;
+    while (j < o.n_shaped && o.shaped[j].cls == cls) ++j;
+    if (cls != kPassCls) stats_.classes[cls].classified.add(j - i);
+    i = j;
   }
 }
 
@@ -240,21 +248,32 @@ void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
   }
 }
 
-// Scheduler owner: queue the classified packets, send the unshaped ones.
+// Scheduler owner: queue the classified packets, send the unshaped ones. Runs of shaped
+// packets go to the scheduler as one burst each (one counter update per run of a class).
 void Fastpath::enqueue_shaped(const Handoff* h, unsigned n) {
-  rte_mbuf* refused[kBurst];
+  void* refused[kBurst];
   unsigned n_refused = 0;
   rte_mbuf* pass[kBurst];
   unsigned n_pass = 0;
-  for (unsigned i = 0; i < n; ++i) {
+  unsigned i = 0;
+  while (i < n) {
     if (h[i].cls == kPassCls) {
-      pass[n_pass++] = h[i].m;
-    } else if (!sched_.enqueue(h[i].cls, h[i].m, h[i].len, h[i].tsc)) {
-      refused[n_refused++] = h[i].m;  // counted by the scheduler (drop_depth)
+      pass[n_pass++] = static_cast<rte_mbuf*>(h[i].pkt);
+      ++i;
+      continue;
     }
+    unsigned j = i + 1;
+    while (j < n && h[j].cls != kPassCls) ++j;
+    // Counted by the scheduler (drop_depth / drop_bad_class).
+    n_refused += sched_.enqueue_burst(h + i, j - i, refused + n_refused);
+    i = j;
   }
   if (n_pass) send_pass(pass, n_pass);
-  if (n_refused) rte_pktmbuf_free_bulk(refused, n_refused);
+  if (n_refused) {
+    rte_mbuf* f[kBurst];
+    for (unsigned k = 0; k < n_refused; ++k) f[k] = static_cast<rte_mbuf*>(refused[k]);
+    rte_pktmbuf_free_bulk(f, n_refused);
+  }
 }
 
 // Scheduler owner: send what is due at `now`, free what expired.
@@ -408,7 +427,8 @@ int Fastpath::run_rx() {
     if (out.n_shaped) {
       const unsigned q =
           rte_ring_sp_enqueue_burst_elem(ring_, out.shaped, sizeof(Handoff), out.n_shaped, nullptr);
-      for (unsigned i = q; i < out.n_shaped; ++i) out.drop[out.n_drop++] = out.shaped[i].m;
+      for (unsigned i = q; i < out.n_shaped; ++i)
+        out.drop[out.n_drop++] = static_cast<rte_mbuf*>(out.shaped[i].pkt);
       stats_.rx.drop_ring.add(out.n_shaped - q);
     }
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);

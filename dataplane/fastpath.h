@@ -89,12 +89,9 @@ class Fastpath {
   RateMailbox& mailbox() { return mailbox_; }
 
   // Implementation, public for the lcore entry points.
-  struct Handoff {
-    rte_mbuf* m;
-    uint64_t tsc;
-    uint32_t cls;  // kPassCls: send unshaped
-    uint32_t len;
-  };
+  // One received packet on its way to the scheduler (pkt is the rte_mbuf*; cls kPassCls: send
+  // unshaped). The scheduler's own record, so a burst is queued with enqueue_burst, no copy.
+  using Handoff = EnqueueReq;
   static constexpr uint32_t kPassCls = UINT32_MAX;
   int run_single();
   int run_rx();

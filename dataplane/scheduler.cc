@@ -77,7 +77,9 @@ int Scheduler::find_class(std::string_view name) const {
   return -1;
 }
 
-bool Scheduler::ready(unsigned i, uint64_t now, ExpiredSink& sink) {
+// ready, pick and take run once per departure: inlined into poll(), only the DRR scan that
+// starts a new turn (pick_next_turn) stays a call.
+[[gnu::always_inline]] inline bool Scheduler::ready(unsigned i, uint64_t now, ExpiredSink& sink) {
   ClassState& c = cls_[i];
   while (!c.queue.empty()) {
     const Item& head = c.queue.front();
@@ -94,7 +96,7 @@ bool Scheduler::ready(unsigned i, uint64_t now, ExpiredSink& sink) {
 
 // Deficit round robin over the ready classes, one packet per call. Returns the class whose
 // head may leave (its deficit already charged), or -1 when no class is ready.
-int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
+[[gnu::always_inline]] inline int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
   if (in_turn_) {
     ClassState& c = cls_[cur_];
     if (ready(cur_, now, sink)) {
@@ -112,6 +114,11 @@ int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
     in_turn_ = false;
     cur_ = next_index(cur_, n_);
   }
+  return pick_next_turn(now, sink);
+}
+
+// The DRR scan from cur_ for the next class to get a turn (pick() without a current turn).
+int Scheduler::pick_next_turn(uint64_t now, ExpiredSink& sink) {
   for (int pass = 0; pass < 2; ++pass) {
     bool any = false;
     uint64_t min_rounds = std::numeric_limits<uint64_t>::max();
@@ -144,13 +151,12 @@ int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
   return -1;  // not reached: the second pass always finds a class
 }
 
-Departure Scheduler::take(unsigned i, uint64_t now, bool first_in_slot, Fixed* slot) {
+// tx_packets, tx_bytes and queue_len are published by publish_tx() at the end of poll().
+[[gnu::always_inline]] inline Departure Scheduler::take(unsigned i, uint64_t now,
+                                                        bool first_in_slot, Fixed* slot) {
   ClassState& c = cls_[i];
   const Item it = c.queue.pop();
   --backlog_;
-  c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
-  bump(c.stats.tx_packets);
-  bump(c.stats.tx_bytes, it.frame_len);
 
   bool clamped = false;
   const Fixed class_base =
@@ -179,13 +185,118 @@ unsigned Scheduler::poll(uint64_t now, Departure* out, unsigned max_out, Item* e
     Fixed slot = 0;
     out[n++] = take(static_cast<unsigned>(first), now, true, &slot);
     for (uint32_t b = 1; b < batch_ && n < max_out && backlog_ != 0; ++b) {
+      if (in_turn_ && !port_.limited()) {
+        const unsigned k =
+            take_unlimited_run(now, out + n, std::min(batch_ - b, max_out - n), slot);
+        if (k != 0) {
+          n += k;
+          b += k - 1;
+          continue;
+        }
+      }
       const int more = pick(now, sink);
       if (more < 0) break;
       out[n++] = take(static_cast<unsigned>(more), now, false, &slot);
     }
   }
+  if (n != 0) publish_tx(out, n);
   if (n_expired != nullptr) *n_expired = sink.n;
   return n;
+}
+
+// The rest of a batch slot from the class in turn when neither the port nor the class is rate
+// limited: what pick() + take(first_in_slot = false) would do packet by packet, without the
+// timeline bookkeeping per packet (an unlimited timeline only tracks the latest booking, so it
+// is updated once for the run). Stops, leaving the general path to handle it, at an empty
+// queue, an expired head or a head the deficit cannot pay for. Returns the departures made.
+unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot) {
+  ClassState& c = cls_[cur_];
+  if (c.cap.limited()) return 0;
+  // Locals, not the class's fields: stores into out[] could alias them and force a memory
+  // round trip per packet.
+  Fixed cap_next = c.cap.next();
+  uint64_t deficit = c.deficit;
+  const uint64_t ttl = c.ttl_ticks;
+  const unsigned cls = cur_;
+  const unsigned avail = std::min<unsigned>(c.queue.size(), max);
+  uint32_t last_len = 0;
+  unsigned k = 0;
+  for (; k < avail; ++k) {
+    const Item& h = c.queue.peek(k);
+    if (ttl != 0 && now > h.enq_tsc && now - h.enq_tsc > ttl) break;
+    if (deficit < h.frame_len) break;
+    deficit -= h.frame_len;
+    cap_next = std::max(cap_next, to_fixed(h.enq_tsc));
+    out[k] = Departure{h.pkt, h.frame_len, cls, floor_ticks(std::max(slot, cap_next))};
+    last_len = h.frame_len;
+  }
+  c.queue.discard(k);
+  c.deficit = deficit;
+  if (k != 0) {
+    backlog_ -= k;
+    // Same state as k departures one by one: the class timeline booked at the running maximum
+    // of the enqueue stamps, the port advanced within the slot (unlimited: no clamp possible).
+    bool clamped = false;
+    c.cap.depart(cap_next, now, last_len, max_catchup_, &clamped);
+    port_.advance(last_len);
+  }
+  return k;
+}
+
+// One load+store per counter and run of same-class departures instead of per packet.
+void Scheduler::publish_tx(const Departure* out, unsigned n) {
+  unsigned i = 0;
+  while (i < n) {
+    const uint32_t cls = out[i].cls;
+    uint64_t pkts = 0, bytes = 0;
+    for (; i < n && out[i].cls == cls; ++i) {
+      ++pkts;
+      bytes += out[i].frame_len;
+    }
+    Counters& st = cls_[cls].stats;
+    bump(st.tx_packets, pkts);
+    bump(st.tx_bytes, bytes);
+    st.queue_len.store(cls_[cls].queue.size(), std::memory_order_relaxed);
+  }
+}
+
+unsigned Scheduler::enqueue_burst(const EnqueueReq* in, unsigned n, void** refused) {
+  unsigned n_refused = 0;
+  unsigned i = 0;
+  while (i < n) {
+    const uint32_t cls = in[i].cls;
+    if (cls >= n_) [[unlikely]] {
+      bump(drop_bad_class_);
+      refused[n_refused++] = in[i].pkt;
+      ++i;
+      continue;
+    }
+    ClassState& c = cls_[cls];
+    unsigned end = i + 1;
+    while (end < n && in[end].cls == cls) ++end;
+    // No packet leaves during the burst: the first `room` of the run fit, the rest are tail
+    // drops, as with enqueue() one by one.
+    const unsigned take = std::min<unsigned>(end - i, c.queue.room());
+    uint64_t bytes = 0;
+    for (unsigned k = 0; k < take; ++k) {
+      const EnqueueReq& r = in[i + k];
+      c.queue.fill(k) = Item{r.pkt, r.frame_len, r.enq_tsc};
+      bytes += r.frame_len;
+    }
+    c.queue.commit(take);
+    const uint64_t pkts = take;
+    const uint64_t full = end - i - take;
+    for (unsigned k = i + take; k < end; ++k) refused[n_refused++] = in[k].pkt;
+    i = end;
+    if (full != 0) bump(c.stats.drop_depth, full);
+    if (pkts != 0) {
+      bump(c.stats.enq_packets, pkts);
+      bump(c.stats.enq_bytes, bytes);
+      c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+      backlog_ += pkts;
+    }
+  }
+  return n_refused;
 }
 
 uint64_t Scheduler::next_departure() const {
@@ -193,7 +304,12 @@ uint64_t Scheduler::next_departure() const {
   uint64_t cls_min = std::numeric_limits<uint64_t>::max();
   for (unsigned i = 0; i < n_; ++i) {
     const ClassState& c = cls_[i];
-    if (!c.queue.empty()) cls_min = std::min(cls_min, c.cap.limited() ? c.cap.next_tsc() : 0);
+    if (c.queue.empty()) continue;
+    if (!c.cap.limited()) {  // nothing can be earlier: stop the scan
+      cls_min = 0;
+      break;
+    }
+    cls_min = std::min(cls_min, c.cap.next_tsc());
   }
   return std::max(port_.limited() ? port_.next_tsc() : 0, cls_min);
 }

@@ -4,7 +4,8 @@
 //
 // Per packet: no allocation (rings are preallocated), no syscalls, locks or logging; enqueue
 // is O(1), a departure costs O(number of classes) at worst (the DRR scan) and O(1) when the
-// current class keeps its turn.
+// current class keeps its turn. The counters other threads read are published once per
+// enqueue_burst()/poll() call and per run of same-class packets in it, not per packet.
 //
 // Thread model: one lcore owns the scheduler and is the only caller of enqueue, poll,
 // next_departure, set_*_rate, apply_requests and drain. Any thread may call request_*_rate
@@ -60,6 +61,15 @@ struct Departure {
   uint32_t frame_len;
   uint32_t cls;
   uint64_t scheduled_tsc;
+};
+
+// One packet for enqueue_burst(): the fast path's hand-over record has this layout, so a
+// received burst goes to the scheduler without a copy.
+struct EnqueueReq {
+  void* pkt;
+  uint64_t enq_tsc;
+  uint32_t cls;
+  uint32_t frame_len;
 };
 
 struct ClassStats {
@@ -122,6 +132,11 @@ class Scheduler {
     ++backlog_;
     return true;
   }
+
+  // enqueue() for n packets, in order, with the same results and counts; the refused packets
+  // (queue full or class out of range) go to refused[] (room for n), and their count is
+  // returned. Counters are published once per run of same-class packets.
+  unsigned enqueue_burst(const EnqueueReq* in, unsigned n, void** refused);
 
   // Releases the packets due at `now`: up to max_out into out (in departure order, each with
   // its scheduled TSC), and moves up to max_expired TTL-expired packets into expired
@@ -232,7 +247,10 @@ class Scheduler {
 
   bool ready(unsigned c, uint64_t now, ExpiredSink& sink);
   int pick(uint64_t now, ExpiredSink& sink);
+  int pick_next_turn(uint64_t now, ExpiredSink& sink);
   Departure take(unsigned c, uint64_t now, bool first_in_slot, Fixed* slot);
+  void publish_tx(const Departure* out, unsigned n);
+  unsigned take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot);
   void apply_requests_slow(uint64_t now);
 
   uint64_t tsc_hz_;

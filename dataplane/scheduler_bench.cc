@@ -4,6 +4,13 @@
 // what the scheduler plus a spin loop achieve on this machine. Prints figures; asserts nothing.
 //
 //   build-x/dataplane/scheduler_bench [packets] [pace_seconds]
+//   build-x/dataplane/scheduler_bench --stalls SECONDS [RATE_PPS...]
+// The second form only probes the machine: it spins on the clock and reports, as one JSON line,
+// how often the thread stopped running (gaps per second above a few thresholds) and, for each
+// rate, the share of time a drip timeline with max_catchup 8 would lose to those gaps (a gap
+// longer than 8 intervals is not caught up). dp_pacing.sh prints it beside its results, so a
+// rate shortfall can be told apart from a defect.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -62,7 +69,8 @@ struct Case {
   const char* name;
   config::Drip drip;
   std::vector<config::Class> classes;
-  unsigned burst;  // packets enqueued, then polled, per round
+  unsigned burst;          // packets enqueued, then polled, per round
+  bool burst_api = false;  // enqueue_burst() (as the fast path does) instead of enqueue()
 };
 
 void run(const Case& c, uint64_t packets) {
@@ -71,9 +79,22 @@ void run(const Case& c, uint64_t packets) {
   std::vector<dp::Item> expired(c.burst);
   const unsigned n_cls = s.num_classes();
   uint64_t sent = 0, id = 1, fake_now = 0, checksum = 0;
+  std::vector<dp::EnqueueReq> reqs(c.burst);
+  std::vector<void*> refused(c.burst);
   const Timer t;
   while (sent < packets) {
-    for (unsigned i = 0; i < c.burst; ++i) {
+    if (c.burst_api) {
+      for (unsigned i = 0; i < c.burst; ++i, ++id) {
+        reqs[i] =
+            dp::EnqueueReq{reinterpret_cast<void*>(id), fake_now, static_cast<uint32_t>(id % n_cls),
+                           static_cast<uint32_t>(64 + (id & 1023))};
+      }
+      if (s.enqueue_burst(reqs.data(), c.burst, refused.data()) != 0) {
+        std::fprintf(stderr, "unexpected tail drop\n");
+        std::exit(1);
+      }
+    }
+    for (unsigned i = 0; i < c.burst && !c.burst_api; ++i) {
       if (!s.enqueue(static_cast<unsigned>(id % n_cls), reinterpret_cast<void*>(id),
                      64 + (id & 1023), fake_now)) {
         std::fprintf(stderr, "unexpected tail drop\n");
@@ -164,9 +185,57 @@ void run_pacing(double pps, double seconds) {
       static_cast<unsigned long long>(s.port_stats().stall_clamps));
 }
 
+int run_stalls(double seconds, const std::vector<double>& rates) {
+  constexpr double kThresholdsNs[] = {1e3, 2e3, 5e3, 16e3, 80e3, 1e6};
+  constexpr size_t kT = sizeof(kThresholdsNs) / sizeof(kThresholdsNs[0]);
+  uint64_t over[kT] = {};
+  std::vector<double> lost_ns(rates.size(), 0.0);
+  uint64_t max_gap = 0;
+  const uint64_t t0 = clock_ns();
+  const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+  uint64_t prev = t0;
+  for (;;) {
+    const uint64_t t = clock_ns();
+    const uint64_t gap = t - prev;
+    prev = t;
+    if (gap > 500) {
+      max_gap = std::max(max_gap, gap);
+      for (size_t i = 0; i < kT; ++i) over[i] += static_cast<double>(gap) > kThresholdsNs[i];
+      for (size_t r = 0; r < rates.size(); ++r) {
+        const double budget = 8e9 / rates[r];  // max_catchup 8 intervals
+        if (static_cast<double>(gap) > budget) lost_ns[r] += static_cast<double>(gap) - budget;
+      }
+    }
+    if (t >= end) break;
+  }
+  const double secs = static_cast<double>(prev - t0) / 1e9;
+  std::printf("{\"seconds\": %.3f, \"max_gap_ns\": %llu, \"gaps_per_s\": {", secs,
+              static_cast<unsigned long long>(max_gap));
+  for (size_t i = 0; i < kT; ++i) {
+    std::printf("%s\"%.0f\": %.1f", i ? ", " : "", kThresholdsNs[i],
+                static_cast<double>(over[i]) / secs);
+  }
+  std::printf("}, \"lost_share\": {");
+  for (size_t r = 0; r < rates.size(); ++r) {
+    std::printf("%s\"%.0f\": %.6f", r ? ", " : "", rates[r], lost_ns[r] / (secs * 1e9));
+  }
+  std::printf("}}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--stalls") {
+    const double secs = argc > 2 ? std::strtod(argv[2], nullptr) : 3.0;
+    std::vector<double> rates;
+    for (int i = 3; i < argc; ++i) rates.push_back(std::strtod(argv[i], nullptr));
+    if (!(secs > 0) || rates.empty()) {
+      std::fprintf(stderr, "usage: scheduler_bench --stalls SECONDS RATE_PPS...\n");
+      return 2;
+    }
+    return run_stalls(secs, rates);
+  }
   const uint64_t packets = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 20'000'000;
   const double pace_s = argc > 2 ? std::strtod(argv[2], nullptr) : 2.0;
   auto drip = [](double pps, double bps, uint32_t batch) {
@@ -179,6 +248,11 @@ int main(int argc, char** argv) {
   };
   const std::vector<Case> cases = {
       {"1 class, unlimited, burst 32", drip(0, 0, 1), {make_class("a", 1)}, 32},
+      {"1 class, unlimited, batch 32, enqueue_burst",
+       drip(0, 0, 32),
+       {make_class("a", 1)},
+       32,
+       true},
       {"1 class, 10 Mpps port, burst 32", drip(1e7, 0, 1), {make_class("a", 1)}, 32},
       {"4 classes DRR, 10 Gbit/s port, burst 32",
        drip(0, 1e10, 1),

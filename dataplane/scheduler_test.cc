@@ -853,6 +853,114 @@ TEST(Scheduler, ConstructorRejectsBadConfigNamingTheField) {
 
 // ---- timeline ----
 
+// enqueue_burst is enqueue() packet by packet: same refusals (depth, bad class), counters and
+// queue contents, with runs of classes interleaved.
+TEST(Scheduler, EnqueueBurstMatchesEnqueueOneByOne) {
+  const std::vector<config::Class> classes = {make_class("a", 1, 0, 0, 5),
+                                              make_class("b", 3, 0, 0, 3)};
+  Scheduler one(make_drip(0), classes, kHz);
+  Scheduler burst(make_drip(0), classes, kHz);
+  std::vector<EnqueueReq> reqs;
+  const uint32_t cls_seq[] = {0, 0, 1, 1, 1, 1, 7, 0, 0, 0, 0, 0, 1, 0};
+  uint64_t id = 1;
+  for (uint32_t c : cls_seq) {
+    reqs.push_back(EnqueueReq{pkt(id), 100 + id, c, static_cast<uint32_t>(60 + 10 * id)});
+    ++id;
+  }
+  std::vector<uint64_t> refused_one;
+  for (const EnqueueReq& r : reqs) {
+    if (!one.enqueue(r.cls, r.pkt, r.frame_len, r.enq_tsc)) refused_one.push_back(id_of(r.pkt));
+  }
+  std::vector<void*> refused(reqs.size());
+  const unsigned n_ref =
+      burst.enqueue_burst(reqs.data(), static_cast<unsigned>(reqs.size()), refused.data());
+  std::vector<uint64_t> refused_burst;
+  for (unsigned i = 0; i < n_ref; ++i) refused_burst.push_back(id_of(refused[i]));
+  EXPECT_EQ(refused_burst, refused_one);
+  EXPECT_EQ(refused_burst, (std::vector<uint64_t>{6, 7, 11, 12, 13, 14}));
+  for (unsigned c = 0; c < 2; ++c) {
+    const ClassStats a = one.class_stats(c), b = burst.class_stats(c);
+    EXPECT_EQ(a.enq_packets, b.enq_packets) << c;
+    EXPECT_EQ(a.enq_bytes, b.enq_bytes) << c;
+    EXPECT_EQ(a.drop_depth, b.drop_depth) << c;
+    EXPECT_EQ(a.queue_len, b.queue_len) << c;
+  }
+  EXPECT_EQ(one.port_stats().drop_bad_class, 1u);
+  EXPECT_EQ(burst.port_stats().drop_bad_class, 1u);
+  EXPECT_EQ(one.backlog(), burst.backlog());
+  Poller p1(one), p2(burst);
+  p1.at(1000);
+  p2.at(1000);
+  ASSERT_EQ(p1.sent.size(), p2.sent.size());
+  for (size_t i = 0; i < p1.sent.size(); ++i) {
+    EXPECT_EQ(id_of(p1.sent[i].pkt), id_of(p2.sent[i].pkt)) << i;
+    EXPECT_EQ(p1.sent[i].scheduled_tsc, p2.sent[i].scheduled_tsc) << i;
+  }
+}
+
+// Unlimited port and classes with batch > 1 take the whole-run path in poll(): DRR order, TTL
+// expiry and the per-class order must be those of the one-departure-per-slot path (batch 1),
+// and the counters must add up.
+TEST(Scheduler, UnlimitedBatchRunKeepsDrrOrderAndTtl) {
+  const std::vector<config::Class> classes = {make_class("a", 1, 0, 0, 4096, 1),
+                                              make_class("b", 2, 0, 0, 4096, 1)};
+  Scheduler s1(make_drip(0, 0, 1), classes, kHz);
+  Scheduler s32(make_drip(0, 0, 32), classes, kHz);
+  std::mt19937_64 rng(7);
+  const uint64_t now = 5'000'000;
+  for (uint64_t id = 1; id <= 3000; ++id) {
+    const unsigned c = rng() % 4 == 0 ? 0u : 1u;
+    const uint32_t len = 60 + static_cast<uint32_t>(rng() % 1455);
+    // Some stamps older than the 1 ms TTL at `now`, the rest within it.
+    const uint64_t stamp = rng() % 10 == 0 ? now - 2'000'000 : now - 1000 + rng() % 1000;
+    ASSERT_TRUE(s1.enqueue(c, pkt(id), len, stamp));
+    ASSERT_TRUE(s32.enqueue(c, pkt(id), len, stamp));
+  }
+  Poller p1(s1), p32(s32);
+  while (s1.backlog() != 0) p1.at(now, 7, 5);  // small arrays: runs cut by max_out too
+  while (s32.backlog() != 0) p32.at(now, 7, 5);
+  ASSERT_EQ(p1.sent.size(), p32.sent.size());
+  for (size_t i = 0; i < p1.sent.size(); ++i) {
+    ASSERT_EQ(id_of(p1.sent[i].pkt), id_of(p32.sent[i].pkt)) << i;
+    ASSERT_EQ(p1.sent[i].cls, p32.sent[i].cls) << i;
+  }
+  ASSERT_EQ(p1.expired.size(), p32.expired.size());
+  for (size_t i = 0; i < p1.expired.size(); ++i) {
+    EXPECT_EQ(id_of(p1.expired[i].pkt), id_of(p32.expired[i].pkt)) << i;
+  }
+  EXPECT_GT(p32.expired.size(), 0u);
+  for (unsigned c = 0; c < 2; ++c) {
+    const ClassStats a = s1.class_stats(c), b = s32.class_stats(c);
+    EXPECT_EQ(a.tx_packets, b.tx_packets);
+    EXPECT_EQ(a.tx_bytes, b.tx_bytes);
+    EXPECT_EQ(a.drop_ttl, b.drop_ttl);
+    EXPECT_EQ(b.queue_len, 0u);
+    EXPECT_EQ(b.enq_packets, b.tx_packets + b.drop_ttl);
+  }
+}
+
+// Scheduled times in an unlimited batch: the slot's time or a later enqueue stamp; and the
+// timelines are left as packet-by-packet booking leaves them, so a rate set afterwards re-bases
+// on the right departures.
+TEST(Scheduler, UnlimitedBatchRunStampsAndTimelineState) {
+  Scheduler s(make_drip(0, 0, 32), {make_class("a")}, kHz);
+  const uint64_t stamps[] = {10, 20, 5, 30, 25};
+  uint64_t id = 1;
+  for (uint64_t t : stamps) ASSERT_TRUE(s.enqueue(0, pkt(id++), 100, t));
+  Poller p(s);
+  const auto out = p.at(100);
+  ASSERT_EQ(out.size(), 5u);
+  const uint64_t want[] = {10, 20, 20, 30, 30};
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(out[i].scheduled_tsc, want[i]) << i;
+  // Port: the last booking is the slot (10), so 1 Mpps re-bases to 10 + 1000.
+  ASSERT_TRUE(s.set_port_rate(1e6, 0, 100));
+  ASSERT_TRUE(s.enqueue(0, pkt(id++), 100, 100));
+  EXPECT_EQ(s.next_departure(), 1010u);
+  // Class: its last booking was at 30, so a 1 Mpps cap re-bases it to 1030.
+  ASSERT_TRUE(s.set_class_rate(0, 1e6, 0, 100));
+  EXPECT_EQ(s.next_departure(), 1030u);
+}
+
 TEST(Timeline, IntervalsRoundUpOnTheFixedPointGrid) {
   Timeline t;
   t.set_rate(3e8, 0, kHz, 0);  // 10/3 ticks

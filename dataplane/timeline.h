@@ -88,6 +88,7 @@ class Timeline {
     pkt_interval_ = pps > 0 ? timeline_detail::scaled_ceil(tsc_hz, 1, kFracBits, pps) : 0;
     // Ticks per byte in Q.64 for precision; interval() brings it back to Q.32.
     byte_interval_q64_ = bps > 0 ? timeline_detail::scaled_ceil(tsc_hz, 8, 64, bps) : 0;
+    limited_ = pkt_interval_ != 0 || byte_interval_q64_ != 0;
     if (has_last_) {
       next_ = std::max(last_base_ + interval(last_len_), std::min(next_, to_fixed(now)));
     }
@@ -95,10 +96,12 @@ class Timeline {
 
   double rate_pps() const { return pps_; }
   double rate_bps() const { return bps_; }
-  bool limited() const { return pkt_interval_ != 0 || byte_interval_q64_ != 0; }
+  // Cached: the scheduler asks per packet, and two 128-bit compares are not free.
+  bool limited() const { return limited_; }
 
   // The interval one frame of frame_len bytes occupies (0 when unlimited).
   Fixed interval(uint32_t frame_len) const {
+    if (!limited_) return 0;
     Fixed iv = pkt_interval_;
     if (byte_interval_q64_ != 0) {
       const uint32_t bytes = std::min(frame_len, kMaxIntervalBytes) + kWireOverheadBytes;
@@ -110,7 +113,7 @@ class Timeline {
 
   Fixed next() const { return next_; }
   uint64_t next_tsc() const { return floor_ticks(next_); }
-  bool permits(uint64_t now) const { return !limited() || next_tsc() <= now; }
+  bool permits(uint64_t now) const { return !limited_ || next_tsc() <= now; }
 
   // Books one departure of frame_len bytes and returns its scheduled position:
   //   base = max(next, earliest), then, when limited, the catch-up clamp:
@@ -123,8 +126,15 @@ class Timeline {
   Fixed depart(Fixed earliest, uint64_t now, uint32_t frame_len, uint32_t max_catchup,
                bool* clamped) {
     Fixed base = std::max(next_, earliest);
+    last_len_ = frame_len;
+    has_last_ = true;
+    if (!limited_) {  // interval 0: no clamp, next = base (what the general path computes)
+      last_base_ = base;
+      next_ = base;
+      return base;
+    }
     const Fixed iv = interval(frame_len);
-    if (iv != 0) {
+    {
       const Fixed now_f = to_fixed(now);
       const Fixed lag = iv * max_catchup;
       const Fixed lower = now_f > lag ? now_f - lag : 0;
@@ -134,8 +144,6 @@ class Timeline {
       }
     }
     last_base_ = base;
-    last_len_ = frame_len;
-    has_last_ = true;
     next_ = base + iv;
     return base;
   }
@@ -145,7 +153,7 @@ class Timeline {
     last_base_ = next_;
     last_len_ = frame_len;
     has_last_ = true;
-    next_ += interval(frame_len);
+    if (limited_) next_ += interval(frame_len);
   }
 
  private:
@@ -153,6 +161,7 @@ class Timeline {
   double bps_ = 0;
   Fixed pkt_interval_ = 0;       // Q.32 ticks per packet, 0 = no packet-rate limit
   Fixed byte_interval_q64_ = 0;  // Q.64 ticks per wire byte, 0 = no bit-rate limit
+  bool limited_ = false;         // either interval set
   Fixed next_ = 0;
   Fixed last_base_ = 0;
   uint32_t last_len_ = 0;

@@ -3,7 +3,12 @@
 # (net_null), same lcores (main lcore 0 + one forwarding/worker lcore 1), both measured the same
 # way: ethdev opackets over the same window, read from each process's DPDK telemetry socket.
 #
-#   tools/bench/dp_throughput.sh [--build DIR] [--seconds N]
+#   tools/bench/dp_throughput.sh [--build DIR] [--baseline DIR] [--seconds N]
+#
+# --baseline DIR: also measure DIR's dripgate-dataplane (an older build) in the same session,
+# printed as an extra column, so a change is compared with its baseline under the same load.
+# The machine is shared and noisy: compare ratios taken in the same run, not absolute Mpps
+# across runs.
 #
 # Two scenarios: "both" (each port receives; io forwarding both ways, dripgate shapes
 # client->cluster and forwards the reverse path) and "one-way" (the cluster port's RX is off:
@@ -16,16 +21,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build="$root/build"
+baseline=""
 seconds=10
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
+    --baseline) baseline=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--seconds N]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N]" >&2; exit 2 ;;
   esac
 done
 dp="$build/dataplane/dripgate-dataplane"
 [[ -x "$dp" ]] || { echo "build $dp first (meson compile -C $build dripgate-dataplane)" >&2; exit 1; }
+if [[ -n "$baseline" ]]; then
+  [[ -x "$baseline/dataplane/dripgate-dataplane" ]] || { echo "no $baseline/dataplane/dripgate-dataplane" >&2; exit 1; }
+fi
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (Debian package dpdk)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/dp_throughput.XXXXXX)
 pids=()
@@ -52,7 +62,7 @@ measure_testpmd() {  # $1 = vdev of port 1
   rmdir "/var/run/dpdk/$prefix" 2>/dev/null || true  # testpmd leaves its empty runtime dir
 }
 
-measure_dripgate() {  # $1 = vdev of port 1
+measure_dripgate() {  # $1 = vdev of port 1, $2 = binary
   local prefix="dgbd$$"
   cat >"$tmp/dp.yaml" <<EOF
 dataplane:
@@ -67,7 +77,7 @@ dataplane:
   unknown_flows: default
   control_socket: $tmp/dp.sock
 EOF
-  "$dp" --config "$tmp/dp.yaml" --shape-non-ip default --duration "$run_for" \
+  "$2" --config "$tmp/dp.yaml" --shape-non-ip default --duration "$run_for" \
       >"$tmp/dp.out" 2>"$tmp/dp.err" &
   pids+=($!)
   python3 "$here/dp_telemetry.py" rate --prefix "$prefix" --ports 0,1 --warmup "$warmup" \
@@ -79,24 +89,45 @@ declare -A res
 for scenario in both one-way; do
   if [[ $scenario == both ]]; then vdev1="net_null1"; else vdev1="net_null1,no-rx=1"; fi
   res[$scenario.testpmd]=$(measure_testpmd "$vdev1")
-  res[$scenario.dripgate]=$(measure_dripgate "$vdev1")
+  res[$scenario.dripgate]=$(measure_dripgate "$vdev1" "$dp")
+  res[$scenario.base]=null
+  if [[ -n "$baseline" ]]; then
+    res[$scenario.base]=$(measure_dripgate "$vdev1" "$baseline/dataplane/dripgate-dataplane")
+  fi
 done
 
-python3 - "$seconds" "${res[both.testpmd]}" "${res[both.dripgate]}" \
-    "${res[one-way.testpmd]}" "${res[one-way.dripgate]}" <<'EOF'
+python3 - "$seconds" "$(uptime)" "${res[both.testpmd]}" "${res[both.dripgate]}" "${res[both.base]}" \
+    "${res[one-way.testpmd]}" "${res[one-way.dripgate]}" "${res[one-way.base]}" <<'EOF'
 import json, sys
-secs = sys.argv[1]
-rows = [("both", json.loads(sys.argv[2]), json.loads(sys.argv[3])),
-        ("one-way", json.loads(sys.argv[4]), json.loads(sys.argv[5]))]
+secs, up = sys.argv[1], sys.argv[2].strip()
+a = [json.loads(x) for x in sys.argv[3:]]
+rows = [("both", a[0], a[1], a[2]), ("one-way", a[3], a[4], a[5])]
+has_base = a[2] is not None
 print(f"\nDataplane throughput, net_null, lcores 0-1 (1 worker), {secs} s window, Mpps = ethdev opackets/s")
-print(f"{'scenario':<9} {'direction':<16} {'testpmd io':>11} {'dripgate':>10} {'ratio':>7}")
-for name, t, d in rows:
-    for label, port in (("client->cluster", "1"), ("cluster->client", "0")):
-        tp, dp = t["ports"][port]["opackets_per_s"] / 1e6, d["ports"][port]["opackets_per_s"] / 1e6
-        if tp == 0 and dp == 0:
+print(f"({up})")
+hdr = f"{'scenario':<9} {'direction':<16} {'testpmd io':>11}"
+if has_base:
+    hdr += f" {'baseline':>10} {'ratio':>7}"
+hdr += f" {'dripgate':>10} {'ratio':>7}"
+print(hdr)
+print("-" * len(hdr))
+def cell(t, d):
+    tp = t / 1e6
+    dp = d / 1e6
+    return f" {dp:>10.3f} {dp / tp if tp else 0:>7.3f}"
+for name, t, d, b in rows:
+    lines = [(label, t["ports"][port]["opackets_per_s"], d["ports"][port]["opackets_per_s"],
+              b["ports"][port]["opackets_per_s"] if b else 0)
+             for label, port in (("client->cluster", "1"), ("cluster->client", "0"))]
+    lines.append(("total", t["total_opackets_per_s"], d["total_opackets_per_s"],
+                  b["total_opackets_per_s"] if b else 0))
+    for label, tv, dv, bv in lines:
+        if tv == 0 and dv == 0:
             continue
-        print(f"{name:<9} {label:<16} {tp:>11.3f} {dp:>10.3f} {dp / tp if tp else 0:>7.3f}")
-    tt, dt = t["total_opackets_per_s"] / 1e6, d["total_opackets_per_s"] / 1e6
-    print(f"{name:<9} {'total':<16} {tt:>11.3f} {dt:>10.3f} {dt / tt if tt else 0:>7.3f}")
-print("target: ratio >= 0.7 (total)")
+        line = f"{name:<9} {label:<16} {tv / 1e6:>11.3f}"
+        if has_base:
+            line += cell(tv, bv)
+        line += cell(tv, dv)
+        print(line)
+print("ratio = dripgate / testpmd in the same run; target: ratio >= 0.7 (total)")
 EOF
