@@ -26,7 +26,9 @@ ParseOutcome parse_args(int argc, char** argv) {
   app.add_option("-c,--config", o.config_path,
                  "YAML config file (default: the embedded default config)")
       ->check(CLI::ExistingFile);
-  app.add_flag("--check", o.check, "Validate the config and exit (0: valid, 1: errors, each as file:line:col: path: message)");
+  app.add_flag(
+      "--check", o.check,
+      "Validate the config and exit (0: valid, 1: errors, each as file:line:col: path: message)");
   app.add_flag("--eal-replace", o.eal_replace,
                "EAL args after `--` replace dataplane.eal instead of being appended to it");
   app.add_option("--control-socket", o.control_socket, "Override dataplane.control_socket");

@@ -24,12 +24,29 @@
 IAT_INLINE unsigned iat_msb64(uint64_t v) {
   /* v > 0; plain loop so the BPF verifier sees a bounded program. */
   unsigned m = 0;
-  if (v >> 32) { m += 32; v >>= 32; }
-  if (v >> 16) { m += 16; v >>= 16; }
-  if (v >> 8) { m += 8; v >>= 8; }
-  if (v >> 4) { m += 4; v >>= 4; }
-  if (v >> 2) { m += 2; v >>= 2; }
-  if (v >> 1) { m += 1; }
+  if (v >> 32) {
+    m += 32;
+    v >>= 32;
+  }
+  if (v >> 16) {
+    m += 16;
+    v >>= 16;
+  }
+  if (v >> 8) {
+    m += 8;
+    v >>= 8;
+  }
+  if (v >> 4) {
+    m += 4;
+    v >>= 4;
+  }
+  if (v >> 2) {
+    m += 2;
+    v >>= 2;
+  }
+  if (v >> 1) {
+    m += 1;
+  }
   return m;
 }
 
@@ -96,10 +113,10 @@ struct iat_cpu_counters {
 #define IAT_WIN_INDEX_MASK ((1ull << (64 - IAT_WIN_COUNT_BITS)) - 1)
 
 struct iat_window_state {
-  uint64_t state;     /* (window index << IAT_WIN_COUNT_BITS) | count */
+  uint64_t state; /* (window index << IAT_WIN_COUNT_BITS) | count */
   uint64_t max_count;
-  uint64_t windows;   /* closed windows that had at least one packet */
-  uint64_t lost;      /* packets not counted in a window: compare-and-swap kept failing */
+  uint64_t windows; /* closed windows that had at least one packet */
+  uint64_t lost;    /* packets not counted in a window: compare-and-swap kept failing */
 };
 
 /* Filter settings, fixed before load (BPF `const volatile` rodata). Addresses and masks are in
