@@ -58,25 +58,29 @@ class LatencyHist {
     return bucket_low(idx) + ((uint64_t{1} << (e - kSubBits)) - 1);
   }
 
-  void record_ns(int64_t ns) {
+  void record_ns(int64_t ns) { record_ns_n(ns, 1); }
+
+  // n samples with the same error (packets of one TX burst sharing one scheduled time): the
+  // histogram, count, sum, min and max end up as after n calls of record_ns(ns), for one
+  // update of each counter. n = 0 records nothing.
+  void record_ns_n(int64_t ns, uint64_t n) {
+    if (n == 0) return;
     const bool neg = ns < 0;
     const uint64_t m = neg ? uint64_t{0} - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
-    bump((neg ? neg_ : pos_)[bucket_of(m)], 1);
-    bump(count_, 1);
-    // Wrapping (unsigned) addition: a sum of extreme samples must not be undefined behaviour.
+    bump((neg ? neg_ : pos_)[bucket_of(m)], n);
+    bump(count_, n);
+    // Wrapping (unsigned) arithmetic: a sum of extreme samples must not be undefined behaviour.
     sum_.store(static_cast<int64_t>(static_cast<uint64_t>(sum_.load(std::memory_order_relaxed)) +
-                                    static_cast<uint64_t>(ns)),
+                                    static_cast<uint64_t>(ns) * n),
                std::memory_order_relaxed);
     if (ns < min_.load(std::memory_order_relaxed)) min_.store(ns, std::memory_order_relaxed);
     if (ns > max_.load(std::memory_order_relaxed)) max_.store(ns, std::memory_order_relaxed);
   }
 
   // A TSC difference (actual - scheduled); rounded to the nearest ns.
-  void record_ticks(int64_t ticks) {
-    __extension__ typedef __int128 I128;
-    const I128 ns = (static_cast<I128>(ticks) * ns_per_tick_q32_ + (I128{1} << 31)) >> 32;
-    record_ns(static_cast<int64_t>(ns));
-  }
+  void record_ticks(int64_t ticks) { record_ns_n(ticks_to_ns(ticks), 1); }
+  // n samples of the same TSC difference (see record_ns_n).
+  void record_ticks_n(int64_t ticks, uint64_t n) { record_ns_n(ticks_to_ns(ticks), n); }
 
   struct Snapshot {
     // Counts per bucket of magnitude; errors of exactly 0 are in pos[0].
@@ -145,6 +149,11 @@ class LatencyHist {
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:
+  int64_t ticks_to_ns(int64_t ticks) const {
+    __extension__ typedef __int128 I128;
+    const I128 ns = (static_cast<I128>(ticks) * ns_per_tick_q32_ + (I128{1} << 31)) >> 32;
+    return static_cast<int64_t>(ns);
+  }
   static void bump(std::atomic<uint64_t>& a, uint64_t d) {
     a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }

@@ -213,21 +213,35 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
   ClassState& c = cls_[cur_];
   if (c.cap.limited()) return 0;
   // Locals, not the class's fields: stores into out[] could alias them and force a memory
-  // round trip per packet.
-  Fixed cap_next = c.cap.next();
+  // round trip per packet. Per packet the work is in whole ticks: the scheduled time
+  // floor(max(slot, class timeline, stamps so far)) is max(floor(slot), floor(timeline),
+  // stamps so far), as stamps are whole ticks; the fixed-point timeline is booked once, after.
+  const Fixed cap_next0 = c.cap.next();
+  uint64_t at = std::max(floor_ticks(slot), floor_ticks(cap_next0));
+  uint64_t max_stamp = 0;
   uint64_t deficit = c.deficit;
+  // Expired (age now - stamp > ttl, a stamp from the future has age 0) is stamp < oldest_ok.
   const uint64_t ttl = c.ttl_ticks;
+  const uint64_t oldest_ok = ttl != 0 && now > ttl ? now - ttl : 0;
   const unsigned cls = cur_;
   const unsigned avail = std::min<unsigned>(c.queue.size(), max);
   uint32_t last_len = 0;
   unsigned k = 0;
+  // The only backlogged class (all the backlog is its own): the DRR scan that would end its
+  // turn finds every other class empty and gives the turn straight back with the rounds its
+  // head needs, so do that here without leaving the run (see renew_sole_turn).
+  const bool sole = backlog_ == c.queue.size();
   for (; k < avail; ++k) {
     const Item& h = c.queue.peek(k);
-    if (ttl != 0 && now > h.enq_tsc && now - h.enq_tsc > ttl) break;
-    if (deficit < h.frame_len) break;
+    if (h.enq_tsc < oldest_ok) break;
+    if (deficit < h.frame_len) [[unlikely]] {
+      if (!sole) break;
+      deficit = renew_sole_turn(cls, deficit, h.frame_len);
+    }
     deficit -= h.frame_len;
-    cap_next = std::max(cap_next, to_fixed(h.enq_tsc));
-    out[k] = Departure{h.pkt, h.frame_len, cls, floor_ticks(std::max(slot, cap_next))};
+    max_stamp = std::max(max_stamp, h.enq_tsc);
+    at = std::max(at, h.enq_tsc);
+    out[k] = Departure{h.pkt, h.frame_len, cls, at};
     last_len = h.frame_len;
   }
   c.queue.discard(k);
@@ -237,10 +251,23 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
     // Same state as k departures one by one: the class timeline booked at the running maximum
     // of the enqueue stamps, the port advanced within the slot (unlimited: no clamp possible).
     bool clamped = false;
-    c.cap.depart(cap_next, now, last_len, max_catchup_, &clamped);
+    c.cap.depart(std::max(cap_next0, to_fixed(max_stamp)), now, last_len, max_catchup_, &clamped);
     port_.advance(last_len);
   }
   return k;
+}
+
+// What ending class i's turn and the DRR scan (pick() then pick_next_turn()) do when i is the
+// only backlogged class, is ready and its head (len bytes) exceeds its deficit: every other
+// class is passed over empty (deficit reset to 0), i gets the turn back with as many quanta as
+// the head needs (pick_next_turn's fast-forward included) and cur_ / in_turn_ end where they
+// were. Returns i's new deficit, before the head is charged.
+[[gnu::noinline]] uint64_t Scheduler::renew_sole_turn(unsigned i, uint64_t deficit, uint32_t len) {
+  for (unsigned j = 0; j < n_; ++j) {
+    if (j != i) cls_[j].deficit = 0;
+  }
+  const uint64_t q = cls_[i].quantum;
+  return deficit + (len - deficit + q - 1) / q * q;
 }
 
 // One load+store per counter and run of same-class departures instead of per packet.

@@ -251,6 +251,7 @@ class Scheduler {
   Departure take(unsigned c, uint64_t now, bool first_in_slot, Fixed* slot);
   void publish_tx(const Departure* out, unsigned n);
   unsigned take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot);
+  uint64_t renew_sole_turn(unsigned i, uint64_t deficit, uint32_t len);
   void apply_requests_slow(uint64_t now);
 
   uint64_t tsc_hz_;

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dataplane/latency_hist.h"
@@ -939,6 +940,90 @@ TEST(Scheduler, UnlimitedBatchRunKeepsDrrOrderAndTtl) {
   }
 }
 
+// A run from the only backlogged class renews its turn in place (no DRR scan): departures,
+// TTL expiry and the deficit it keeps (seen in the order once the other classes are backlogged
+// again) must match the one-departure-per-slot path, jumbo frames and frames that land the
+// deficit on an exact quantum boundary included.
+TEST(Scheduler, UnlimitedBatchRunOfTheOnlyBackloggedClassKeepsDrr) {
+  const std::vector<config::Class> classes = {make_class("a", 1, 0, 0, 4096, 1),
+                                              make_class("b", 2, 0, 0, 4096, 1),
+                                              make_class("c", 1, 0, 0, 4096, 1)};
+  Scheduler s1(make_drip(0, 0, 1), classes, kHz);
+  Scheduler s32(make_drip(0, 0, 32), classes, kHz);
+  Poller p1(s1), p32(s32);
+  std::mt19937_64 rng(11);
+  const uint64_t now = 5'000'000;
+  uint64_t id = 1;
+  auto fill = [&](unsigned c, unsigned n) {
+    static constexpr uint32_t kLens[] = {64, 256, 768, 1536, 3072, 4608};
+    for (unsigned k = 0; k < n; ++k) {
+      const uint32_t len = rng() % 2 == 0   ? kLens[rng() % 6]
+                           : rng() % 8 == 0 ? 3000 + static_cast<uint32_t>(rng() % 6000)
+                                            : 60 + static_cast<uint32_t>(rng() % 200);
+      const uint64_t stamp = rng() % 20 == 0 ? now - 2'000'000 : now - rng() % 1000;
+      ASSERT_TRUE(s1.enqueue(c, pkt(id), len, stamp));
+      ASSERT_TRUE(s32.enqueue(c, pkt(id), len, stamp));
+      ++id;
+    }
+  };
+  // Phase 1: b alone, then a and c a little so b is alone again once they are empty; each
+  // phase polled down to a few packets so every class keeps a deficit into the next phase.
+  for (int phase = 0; phase < 40; ++phase) {
+    fill(phase % 3 == 0 ? 1u : static_cast<unsigned>(rng() % 3), 200 + rng() % 400);
+    if (phase % 4 == 3) {
+      fill(0, 5);
+      fill(2, 3);
+    }
+    const unsigned max_out = 5 + static_cast<unsigned>(rng() % 40);
+    while (s32.backlog() > 20) p32.at(now, max_out);
+    while (p1.sent.size() < p32.sent.size()) {
+      p1.at(now, static_cast<unsigned>(p32.sent.size() - p1.sent.size()));
+    }
+    ASSERT_EQ(s1.backlog(), s32.backlog()) << phase;
+  }
+  while (s32.backlog() != 0) p32.at(now, 7);
+  while (s1.backlog() != 0) p1.at(now, 7);
+  ASSERT_EQ(p1.sent.size(), p32.sent.size());
+  for (size_t i = 0; i < p1.sent.size(); ++i) {
+    ASSERT_EQ(id_of(p1.sent[i].pkt), id_of(p32.sent[i].pkt)) << i;
+    ASSERT_EQ(p1.sent[i].cls, p32.sent[i].cls) << i;
+  }
+  ASSERT_EQ(p1.expired.size(), p32.expired.size());
+  for (size_t i = 0; i < p1.expired.size(); ++i) {
+    EXPECT_EQ(id_of(p1.expired[i].pkt), id_of(p32.expired[i].pkt)) << i;
+  }
+  EXPECT_GT(p32.expired.size(), 0u);
+}
+
+// The renewed turn's deficit on an exact quantum boundary: a alone with full-quantum frames
+// ends each turn at 0 and gets exactly one quantum back, so once c is backlogged too the two
+// alternate frame by frame (as with one departure per slot).
+TEST(Scheduler, UnlimitedBatchRunRenewsTheSoleTurnByExactQuanta) {
+  const std::vector<config::Class> classes = {make_class("a", 1), make_class("c", 1)};
+  Scheduler s1(make_drip(0, 0, 1), classes, kHz);
+  Scheduler s32(make_drip(0, 0, 32), classes, kHz);
+  Poller p1(s1), p32(s32);
+  for (uint64_t id = 1; id <= 40; ++id) {
+    ASSERT_TRUE(s1.enqueue(0, pkt(id), kQuantumBytes, 0));
+    ASSERT_TRUE(s32.enqueue(0, pkt(id), kQuantumBytes, 0));
+  }
+  ASSERT_EQ(p32.at(1, 20).size(), 20u);
+  while (p1.sent.size() < 20) p1.at(1, static_cast<unsigned>(20 - p1.sent.size()));
+  for (uint64_t id = 41; id <= 60; ++id) {
+    ASSERT_TRUE(s1.enqueue(1, pkt(id), kQuantumBytes, 1));
+    ASSERT_TRUE(s32.enqueue(1, pkt(id), kQuantumBytes, 1));
+  }
+  while (s32.backlog() != 0) p32.at(2);
+  while (s1.backlog() != 0) p1.at(2);
+  ASSERT_EQ(p32.sent.size(), 60u);
+  ASSERT_EQ(p1.sent.size(), 60u);
+  for (size_t i = 0; i < 60; ++i) {
+    EXPECT_EQ(id_of(p1.sent[i].pkt), id_of(p32.sent[i].pkt)) << i;
+  }
+  // After the first 20 (a alone) the classes take turns, one frame each.
+  for (size_t i = 20; i + 1 < 60; i += 2) EXPECT_NE(p32.sent[i].cls, p32.sent[i + 1].cls) << i;
+}
+
 // Scheduled times in an unlimited batch: the slot's time or a later enqueue stamp; and the
 // timelines are left as packet-by-packet booking leaves them, so a rate set afterwards re-bases
 // on the right departures.
@@ -1033,6 +1118,40 @@ TEST(LatencyHist, LargeValuesAndTickConversion) {
   EXPECT_NEAR(static_cast<double>(p100), 1e6, 1e6 / 32);
   EXPECT_EQ(s.count_within(2), 2u);
   EXPECT_EQ(LatencyHist().snapshot().percentile(50), 0);
+}
+
+// A weighted record is n records of one value: same buckets, count, sum, min, max and
+// percentiles as recording each packet on its own.
+TEST(LatencyHist, WeightedRecordEqualsRepeatedRecords) {
+  LatencyHist one(2'000'000'000), many(2'000'000'000);
+  const std::pair<int64_t, uint64_t> samples[] = {{7, 3}, {-4, 5},         {2'000'000, 2}, {0, 31},
+                                                  {3, 1}, {-2'000'000, 4}, {5, 0}};
+  for (const auto& [ticks, n] : samples) {
+    for (uint64_t i = 0; i < n; ++i) one.record_ticks(ticks);
+    many.record_ticks_n(ticks, n);
+  }
+  one.record_ns(-123);
+  many.record_ns_n(-123, 1);
+  const auto a = one.snapshot(), b = many.snapshot();
+  EXPECT_EQ(b.count, 47u);
+  EXPECT_EQ(many.count(), 47u);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.pos, b.pos);
+  EXPECT_EQ(a.neg, b.neg);
+  EXPECT_EQ(a.sum_ns, b.sum_ns);
+  EXPECT_EQ(b.sum_ns, 3 * 4 - 5 * 2 + 2 * 1'000'000 + 2 - 4 * 1'000'000 - 123);
+  EXPECT_EQ(a.min_ns, b.min_ns);
+  EXPECT_EQ(b.min_ns, -1'000'000);
+  EXPECT_EQ(a.max_ns, b.max_ns);
+  EXPECT_EQ(b.max_ns, 1'000'000);
+  EXPECT_EQ(b.pos[0], 31u);
+  EXPECT_EQ(b.neg[2], 5u);
+  for (double p : {1.0, 10.0, 50.0, 90.0, 99.0}) EXPECT_EQ(a.percentile(p), b.percentile(p)) << p;
+  // Zero packets record nothing, not even min/max.
+  LatencyHist empty;
+  empty.record_ns_n(-99, 0);
+  EXPECT_EQ(empty.count(), 0u);
+  EXPECT_EQ(empty.snapshot().min_ns, 0);
 }
 
 }  // namespace
