@@ -1,6 +1,7 @@
 #include "control/http_server.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -127,6 +128,7 @@ struct HttpServer::Worker {
   int inflight = 0;
   bool draining = false;
   bool http_freed = false;
+  bool in_evhttp_cb = false;  // inside evhttp's request callback: evhttp may not free the request
   Clock::time_point drain_deadline{};
 
   ~Worker() {
@@ -143,11 +145,33 @@ struct HttpServer::Worker {
     evkeyvalq* h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", content_type);
     for (const auto& [k, v] : r.headers) evhttp_add_header(h, k.c_str(), v.c_str());
-    evbuffer* body = evbuffer_new();
-    evbuffer_add(body, r.body.data(), r.body.size());
-    evhttp_send_reply(req, r.status, reason_phrase(r.status), body);
-    evbuffer_free(body);
+    evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
+    // Taken before the reply: evhttp may free the request (and the connection) from there on.
+    bufferevent* bev = nullptr;
+    if (!in_evhttp_cb) {
+      evhttp_connection* evcon = evhttp_request_get_connection(req);
+      bev = evcon ? evhttp_connection_get_bufferevent(evcon) : nullptr;
+    }
+    evhttp_send_reply(req, r.status, reason_phrase(r.status), nullptr);
     server->metrics_.http_request(r.status);
+    if (bev) write_now(bev);
+  }
+
+  // evhttp writes a reply only once epoll reports the socket writable, which costs an
+  // epoll_ctl to watch EPOLLOUT, a wakeup, and an epoll_ctl to unwatch it, per request. The
+  // socket almost always has room, so write here and run evhttp's write-done step (which frees
+  // the request and starts reading the next one); a short write or an error is left to the
+  // bufferevent, which handles it as before. Not from evhttp's own request callback: there
+  // the write-done step could free the connection under evhttp's feet.
+  static void write_now(bufferevent* bev) {
+    evbuffer* out = bufferevent_get_output(bev);
+    if (evbuffer_get_length(out) == 0) return;
+    // A socket bufferevent keeps its output's start frozen outside its own write callback.
+    evbuffer_unfreeze(out, 1);
+    int n = evbuffer_write(out, bufferevent_getfd(bev));
+    evbuffer_freeze(out, 1);
+    if (n > 0 && evbuffer_get_length(out) == 0)
+      bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
   }
 
   // Finishes an asynchronous request unless the server was torn down meanwhile.
@@ -266,6 +290,12 @@ struct HttpServer::Worker {
 
   static void on_request(evhttp_request* req, void* arg) {
     auto* w = static_cast<Worker*>(arg);
+    w->in_evhttp_cb = true;
+    dispatch(w, req);
+    w->in_evhttp_cb = false;
+  }
+
+  static void dispatch(Worker* w, evhttp_request* req) {
     const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
     const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
     std::string path = p ? p : "";

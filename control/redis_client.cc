@@ -67,6 +67,7 @@ struct RedisClient::Conn {
   Clock::time_point connect_deadline;
   int backoff_ms = 0;
   bool logged_down = false;
+  bool unflushed = false;   // commands queued since the last flush
   std::string fail_reason;  // for the commands flushed by a failure we initiated
 
   ~Conn() {
@@ -94,6 +95,7 @@ RedisClient::RedisClient(event_base* base, RedisOptions opts,
                          std::vector<const lua::Script*> scripts, RedisObserver* observer)
     : base_(base), opts_(std::move(opts)), scripts_(std::move(scripts)), observer_(observer) {
   if (observer_) observer_->up(false);
+  flush_ev_ = event_new(base_, -1, 0, &RedisClient::on_flush, this);
   int n = std::max(1, opts_.pool_size);
   for (int i = 0; i < n; ++i) {
     auto c = std::make_unique<Conn>();
@@ -128,6 +130,8 @@ RedisClient::~RedisClient() {
     delete p;
     fn();
   }
+  // Last: the callbacks above may still queue commands (which send() no longer flushes).
+  event_free(flush_ev_);
 }
 
 void RedisClient::post(std::function<void()> fn) {
@@ -328,6 +332,25 @@ void RedisClient::send(Conn* c, Pending* p) {
   }
   c->pending.push_back(p);
   arm_timer(c);
+  // hiredis's libevent adapter writes only once epoll reports the socket writable: an
+  // epoll_ctl to watch EPOLLOUT, a wakeup and an epoll_ctl to unwatch it per connection and
+  // batch. A flush event activated now runs after the callbacks of this loop iteration, so
+  // it still writes all of their commands at once, and the watch/unwatch pair folds away in
+  // the changelist.
+  if (c->state == Conn::State::kUp && !shutting_down_) {
+    c->unflushed = true;
+    if (!event_pending(flush_ev_, EV_TIMEOUT, nullptr)) event_active(flush_ev_, EV_TIMEOUT, 0);
+  }
+}
+
+void RedisClient::on_flush(int, short, void* arg) {
+  auto* self = static_cast<RedisClient*>(arg);
+  for (auto& c : self->conns_) {
+    if (!c->unflushed) continue;
+    c->unflushed = false;
+    // Only once connected: before that hiredis's write handler completes the connect.
+    if (c->ac && c->state == Conn::State::kUp) redisAsyncHandleWrite(c->ac);
+  }
 }
 
 void RedisClient::complete(Pending* p, const redisReply* reply, std::string_view error) {

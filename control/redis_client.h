@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "control/admission.h"
 
+struct event;
 struct event_base;
 struct redisReply;
 struct redisAsyncContext;
@@ -96,6 +97,7 @@ class RedisClient {
   static void on_timer(int fd, short what, void* arg);
   static void on_reconnect(int fd, short what, void* arg);
   static void run_posted(int fd, short what, void* arg);
+  static void on_flush(int fd, short what, void* arg);
 
   event_base* base_;
   RedisOptions opts_;
@@ -105,6 +107,7 @@ class RedisClient {
   size_t next_ = 0;
   bool shutting_down_ = false;
   std::unordered_set<Posted*> posted_;
+  event* flush_ev_ = nullptr;  // writes the commands queued during one loop iteration
   std::atomic<int> connected_count_{0};
 };
 
