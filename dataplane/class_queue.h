@@ -21,7 +21,7 @@ struct Item {
 // into its atomic stats for readers on other lcores).
 class ClassQueue {
  public:
-  // An empty queue that refuses every push (placeholder until assigned).
+  // An empty queue that refuses every push, until a real one is move-assigned.
   ClassQueue() = default;
   // capacity: the depth limit; the ring is rounded up to a power of two so indexing is a mask.
   explicit ClassQueue(uint32_t capacity)

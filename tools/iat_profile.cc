@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -53,6 +54,16 @@ std::string bar_chart(const std::vector<Row>& rows) {
   return out;
 }
 
+// The groups between the first and the last non-empty one, as bpftrace prints.
+template <class Group>
+std::span<const Group> nonempty_span(const std::vector<Group>& groups) {
+  auto nonempty = [](const Group& g) { return g.count != 0; };
+  auto first = std::find_if(groups.begin(), groups.end(), nonempty);
+  if (first == groups.end()) return {};
+  auto last = std::find_if(groups.rbegin(), groups.rend(), nonempty).base();
+  return {&*first, static_cast<size_t>(last - first)};
+}
+
 // Inter-arrival buckets merged to powers of two; only the span between the first and last
 // non-empty row, as bpftrace prints.
 std::vector<Row> merged_iat_rows(const std::array<uint64_t, IAT_BUCKETS>& hist) {
@@ -71,17 +82,8 @@ std::vector<Row> merged_iat_rows(const std::array<uint64_t, IAT_BUCKETS>& hist) 
     bool last = g + IAT_SUB >= IAT_BUCKETS;
     groups.push_back({bucket_low(g), last ? 0 : bucket_low(g + IAT_SUB), c});
   }
-  size_t first = groups.size(), lastnz = 0;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    if (groups[i].count) {
-      first = std::min(first, i);
-      lastnz = i;
-    }
-  }
   std::vector<Row> rows;
-  if (first == groups.size()) return rows;
-  for (size_t i = first; i <= lastnz; ++i) {
-    const auto& g = groups[i];
+  for (const auto& g : nonempty_span(groups)) {
     std::string label;
     if (g.high == g.low + 1)
       label = fmt::format("[{}]", format_ns(static_cast<double>(g.low)));
@@ -110,17 +112,8 @@ std::vector<Row> merged_count_rows(const std::array<uint64_t, IAT_COUNT_BUCKETS>
     bool last = g + 4 >= IAT_COUNT_BUCKETS;
     groups.push_back({count_bucket_low(g), last ? 0 : count_bucket_low(g + 4), c});
   }
-  size_t first = groups.size(), lastnz = 0;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    if (groups[i].count) {
-      first = std::min(first, i);
-      lastnz = i;
-    }
-  }
   std::vector<Row> rows;
-  if (first == groups.size()) return rows;
-  for (size_t i = first; i <= lastnz; ++i) {
-    const auto& g = groups[i];
+  for (const auto& g : nonempty_span(groups)) {
     std::string label = g.high == g.low + 1 ? fmt::format("[{}]", g.low)
                         : g.high == 0       ? fmt::format("[{}, ...)", g.low)
                                             : fmt::format("[{}, {})", g.low, g.high);

@@ -138,7 +138,7 @@ std::string flow_json(uint16_t sport) {
 // Control and dataplane share one config file, as in a deployment: the loader then also
 // checks that the plan's class exists in the dataplane.
 void write_config(const std::string& path, const std::string& sock,
-                  const std::vector<std::string>& eal) {
+                  const std::string& dataplane_yaml) {
   std::ofstream y(path);
   y << "redis: { url: \"redis://127.0.0.1:1/0\", timeout_ms: 500 }\n"
     << "control: { listen: \"127.0.0.1:8080\", threads: 2, dataplane_socket: \"" << sock << "\" }\n"
@@ -150,17 +150,7 @@ void write_config(const std::string& path, const std::string& sock,
     << "    concurrency: { max_streams: 8, lease_s: 120 }\n"
     << "tenants:\n"
     << "  t-gold: { plan: pro }\n"
-    << "dataplane:\n"
-    << "  eal: " << json(eal).dump() << "\n"
-    << "  ports: { client: 0, cluster: 1 }\n"
-    << "  lcores: { rx: 1, drip: 1 }\n"
-    << "  mbufs: 8191\n"
-    << "  drip: { rate_pps: 50000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
-    << "  classes:\n"
-    << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
-    << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
-    << "  unknown_flows: default\n"
-    << "  control_socket: " << sock << "\n";
+    << dataplane_yaml;
 }
 
 uint64_t class_tx(const json& stats, const char* klass) {
@@ -172,10 +162,9 @@ TEST(ControlDataplane, AdmittedFlowIsShapedInItsClassUntilReleased) {
   RedisServer redis;
   ApplianceTopology topo("dgcd", kClientIp, kServerIp);
   TempDir dir;
-  const std::vector<std::string> eal = topo.eal_args();
   const std::string sock = dir.file("dp.sock");
   const std::string cfg = dir.file("dripgate.yaml");
-  write_config(cfg, sock, eal);
+  write_config(cfg, sock, topo.dataplane_yaml(sock));
 
   Process dp({dataplane_binary(), "--config", cfg}, dir.file("dp.out"), dir.file("dp.err"));
   ControlClient cc(sock, 30s);  // the dataplane is up once its socket answers

@@ -129,21 +129,10 @@ TEST(DataplaneVeth, PingAndTcpCrossTheApplianceAndTaggedFlowIsCounted) {
   ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
   ApplianceTopology topo("dgdp", kClientIp, kServerIp);
   TempDir dir;
-  const std::vector<std::string> eal = topo.eal_args();
   const std::string sock = dir.file("dp.sock");
   {
     std::ofstream y(dir.file("dp.yaml"));
-    y << "dataplane:\n"
-      << "  eal: " << json(eal).dump() << "\n"
-      << "  ports: { client: 0, cluster: 1 }\n"
-      << "  lcores: { rx: 1, drip: 1 }\n"
-      << "  mbufs: 8191\n"
-      << "  drip: { rate_pps: 50000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
-      << "  classes:\n"
-      << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
-      << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
-      << "  unknown_flows: default\n"
-      << "  control_socket: " << sock << "\n";
+    y << topo.dataplane_yaml(sock);
   }
   Process dp({dataplane_binary(), "--config", dir.file("dp.yaml")}, dir.file("stdout"),
              dir.file("stderr"));

@@ -54,6 +54,23 @@ std::vector<std::string> ApplianceTopology::eal_args() const {
   return eal;
 }
 
+std::string ApplianceTopology::dataplane_yaml(const std::string& sock) const {
+  return "dataplane:\n"
+         "  eal: " +
+         nlohmann::json(eal_args()).dump() +
+         "\n"
+         "  ports: { client: 0, cluster: 1 }\n"
+         "  lcores: { rx: 1, drip: 1 }\n"
+         "  mbufs: 8191\n"
+         "  drip: { rate_pps: 50000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
+         "  classes:\n"
+         "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
+         "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"
+         "  unknown_flows: default\n"
+         "  control_socket: " +
+         sock + "\n";
+}
+
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "dgtest.XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

@@ -68,6 +68,9 @@ class ApplianceTopology {
   std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
   // test_eal_args() plus the vdevs: port 0 on the client's root end, port 1 on the server's.
   std::vector<std::string> eal_args() const;
+  // The `dataplane:` YAML section both appliance tests run: eal_args(), classes gold (weight 4)
+  // and default (weight 1), unshaped classes under a 50 kpps port, control socket `sock`.
+  std::string dataplane_yaml(const std::string& sock) const;
 
  private:
   TestNetns net_;
