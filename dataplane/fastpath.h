@@ -101,12 +101,27 @@ class Fastpath {
   static constexpr unsigned kBurst = 32;
 
   struct RxOut;  // where one received burst goes
+  // Departures on their way to the cluster port: the mbufs as rte_eth_tx_burst takes them, and
+  // runs of one class and one scheduled time, so the accounting is per run, not per packet.
+  struct TxRun {
+    uint32_t cls;
+    uint32_t n;
+    uint64_t bytes;
+    uint64_t scheduled_tsc;
+  };
+  struct TxList {
+    rte_mbuf* pkts[kBurst];
+    TxRun runs[kBurst];
+    unsigned n = 0;
+    unsigned n_runs = 0;
+  };
   unsigned budget(uint64_t slack) const;
   void rx_client(unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(unsigned max);
   void send_pass(rte_mbuf** pkts, unsigned n);
   void enqueue_shaped(const Handoff* h, unsigned n);
   void drip_due(uint64_t now);
+  void transmit(TxList& l, uint64_t t);
   void check_mailbox();
   void drain_and_free();
   void note_rx_cost(uint64_t ticks, unsigned pkts);

@@ -326,6 +326,20 @@ unsigned Scheduler::enqueue_burst(const EnqueueReq* in, unsigned n, void** refus
   return n_refused;
 }
 
+uint64_t Scheduler::depart_now(unsigned cls, uint64_t n, uint64_t bytes, uint32_t last_len,
+                               uint64_t max_stamp) {
+  ClassState& c = cls_[cls];
+  const uint64_t at = std::max({port_.next_tsc(), c.cap.next_tsc(), max_stamp});
+  bool clamped = false;  // unlimited timelines never clamp
+  const Fixed base = c.cap.depart(to_fixed(at), at, last_len, max_catchup_, &clamped);
+  port_.depart(base, at, last_len, max_catchup_, &clamped);
+  bump(c.stats.enq_packets, n);
+  bump(c.stats.enq_bytes, bytes);
+  bump(c.stats.tx_packets, n);
+  bump(c.stats.tx_bytes, bytes);
+  return at;
+}
+
 uint64_t Scheduler::next_departure() const {
   if (backlog_ == 0) return std::numeric_limits<uint64_t>::max();
   uint64_t cls_min = std::numeric_limits<uint64_t>::max();

@@ -138,6 +138,22 @@ class Scheduler {
   // returned. Counters are published once per run of same-class packets.
   unsigned enqueue_burst(const EnqueueReq* in, unsigned n, void** refused);
 
+  // The empty-queue bypass (what Linux's TCQ_F_CAN_BYPASS does for an empty qdisc): when
+  // neither the port nor class `cls` is rate limited and the class has nothing queued, packets
+  // would be scheduled at their own enqueue stamps and released by the very next poll(); here
+  // they are released at once instead, without the queue copy and the DRR pick. With unlimited
+  // rates every ready packet leaves at once anyway, so DRR order among classes has no effect
+  // when nothing waits; this only skips work.
+  // n packets of `bytes` in all, the last of last_len bytes and the latest stamped max_stamp:
+  // counts them as enqueued and released, books both timelines as n departures would, and
+  // returns when they are scheduled: max(max_stamp, the timelines' last booking).
+  // Precondition: bypasses(cls).
+  uint64_t depart_now(unsigned cls, uint64_t n, uint64_t bytes, uint32_t last_len,
+                      uint64_t max_stamp);
+  bool bypasses(unsigned cls) const {
+    return cls < n_ && !port_.limited() && !cls_[cls].cap.limited() && cls_[cls].queue.empty();
+  }
+
   // Releases the packets due at `now`: up to max_out into out (in departure order, each with
   // its scheduled TSC), and moves up to max_expired TTL-expired packets into expired
   // (*n_expired = how many; the caller frees them). A class whose expired head finds no room

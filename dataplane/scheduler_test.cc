@@ -1046,6 +1046,76 @@ TEST(Scheduler, UnlimitedBatchRunStampsAndTimelineState) {
   EXPECT_EQ(s.next_departure(), 1030u);
 }
 
+TEST(Scheduler, BypassOnlyForAnEmptyUnlimitedClassOnAnUnlimitedPort) {
+  Scheduler s(make_drip(0), {make_class("a"), make_class("capped", 1, 1e6)}, kHz);
+  EXPECT_TRUE(s.bypasses(0));
+  EXPECT_FALSE(s.bypasses(1)) << "a class with its own cap must queue";
+  EXPECT_FALSE(s.bypasses(2)) << "no such class";
+  ASSERT_TRUE(s.enqueue(0, pkt(1), 100, 0));
+  EXPECT_FALSE(s.bypasses(0)) << "a packet already waits: the next must queue behind it";
+  Poller p(s);
+  ASSERT_EQ(p.at(0).size(), 1u);
+  EXPECT_TRUE(s.bypasses(0));
+  ASSERT_TRUE(s.set_port_rate(1000, 0, 0));
+  EXPECT_FALSE(s.bypasses(0)) << "a limited port must queue";
+  ASSERT_TRUE(s.set_port_rate(0, 0, 0));
+  EXPECT_TRUE(s.bypasses(0));
+  ASSERT_TRUE(s.set_class_rate(0, 0, 8e6, 0));
+  EXPECT_FALSE(s.bypasses(0)) << "a bit-rate cap counts as a cap";
+}
+
+// depart_now() must leave the scheduler exactly as enqueue() + poll() of the same packets, one
+// per slot, would: the same scheduled times, counters and timeline bookings (which a later rate
+// change re-bases on).
+TEST(Scheduler, BypassCountsAndBooksLikeEnqueueAndPoll) {
+  auto classes = [] { return std::vector{make_class("a"), make_class("b")}; };
+  Scheduler by(make_drip(0), classes(), kHz), q(make_drip(0), classes(), kHz);
+  Poller pq(q);
+  struct Run {
+    unsigned cls;
+    std::vector<std::pair<uint64_t, uint32_t>> pkts;  // stamp, frame_len
+    uint64_t now;
+  };
+  const Run runs[] = {
+      {0, {{100, 64}, {100, 1500}, {90, 200}}, 150},
+      {1, {{160, 64}}, 170},
+      {0, {{175, 300}, {180, 60}}, 200},
+      {1, {{150, 70}, {210, 80}}, 220},  // a stamp older than the class's last booking
+  };
+  uint64_t id = 1;
+  for (const Run& r : runs) {
+    ASSERT_TRUE(by.bypasses(r.cls));
+    uint64_t bytes = 0, max_stamp = 0;
+    for (auto [stamp, len] : r.pkts) {
+      bytes += len;
+      max_stamp = std::max(max_stamp, stamp);
+      ASSERT_TRUE(q.enqueue(r.cls, pkt(id++), len, stamp));
+    }
+    const uint64_t at = by.depart_now(r.cls, r.pkts.size(), bytes, r.pkts.back().second, max_stamp);
+    const auto out = pq.at(r.now);
+    ASSERT_EQ(out.size(), r.pkts.size());
+    EXPECT_EQ(at, out.back().scheduled_tsc) << "run at " << r.now;
+  }
+  for (unsigned c = 0; c < 2; ++c) {
+    const ClassStats a = by.class_stats(c), b = q.class_stats(c);
+    EXPECT_EQ(a.enq_packets, b.enq_packets);
+    EXPECT_EQ(a.enq_bytes, b.enq_bytes);
+    EXPECT_EQ(a.tx_packets, b.tx_packets);
+    EXPECT_EQ(a.tx_bytes, b.tx_bytes);
+    EXPECT_EQ(a.queue_len, 0u);
+  }
+  EXPECT_EQ(by.port_stats().tx_packets, 8u);
+  // The timelines' bookings: a cap on class a and then a port rate re-base identically.
+  for (Scheduler* s : {&by, &q}) {
+    ASSERT_TRUE(s->set_class_rate(0, 1e6, 0, 230));
+    ASSERT_TRUE(s->enqueue(0, pkt(100), 100, 230));
+  }
+  EXPECT_EQ(by.next_departure(), q.next_departure());
+  EXPECT_EQ(by.next_departure(), 1180u) << "class a last booked at 180";
+  for (Scheduler* s : {&by, &q}) ASSERT_TRUE(s->set_port_rate(1e5, 0, 230));
+  EXPECT_EQ(by.next_departure(), q.next_departure());
+}
+
 TEST(Timeline, IntervalsRoundUpOnTheFixedPointGrid) {
   Timeline t;
   t.set_rate(3e8, 0, kHz, 0);  // 10/3 ticks
