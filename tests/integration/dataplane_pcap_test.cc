@@ -210,6 +210,40 @@ std::vector<std::string> pcap_eal(const TempDir& dir, const std::string& in, con
   return eal;
 }
 
+// The dataplane YAML of these tests: two classes (gold for 10.1/16, default for the rest);
+// `drip` and `classes` are the flow-style bodies of those two keys.
+void write_yaml(const TempDir& dir, const std::vector<std::string>& eal, bool split,
+                const std::string& drip, const std::string& gold, const std::string& def) {
+  std::ofstream y(dir.file("dp.yaml"));
+  y << "dataplane:\n"
+    << "  eal: " << json(eal).dump() << "\n"
+    << "  ports: { client: 0, cluster: 1 }\n"
+    << "  lcores: { rx: 1, drip: " << (split ? 2 : 1) << " }\n"
+    << "  mbufs: 8191\n"
+    << "  drip: { " << drip << " }\n"
+    << "  classes:\n"
+    << "    gold:    { " << gold << " }\n"
+    << "    default: { " << def << " }\n"
+    << "  classify:\n"
+    << "    - { src: \"10.1.0.0/16\", class: gold }\n"
+    << "  unknown_flows: default\n"
+    << "  control_socket: " << dir.file("dp.sock") << "\n";
+}
+
+// Polls the control socket's stats until done(stats) or a minute has passed (a test failure).
+template <typename Done>
+void wait_for_stats(const std::string& sock, Done&& done) {
+  ControlClient cc(sock, 30s);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    json a = cc.call({{"op", "stats"}});
+    ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
+    if (done(a.at("stats"))) return;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << a.dump();
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
 class DataplanePcap : public ::testing::TestWithParam<bool> {};  // param: split layout
 
 TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
@@ -220,29 +254,16 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
   const int n_malformed = 3 * kMalformedEach;
   ASSERT_EQ(w.total, kShaped + kArp + n_malformed);
 
-  json eal_json = pcap_eal(dir, in, out, split);
+  // The port starts at 1 pps, so the whole input is queued before the test turns the rate
+  // up over the control socket (which must keep every queued packet): on a loaded 2-core
+  // box an RX lcore that is preempted would otherwise let the queue run dry, and idle time
+  // is (rightly) not made up. The catch-up of up to 100 ms keeps the long-run rate when the
+  // drip lcore itself is preempted; pacing precision is the benchmark's job.
+  write_yaml(dir, pcap_eal(dir, in, out, split), split,
+             "rate_pps: 1, rate_bps: 0, batch: 1, max_catchup: 1000",
+             "weight: 3, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
+             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000");
   const std::string sock = dir.file("dp.sock");
-  {
-    std::ofstream y(dir.file("dp.yaml"));
-    y << "dataplane:\n"
-      << "  eal: " << eal_json.dump() << "\n"
-      << "  ports: { client: 0, cluster: 1 }\n"
-      << "  lcores: { rx: 1, drip: " << (split ? 2 : 1) << " }\n"
-      << "  mbufs: 8191\n"
-      // The port starts at 1 pps, so the whole input is queued before the test turns the rate
-      // up over the control socket (which must keep every queued packet): on a loaded 2-core
-      // box an RX lcore that is preempted would otherwise let the queue run dry, and idle time
-      // is (rightly) not made up. The catch-up of up to 100 ms keeps the long-run rate when the
-      // drip lcore itself is preempted; pacing precision is the benchmark's job.
-      << "  drip: { rate_pps: 1, rate_bps: 0, batch: 1, max_catchup: 1000 }\n"
-      << "  classes:\n"
-      << "    gold:    { weight: 3, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
-      << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
-      << "  classify:\n"
-      << "    - { src: \"10.1.0.0/16\", class: gold }\n"
-      << "  unknown_flows: default\n"
-      << "  control_socket: " << sock << "\n";
-  }
   Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--drain-ms", "5000"},
              dir.file("stdout"), dir.file("stderr"));
   json stats;
@@ -380,39 +401,15 @@ TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTime
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in);
-  const std::vector<std::string> eal = pcap_eal(dir, in, out, split);
-  const std::string sock = dir.file("dp.sock");
-  {
-    std::ofstream y(dir.file("dp.yaml"));
-    y << "dataplane:\n"
-      << "  eal: " << json(eal).dump() << "\n"
-      << "  ports: { client: 0, cluster: 1 }\n"
-      << "  lcores: { rx: 1, drip: " << (split ? 2 : 1) << " }\n"
-      << "  mbufs: 8191\n"
-      << "  drip: { rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 1000 }\n"
-      << "  classes:\n"
-      << "    gold:    { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
-      << "    default: { weight: 1, rate_pps: " << kCapPps
-      << ", queue_depth: 4096, ttl_ms: 60000 }\n"
-      << "  classify:\n"
-      << "    - { src: \"10.1.0.0/16\", class: gold }\n"
-      << "  unknown_flows: default\n"
-      << "  control_socket: " << sock << "\n";
-  }
+  write_yaml(dir, pcap_eal(dir, in, out, split), split,
+             "rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 1000",
+             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
+             fmt::format("weight: 1, rate_pps: {}, queue_depth: 4096, ttl_ms: 60000", kCapPps));
   Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--drain-ms", "5000"},
              dir.file("stdout"), dir.file("stderr"));
-  {
-    ControlClient cc(sock, 30s);
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
-      json a = cc.call({{"op", "stats"}});
-      ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
-      const json& st = a.at("stats");
-      if (st.at("departures").get<int>() >= kShaped && st.at("queue_len").get<int>() == 0) break;
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << st.dump();
-      std::this_thread::sleep_for(50ms);
-    }
-  }
+  wait_for_stats(dir.file("dp.sock"), [](const json& st) {
+    return st.at("departures").get<int>() >= kShaped && st.at("queue_len").get<int>() == 0;
+  });
   ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("stderr"));
   const json fin = last_json_line(dir.file("stdout"));
   ASSERT_TRUE(fin.is_object()) << read_file(dir.file("stdout"));
@@ -457,37 +454,14 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in);
-  const std::vector<std::string> eal = pcap_eal(dir, in, out, false);
-  const std::string sock = dir.file("dp.sock");
-  {
-    std::ofstream y(dir.file("dp.yaml"));
-    y << "dataplane:\n"
-      << "  eal: " << json(eal).dump() << "\n"
-      << "  ports: { client: 0, cluster: 1 }\n"
-      << "  lcores: { rx: 1, drip: 1 }\n"
-      << "  mbufs: 8191\n"
-      << "  drip: { rate_pps: 1000, rate_bps: 0, batch: 1, max_catchup: 8 }\n"
-      << "  classes:\n"
-      << "    gold:    { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 100 }\n"
-      << "    default: { weight: 1, rate_pps: 0, queue_depth: 1500, ttl_ms: 60000 }\n"
-      << "  classify:\n"
-      << "    - { src: \"10.1.0.0/16\", class: gold }\n"
-      << "  unknown_flows: default\n"
-      << "  control_socket: " << sock << "\n";
-  }
+  write_yaml(dir, pcap_eal(dir, in, out, false), false,
+             "rate_pps: 1000, rate_bps: 0, batch: 1, max_catchup: 8",
+             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 100",
+             "weight: 1, rate_pps: 0, queue_depth: 1500, ttl_ms: 60000");
   Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--drain-ms", "0"},
              dir.file("stdout"), dir.file("stderr"));
-  {
-    ControlClient cc(sock, 30s);
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
-      json a = cc.call({{"op", "stats"}});
-      ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
-      if (a.at("stats").at("rx").at("client").get<int>() == w.total) break;
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << a.dump();
-      std::this_thread::sleep_for(20ms);
-    }
-  }
+  wait_for_stats(dir.file("dp.sock"),
+                 [&](const json& st) { return st.at("rx").at("client").get<int>() == w.total; });
   std::this_thread::sleep_for(300ms);  // gold's heads outlive their 100 ms meanwhile
   ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("stderr"));
   const json fin = last_json_line(dir.file("stdout"));
