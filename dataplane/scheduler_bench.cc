@@ -8,10 +8,12 @@
 // The second form only probes the machine: it spins on the clock and reports, as one JSON line,
 // how often the thread stopped running (gaps per second above a few thresholds) and, for each
 // rate, the share of time a drip timeline with max_catchup 8 would lose to those gaps (a gap
-// longer than 8 intervals is not caught up). dp_pacing.sh prints it beside its results, so a
-// rate shortfall can be told apart from a defect.
+// longer than 8 intervals is not caught up), and what an ideal pacer would achieve on this CPU
+// (see IdealPacer). dp_pacing.sh prints it beside its results, so a shortfall of the machine
+// can be told apart from one of the dataplane.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -202,6 +204,35 @@ void run_pacing(double pps, double seconds) {
       static_cast<unsigned long long>(s.port_stats().stall_clamps));
 }
 
+// The pacer a perfect dataplane would be on this CPU: departures every 1e9/pps ns, each sent
+// at the first loop pass at or after its time, with the dataplane's catch-up rule (at most
+// max_catchup late ones after a gap, then re-based on now, the skipped slots lost). The loop
+// pass costs a clock read, so the only errors beyond a few tens of ns are the gaps in which
+// the thread did not run: its share within ±256 ns is this machine's ceiling for any software
+// pacer on this CPU at this moment.
+struct IdealPacer {
+  double interval_ns;
+  double next_ns;
+  uint64_t departures = 0;
+  uint64_t within[4] = {};  // ±64, ±128, ±256, ±512 ns
+  uint64_t lost = 0;        // slots skipped by the catch-up rule
+
+  void at(double t) {
+    constexpr double kLag = 8;  // max_catchup
+    if (t - next_ns > kLag * interval_ns) {
+      const double skip = std::floor((t - next_ns) / interval_ns) - kLag;
+      lost += static_cast<uint64_t>(skip);
+      next_ns += skip * interval_ns;
+    }
+    while (next_ns <= t) {
+      const double err = t - next_ns;
+      ++departures;
+      for (int i = 0; i < 4; ++i) within[i] += err <= 64.0 * (1 << i);
+      next_ns += interval_ns;
+    }
+  }
+};
+
 int run_stalls(double seconds, const std::vector<double>& rates) {
   constexpr double kThresholdsNs[] = {1e3, 2e3, 5e3, 16e3, 80e3, 1e6};
   constexpr size_t kT = sizeof(kThresholdsNs) / sizeof(kThresholdsNs[0]);
@@ -210,11 +241,14 @@ int run_stalls(double seconds, const std::vector<double>& rates) {
   uint64_t max_gap = 0;
   const uint64_t t0 = clock_ns();
   const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+  std::vector<IdealPacer> ideal;
+  for (double r : rates) ideal.push_back(IdealPacer{1e9 / r, static_cast<double>(t0)});
   uint64_t prev = t0;
   for (;;) {
     const uint64_t t = clock_ns();
     const uint64_t gap = t - prev;
     prev = t;
+    for (IdealPacer& p : ideal) p.at(static_cast<double>(t));
     if (gap > 500) {
       max_gap = std::max(max_gap, gap);
       for (size_t i = 0; i < kT; ++i) over[i] += static_cast<double>(gap) > kThresholdsNs[i];
@@ -235,6 +269,17 @@ int run_stalls(double seconds, const std::vector<double>& rates) {
   std::printf("}, \"lost_share\": {");
   for (size_t r = 0; r < rates.size(); ++r) {
     std::printf("%s\"%.0f\": %.6f", r ? ", " : "", rates[r], lost_ns[r] / (secs * 1e9));
+  }
+  std::printf("}, \"ideal\": {");
+  for (size_t r = 0; r < rates.size(); ++r) {
+    const IdealPacer& p = ideal[r];
+    const double n = p.departures ? static_cast<double>(p.departures) : 1.0;
+    std::printf(
+        "%s\"%.0f\": {\"departures\": %llu, \"within_64ns\": %.6f, \"within_128ns\": %.6f, "
+        "\"within_256ns\": %.6f, \"within_512ns\": %.6f, \"rate_off_pct\": %.4f}",
+        r ? ", " : "", rates[r], static_cast<unsigned long long>(p.departures), p.within[0] / n,
+        p.within[1] / n, p.within[2] / n, p.within[3] / n,
+        (static_cast<double>(p.departures) / (rates[r] * secs) - 1) * 100);
   }
   std::printf("}}\n");
   return 0;
