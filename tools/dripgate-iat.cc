@@ -265,12 +265,16 @@ int run(int argc, char** argv) {
   std::string pcap_file;
   PcapOptions pcap_opt;
   std::string pcap_windows = "100us,1ms";
+  std::string pcap_interval;
   Output pcap_out;
   auto* pc = app.add_subcommand("pcap", "profile a pcap or pcapng capture");
   pc->add_option("file", pcap_file, "capture file")->required();
   pc->add_option("--filter", pcap_opt.filter, "pcap-filter(7) expression, e.g. 'udp port 9000'");
   pc->add_option("--window", pcap_windows, "burst window widths, at most 2 (e.g. 100us,1ms)")
       ->capture_default_str();
+  pc->add_option("--interval", pcap_interval,
+                 "ideal inter-arrival of a paced stream (1/rate, e.g. 2us): also report the "
+                 "share of gaps within ±64/128/256/512 ns and ±1 us of it, exactly");
   add_output_options(pc, pcap_out);
 
   std::string cmp_a, cmp_b;
@@ -283,6 +287,10 @@ int run(int argc, char** argv) {
   if (*l) return run_live(live, live_out);
   if (*pc) {
     pcap_opt.windows_ns = parse_windows(pcap_windows);
+    if (!pcap_interval.empty()) {
+      pcap_opt.interval_ns = parse_duration_ns(pcap_interval);
+      if (pcap_opt.interval_ns == 0) throw std::runtime_error("--interval must be at least 1ns");
+    }
     emit(profile_pcap(pcap_file, pcap_opt), pcap_out);
     return 0;
   }

@@ -114,6 +114,7 @@ Profile profile_pcap(const std::string& path, const PcapOptions& options) {
   }
   ProfileBuilder builder(options.windows_ns);
   builder.set_ts_resolution_ns(file_ts_resolution_ns(path));
+  builder.set_interval_ns(options.interval_ns);
   pcap_pkthdr* hdr = nullptr;
   const u_char* data = nullptr;
   for (;;) {

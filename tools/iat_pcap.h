@@ -14,6 +14,7 @@ namespace dripgate::iat {
 struct PcapOptions {
   std::string filter;  // a pcap-filter(7) expression; empty = every packet
   std::vector<uint64_t> windows_ns{std::begin(kDefaultWindows), std::end(kDefaultWindows)};
+  uint64_t interval_ns = 0;  // > 0: also fit every gap to this ideal interval (IntervalFit)
 };
 
 // Errors (file missing, not a capture, filter that does not parse) throw PcapError with a

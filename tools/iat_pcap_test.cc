@@ -231,6 +231,65 @@ TEST(IatPcap, MicrosecondPcapIsReadAndNoted) {
   EXPECT_EQ(p.ts_resolution_ns, 1000u);
 }
 
+// A 500 kpps stream as a receiver sees it: 1000 gaps of 2 us, every tenth 100 ns late and the
+// next one 100 ns early (back on the grid), one 300 ns pair, and one lost packet (a 4 us gap).
+std::vector<Packet> paced_stream() {
+  std::vector<int64_t> dev(1000, 0);
+  for (size_t g = 0; g < dev.size(); ++g) dev[g] = g % 10 == 0 ? 100 : g % 10 == 1 ? -100 : 0;
+  dev[500] = 300;
+  dev[501] = -300;
+  dev[700] = 2'000;
+  dev[701] = 0;
+  std::vector<Packet> v{{kBase, 9000}};
+  for (int64_t d : dev) v.push_back({v.back().ts_ns + static_cast<uint64_t>(2'000 + d), 9000});
+  return v;
+}
+
+void expect_paced_fit(const Profile& p) {
+  ASSERT_TRUE(p.interval);
+  const auto& f = *p.interval;
+  EXPECT_EQ(f.gaps, 1000u);
+  // |deviation|: 801 x 0, 196 x 100, 2 x 300, 1 x 2000.
+  EXPECT_EQ(f.within, (std::array<uint64_t, 5>{801, 997, 997, 999, 999}));
+  EXPECT_EQ(f.p50_ns, 0u);
+  EXPECT_EQ(f.p99_ns, 100u);
+  EXPECT_EQ(f.p999_ns, 300u);
+  EXPECT_EQ(f.max_ns, 2'000u);
+  EXPECT_NEAR(f.rate_offset, 2'000'000.0 / 2'002'000.0 - 1, 1e-12);
+}
+
+TEST(IatPcap, IntervalFitFromNanosecondStamps) {
+  TempDir dir;
+  auto path = dir.file("paced.pcap");
+  write_pcap(path, paced_stream(), true);
+  PcapOptions o;
+  o.interval_ns = 2'000;
+  expect_paced_fit(profile_pcap(path, o));
+  auto ng = dir.file("paced.pcapng");
+  {
+    PcapngWriter w(ng);
+    for (const auto& pk : paced_stream()) w.packet(pk.ts_ns, udp_frame(pk.dport));
+  }
+  expect_paced_fit(profile_pcap(ng, o));
+  EXPECT_FALSE(profile_pcap(path, {}).interval);
+}
+
+TEST(IatPcap, IntervalFitCountsOnlyFilteredPackets) {
+  TempDir dir;
+  auto path = dir.file("mixed.pcap");
+  // The paced stream on port 9000 interleaved with stray packets on 9001, 500 ns after each.
+  std::vector<Packet> v;
+  for (const auto& pk : paced_stream()) {
+    v.push_back(pk);
+    v.push_back({pk.ts_ns + 500, 9001});
+  }
+  write_pcap(path, v, true);
+  PcapOptions o;
+  o.interval_ns = 2'000;
+  o.filter = "udp dst port 9000";
+  expect_paced_fit(profile_pcap(path, o));
+}
+
 TEST(IatPcap, BadFilterIsAClearError) {
   TempDir dir;
   auto path = dir.file("seed.pcap");

@@ -350,6 +350,7 @@ void ProfileBuilder::add(uint64_t ts_ns, uint64_t bytes) {
     e.max_ns = std::max(e.max_ns, d);
     e.sum += static_cast<long double>(d);
     e.sum_sq += static_cast<long double>(d) * static_cast<long double>(d);
+    if (interval_ns_) deviations_.push_back(d > interval_ns_ ? d - interval_ns_ : interval_ns_ - d);
   }
   ++p_.packets;
   p_.bytes += bytes;
@@ -385,6 +386,29 @@ Profile ProfileBuilder::finish(std::string source, std::string mode) {
   p_.source = std::move(source);
   p_.mode = std::move(mode);
   p_.finish();
+  if (interval_ns_) {
+    IntervalFit f;
+    f.interval_ns = interval_ns_;
+    f.gaps = deviations_.size();
+    std::sort(deviations_.begin(), deviations_.end());
+    for (size_t i = 0; i < std::size(kIntervalTolerances); ++i)
+      f.within[i] = static_cast<uint64_t>(
+          std::upper_bound(deviations_.begin(), deviations_.end(), kIntervalTolerances[i]) -
+          deviations_.begin());
+    auto rank = [&](double q) {
+      if (deviations_.empty()) return uint64_t{0};
+      auto r = static_cast<size_t>(std::ceil(q * static_cast<double>(deviations_.size())));
+      return deviations_[std::clamp<size_t>(r, 1, deviations_.size()) - 1];
+    };
+    f.p50_ns = rank(0.5);
+    f.p99_ns = rank(0.99);
+    f.p999_ns = rank(0.999);
+    f.max_ns = deviations_.empty() ? 0 : deviations_.back();
+    f.rate_offset =
+        p_.mean_rate_pps > 0 ? p_.mean_rate_pps * static_cast<double>(interval_ns_) / 1e9 - 1 : 0;
+    p_.interval = f;
+    deviations_ = {};
+  }
   return std::move(p_);
 }
 
@@ -447,6 +471,21 @@ std::string render_text(const Profile& p) {
                      p.max_exact ? ", max exact" : ", max = top of highest bucket");
   out += fmt::format("CV          {:.3f} ({})\n", p.cv,
                      p.cv_exact ? "exact" : "estimate from bucket midpoints");
+  if (p.interval) {
+    const auto& f = *p.interval;
+    const std::string ideal = format_ns(static_cast<double>(f.interval_ns));
+    out += fmt::format("interval    ideal {} ({}): mean rate {:+.4f}% of it, {} gaps\n", ideal,
+                       format_rate(1e9 / static_cast<double>(f.interval_ns)), f.rate_offset * 100,
+                       f.gaps);
+    out += fmt::format("  |gap - {}| within", ideal);
+    for (size_t i = 0; i < std::size(kIntervalTolerances); ++i)
+      out += fmt::format("  ±{} {:.3f}%", format_ns(static_cast<double>(kIntervalTolerances[i])),
+                         f.share_within(i) * 100);
+    out += fmt::format(
+        "\n  |gap - {}|  p50 {}  p99 {}  p99.9 {}  max {} (exact)\n", ideal,
+        format_ns(static_cast<double>(f.p50_ns)), format_ns(static_cast<double>(f.p99_ns)),
+        format_ns(static_cast<double>(f.p999_ns)), format_ns(static_cast<double>(f.max_ns)));
+  }
   if (p.ts_resolution_ns > 1)
     out += fmt::format("note        timestamps carry only {} resolution\n",
                        format_ns(static_cast<double>(p.ts_resolution_ns)));
@@ -530,6 +569,19 @@ nlohmann::json to_json(const Profile& p) {
                   {"count_histogram", {{"columns", {"low", "high", "windows"}}, {"buckets", cb}}}});
   }
   j["windows"] = ws;
+  if (p.interval) {
+    const auto& f = *p.interval;
+    json ij = {{"interval_ns", f.interval_ns}, {"gaps", f.gaps},       {"p50_ns", f.p50_ns},
+               {"p99_ns", f.p99_ns},           {"p999_ns", f.p999_ns}, {"max_ns", f.max_ns},
+               {"rate_offset", f.rate_offset}};
+    for (size_t i = 0; i < std::size(kIntervalTolerances); ++i) {
+      ij[fmt::format("within_{}ns", kIntervalTolerances[i])] = f.share_within(i);
+      ij[fmt::format("count_within_{}ns", kIntervalTolerances[i])] = f.within[i];
+    }
+    j["interval"] = ij;
+  } else {
+    j["interval"] = nullptr;
+  }
   return j;
 }
 
@@ -611,6 +663,22 @@ Profile from_json(const nlohmann::json& j) {
       w.count_hist[iat_count_bucket(row[0].get<uint64_t>())] = row[2].get<uint64_t>();
     }
     p.windows.push_back(w);
+  }
+  // Absent from profiles written before the interval fit existed.
+  if (j.contains("interval") && !j["interval"].is_null()) {
+    const auto& ij = j["interval"];
+    IntervalFit f;
+    f.interval_ns = field<uint64_t>(ij, "interval_ns");
+    f.gaps = field<uint64_t>(ij, "gaps");
+    for (size_t i = 0; i < std::size(kIntervalTolerances); ++i)
+      f.within[i] =
+          field<uint64_t>(ij, fmt::format("count_within_{}ns", kIntervalTolerances[i]).c_str());
+    f.p50_ns = field<uint64_t>(ij, "p50_ns");
+    f.p99_ns = field<uint64_t>(ij, "p99_ns");
+    f.p999_ns = field<uint64_t>(ij, "p999_ns");
+    f.max_ns = field<uint64_t>(ij, "max_ns");
+    f.rate_offset = field<double>(ij, "rate_offset");
+    p.interval = f;
   }
   return p;
 }

@@ -44,6 +44,28 @@ struct ExactStats {
   long double sum_sq = 0;
 };
 
+// Tolerances of the interval fit: MoonGen's pacing table (±64 to ±512 ns) plus ±1 us.
+inline constexpr uint64_t kIntervalTolerances[] = {64, 128, 256, 512, 1000};
+
+// How far each inter-arrival lies from an ideal interval (1/rate of a paced stream): the
+// receiver-side counterpart of a pacer's departure error, so a shaper without a schedule (Linux
+// tc) and one with (the dataplane) are judged alike. Exact: kept only when every timestamp was
+// seen (pcap).
+struct IntervalFit {
+  uint64_t interval_ns = 0;
+  uint64_t gaps = 0;
+  // Gaps with |gap - interval| <= kIntervalTolerances[i].
+  std::array<uint64_t, std::size(kIntervalTolerances)> within{};
+  // |gap - interval| by nearest rank: the smallest deviation with at least that share of the
+  // gaps at or below it (as the dataplane's departure-error percentiles).
+  uint64_t p50_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+  double rate_offset = 0;  // mean rate * interval - 1: the long-run rate error
+
+  double share_within(size_t i) const {
+    return gaps ? static_cast<double>(within[i]) / static_cast<double>(gaps) : 0.0;
+  }
+};
+
 struct Percentile {
   double q = 0;              // 0.5, 0.9, 0.99, 0.999
   double value_ns = 0;       // interpolated linearly inside its bucket
@@ -73,6 +95,7 @@ struct Profile {
   std::array<uint64_t, IAT_BUCKETS> hist{};
   std::optional<ExactStats> exact;
   std::vector<WindowProfile> windows;
+  std::optional<IntervalFit> interval;  // pcap with an ideal interval given
 
   // Derived by finish(); stored in JSON so compare needs no recomputation.
   uint64_t intervals = 0;
@@ -96,6 +119,9 @@ class ProfileBuilder {
   void add(uint64_t ts_ns, uint64_t bytes);
   // The resolution the source stamped with (1000 for a microsecond pcap); only reported.
   void set_ts_resolution_ns(uint64_t ns) { p_.ts_resolution_ns = ns; }
+  // Also fits every gap to this ideal interval (IntervalFit); 0 = no fit. Keeps one deviation
+  // per gap until finish(): exact percentiles, 8 bytes a packet.
+  void set_interval_ns(uint64_t ns) { interval_ns_ = ns; }
   // Closes the open windows and computes the figures; the builder is spent afterwards.
   Profile finish(std::string source, std::string mode);
 
@@ -107,6 +133,8 @@ class ProfileBuilder {
   Profile p_;
   std::vector<WindowState> state_;
   uint64_t prev_ = 0;
+  uint64_t interval_ns_ = 0;
+  std::vector<uint64_t> deviations_;
 };
 
 // Live mode: the probe's maps at the end of a run. capture_ns is how long it was attached.

@@ -171,6 +171,75 @@ TEST(ProfileBuilder, FewPacketsGiveNoFigures) {
   EXPECT_NE(render_text(p).find("fewer than 2 packets"), std::string::npos);
 }
 
+// 1000 gaps around an ideal 2 us, with |deviations| placed on and beside the tolerances:
+// 900 x 0, 25 x +64, 25 x -64, 10 x +128, 10 x -100, 15 x +200, 10 x -300, 4 x +700, 1 x +5000.
+std::vector<uint64_t> jittered_stream() {
+  std::vector<int64_t> devs;
+  auto add = [&](int n, int64_t d) { devs.insert(devs.end(), n, d); };
+  add(900, 0);
+  add(25, 64);
+  add(25, -64);
+  add(10, 128);
+  add(10, -100);
+  add(15, 200);
+  add(10, -300);
+  add(4, 700);
+  add(1, 5000);
+  // Spread the outliers through the stream: the figures must not depend on the order.
+  for (size_t i = 0; i < devs.size(); i += 7) std::swap(devs[i], devs[devs.size() - 1 - i / 7]);
+  std::vector<uint64_t> ts{kBase};
+  for (int64_t d : devs) ts.push_back(ts.back() + static_cast<uint64_t>(2'000 + d));
+  return ts;
+}
+
+TEST(IntervalFit, ExactSharesAndPercentilesOfTheDeviation) {
+  ProfileBuilder pb({});
+  pb.set_interval_ns(2'000);
+  for (auto t : jittered_stream()) pb.add(t, 60);
+  Profile p = pb.finish("jitter", "pcap");
+  ASSERT_TRUE(p.interval);
+  const auto& f = *p.interval;
+  EXPECT_EQ(f.interval_ns, 2'000u);
+  EXPECT_EQ(f.gaps, 1000u);
+  // |gap - interval| <= tolerance, bounds included: 64 and 128 count, 65..100 is inside 128.
+  EXPECT_EQ(f.within, (std::array<uint64_t, 5>{950, 970, 985, 995, 999}));
+  EXPECT_DOUBLE_EQ(f.share_within(2), 0.985);
+  // Sorted: 900 x 0, 50 x 64, 10 x 100, 10 x 128, 15 x 200, 10 x 300, 4 x 700, 1 x 5000.
+  EXPECT_EQ(f.p50_ns, 0u);
+  EXPECT_EQ(f.p99_ns, 300u);   // rank 990
+  EXPECT_EQ(f.p999_ns, 700u);  // rank 999
+  EXPECT_EQ(f.max_ns, 5'000u);
+  // The signed deviations add up to +8080 ns over 1000 gaps: the mean rate is that much slow.
+  EXPECT_NEAR(f.rate_offset, 2'000'000.0 / 2'008'080.0 - 1, 1e-12);
+  auto text = render_text(p);
+  EXPECT_NE(text.find("±64ns 95.000%  ±128ns 97.000%  ±256ns 98.500%  ±512ns 99.500%  ±1us "
+                      "99.900%"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("p99 300ns  p99.9 700ns  max 5us (exact)"), std::string::npos) << text;
+  EXPECT_NE(text.find("ideal 2us (500k/s): mean rate -0.4024% of it"), std::string::npos) << text;
+}
+
+TEST(IntervalFit, AbsentUnlessAsked) {
+  ProfileBuilder pb({});
+  for (auto t : jittered_stream()) pb.add(t, 60);
+  Profile p = pb.finish("jitter", "pcap");
+  EXPECT_FALSE(p.interval);
+  EXPECT_TRUE(to_json(p)["interval"].is_null());
+  EXPECT_EQ(render_text(p).find("ideal"), std::string::npos);
+}
+
+TEST(IntervalFit, BackwardsTimestampIsAZeroGap) {
+  ProfileBuilder pb({});
+  pb.set_interval_ns(1'000);
+  pb.add(kBase + 1000, 1);
+  pb.add(kBase + 500, 1);   // counted as 0 ns: 1000 ns off
+  pb.add(kBase + 2000, 1);  // 1000 ns after the clamped 1000: on time
+  Profile p = pb.finish("ooo", "pcap");
+  EXPECT_EQ(p.interval->within, (std::array<uint64_t, 5>{1, 1, 1, 1, 2}));
+  EXPECT_EQ(p.interval->max_ns, 1'000u);
+}
+
 RawCounters live_counters() {
   RawCounters raw;
   raw.hist[iat_bucket(2'000)] = 490;
@@ -250,6 +319,27 @@ TEST(Json, RoundTripKeepsEveryFigure) {
   ASSERT_EQ(buckets.size(), 2u);
   EXPECT_EQ(buckets[0][0].get<uint64_t>(), bucket_low(iat_bucket(2000)));
   EXPECT_EQ(buckets[0][2].get<uint64_t>(), 490u);
+}
+
+TEST(Json, RoundTripKeepsTheIntervalFit) {
+  ProfileBuilder pb({});
+  pb.set_interval_ns(2'000);
+  for (auto t : jittered_stream()) pb.add(t, 60);
+  Profile a = pb.finish("jitter", "pcap");
+  nlohmann::json j = to_json(a);
+  EXPECT_DOUBLE_EQ(j["interval"]["within_256ns"].get<double>(), 0.985);
+  EXPECT_EQ(j["interval"]["count_within_1000ns"].get<uint64_t>(), 999u);
+  EXPECT_EQ(j["interval"]["p999_ns"].get<uint64_t>(), 700u);
+  Profile b = from_json(nlohmann::json::parse(j.dump()));
+  ASSERT_TRUE(b.interval);
+  EXPECT_EQ(b.interval->within, a.interval->within);
+  EXPECT_EQ(b.interval->gaps, 1000u);
+  EXPECT_EQ(b.interval->p99_ns, 300u);
+  EXPECT_EQ(b.interval->max_ns, 5'000u);
+  EXPECT_DOUBLE_EQ(b.interval->rate_offset, a.interval->rate_offset);
+  // Profiles saved before the fit existed still load.
+  j.erase("interval");
+  EXPECT_FALSE(from_json(j).interval);
 }
 
 TEST(Json, BadInputNamesTheField) {
