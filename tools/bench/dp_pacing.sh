@@ -5,10 +5,13 @@
 # their scheduled TSC (the table MoonGen publishes for its software rate control: 99.8% within
 # ±256 ns at 500 kpps), percentiles, and the achieved long-run rate vs configured, measured two
 # ways: the dataplane's first-to-last departure TSC, and ethdev opackets over a window read
-# through DPDK telemetry.
+# through DPDK telemetry. Then, unless --no-receiver, tc_pacing.sh measures the same rates at a
+# receiver on veth, Linux tc (the baseline) beside dripgate-dataplane on net_af_packet: there
+# the figure is the share of inter-arrival gaps within ±N ns of 1/rate, from kernel ns stamps.
 #
 #   tools/bench/dp_pacing.sh [--build DIR] [--baseline DIR] [--seconds N]
 #                            [--rates "100000 500000"] [--layouts "single split"]
+#                            [--no-receiver] [--isolate]
 #
 # --baseline DIR: also run DIR's dripgate-dataplane (an older build) in the same session and
 # print its rows next to the current build's, so a change is compared under the same load.
@@ -16,6 +19,11 @@
 # DPDK and reports how much time this machine takes away from a spinning thread: "machine loss"
 # is the share of time lost to gaps longer than max_catchup intervals, i.e. the rate shortfall
 # the timeline must show on this machine at that moment even if the dataplane were perfect.
+#
+# --isolate (root): for the whole run, IRQs and every other user thread that may also run
+# elsewhere leave the drip CPU (tools/bench/isolate_cpu.py; threads pinned to CPU 1 alone stay),
+# and everything is put back on exit. scheduler_bench --stalls on CPU 1 runs just before and
+# just after, and both are printed: what isolation buys on this machine at that moment.
 #
 # Targets: >= 99.9% within ±256 ns; achieved rate within 0.1% of configured.
 # The departure error is the TSC read just before rte_eth_tx_burst minus the scheduled TSC. On
@@ -26,6 +34,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build="$root/build"
 baseline=""
+receiver=1
+isolate=0
 seconds=10
 rates="100000 500000"
 layouts="single split"
@@ -36,7 +46,9 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --layouts) layouts=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rates \"R...\"] [--layouts \"single split\"]" >&2
+    --no-receiver) receiver=0; shift ;;
+    --isolate) isolate=1; shift ;;
+    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rates \"R...\"] [--layouts \"single split\"] [--no-receiver] [--isolate]" >&2
        exit 2 ;;
   esac
 done
@@ -53,9 +65,31 @@ pid=""
 cleanup() {
   [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
   wait 2>/dev/null || true
+  [[ ! -f "$tmp/isolate.json" ]] || python3 "$here/isolate_cpu.py" restore "$tmp/isolate.json"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# One line of scheduler_bench --stalls JSON: how often CPU 1 was taken from a spinning thread.
+stall_line() {
+  python3 -c 'import json, sys
+m = json.loads(sys.argv[2])
+g = [m["gaps_per_s"][k] for k in ("2000", "16000", "80000", "1000000")]
+mx = m["max_gap_ns"] / 1000
+loss = "  ".join(f"{float(r) / 1000:g} kpps {-v * 100:+.3f}%" for r, v in m["lost_share"].items())
+print(f"{sys.argv[1]:<17} gaps/s >2us {g[0]:>8.1f}  >16us {g[1]:>7.1f}  >80us {g[2]:>7.1f}"
+      f"  >1ms {g[3]:>6.1f}  max {mx:>8.1f} us   machine loss: {loss}")' "$1" "$2"
+}
+
+if [[ $isolate == 1 ]]; then
+  [[ "$(id -u)" == 0 ]] || { echo "--isolate needs root" >&2; exit 1; }
+  [[ -x "$probe" ]] || { echo "--isolate measures with $probe: build it first" >&2; exit 1; }
+  echo "scheduler_bench --stalls 3 on CPU 1 (spin on the clock; a gap = time the thread lost):"
+  stall_line "before isolation" "$(taskset -c 1 "$probe" --stalls 3 $rates)"
+  python3 "$here/isolate_cpu.py" apply 1 "$tmp/isolate.json"
+  stall_line "after isolation" "$(taskset -c 1 "$probe" --stalls 3 $rates)"
+fi
 
 # utime + stime (clock ticks) of the thread named $2 in process $1, 0 if not found.
 thread_cpu() {
@@ -130,7 +164,7 @@ print("rate within ±0.1 %; MoonGen's software rate control: 99.8% within ±256 
 hdr = (f"{'build':<5} {'layout':<7} {'rate pps':>9} {'departures':>10} {'±64ns':>8} {'±128ns':>8} "
        f"{'±256ns':>8} {'±512ns':>8} {'p50':>5} {'p99':>7} {'p99.9':>8} {'max ns':>9} "
        f"{'rate(tsc)':>10} {'off %':>8} {'rate(ethdev)':>12} {'off %':>8} {'stalls':>6} "
-       f"{'machine loss %':>14} {'drip CPU %':>10}")
+       f"{'machine loss %':>14} {'ideal ±256ns':>12} {'drip CPU %':>10}")
 print(hdr)
 print("-" * len(hdr))
 ok = True
@@ -147,11 +181,12 @@ for r in rows:
     off_e = (eth - rate) / rate * 100
     m = r.get("machine")
     loss = f"{-m['lost_share'][str(int(rate))] * 100:+.3f}" if m else "n/a"
+    ideal = f"{m['ideal'][str(int(rate))]['within_256ns'] * 100:.3f}%" if m and "ideal" in m else "n/a"
     print(f"{r['build']:<5} {r['layout']:<7} {rate:>9.0f} {e['count']:>10} {e['within_64ns']*100:>7.3f}% "
           f"{e['within_128ns']*100:>7.3f}% {e['within_256ns']*100:>7.3f}% {e['within_512ns']*100:>7.3f}% "
           f"{e['p50_ns']:>5} {e['p99_ns']:>7} {e['p999_ns']:>8} {e['max_ns']:>9} "
           f"{tsc_rate:>10.1f} {off_t:>+8.3f} {eth:>12.1f} {off_e:>+8.3f} {f.get('stall_clamps', 0):>6} "
-          f"{loss:>14} {r['drip_cpu'] * 100:>10.1f}")
+          f"{loss:>14} {ideal:>12} {r['drip_cpu'] * 100:>10.1f}")
     if r["build"] == "new":
         ok = ok and e["within_256ns"] >= 0.999 and abs(off_t) <= 0.1
 print("\nstalls: times the drip timeline hit the max_catchup clamp (the worker was held up longer")
@@ -159,8 +194,18 @@ print("than max_catchup intervals: preempted, an interrupt, the hypervisor...); 
 print("clamp is not made up, so each one costs rate. machine loss: the same loss measured just")
 print("before the run by a plain spin loop on the drip CPU without DPDK (scheduler_bench --stalls):")
 print("when 'off %' is close to it, the shortfall is the machine's, not the dataplane's. On an")
-print("isolated core (isolcpus/nohz_full, no steal) both should be 0. drip CPU: the share of the")
+print("isolated core (isolcpus/nohz_full, no steal) both should be 0. ideal ±256ns: the share an")
+print("ideal pacer reaches in the same probe (each departure sent at the first spin-loop pass after")
+print("its time): the ceiling of any software pacer on that CPU at that moment. drip CPU: the share of the")
 print("telemetry window in which the drip lcore's thread was on a CPU (from /proc); below ~100 %")
 print("the thread was preempted, and the rate shortfall is at least 100 % minus that share.")
 print("targets (new build): >= 99.900% within ±256 ns, rate within ±0.1 %:", "met" if ok else "NOT met")
 EOF
+
+if [[ $receiver == 1 ]]; then
+  if [[ "$(id -u)" != 0 ]]; then
+    echo -e "\nreceiver-side table skipped: tc_pacing.sh needs root (namespaces, tc, capture)"
+  else
+    "$here/tc_pacing.sh" --build "$build" --seconds "$seconds" --rates "$rates"
+  fi
+fi
