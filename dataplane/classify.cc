@@ -1,14 +1,17 @@
 #include "dataplane/classify.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 namespace dripgate::dataplane {
 
 namespace {
 
 inline uint64_t load_be64(const uint8_t* p) noexcept {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
   return v;
 }
 

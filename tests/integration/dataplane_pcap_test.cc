@@ -122,7 +122,9 @@ struct Written {
   int total = 0;
 };
 
-Written write_input(const std::string& path) {
+// interleave: within each burst gold and default alternate packet by packet (so every received
+// burst holds both classes) instead of coming as two blocks.
+Written write_input(const std::string& path, bool interleave = false) {
   pcap_t* dead = pcap_open_dead(DLT_EN10MB, 65535);
   pcap_dumper_t* d = pcap_dump_open(dead, path.c_str());
   if (d == nullptr) throw std::runtime_error(pcap_geterr(dead));
@@ -137,9 +139,17 @@ Written write_input(const std::string& path) {
   };
   uint32_t seq_gold = 0, seq_default = 0;
   for (int b = 0; b < kBursts; ++b) {
-    for (int i = 0; i < kPerBurst; ++i) put(udp_frame(1, 'g', seq_gold++));  // 10.1/16: gold
-    for (int i = 0; i < kArp / kBursts; ++i) put(arp_frame(static_cast<uint8_t>(b * 10 + i)));
-    for (int i = 0; i < kPerBurst; ++i) put(udp_frame(2, 'd', seq_default++));  // default
+    if (interleave) {
+      for (int i = 0; i < kPerBurst; ++i) {
+        put(udp_frame(1, 'g', seq_gold++));
+        put(udp_frame(2, 'd', seq_default++));
+      }
+      for (int i = 0; i < kArp / kBursts; ++i) put(arp_frame(static_cast<uint8_t>(b * 10 + i)));
+    } else {
+      for (int i = 0; i < kPerBurst; ++i) put(udp_frame(1, 'g', seq_gold++));  // 10.1/16: gold
+      for (int i = 0; i < kArp / kBursts; ++i) put(arp_frame(static_cast<uint8_t>(b * 10 + i)));
+      for (int i = 0; i < kPerBurst; ++i) put(udp_frame(2, 'd', seq_default++));  // default
+    }
     for (int k = 0; k < 3; ++k)
       for (int i = 0; i < kMalformedEach / kBursts + (b < kMalformedEach % kBursts); ++i)
         put(malformed_frame(k));
@@ -395,12 +405,13 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
 
 // An unlimited port: the uncapped class leaves as it arrives (the empty-queue bypass), the
 // capped one on its own timeline, and the books balance the same way as when everything queues.
+// The classes alternate packet by packet, so each received burst is split between the two.
 TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTimeline) {
   const bool split = GetParam();
   constexpr double kCapPps = 5000;
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
-  const Written w = write_input(in);
+  const Written w = write_input(in, /*interleave=*/true);
   write_yaml(dir, pcap_eal(dir, in, out, split), split,
              "rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 1000",
              "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",

@@ -1,0 +1,46 @@
+// Stable partition of a received burst by class, for the scheduler owner. Header-only and free of
+// DPDK so it is tested on its own.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/scheduler.h"
+
+namespace dripgate::dataplane {
+
+// Each class's packets in their arrival order, classes in order of first appearance. Per-class
+// order is all the scheduler promises, and one run per class costs one scheduler call and one
+// counter update instead of one per packet when classes interleave (as flows of several classes
+// do on the wire). Returns `in` itself when the burst has one class, else `tmp` (room for n)
+// filled. n <= kMax.
+template <unsigned kMax>
+const EnqueueReq* group_by_class(const EnqueueReq* in, unsigned n, EnqueueReq* tmp) {
+  static_assert(kMax <= 256, "group ids are bytes");
+  uint32_t cls[kMax];
+  unsigned count[kMax];
+  uint8_t group[kMax];
+  unsigned n_groups = 0, g = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const uint32_t c = in[i].cls;
+    if (n_groups == 0 || cls[g] != c) {  // most packets have the class of the one before
+      g = 0;
+      while (g < n_groups && cls[g] != c) ++g;
+      if (g == n_groups) {
+        cls[n_groups] = c;
+        count[n_groups++] = 0;
+      }
+    }
+    group[i] = static_cast<uint8_t>(g);
+    ++count[g];
+  }
+  if (n_groups <= 1) return in;
+  unsigned at[kMax];
+  for (unsigned j = 0, sum = 0; j < n_groups; ++j) {
+    at[j] = sum;
+    sum += count[j];
+  }
+  for (unsigned i = 0; i < n; ++i) tmp[at[group[i]]++] = in[i];
+  return tmp;
+}
+
+}  // namespace dripgate::dataplane

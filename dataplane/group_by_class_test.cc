@@ -1,0 +1,58 @@
+#include "dataplane/group_by_class.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+namespace dripgate::dataplane {
+namespace {
+
+void* pkt(uintptr_t id) {
+  return reinterpret_cast<void*>(id);
+}
+
+TEST(GroupByClass, OneClassIsLeftInPlace) {
+  std::vector<EnqueueReq> in;
+  for (uintptr_t i = 1; i <= 5; ++i) in.push_back({pkt(i), 0, 3, 64});
+  EnqueueReq tmp[32];
+  EXPECT_EQ(group_by_class<32>(in.data(), 5, tmp), in.data());
+  EXPECT_EQ(group_by_class<32>(in.data(), 0, tmp), in.data());
+}
+
+// Random bursts of up to 32 packets over up to 33 class values (the pass-through marker
+// UINT32_MAX among them): a permutation, each class contiguous, classes in order of first
+// appearance, and each class's packets in arrival order.
+TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 20000; ++round) {
+    const unsigned n = 1 + rng() % 32;
+    const unsigned classes = 1 + rng() % 33;
+    std::vector<EnqueueReq> in(n);
+    for (unsigned i = 0; i < n; ++i) {
+      uint32_t c = rng() % classes;
+      if (c == 32) c = UINT32_MAX;
+      in[i] = EnqueueReq{pkt(i + 1), i, c, 64 + i};
+    }
+    EnqueueReq tmp[32];
+    const EnqueueReq* out = group_by_class<32>(in.data(), n, tmp);
+    std::vector<uint32_t> first_seen;
+    for (const EnqueueReq& r : in)
+      if (std::find(first_seen.begin(), first_seen.end(), r.cls) == first_seen.end())
+        first_seen.push_back(r.cls);
+    std::vector<EnqueueReq> want;
+    for (uint32_t c : first_seen)
+      for (const EnqueueReq& r : in)
+        if (r.cls == c) want.push_back(r);
+    for (unsigned i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i].pkt, want[i].pkt) << "round " << round << " position " << i;
+      ASSERT_EQ(out[i].cls, want[i].cls);
+      ASSERT_EQ(out[i].enq_tsc, want[i].enq_tsc);
+      ASSERT_EQ(out[i].frame_len, want[i].frame_len);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dripgate::dataplane
