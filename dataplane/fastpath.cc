@@ -173,29 +173,12 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
-  ParsedPacket pp[kBurst];
-  ParseStatus st[kBurst];
-  const FiveTuple* keys[kBurst];
-  unsigned n_keys = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    st[i] = parse(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), &pp[i]);
-    if (st[i] == ParseStatus::kOk) keys[n_keys++] = &pp[i].tuple;
-  }
-  // Tagged flows first, in one bulk probe of the flow table (rte_hash prefetches the buckets of
-  // the whole burst); none at all while nothing is tagged, as with static rules alone. A tag
-  // added meanwhile is seen from the next burst on.
-  int tagged[kBurst];
-  const bool any_tags = n_keys != 0 && flows_.size() != 0;
-  if (any_tags) flows_.lookup_bulk(keys, n_keys, now, tagged);
-  unsigned k = 0;  // index into keys/tagged of the next kOk packet
-  for (unsigned i = 0; i < n; ++i) {
-    rte_mbuf* m = pkts[i];
+  // Where one parsed packet goes; `tagged` is its flow-table class or kNoMatch.
+  auto decide = [&](rte_mbuf* m, ParseStatus st, const ParsedPacket& pp, int tagged) {
     int cls;
     bool pass = false;
-    if (st[i] == ParseStatus::kOk) [[likely]] {
-      cls = any_tags ? tagged[k] : FlowTable::kNoMatch;
-      ++k;
-      if (cls < 0) cls = classifier_.classify(pp[i]);
+    if (st == ParseStatus::kOk) [[likely]] {
+      cls = tagged >= 0 ? tagged : classifier_.classify(pp);
       if (cls < 0) {
         switch (p_.unknown) {
           case config::UnknownFlows::kDefault:
@@ -204,23 +187,23 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
           case config::UnknownFlows::kDrop:
             stats_.rx.drop_unknown.add();
             o.drop[n_drop++] = m;
-            continue;
+            return;
           case config::UnknownFlows::kPass:
             stats_.rx.pass_unknown.add();
             pass = true;
             break;
         }
       }
-    } else if (st[i] == ParseStatus::kNotIp) {
+    } else if (st == ParseStatus::kNotIp) {
       cls = p_.non_ip_class;
       if (cls < 0) {
         stats_.rx.pass_non_ip.add();
         pass = true;
       }
     } else {
-      stats_.rx.malformed[static_cast<size_t>(st[i]) % RxStats::kMaxCauses].add();
+      stats_.rx.malformed[static_cast<size_t>(st) % RxStats::kMaxCauses].add();
       o.drop[n_drop++] = m;
-      continue;
+      return;
     }
     if (pass) {
       if (inline_pass) {
@@ -228,10 +211,41 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
       } else {
         o.pass[n_pass++] = m;
       }
-      continue;
+      return;
     }
     // classified is counted per run of same-class packets, after the loop.
-    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
+    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), pp.frame_len};
+  };
+  auto parse_one = [](rte_mbuf* m, ParsedPacket* pp) {
+    const ParseStatus st = parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), pp);
+    // The scheduler's frame length is the whole frame (pkt_len), parse only saw the first
+    // segment.
+    pp->frame_len = rte_pktmbuf_pkt_len(m);
+    return st;
+  };
+  if (flows_.size() == 0) {
+    // Nothing tagged (static rules alone, or no admitted flow yet): one pass. A tag added
+    // meanwhile is seen from the next burst on.
+    for (unsigned i = 0; i < n; ++i) {
+      ParsedPacket pp;
+      const ParseStatus st = parse_one(pkts[i], &pp);
+      decide(pkts[i], st, pp, FlowTable::kNoMatch);
+    }
+  } else {
+    // Tagged flows first, in one bulk probe of the flow table for the burst (rte_hash
+    // prefetches all its buckets), then the rules for the rest.
+    ParsedPacket pp[kBurst];
+    ParseStatus st[kBurst];
+    const FiveTuple* keys[kBurst];
+    unsigned n_keys = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      st[i] = parse_one(pkts[i], &pp[i]);
+      if (st[i] == ParseStatus::kOk) keys[n_keys++] = &pp[i].tuple;
+    }
+    int tagged[kBurst];
+    flows_.lookup_bulk(keys, n_keys, now, tagged);
+    for (unsigned i = 0, k = 0; i < n; ++i)
+      decide(pkts[i], st[i], pp[i], st[i] == ParseStatus::kOk ? tagged[k++] : FlowTable::kNoMatch);
   }
   o.n_shaped = n_shaped;
   o.n_pass = n_pass;

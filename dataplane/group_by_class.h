@@ -16,6 +16,9 @@ namespace dripgate::dataplane {
 template <unsigned kMax>
 const EnqueueReq* group_by_class(const EnqueueReq* in, unsigned n, EnqueueReq* tmp) {
   static_assert(kMax <= 256, "group ids are bytes");
+  unsigned same = 1;  // the common case, one class, costs one compare per packet
+  while (same < n && in[same].cls == in[0].cls) ++same;
+  if (same >= n) return in;
   uint32_t cls[kMax];
   unsigned count[kMax];
   uint8_t group[kMax];
