@@ -63,7 +63,8 @@ struct Fastpath::RxOut {
   rte_mbuf* drop[kBurst];
   unsigned n_drop = 0;
   unsigned n_rx = 0;
-  void reset() { n_shaped = n_pass = n_drop = n_rx = 0; }
+  unsigned runs = 0;  // runs of one class in shaped[] (1: nothing to group)
+  void reset() { n_shaped = n_pass = n_drop = n_rx = runs = 0; }
 };
 
 Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
@@ -173,12 +174,40 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
-  // Where one parsed packet goes; `tagged` is its flow-table class or kNoMatch.
-  auto decide = [&](rte_mbuf* m, ParseStatus st, const ParsedPacket& pp, int tagged) {
-    int cls;
+  // While nothing is tagged (static rules alone, or no admitted flow yet) each packet is
+  // parsed and classified in one go. Otherwise the burst is parsed first and the tagged flows
+  // are found in one bulk probe of the flow table (rte_hash prefetches all the buckets), then
+  // the rules classify the rest. A tag added meanwhile is seen from the next burst on.
+  const bool bulk = flows_.size() != 0;
+  ParsedPacket pp[kBurst];
+  ParseStatus st[kBurst];
+  int tagged[kBurst];
+  if (bulk) {
+    const FiveTuple* keys[kBurst];
+    unsigned n_keys = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      st[i] =
+          parse(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), &pp[i]);
+      if (st[i] == ParseStatus::kOk) keys[n_keys++] = &pp[i].tuple;
+    }
+    int found[kBurst];
+    flows_.lookup_bulk(keys, n_keys, now, found);
+    for (unsigned i = 0, k = 0; i < n; ++i)
+      tagged[i] = st[i] == ParseStatus::kOk ? found[k++] : FlowTable::kNoMatch;
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    rte_mbuf* m = pkts[i];
+    ParsedPacket one;
+    const ParsedPacket* p = &pp[i];
+    ParseStatus s = bulk ? st[i] : ParseStatus::kOk;
+    int cls = bulk ? tagged[i] : FlowTable::kNoMatch;
+    if (!bulk) {
+      s = parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), &one);
+      p = &one;
+    }
     bool pass = false;
-    if (st == ParseStatus::kOk) [[likely]] {
-      cls = tagged >= 0 ? tagged : classifier_.classify(pp);
+    if (s == ParseStatus::kOk) [[likely]] {
+      if (cls < 0) cls = classifier_.classify(*p);
       if (cls < 0) {
         switch (p_.unknown) {
           case config::UnknownFlows::kDefault:
@@ -187,23 +216,23 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
           case config::UnknownFlows::kDrop:
             stats_.rx.drop_unknown.add();
             o.drop[n_drop++] = m;
-            return;
+            continue;
           case config::UnknownFlows::kPass:
             stats_.rx.pass_unknown.add();
             pass = true;
             break;
         }
       }
-    } else if (st == ParseStatus::kNotIp) {
+    } else if (s == ParseStatus::kNotIp) {
       cls = p_.non_ip_class;
       if (cls < 0) {
         stats_.rx.pass_non_ip.add();
         pass = true;
       }
     } else {
-      stats_.rx.malformed[static_cast<size_t>(st) % RxStats::kMaxCauses].add();
+      stats_.rx.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
       o.drop[n_drop++] = m;
-      return;
+      continue;
     }
     if (pass) {
       if (inline_pass) {
@@ -211,41 +240,10 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
       } else {
         o.pass[n_pass++] = m;
       }
-      return;
+      continue;
     }
     // classified is counted per run of same-class packets, after the loop.
-    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), pp.frame_len};
-  };
-  auto parse_one = [](rte_mbuf* m, ParsedPacket* pp) {
-    const ParseStatus st = parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), pp);
-    // The scheduler's frame length is the whole frame (pkt_len), parse only saw the first
-    // segment.
-    pp->frame_len = rte_pktmbuf_pkt_len(m);
-    return st;
-  };
-  if (flows_.size() == 0) {
-    // Nothing tagged (static rules alone, or no admitted flow yet): one pass. A tag added
-    // meanwhile is seen from the next burst on.
-    for (unsigned i = 0; i < n; ++i) {
-      ParsedPacket pp;
-      const ParseStatus st = parse_one(pkts[i], &pp);
-      decide(pkts[i], st, pp, FlowTable::kNoMatch);
-    }
-  } else {
-    // Tagged flows first, in one bulk probe of the flow table for the burst (rte_hash
-    // prefetches all its buckets), then the rules for the rest.
-    ParsedPacket pp[kBurst];
-    ParseStatus st[kBurst];
-    const FiveTuple* keys[kBurst];
-    unsigned n_keys = 0;
-    for (unsigned i = 0; i < n; ++i) {
-      st[i] = parse_one(pkts[i], &pp[i]);
-      if (st[i] == ParseStatus::kOk) keys[n_keys++] = &pp[i].tuple;
-    }
-    int tagged[kBurst];
-    flows_.lookup_bulk(keys, n_keys, now, tagged);
-    for (unsigned i = 0, k = 0; i < n; ++i)
-      decide(pkts[i], st[i], pp[i], st[i] == ParseStatus::kOk ? tagged[k++] : FlowTable::kNoMatch);
+    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
   }
   o.n_shaped = n_shaped;
   o.n_pass = n_pass;
@@ -255,6 +253,7 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
     unsigned j = i + 1;
     while (j < n_shaped && o.shaped[j].cls == cls) ++j;
     if (cls != kPassCls) stats_.classes[cls].classified.add(j - i);
+    ++o.runs;
     i = j;
   }
 }
@@ -289,9 +288,9 @@ void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets
 // go to the scheduler as one run (one counter update per run); a run the scheduler lets bypass
 // its empty, unlimited queue leaves at once.
-void Fastpath::enqueue_shaped(const Handoff* in, unsigned n) {
+void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool one_class) {
   Handoff grouped[kBurst];
-  const Handoff* h = group_by_class<kBurst>(in, n, grouped);
+  const Handoff* h = one_class ? in : group_by_class<kBurst>(in, n, grouped);
   void* refused[kBurst];
   unsigned n_refused = 0;
   rte_mbuf* pass[kBurst];
@@ -475,7 +474,7 @@ int Fastpath::run_single() {
     out.reset();
     rx_client(max, out, now);
     flows_.quiescent(lcore);
-    enqueue_shaped(out.shaped, out.n_shaped);
+    enqueue_shaped(out.shaped, out.n_shaped, out.runs <= 1);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
     rx_reverse(max);

@@ -119,7 +119,8 @@ class Fastpath {
   void rx_client(unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(unsigned max);
   void send_pass(rte_mbuf** pkts, unsigned n);
-  void enqueue_shaped(const Handoff* in, unsigned n);
+  // one_class: the caller knows in[] holds one class (no grouping needed).
+  void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
   void check_mailbox();
