@@ -21,8 +21,9 @@ TEST(GroupByClass, OneClassIsLeftInPlace) {
   EXPECT_EQ(group_by_class<32>(in.data(), 0, tmp), in.data());
 }
 
-// Random bursts of up to 32 packets over up to 33 class values (the pass-through marker
-// UINT32_MAX among them): a permutation, each class contiguous, classes in order of first
+// Random bursts of up to 32 packets over up to 33 small class values, 60..69 (either side of
+// the direct table's end) and the pass-through marker
+// UINT32_MAX: a permutation, each class contiguous, classes in order of first
 // appearance, and each class's packets in arrival order.
 TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
   std::mt19937 rng(5);
@@ -31,7 +32,7 @@ TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
     const unsigned classes = 1 + rng() % 33;
     std::vector<EnqueueReq> in(n);
     for (unsigned i = 0; i < n; ++i) {
-      uint32_t c = rng() % classes;
+      uint32_t c = rng() % 4 == 0 ? 60 + rng() % 10 : rng() % classes;
       if (c == 32) c = UINT32_MAX;
       in[i] = EnqueueReq{pkt(i + 1), i, c, 64 + i};
     }
