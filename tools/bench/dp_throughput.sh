@@ -3,7 +3,7 @@
 # (net_null), same lcores (main lcore 0 + one forwarding/worker lcore 1), both measured the same
 # way: ethdev opackets over the same window, read from each process's DPDK telemetry socket.
 #
-#   tools/bench/dp_throughput.sh [--build DIR] [--baseline DIR] [--seconds N]
+#   tools/bench/dp_throughput.sh [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]
 #
 # --baseline DIR: also measure DIR's dripgate-dataplane (an older build) in the same session,
 # printed as an extra column, so a change is compared with its baseline under the same load.
@@ -18,6 +18,9 @@
 # one-way with real IPv4/UDP frames from net_pcap (infinite_rx, 1024 flows, ip_flows.py): a
 # quarter classified by flows tagged over the control socket, half by a CIDR rule, a quarter
 # by unknown_flows, two classes interleaved packet by packet; testpmd reads the same pcap.
+# --rounds N (default 3): testpmd and dripgate take turns N times per scenario, each for
+# --seconds; the table shows each figure's median over the rounds and the ratio of every round,
+# since on a shared VM one window can be several percent off the next.
 # Target: dripgate / testpmd >= 0.7 (the issue's benchmark: net_null).
 set -euo pipefail
 
@@ -26,12 +29,14 @@ root=$(cd "$here/../.." && pwd)
 build="$root/build"
 baseline=""
 seconds=10
+rounds=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N]" >&2; exit 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 dp="$build/dataplane/dripgate-dataplane"
@@ -101,30 +106,43 @@ EOF
 }
 
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"
-declare -A res
-for scenario in both one-way ip-flows; do
-  case $scenario in
-    both) vdev0="net_null0"; vdev1="net_null1" ;;
-    one-way) vdev0="net_null0"; vdev1="net_null1,no-rx=1" ;;
-    ip-flows) vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1" ;;
-  esac
-  res[$scenario.testpmd]=$(measure_testpmd "$vdev0" "$vdev1")
-  res[$scenario.dripgate]=$(measure_dripgate "$vdev0" "$vdev1" "$dp" "$scenario")
-  res[$scenario.base]=null
-  if [[ -n "$baseline" ]]; then
-    res[$scenario.base]=$(measure_dripgate "$vdev0" "$vdev1" "$baseline/dataplane/dripgate-dataplane" "$scenario")
-  fi
+for round in $(seq "$rounds"); do
+  for scenario in both one-way ip-flows; do
+    case $scenario in
+      both) vdev0="net_null0"; vdev1="net_null1" ;;
+      one-way) vdev0="net_null0"; vdev1="net_null1,no-rx=1" ;;
+      ip-flows) vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1" ;;
+    esac
+    measure_testpmd "$vdev0" "$vdev1" >>"$tmp/res.$scenario.testpmd"
+    measure_dripgate "$vdev0" "$vdev1" "$dp" "$scenario" >>"$tmp/res.$scenario.dripgate"
+    if [[ -n "$baseline" ]]; then
+      measure_dripgate "$vdev0" "$vdev1" "$baseline/dataplane/dripgate-dataplane" "$scenario" \
+          >>"$tmp/res.$scenario.base"
+    fi
+  done
 done
 
-python3 - "$seconds" "$(uptime)" "${res[both.testpmd]}" "${res[both.dripgate]}" "${res[both.base]}" \
-    "${res[one-way.testpmd]}" "${res[one-way.dripgate]}" "${res[one-way.base]}" \
-    "${res[ip-flows.testpmd]}" "${res[ip-flows.dripgate]}" "${res[ip-flows.base]}" <<'EOF'
-import json, sys
-secs, up = sys.argv[1], sys.argv[2].strip()
-a = [json.loads(x) for x in sys.argv[3:]]
-rows = [("both", a[0], a[1], a[2]), ("one-way", a[3], a[4], a[5]), ("ip-flows", a[6], a[7], a[8])]
-has_base = a[2] is not None
-print(f"\nDataplane throughput, lcores 0-1 (1 worker), {secs} s window, Mpps = ethdev opackets/s")
+python3 - "$seconds" "$(uptime)" "$tmp" "$rounds" <<'EOF'
+import json, os, statistics, sys
+secs, up, tmp, rounds = sys.argv[1], sys.argv[2].strip(), sys.argv[3], int(sys.argv[4])
+
+def load(scenario, tool):
+    path = os.path.join(tmp, f"res.{scenario}.{tool}")
+    if not os.path.exists(path):
+        return None
+    runs = [json.loads(line) for line in open(path) if line.strip()]
+    # The median of every figure over the rounds.
+    med = lambda xs: statistics.median(xs)
+    return {"total_opackets_per_s": med([r["total_opackets_per_s"] for r in runs]),
+            "ports": {p: {"opackets_per_s": med([r["ports"][p]["opackets_per_s"] for r in runs])}
+                      for p in runs[0]["ports"]},
+            "rounds": [r["total_opackets_per_s"] for r in runs]}
+
+rows = [(s, load(s, "testpmd"), load(s, "dripgate"), load(s, "base"))
+        for s in ("both", "one-way", "ip-flows")]
+has_base = rows[0][3] is not None
+print(f"\nDataplane throughput, lcores 0-1 (1 worker), median of {rounds} rounds of {secs} s each, "
+      "Mpps = ethdev opackets/s")
 print(f"({up})")
 hdr = f"{'scenario':<9} {'direction':<16} {'testpmd io':>11}"
 if has_base:
@@ -150,5 +168,9 @@ for name, t, d, b in rows:
             line += cell(tv, bv)
         line += cell(tv, dv)
         print(line)
+print()
+for name, t, d, b in rows:
+    per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], t["rounds"])]
+    print(f"{name:<9} dripgate/testpmd, round by round: {' '.join(per)}")
 print("ratio = dripgate / testpmd in the same run; target (the issue's, on net_null: both, one-way): ratio >= 0.7 (total)")
 EOF
