@@ -168,6 +168,7 @@ hdr = (f"{'build':<5} {'layout':<7} {'rate pps':>9} {'departures':>10} {'±64ns'
 print(hdr)
 print("-" * len(hdr))
 ok = True
+gaps = []  # (layout, rate, dataplane - ideal pacer share within ±256 ns)
 prev = None
 for r in rows:
     if prev is not None and (r["layout"], r["rate"]) != prev:
@@ -189,6 +190,8 @@ for r in rows:
           f"{loss:>14} {ideal:>12} {r['drip_cpu'] * 100:>10.1f}")
     if r["build"] == "new":
         ok = ok and e["within_256ns"] >= 0.999 and abs(off_t) <= 0.1
+        if m and "ideal" in m:
+            gaps.append((r["layout"], rate, e["within_256ns"] - m["ideal"][str(int(rate))]["within_256ns"]))
 print("\nstalls: times the drip timeline hit the max_catchup clamp (the worker was held up longer")
 print("than max_catchup intervals: preempted, an interrupt, the hypervisor...); the time beyond the")
 print("clamp is not made up, so each one costs rate. machine loss: the same loss measured just")
@@ -200,6 +203,9 @@ print("its time): the ceiling of any software pacer on that CPU at that moment. 
 print("telemetry window in which the drip lcore's thread was on a CPU (from /proc); below ~100 %")
 print("the thread was preempted, and the rate shortfall is at least 100 % minus that share.")
 print("targets (new build): >= 99.900% within ±256 ns, rate within ±0.1 %:", "met" if ok else "NOT met")
+if gaps:
+    print("new build vs the ideal pacer on the same CPU (±256 ns share, percentage points): " +
+          ", ".join(f"{l} {r / 1000:g} kpps {d * 100:+.3f}" for l, r, d in gaps))
 EOF
 
 if [[ $receiver == 1 ]]; then
