@@ -258,31 +258,31 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   }
 }
 
+// Sends pkts on port's TX queue with up to kTxRetries retries, counts what left in `sent` and
+// frees and counts the rest in `dropped`. Only the owner of that TX queue calls it.
+void Fastpath::send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter& sent_ctr,
+                            Counter& dropped) {
+  unsigned sent = 0;
+  for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
+    sent += rte_eth_tx_burst(port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
+  sent_ctr.add(sent);
+  if (sent < n) {
+    dropped.add(n - sent);
+    rte_pktmbuf_free_bulk(pkts + sent, n - sent);
+  }
+}
+
 void Fastpath::rx_reverse(unsigned max) {
   rte_mbuf* pkts[kBurst];
   const unsigned n = rte_eth_rx_burst(p_.cluster_port, 0, pkts, static_cast<uint16_t>(max));
   if (n == 0) return;
   stats_.rx.rx_cluster.add(n);
-  unsigned sent = 0;
-  for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
-    sent += rte_eth_tx_burst(p_.client_port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
-  stats_.rx.reverse_tx.add(sent);
-  if (sent < n) {
-    stats_.rx.reverse_drop_tx.add(n - sent);
-    rte_pktmbuf_free_bulk(pkts + sent, n - sent);
-  }
+  send_counted(p_.client_port, pkts, n, stats_.rx.reverse_tx, stats_.rx.reverse_drop_tx);
 }
 
 // Unshaped client->cluster frames; only ever called by the owner of the cluster TX queue.
 void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
-  unsigned sent = 0;
-  for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
-    sent += rte_eth_tx_burst(p_.cluster_port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
-  stats_.rx.pass_tx.add(sent);
-  if (sent < n) {
-    stats_.rx.pass_drop_tx.add(n - sent);
-    rte_pktmbuf_free_bulk(pkts + sent, n - sent);
-  }
+  send_counted(p_.cluster_port, pkts, n, stats_.rx.pass_tx, stats_.rx.pass_drop_tx);
 }
 
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets

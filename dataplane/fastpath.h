@@ -118,6 +118,7 @@ class Fastpath {
   unsigned budget(uint64_t slack) const;
   void rx_client(unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(unsigned max);
+  void send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter& sent, Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
   // one_class: the caller knows in[] holds one class (no grouping needed).
   void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);

@@ -899,6 +899,21 @@ TEST(Scheduler, EnqueueBurstMatchesEnqueueOneByOne) {
   }
 }
 
+// Two pollers released the same packets of the same classes in the same order, and expired
+// the same ones (some).
+void expect_same_departures_and_expiries(const Poller& a, const Poller& b) {
+  ASSERT_EQ(a.sent.size(), b.sent.size());
+  for (size_t i = 0; i < a.sent.size(); ++i) {
+    ASSERT_EQ(id_of(a.sent[i].pkt), id_of(b.sent[i].pkt)) << i;
+    ASSERT_EQ(a.sent[i].cls, b.sent[i].cls) << i;
+  }
+  ASSERT_EQ(a.expired.size(), b.expired.size());
+  for (size_t i = 0; i < a.expired.size(); ++i) {
+    EXPECT_EQ(id_of(a.expired[i].pkt), id_of(b.expired[i].pkt)) << i;
+  }
+  EXPECT_GT(b.expired.size(), 0u);
+}
+
 // Unlimited port and classes with batch > 1 take the whole-run path in poll(): DRR order, TTL
 // expiry and the per-class order must be those of the one-departure-per-slot path (batch 1),
 // and the counters must add up.
@@ -920,16 +935,7 @@ TEST(Scheduler, UnlimitedBatchRunKeepsDrrOrderAndTtl) {
   Poller p1(s1), p32(s32);
   while (s1.backlog() != 0) p1.at(now, 7, 5);  // small arrays: runs cut by max_out too
   while (s32.backlog() != 0) p32.at(now, 7, 5);
-  ASSERT_EQ(p1.sent.size(), p32.sent.size());
-  for (size_t i = 0; i < p1.sent.size(); ++i) {
-    ASSERT_EQ(id_of(p1.sent[i].pkt), id_of(p32.sent[i].pkt)) << i;
-    ASSERT_EQ(p1.sent[i].cls, p32.sent[i].cls) << i;
-  }
-  ASSERT_EQ(p1.expired.size(), p32.expired.size());
-  for (size_t i = 0; i < p1.expired.size(); ++i) {
-    EXPECT_EQ(id_of(p1.expired[i].pkt), id_of(p32.expired[i].pkt)) << i;
-  }
-  EXPECT_GT(p32.expired.size(), 0u);
+  expect_same_departures_and_expiries(p1, p32);
   for (unsigned c = 0; c < 2; ++c) {
     const ClassStats a = s1.class_stats(c), b = s32.class_stats(c);
     EXPECT_EQ(a.tx_packets, b.tx_packets);
@@ -983,16 +989,7 @@ TEST(Scheduler, UnlimitedBatchRunOfTheOnlyBackloggedClassKeepsDrr) {
   }
   while (s32.backlog() != 0) p32.at(now, 7);
   while (s1.backlog() != 0) p1.at(now, 7);
-  ASSERT_EQ(p1.sent.size(), p32.sent.size());
-  for (size_t i = 0; i < p1.sent.size(); ++i) {
-    ASSERT_EQ(id_of(p1.sent[i].pkt), id_of(p32.sent[i].pkt)) << i;
-    ASSERT_EQ(p1.sent[i].cls, p32.sent[i].cls) << i;
-  }
-  ASSERT_EQ(p1.expired.size(), p32.expired.size());
-  for (size_t i = 0; i < p1.expired.size(); ++i) {
-    EXPECT_EQ(id_of(p1.expired[i].pkt), id_of(p32.expired[i].pkt)) << i;
-  }
-  EXPECT_GT(p32.expired.size(), 0u);
+  expect_same_departures_and_expiries(p1, p32);
 }
 
 // Arrivals between polls (the fast path's rhythm: a received burst, then a poll that may stop
