@@ -1,7 +1,4 @@
-// Small pieces of the config model shared by the loader and its users: the id rule, error
-// rendering, CIDR parsing, and the YAML writer used for round trips and --print-config.
-#include <arpa/inet.h>
-
+// The config model's own code: setting a Redis URL, and the YAML writer used for round trips.
 #include <charconv>
 #include <cstring>
 
@@ -11,71 +8,10 @@
 
 namespace dripgate::config {
 
-bool valid_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::string Error::str() const {
-  // A file-level problem (cannot open) has no position; a syntax error has no field path.
-  std::string out = file;
-  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(col);
-  out += ": ";
-  if (!path.empty()) out += path + ": ";
-  out += message;
-  return out;
-}
-
-std::optional<Cidr> parse_cidr(std::string_view text, std::string* why, HostBits host_bits) {
-  auto fail = [&](std::string msg) -> std::optional<Cidr> {
-    if (why) *why = std::move(msg);
-    return std::nullopt;
-  };
-  std::string_view addr = text;
-  std::optional<unsigned> prefix;
-  if (auto slash = text.find('/'); slash != std::string_view::npos) {
-    addr = text.substr(0, slash);
-    std::string_view len = text.substr(slash + 1);
-    unsigned v = 0;
-    auto [end, ec] = std::from_chars(len.data(), len.data() + len.size(), v);
-    if (len.empty() || ec != std::errc() || end != len.data() + len.size() || len.size() > 3)
-      return fail("bad prefix length '" + std::string(len) + "'");
-    prefix = v;
-  }
-  Cidr net;
-  std::string a(addr);
-  // inet_pton stops at a NUL, so "10.0.0.1\0junk" would pass as 10.0.0.1.
-  if (a.find('\0') != std::string::npos) return fail("NUL byte in address");
-  if (a.find(':') != std::string::npos) {
-    net.v6 = true;
-    if (inet_pton(AF_INET6, a.c_str(), net.addr.data()) != 1)
-      return fail("bad IPv6 address '" + a + "'");
-  } else if (inet_pton(AF_INET, a.c_str(), net.addr.data()) != 1) {
-    return fail("bad IPv4 address '" + a + "'");
-  }
-  unsigned max = net.v6 ? 128 : 32;
-  unsigned len = prefix.value_or(max);
-  if (len > max)
-    return fail("bad prefix length " + std::to_string(len) + " (at most " + std::to_string(max) +
-                " for " + (net.v6 ? "IPv6" : "IPv4") + ")");
-  net.prefix = static_cast<uint8_t>(len);
-  if (host_bits == HostBits::kKeep) return net;
-  Cidr masked = net;
-  for (unsigned bit = len; bit < max; ++bit) masked.addr[bit / 8] &= ~(0x80u >> (bit % 8));
-  if (host_bits == HostBits::kClear) return masked;
-  // Host bits set usually means a typo in the address or the length; say so rather than guess.
-  if (masked.addr != net.addr) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    inet_ntop(net.v6 ? AF_INET6 : AF_INET, masked.addr.data(), buf, sizeof buf);
-    return fail("host bits set in '" + std::string(text) + "' (the network is " + buf + "/" +
-                std::to_string(len) + ")");
-  }
-  return net;
+std::optional<std::string> Redis::set_url(std::string_view text) {
+  if (auto why = common::parse_redis_url(text, *this)) return why;
+  url = std::string(text);
+  return std::nullopt;
 }
 
 namespace {

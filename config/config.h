@@ -2,13 +2,16 @@
 // from YAML; every field here corresponds to a documented YAML key.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/address.h"
+#include "common/error.h"
+#include "common/redis_url.h"
 
 namespace dripgate::config {
 
@@ -50,16 +53,16 @@ struct Tenant {
   bool operator==(const Tenant&) const = default;
 };
 
-struct Redis {
+// The endpoint's parts (host, port, db, user, password, unix_path) are parsed from `url` by
+// set_url(), the one place a Redis URL becomes settings.
+struct Redis : common::RedisUrl {
   std::string url = "redis://127.0.0.1:6379/0";
-  // Parsed from url by the loader.
-  std::string host = "127.0.0.1";
-  int port = 6379;
-  int db = 0;
-  std::string password;
-  std::string unix_path;  // set for unix:///path urls
   int timeout_ms = 50;
   int pool_size = 4;  // connections per worker thread
+
+  // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
+  // nothing.
+  std::optional<std::string> set_url(std::string_view url);
 
   bool operator==(const Redis&) const = default;
 };
@@ -109,15 +112,6 @@ struct Class {
   bool operator==(const Class&) const = default;
 };
 
-// An IPv4 or IPv6 network, parsed and validated by the loader (host bits are zero).
-struct Cidr {
-  bool v6 = false;
-  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 uses the first 4 bytes
-  uint8_t prefix = 0;              // 0..32 (v4) or 0..128 (v6)
-
-  bool operator==(const Cidr&) const = default;
-};
-
 // A static classification rule; unset matchers match anything.
 struct Rule {
   std::optional<std::string> src;  // CIDR, v4 or v6, as written
@@ -125,8 +119,8 @@ struct Rule {
   std::optional<uint16_t> vlan;
   std::optional<uint8_t> dscp;
   std::string klass;
-  std::optional<Cidr> src_net;  // src parsed by the loader (set iff src is)
-  std::optional<Cidr> dst_net;  // dst parsed by the loader (set iff dst is)
+  std::optional<common::Cidr> src_net;  // src parsed by the loader (set iff src is)
+  std::optional<common::Cidr> dst_net;  // dst parsed by the loader (set iff dst is)
 
   bool operator==(const Rule&) const = default;
 };
@@ -163,15 +157,8 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
-// One problem in a config file. str() renders `file:line:col: path.to.field: message`.
-struct Error {
-  std::string file;
-  int line = 0;  // 1-based
-  int col = 0;   // 1-based
-  std::string path;
-  std::string message;
-  std::string str() const;
-};
+// One problem in a config file: `file:line:col: path.to.field: message`.
+using Error = common::Error;
 
 struct LoadResult {
   std::optional<Config> config;  // set only when errors is empty
@@ -183,20 +170,6 @@ LoadResult load_string(const std::string& yaml, const std::string& name);
 // The default configuration compiled into the binaries (config/examples/default.yaml).
 LoadResult load_default();
 const std::string& default_yaml();
-
-// Identifier rule shared by config and API: [A-Za-z0-9._-]{1,64}.
-bool valid_id(std::string_view id);
-
-// What parse_cidr does with address bits beyond the prefix length. The config rejects them (a
-// typo in the address or the length); the dataplane classifier clears them (as iptables does);
-// the probe keeps them so that its --src/--dst echo what the user wrote.
-enum class HostBits { kReject, kClear, kKeep };
-
-// "10.1.0.0/16", "2001:db8::/32"; an address without "/len" is a host (/32, /128). On failure
-// returns nullopt and, when why is given, says what is wrong (bad address, prefix length, host
-// bits set).
-std::optional<Cidr> parse_cidr(std::string_view text, std::string* why = nullptr,
-                               HostBits host_bits = HostBits::kReject);
 
 // Renders a config as YAML that load_string() reads back into an equal Config (round trip).
 std::string to_yaml(const Config& cfg);

@@ -14,6 +14,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include "common/id.h"
 #include "config/config.h"
 
 namespace dripgate::config {
@@ -25,7 +26,11 @@ extern const unsigned long default_yaml_size;
 
 namespace {
 
-constexpr size_t kSunPathMax = 107;  // sizeof(sockaddr_un::sun_path) - 1
+using common::kSunPathMax;
+using common::parse_cidr;
+using common::quote;
+using common::split_host_port;
+using common::valid_id;
 
 std::string join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -33,14 +38,6 @@ std::string join(const std::string& path, std::string_view key) {
 
 std::string index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
-}
-
-// A value quoted for a message; long values are cut so one bad line cannot flood the output.
-std::string quote(std::string_view v) {
-  constexpr size_t kMax = 60;
-  std::string out = "'";
-  out += v.size() > kMax ? std::string(v.substr(0, kMax)) + "..." : std::string(v);
-  return out + "'";
 }
 
 std::string describe(const YAML::Node& n) {
@@ -339,102 +336,6 @@ bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std
   return false;
 }
 
-// ---- addresses ----
-
-bool hostname_ok(std::string_view h) {
-  if (h.empty() || h.size() > 253) return false;
-  for (char c : h)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-          c == '-'))
-      return false;
-  return true;
-}
-
-// host[:port] or [v6][:port]; the port must be present when `need_port`. Returns why not.
-std::optional<std::string> split_host_port(std::string_view s, bool need_port, std::string& host,
-                                           std::optional<int>& port) {
-  std::string_view rest;
-  if (!s.empty() && s.front() == '[') {
-    auto close = s.find(']');
-    if (close == std::string_view::npos) return "missing ']' after the IPv6 address";
-    host = std::string(s.substr(1, close - 1));
-    if (host.find('/') != std::string::npos || host.find(':') == std::string::npos ||
-        !parse_cidr(host))
-      return "bad IPv6 address " + quote(host);
-    rest = s.substr(close + 1);
-  } else {
-    auto colon = s.find(':');
-    host = std::string(s.substr(0, colon));
-    if (colon != std::string_view::npos && s.find(':', colon + 1) != std::string_view::npos)
-      return "an IPv6 address must be in brackets, e.g. [::1]:6379";
-    if (host.empty()) return "missing host";
-    if (!hostname_ok(host)) return "bad host " + quote(host);
-    // All digits and dots is meant as an IPv4 address, so it has to be one.
-    if (host.find_first_not_of("0123456789.") == std::string::npos && !parse_cidr(host))
-      return "bad IPv4 address " + quote(host);
-    rest = colon == std::string_view::npos ? std::string_view() : s.substr(colon);
-  }
-  if (rest.empty()) {
-    if (need_port) return "missing ':port'";
-    return std::nullopt;
-  }
-  if (rest.front() != ':') return "unexpected " + quote(rest) + " after the host";
-  rest.remove_prefix(1);
-  int p = -1;
-  auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), p);
-  if (rest.empty() || ec != std::errc() || end != rest.data() + rest.size() || p < 0 || p > 65535)
-    return "bad port " + quote(rest) + " (0 to 65535)";
-  port = p;
-  return std::nullopt;
-}
-
-std::optional<std::string> parse_redis_url(std::string_view url, Redis& r) {
-  constexpr std::string_view kUnix = "unix://", kRedis = "redis://";
-  if (url.substr(0, kUnix.size()) == kUnix) {
-    std::string_view path = url.substr(kUnix.size());
-    if (path.size() < 2 || path.front() != '/') return "the socket path must be absolute";
-    if (path.size() > kSunPathMax)
-      return "the socket path is longer than " + std::to_string(kSunPathMax) + " bytes";
-    r.unix_path = std::string(path);
-    r.host.clear();
-    r.port = 0;
-    r.db = 0;
-    r.password.clear();
-    return std::nullopt;
-  }
-  if (url.substr(0, 9) == "rediss://") return "TLS (rediss://) is not supported";
-  if (url.substr(0, kRedis.size()) != kRedis) return "the scheme must be redis:// or unix://";
-  std::string_view rest = url.substr(kRedis.size());
-  std::string password;
-  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view user = rest.substr(0, at);
-    if (user.empty() || user.front() != ':')
-      return "credentials must be ':password@' (user names are not supported)";
-    password = std::string(user.substr(1));
-    if (password.empty()) return "empty password";
-    rest = rest.substr(at + 1);
-  }
-  std::string_view hostport = rest.substr(0, rest.find('/'));
-  std::string_view dbpart =
-      hostport.size() < rest.size() ? rest.substr(hostport.size() + 1) : std::string_view();
-  std::string host;
-  std::optional<int> port;
-  if (auto why = split_host_port(hostport, false, host, port)) return why;
-  if (port && *port == 0) return "bad port '0' (1 to 65535)";
-  int db = 0;
-  if (!dbpart.empty()) {
-    auto [end, ec] = std::from_chars(dbpart.data(), dbpart.data() + dbpart.size(), db);
-    if (ec != std::errc() || end != dbpart.data() + dbpart.size() || db < 0)
-      return "bad database number " + quote(dbpart);
-  }
-  r.host = host;
-  r.port = port.value_or(6379);
-  r.db = db;
-  r.password = password;
-  r.unix_path.clear();
-  return std::nullopt;
-}
-
 // ---- sections ----
 
 std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path) {
@@ -469,12 +370,10 @@ void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
   if (!f.ok()) return;
   if (const Entry* e = f.find("url")) {
     if (auto s = get_string(ctx, e->value, f.path("url"))) {
-      if (auto why = parse_redis_url(*s, r))
+      if (auto why = r.set_url(*s))
         ctx.error(e->value, f.path("url"),
-                  "bad redis URL " + quote(*s) + ": " + *why +
-                      "; expected redis://[:password@]host[:port][/db] or unix:///path");
-      else
-        r.url = *s;
+                  "bad redis URL " + quote(common::redact_redis_url(*s)) + ": " + *why +
+                      "; expected redis://[[user]:password@]host[:port][/db] or unix:///path");
     }
   }
   set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);

@@ -63,32 +63,6 @@ dataplane:
 )");
 
 // ---------------------------------------------------------------------------------------------
-// ids and error rendering
-
-TEST(ValidId, AcceptsTheIdAlphabetUpTo64) {
-  EXPECT_TRUE(valid_id("ws-acme"));
-  EXPECT_TRUE(valid_id("A.b_c-9"));
-  EXPECT_TRUE(valid_id(std::string(64, 'x')));
-  EXPECT_FALSE(valid_id(""));
-  EXPECT_FALSE(valid_id(std::string(65, 'x')));
-  EXPECT_FALSE(valid_id("a b"));
-  EXPECT_FALSE(valid_id("a:b"));
-  EXPECT_FALSE(valid_id("{t:x}"));
-  EXPECT_FALSE(valid_id("a/b"));
-  EXPECT_FALSE(valid_id("caf\xc3\xa9"));
-  EXPECT_FALSE(valid_id(std::string_view("a\0b", 3)));
-}
-
-TEST(ErrorStr, RendersFileLineColPathMessage) {
-  EXPECT_EQ((Error{"f.yaml", 3, 7, "plans.pro.class", "bad"}).str(),
-            "f.yaml:3:7: plans.pro.class: bad");
-  EXPECT_EQ((Error{"f.yaml", 2, 1, "", "YAML syntax error: x"}).str(),
-            "f.yaml:2:1: YAML syntax error: x");
-  EXPECT_EQ((Error{"f.yaml", 0, 0, "", "cannot open: No such file or directory"}).str(),
-            "f.yaml: cannot open: No such file or directory");
-}
-
-// ---------------------------------------------------------------------------------------------
 // the shipped examples
 
 TEST(Examples, DefaultIsEmbeddedVerbatimAndLoadsClean) {
@@ -350,52 +324,28 @@ plans:
 
 TEST(Errors, RedisUrl) {
   auto url = [](const std::string& u) { return error_of("redis: { url: \"" + u + "\" }"); };
-  const std::string expect = "; expected redis://[:password@]host[:port][/db] or unix:///path";
+  const std::string expect =
+      "; expected redis://[[user]:password@]host[:port][/db] or unix:///path";
+  // Every reason the URL parser gives (common/redis_url_test.cc) reaches the file's position.
   EXPECT_EQ(url("http://h:1"),
             "t.yaml:1:15: redis.url: bad redis URL 'http://h:1': the scheme "
             "must be redis:// or unix://" +
                 expect);
-  EXPECT_EQ(url("rediss://h:1"),
-            "t.yaml:1:15: redis.url: bad redis URL 'rediss://h:1': TLS "
-            "(rediss://) is not supported" +
-                expect);
-  EXPECT_EQ(url("redis://:6379"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://:6379': missing host" + expect);
-  EXPECT_EQ(url("redis://h:99999"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://h:99999': "
-            "bad port '99999' (0 to 65535)" +
-                expect);
-  EXPECT_EQ(
-      url("redis://h:0"),
-      "t.yaml:1:15: redis.url: bad redis URL 'redis://h:0': bad port '0' (1 to 65535)" + expect);
-  EXPECT_EQ(
-      url("redis://h:x"),
-      "t.yaml:1:15: redis.url: bad redis URL 'redis://h:x': bad port 'x' (0 to 65535)" + expect);
   EXPECT_EQ(
       url("redis://h:1/x"),
       "t.yaml:1:15: redis.url: bad redis URL 'redis://h:1/x': bad database number 'x'" + expect);
-  EXPECT_EQ(url("redis://user:pw@h:1"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://user:pw@h:1': credentials must be "
-            "':password@' (user names are not supported)" +
-                expect);
-  EXPECT_EQ(url("redis://:@h:1"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://:@h:1': empty password" + expect);
   EXPECT_EQ(url("redis://::1:6379"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://::1:6379': an IPv6 address must be "
             "in brackets, e.g. [::1]:6379" +
                 expect);
-  EXPECT_EQ(url("redis://[::g]:6379"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://[::g]:6379': bad IPv6 address '::g'" +
-                expect);
-  EXPECT_EQ(url("redis://h_x:1"),
-            "t.yaml:1:15: redis.url: bad redis URL 'redis://h_x:1': bad host 'h_x'" + expect);
-  EXPECT_EQ(url("unix://relative.sock"),
-            "t.yaml:1:15: redis.url: bad redis URL 'unix://relative.sock': the socket path must "
-            "be absolute" +
-                expect);
   EXPECT_EQ(url("unix:///" + std::string(120, 's')),
             "t.yaml:1:15: redis.url: bad redis URL 'unix:///" + std::string(52, 's') +
                 "...': the socket path is longer than 107 bytes" + expect);
+  // The password never reaches the message.
+  EXPECT_EQ(url("redis://user:s3cret@h:0"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://user:***@h:0': bad port '0' "
+            "(1 to 65535)" +
+                expect);
 }
 
 TEST(Redis, UrlIsParsedIntoItsParts) {
@@ -407,15 +357,11 @@ TEST(Redis, UrlIsParsedIntoItsParts) {
   EXPECT_EQ(r.db, 3);
   EXPECT_EQ(r.password, "s3cr@t");
   EXPECT_EQ(r.unix_path, "");
-  r = redis("redis://10.0.0.5");
+  r = redis("redis://gateway:pw@10.0.0.5");
   EXPECT_EQ(r.host, "10.0.0.5");
   EXPECT_EQ(r.port, 6379);
-  EXPECT_EQ(r.db, 0);
-  EXPECT_EQ(r.password, "");
-  r = redis("redis://[::1]:7000/");
-  EXPECT_EQ(r.host, "::1");
-  EXPECT_EQ(r.port, 7000);
-  EXPECT_EQ(r.db, 0);
+  EXPECT_EQ(r.user, "gateway");
+  EXPECT_EQ(r.password, "pw");
   r = redis("unix:///run/redis/redis.sock");
   EXPECT_EQ(r.unix_path, "/run/redis/redis.sock");
   EXPECT_EQ(r.host, "");
@@ -661,11 +607,11 @@ TEST(Dataplane, ClassifyRules) {
 )"));
   const auto& rules = c.dataplane->classify;
   ASSERT_EQ(rules.size(), 3u);
-  EXPECT_EQ(rules[0].src_net, (Cidr{false, {10, 1}, 16}));
-  EXPECT_EQ(rules[0].dst_net, (Cidr{true, {0x20, 0x01, 0x0d, 0xb8}, 32}));
+  EXPECT_EQ(rules[0].src_net, (common::Cidr{false, {10, 1}, 16}));
+  EXPECT_EQ(rules[0].dst_net, (common::Cidr{true, {0x20, 0x01, 0x0d, 0xb8}, 32}));
   EXPECT_EQ(rules[0].vlan, 0);
   EXPECT_EQ(rules[0].dscp, 63);
-  EXPECT_EQ(rules[1].src_net, (Cidr{false, {192, 168, 1, 7}, 32}));
+  EXPECT_EQ(rules[1].src_net, (common::Cidr{false, {192, 168, 1, 7}, 32}));
   EXPECT_FALSE(rules[2].src || rules[2].dst || rules[2].vlan || rules[2].dscp);
 }
 
@@ -734,7 +680,7 @@ dataplane:
 )"));
   std::vector<std::string> want = {
       "t.yaml:1:15: redis.url: bad redis URL 'http://x': the scheme must be redis:// or "
-      "unix://; expected redis://[:password@]host[:port][/db] or unix:///path",
+      "unix://; expected redis://[[user]:password@]host[:port][/db] or unix:///path",
       "t.yaml:1:39: redis.timeout_ms: must be >= 1, got 0",
       "t.yaml:2:20: control.listen: bad listen address 'nope': missing ':port'; expected "
       "host:port or [v6-address]:port",
@@ -844,7 +790,7 @@ dataplane:
   ASSERT_EQ(dp.classify.size(), 2u);
   EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
   EXPECT_EQ(dp.classify[0].dst, "fd00::/8");
-  EXPECT_EQ(dp.classify[0].dst_net, (Cidr{true, {0xfd}, 8}));
+  EXPECT_EQ(dp.classify[0].dst_net, (common::Cidr{true, {0xfd}, 8}));
   EXPECT_EQ(dp.classify[0].vlan, 4095);
   EXPECT_EQ(dp.classify[0].dscp, 46);
   EXPECT_EQ(dp.classify[0].klass, "gold");

@@ -10,6 +10,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "common/id.h"
 #include "control/keys.h"
 #include "control/redis_client.h"
 #include "lua/lua_scripts.h"
@@ -19,7 +20,7 @@ namespace dripgate::control {
 namespace {
 
 bool id_ok(std::string_view id) {
-  return config::valid_id(id);
+  return common::valid_id(id);
 }
 
 bool hex16(std::string_view s) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/id.h"
 #include "config/config.h"
 
 namespace dripgate::control::api {
@@ -36,7 +37,7 @@ std::optional<FieldError> reject_unknown(const json& obj,
 
 // An id field: absent or null leaves `out` empty unless required.
 std::optional<FieldError> get_id(const json& obj, const char* name, bool required, std::string& out,
-                                 bool (*valid)(std::string_view) = config::valid_id) {
+                                 bool (*valid)(std::string_view) = common::valid_id) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) {
     if (required) return FieldError{name, "required"};

@@ -444,6 +444,24 @@ TEST(Check, ValidatesAndPrintsEveryErrorWithItsPosition) {
   EXPECT_NE(out.find("missing"), std::string::npos) << out;
 }
 
+// --redis goes through the loader's URL parser (ACL users accepted) and never echoes a password.
+TEST(Check, RedisOverrideIsValidatedAndItsPasswordMasked) {
+  std::string bin = DRIPGATE_CONTROL_BIN;
+  auto [rc_ok, out_ok] = run(bin + " --check --redis redis://gateway:s3cret@127.0.0.1:6379/1");
+  EXPECT_EQ(rc_ok, 0) << out_ok;
+  auto [rc, out] = run(bin + " --check --redis redis://gateway:s3cret@127.0.0.1:0");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("--redis: bad redis URL 'redis://gateway:***@127.0.0.1:0': bad port '0'"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  auto [rc_listen, out_listen] = run(bin + " --check --listen 127.0.0.1");
+  EXPECT_EQ(rc_listen, 1) << out_listen;
+  EXPECT_NE(out_listen.find("--listen: bad listen address '127.0.0.1': missing ':port'"),
+            std::string::npos)
+      << out_listen;
+}
+
 TEST_F(HttpTest, AdmittedFlowIsTaggedAndReleaseUntagsIt) {
   LinePeer peer(dp_socket_);
   start();

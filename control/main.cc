@@ -6,81 +6,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <string>
 
+#include "common/address.h"
+#include "common/error.h"
+#include "common/redis_url.h"
 #include "config/config.h"
 #include "control/http_server.h"
 
-namespace {
-
 using dripgate::config::Config;
-
-// redis://[[user]:password@]host[:port][/db] or unix:///path, for the --redis override.
-bool apply_redis_url(const std::string& url, Config& cfg, std::string& error) {
-  auto& r = cfg.redis;
-  r.url = url;
-  if (url.rfind("unix://", 0) == 0) {
-    r.unix_path = url.substr(7);
-    if (r.unix_path.empty() || r.unix_path[0] != '/') {
-      error = "--redis: unix url needs an absolute path";
-      return false;
-    }
-    return true;
-  }
-  if (url.rfind("redis://", 0) != 0) {
-    error = "--redis: want redis://host:port[/db] or unix:///path";
-    return false;
-  }
-  std::string rest = url.substr(8);
-  r.unix_path.clear();
-  r.password.clear();
-  r.db = 0;
-  auto at = rest.rfind('@');
-  if (at != std::string::npos) {
-    std::string cred = rest.substr(0, at);
-    auto colon = cred.find(':');
-    r.password = colon == std::string::npos ? cred : cred.substr(colon + 1);
-    rest = rest.substr(at + 1);
-  }
-  auto slash = rest.find('/');
-  if (slash != std::string::npos) {
-    std::string db = rest.substr(slash + 1);
-    rest = rest.substr(0, slash);
-    if (!db.empty()) {
-      try {
-        r.db = std::stoi(db);
-      } catch (...) {
-        error = "--redis: bad database number '" + db + "'";
-        return false;
-      }
-    }
-  }
-  r.port = 6379;
-  std::string host = rest;
-  auto colon = rest.rfind(':');
-  if (colon != std::string::npos && rest.find(']') == std::string::npos ? true
-                                                                        : colon > rest.find(']')) {
-    if (colon != std::string::npos) {
-      host = rest.substr(0, colon);
-      try {
-        r.port = std::stoi(rest.substr(colon + 1));
-      } catch (...) {
-        error = "--redis: bad port in '" + url + "'";
-        return false;
-      }
-    }
-  }
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (host.empty() || r.port <= 0 || r.port > 65535) {
-    error = "--redis: bad host or port in '" + url + "'";
-    return false;
-  }
-  r.host = host;
-  return true;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dripgate-control: admission over HTTP, decided atomically in Redis"};
@@ -105,20 +40,30 @@ int main(int argc, char** argv) {
     for (const auto& e : loaded.errors) std::fprintf(stderr, "%s\n", e.str().c_str());
     return 1;
   }
-  if (check) {
-    std::printf("%s: ok\n", loaded.config->source.c_str());
-    return 0;
-  }
   Config cfg = std::move(*loaded.config);
   if (!redis_url.empty()) {
-    std::string err;
-    if (!apply_redis_url(redis_url, cfg, err)) {
-      std::fprintf(stderr, "%s\n", err.c_str());
+    if (auto why = cfg.redis.set_url(redis_url)) {
+      std::fprintf(stderr, "--redis: bad redis URL %s: %s\n",
+                   dripgate::common::quote(dripgate::common::redact_redis_url(redis_url)).c_str(),
+                   why->c_str());
       return 1;
     }
   }
-  if (!listen.empty()) cfg.control.listen = listen;
+  if (!listen.empty()) {
+    std::string host;
+    std::optional<int> port;
+    if (auto why = dripgate::common::split_host_port(listen, true, host, port)) {
+      std::fprintf(stderr, "--listen: bad listen address %s: %s\n",
+                   dripgate::common::quote(listen).c_str(), why->c_str());
+      return 1;
+    }
+    cfg.control.listen = listen;
+  }
   if (threads > 0) cfg.control.threads = threads;
+  if (check) {
+    std::printf("%s: ok\n", cfg.source.c_str());
+    return 0;
+  }
 
   // Workers inherit this mask; only sigwait below sees the signals.
   sigset_t set;
@@ -138,7 +83,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {}", opts.listen,
-               server.port(), opts.threads, cfg.redis.url, cfg.source);
+               server.port(), opts.threads, dripgate::common::redact_redis_url(cfg.redis.url),
+               cfg.source);
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("{}: stopping (finishing requests in flight)",

@@ -31,6 +31,7 @@ RedisOptions RedisOptions::from(const config::Redis& r) {
   o.host = r.host;
   o.port = r.port;
   o.unix_path = r.unix_path;
+  o.user = r.user;
   o.password = r.password;
   o.db = r.db;
   o.timeout_ms = r.timeout_ms > 0 ? r.timeout_ms : 50;
@@ -202,7 +203,13 @@ void RedisClient::connect(Conn* c) {
     send(c, p);
   };
   std::string db = std::to_string(opts_.db);
-  if (!opts_.password.empty()) setup({"AUTH", opts_.password}, "AUTH");
+  if (!opts_.password.empty()) {
+    // An ACL user authenticates as itself; without one, AUTH names the default user.
+    if (opts_.user.empty())
+      setup({"AUTH", opts_.password}, "AUTH");
+    else
+      setup({"AUTH", opts_.user, opts_.password}, "AUTH");
+  }
   if (opts_.db != 0) setup({"SELECT", db}, "SELECT");
   for (const auto* s : scripts_) setup({"SCRIPT", "LOAD", s->text}, "SCRIPT LOAD");
 }

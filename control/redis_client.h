@@ -36,6 +36,7 @@ struct RedisOptions {
   std::string host = "127.0.0.1";
   int port = 6379;
   std::string unix_path;  // used instead of host:port when set
+  std::string user;       // Redis ACL user; empty: the default user
   std::string password;
   int db = 0;
   int timeout_ms = 50;           // per command, from issue to reply

@@ -102,6 +102,21 @@ TEST(RedisClient, CommandsAndScriptsLoadedAtConnect) {
   EXPECT_TRUE(obs.ups.back());
 }
 
+// A Redis ACL user (redis://user:password@host) authenticates as itself, not as the default user.
+TEST(RedisClient, AclUserAuthenticatesAsItself) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("ACL SETUSER gateway on '>s3cret' '~*' '+@all'"), "OK");
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.user = "gateway";
+  o.password = "s3cret";
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  EXPECT_EQ(call(loop, c, {"ACL", "WHOAMI"}).str, "gateway");
+  EXPECT_EQ(obs.errors["auth"], 0);
+}
+
 TEST(RedisClient, NoscriptLoadsAndRetries) {
   testing::RedisServer redis;
   Loop loop;

@@ -23,7 +23,7 @@ inline bool prefix_match(const uint64_t addr[2], const Prefix& want) noexcept {
 
 }  // namespace
 
-Prefix to_prefix(const config::Cidr& net) {
+Prefix to_prefix(const common::Cidr& net) {
   Prefix p;
   p.l3 = net.v6 ? L3::kIpv6 : L3::kIpv4;
   p.len = net.prefix;
@@ -36,7 +36,7 @@ Prefix to_prefix(const config::Cidr& net) {
 }
 
 std::optional<Prefix> parse_prefix(std::string_view text) {
-  const auto net = config::parse_cidr(text, nullptr, config::HostBits::kClear);
+  const auto net = common::parse_cidr(text, nullptr, common::HostBits::kClear);
   if (!net) return std::nullopt;
   return to_prefix(*net);
 }
@@ -65,7 +65,7 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
 
     // The loader has parsed src/dst already; rules built in code carry only the text.
     auto prefix = [&](const char* field, const std::optional<std::string>& text,
-                      const std::optional<config::Cidr>& net, uint8_t bit, Prefix* to) {
+                      const std::optional<common::Cidr>& net, uint8_t bit, Prefix* to) {
       if (!text) return true;
       const auto p = net ? to_prefix(*net) : parse_prefix(*text);
       if (!p) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/address.h"
 #include "config/config.h"
 #include "dataplane/parse.h"
 
@@ -21,10 +22,10 @@ struct Prefix {
   uint64_t mask[2] = {0, 0};
 };
 
-// A parsed network (config::parse_cidr) in the classifier's form.
-Prefix to_prefix(const config::Cidr& net);
+// A parsed network (common::parse_cidr) in the classifier's form.
+Prefix to_prefix(const common::Cidr& net);
 
-// config::parse_cidr with host bits beyond the prefix cleared (as iptables does), so
+// common::parse_cidr with host bits beyond the prefix cleared (as iptables does), so
 // "10.1.2.3/16" is 10.1.0.0/16; a bare address is a host prefix. nullopt on any syntax error or
 // out-of-range length.
 std::optional<Prefix> parse_prefix(std::string_view text);

@@ -28,7 +28,7 @@
 #include "ebpf/iat.skel.h"
 #pragma GCC diagnostic pop
 
-#include "config/config.h"
+#include "common/address.h"
 
 namespace dripgate::ebpf {
 namespace {
@@ -159,7 +159,7 @@ bpf_tc_attach_point tc_point(Direction d) {
 Prefix Prefix::parse(std::string_view text) {
   std::string why;
   // Host bits are kept: str() echoes the address as given; to_bpf() masks it.
-  const auto net = config::parse_cidr(text, &why, config::HostBits::kKeep);
+  const auto net = common::parse_cidr(text, &why, common::HostBits::kKeep);
   if (!net) throw std::invalid_argument("bad prefix '" + std::string(text) + "': " + why);
   Prefix p;
   p.family = net->v6 ? 6 : 4;
