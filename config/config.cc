@@ -37,11 +37,7 @@ void kv(YAML::Emitter& out, const char* key, int64_t value) {
   kv(out, key, std::to_string(value));
 }
 
-}  // namespace
-
-std::string to_yaml(const Config& cfg) {
-  YAML::Emitter out;
-  out << YAML::BeginMap;
+void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
   kv(out, "timeout_ms", int64_t{cfg.redis.timeout_ms});
@@ -55,32 +51,37 @@ std::string to_yaml(const Config& cfg) {
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
   out << YAML::EndMap;
+}
 
-  out << YAML::Key << "plans" << YAML::Value << YAML::BeginMap;
-  for (const auto& [name, plan] : cfg.plans) {
-    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "class" << YAML::Value << plan.klass;
-    if (plan.tenant || plan.user || plan.api_key) {
-      out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
-      if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
-      if (plan.user) bucket(out << YAML::Key << "user" << YAML::Value, *plan.user);
-      if (plan.api_key) bucket(out << YAML::Key << "api_key" << YAML::Value, *plan.api_key);
-      out << YAML::EndMap;
-    }
-    if (plan.quota) {
-      out << YAML::Key << "quota" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      kv(out, "tokens_per_month", plan.quota->tokens_per_month);
-      kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
-      out << YAML::EndMap;
-    }
-    if (plan.concurrency) {
-      out << YAML::Key << "concurrency" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      kv(out, "max_streams", plan.concurrency->max_streams);
-      kv(out, "lease_s", plan.concurrency->lease_s);
-      out << YAML::EndMap;
-    }
+void write_plan(YAML::Emitter& out, const Plan& plan) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "class" << YAML::Value << plan.klass;
+  if (plan.tenant || plan.user || plan.api_key) {
+    out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
+    if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
+    if (plan.user) bucket(out << YAML::Key << "user" << YAML::Value, *plan.user);
+    if (plan.api_key) bucket(out << YAML::Key << "api_key" << YAML::Value, *plan.api_key);
     out << YAML::EndMap;
   }
+  if (plan.quota) {
+    out << YAML::Key << "quota" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "tokens_per_month", plan.quota->tokens_per_month);
+    kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
+    out << YAML::EndMap;
+  }
+  if (plan.concurrency) {
+    out << YAML::Key << "concurrency" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "max_streams", plan.concurrency->max_streams);
+    kv(out, "lease_s", plan.concurrency->lease_s);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+void write_admission(YAML::Emitter& out, const Config& cfg) {
+  out << YAML::Key << "plans" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, plan] : cfg.plans)
+    write_plan(out << YAML::Key << name << YAML::Value, plan);
   out << YAML::EndMap;
 
   out << YAML::Key << "tenants" << YAML::Value << YAML::BeginMap;
@@ -100,59 +101,72 @@ std::string to_yaml(const Config& cfg) {
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
+}
 
-  if (cfg.dataplane) {
-    const Dataplane& dp = *cfg.dataplane;
-    out << YAML::Key << "dataplane" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "eal" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-    for (const auto& arg : dp.eal) out << YAML::DoubleQuoted << arg;
-    out << YAML::EndSeq;
-    out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    kv(out, "client", int64_t{dp.client_port});
-    kv(out, "cluster", int64_t{dp.cluster_port});
-    out << YAML::EndMap;
-    out << YAML::Key << "lcores" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    kv(out, "rx", int64_t{dp.rx_lcore});
-    kv(out, "drip", int64_t{dp.drip_lcore});
-    out << YAML::EndMap;
-    kv(out, "mbufs", int64_t{dp.mbufs});
-    out << YAML::Key << "drip" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    kv(out, "rate_pps", dp.drip.rate_pps);
-    kv(out, "rate_bps", dp.drip.rate_bps);
-    kv(out, "batch", int64_t{dp.drip.batch});
-    kv(out, "max_catchup", int64_t{dp.drip.max_catchup});
-    out << YAML::EndMap;
-    out << YAML::Key << "classes" << YAML::Value << YAML::BeginMap;
-    for (const auto& c : dp.classes) {
-      out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-      kv(out, "weight", int64_t{c.weight});
-      kv(out, "rate_pps", c.rate_pps);
-      kv(out, "rate_bps", c.rate_bps);
-      kv(out, "queue_depth", int64_t{c.queue_depth});
-      kv(out, "ttl_ms", int64_t{c.ttl_ms});
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-    out << YAML::Key << "classify" << YAML::Value << YAML::BeginSeq;
-    for (const auto& r : dp.classify) {
-      out << YAML::Flow << YAML::BeginMap;
-      if (r.src) out << YAML::Key << "src" << YAML::Value << YAML::DoubleQuoted << *r.src;
-      if (r.dst) out << YAML::Key << "dst" << YAML::Value << YAML::DoubleQuoted << *r.dst;
-      if (r.vlan) kv(out, "vlan", int64_t{*r.vlan});
-      if (r.dscp) kv(out, "dscp", int64_t{*r.dscp});
-      kv(out, "class", r.klass);
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-    const char* uf = dp.unknown_flows == UnknownFlows::kDrop   ? "drop"
-                     : dp.unknown_flows == UnknownFlows::kPass ? "pass"
-                                                               : "default";
-    kv(out, "unknown_flows", std::string(uf));
-    kv(out, "flow_idle_timeout_s", int64_t{dp.flow_idle_timeout_s});
-    kv(out, "flow_table_size", int64_t{dp.flow_table_size});
-    out << YAML::Key << "control_socket" << YAML::Value << YAML::DoubleQuoted << dp.control_socket;
+void write_classes_and_rules(YAML::Emitter& out, const Dataplane& dp) {
+  out << YAML::Key << "classes" << YAML::Value << YAML::BeginMap;
+  for (const auto& c : dp.classes) {
+    out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "weight", int64_t{c.weight});
+    kv(out, "rate_pps", c.rate_pps);
+    kv(out, "rate_bps", c.rate_bps);
+    kv(out, "queue_depth", int64_t{c.queue_depth});
+    kv(out, "ttl_ms", int64_t{c.ttl_ms});
     out << YAML::EndMap;
   }
+  out << YAML::EndMap;
+  out << YAML::Key << "classify" << YAML::Value << YAML::BeginSeq;
+  for (const auto& r : dp.classify) {
+    out << YAML::Flow << YAML::BeginMap;
+    if (r.src) out << YAML::Key << "src" << YAML::Value << YAML::DoubleQuoted << *r.src;
+    if (r.dst) out << YAML::Key << "dst" << YAML::Value << YAML::DoubleQuoted << *r.dst;
+    if (r.vlan) kv(out, "vlan", int64_t{*r.vlan});
+    if (r.dscp) kv(out, "dscp", int64_t{*r.dscp});
+    kv(out, "class", r.klass);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+void write_dataplane(YAML::Emitter& out, const Dataplane& dp) {
+  out << YAML::Key << "dataplane" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "eal" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const auto& arg : dp.eal) out << YAML::DoubleQuoted << arg;
+  out << YAML::EndSeq;
+  out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  kv(out, "client", int64_t{dp.client_port});
+  kv(out, "cluster", int64_t{dp.cluster_port});
+  out << YAML::EndMap;
+  out << YAML::Key << "lcores" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  kv(out, "rx", int64_t{dp.rx_lcore});
+  kv(out, "drip", int64_t{dp.drip_lcore});
+  out << YAML::EndMap;
+  kv(out, "mbufs", int64_t{dp.mbufs});
+  out << YAML::Key << "drip" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  kv(out, "rate_pps", dp.drip.rate_pps);
+  kv(out, "rate_bps", dp.drip.rate_bps);
+  kv(out, "batch", int64_t{dp.drip.batch});
+  kv(out, "max_catchup", int64_t{dp.drip.max_catchup});
+  out << YAML::EndMap;
+  write_classes_and_rules(out, dp);
+  const char* uf = dp.unknown_flows == UnknownFlows::kDrop   ? "drop"
+                   : dp.unknown_flows == UnknownFlows::kPass ? "pass"
+                                                             : "default";
+  kv(out, "unknown_flows", std::string(uf));
+  kv(out, "flow_idle_timeout_s", int64_t{dp.flow_idle_timeout_s});
+  kv(out, "flow_table_size", int64_t{dp.flow_table_size});
+  out << YAML::Key << "control_socket" << YAML::Value << YAML::DoubleQuoted << dp.control_socket;
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& cfg) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  write_redis_and_control(out, cfg);
+  write_admission(out, cfg);
+  if (cfg.dataplane) write_dataplane(out, *cfg.dataplane);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
