@@ -24,3 +24,38 @@ start_redis() {
   pids+=($!)
   wait_port "$redis_port"
 }
+
+# bootstrap [TARGET...]: what every entry point does first, from the repo root: installs the
+# missing Debian packages, configures $BUILD (default build/) once, and compiles the targets
+# (everything when none are named). A failed build prints the compiler's output and exits 1.
+bootstrap() {
+  bash tools/setup-deps.sh
+  BUILD=${BUILD:-build}
+  [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
+  local out
+  if ! out=$(meson compile -C "$BUILD" "$@" 2>&1); then
+    echo "$out" >&2
+    echo "$(basename "$0"): build failed" >&2
+    exit 1
+  fi
+}
+
+# The benchmarks' shared flags: `bench_flag "$1" "${2-}" && { shift 2; continue; }` in their
+# argument loop sets build (--build DIR), baseline (--baseline DIR: an older build measured in
+# the same run), seconds (--seconds N) or rounds (--rounds N); false for any other flag.
+bench_flag() {
+  case "$1" in
+    --build) build=$2 ;;
+    --baseline) baseline=$2 ;;
+    --seconds) seconds=$2 ;;
+    --rounds) rounds=$2 ;;
+    *) return 1 ;;
+  esac
+  [[ -n "$2" ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
+}
+
+# need_dataplane DIR: exits 1 unless DIR (a build directory) holds dripgate-dataplane.
+need_dataplane() {
+  [[ -x "$1/dataplane/dripgate-dataplane" ]] ||
+    { echo "build $1/dataplane/dripgate-dataplane first (meson compile -C $1 dripgate-dataplane)" >&2; exit 1; }
+}

@@ -5,12 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash tools/setup-deps.sh
-BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" >/dev/null
-fi
-meson compile -C "$BUILD"
+source tools/lib.sh
+bootstrap
 
 # bpffs is needed by the probe tests; mount it when the machine has not.
 mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

@@ -20,13 +20,8 @@ THREADS=${THREADS:-$(( $(nproc) > 2 ? 2 : 1 ))}
 # Client threads of wrk and of redis-benchmark. One each by default: on a 2-core box every
 # load-generator thread takes CPU from the daemon and from Redis.
 CLIENT_THREADS=${CLIENT_THREADS:-1}
-bash tools/setup-deps.sh
-if [ ! -f "$BUILD/build.ninja" ]; then meson setup "$BUILD" >/dev/null; fi
-if ! out=$(meson compile -C "$BUILD" dripgate-control 2>&1); then
-  echo "$out" >&2
-  echo "bench: build failed" >&2
-  exit 1
-fi
+source tools/lib.sh
+bootstrap dripgate-control
 
 work=$(mktemp -d /tmp/dripgate-bench.XXXXXX)
 pids=()
@@ -38,7 +33,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-source tools/lib.sh
 # One HTTP POST with bash's /dev/tcp (no curl needed).
 post() {
   exec 3<>"/dev/tcp/127.0.0.1/$1"

@@ -39,11 +39,10 @@ isolate=0
 seconds=10
 rates="100000 500000"
 layouts="single split"
+source "$root/tools/lib.sh"
 while [[ $# -gt 0 ]]; do
+  bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
-    --build) build=$2; shift 2 ;;
-    --baseline) baseline=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --layouts) layouts=$2; shift 2 ;;
     --no-receiver) receiver=0; shift ;;
@@ -52,11 +51,11 @@ while [[ $# -gt 0 ]]; do
        exit 2 ;;
   esac
 done
+need_dataplane "$build"
 dp="$build/dataplane/dripgate-dataplane"
-[[ -x "$dp" ]] || { echo "build $dp first (meson compile -C $build dripgate-dataplane)" >&2; exit 1; }
 builds=("new:$build")
 if [[ -n "$baseline" ]]; then
-  [[ -x "$baseline/dataplane/dripgate-dataplane" ]] || { echo "no $baseline/dataplane/dripgate-dataplane" >&2; exit 1; }
+  need_dataplane "$baseline"
   builds=("base:$baseline" "new:$build")
 fi
 probe="$build/dataplane/scheduler_bench"

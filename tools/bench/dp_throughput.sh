@@ -30,20 +30,15 @@ build="$root/build"
 baseline=""
 seconds=10
 rounds=3
+source "$root/tools/lib.sh"
 while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --baseline) baseline=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]" >&2; exit 2 ;;
-  esac
+  bench_flag "$1" "${2-}" && { shift 2; continue; }
+  echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]" >&2
+  exit 2
 done
+need_dataplane "$build"
 dp="$build/dataplane/dripgate-dataplane"
-[[ -x "$dp" ]] || { echo "build $dp first (meson compile -C $build dripgate-dataplane)" >&2; exit 1; }
-if [[ -n "$baseline" ]]; then
-  [[ -x "$baseline/dataplane/dripgate-dataplane" ]] || { echo "no $baseline/dataplane/dripgate-dataplane" >&2; exit 1; }
-fi
+[[ -z "$baseline" ]] || need_dataplane "$baseline"
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (Debian package dpdk)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/dp_throughput.XXXXXX)
 pids=()

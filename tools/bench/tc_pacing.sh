@@ -49,10 +49,10 @@ shapers="tbf tbf8 htb fq dripgate"
 flood=1.5
 json_out=""
 usage="usage: $0 [--build DIR] [--seconds N] [--warmup N] [--rates \"R...\"] [--shapers \"tbf tbf8 htb fq dripgate\"] [--flood X] [--json FILE]"
+source "$root/tools/lib.sh"
 while [[ $# -gt 0 ]]; do
+  [[ $1 != --baseline && $1 != --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
-    --build) build=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --shapers) shapers=$2; shift 2 ;;
