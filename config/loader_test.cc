@@ -95,21 +95,21 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(pro.quota, (Quota{1000000, 600}));
   EXPECT_EQ(pro.concurrency, (Concurrency{50, 120}));
 
-  const Plan& bucket = c.plans.at("seed-bucket");
+  const Plan& bucket = c.plans.at("walkthrough-bucket");
   EXPECT_EQ(bucket.tenant, (Bucket{5, 1}));
   EXPECT_FALSE(bucket.user || bucket.api_key || bucket.quota || bucket.concurrency);
-  const Plan& quota = c.plans.at("seed-quota");
+  const Plan& quota = c.plans.at("walkthrough-quota");
   EXPECT_EQ(quota.quota->tokens_per_month, 1000);
   EXPECT_FALSE(quota.tenant || quota.user || quota.api_key || quota.concurrency);
-  const Plan& gates = c.plans.at("seed-gates");
+  const Plan& gates = c.plans.at("walkthrough-gates");
   EXPECT_EQ(gates.tenant, (Bucket{20, 5}));
   EXPECT_EQ(gates.user, (Bucket{6, 2}));
   EXPECT_FALSE(gates.api_key || gates.quota || gates.concurrency);
 
   EXPECT_EQ(c.tenants.at("ws-pro").plan, "pro");
-  EXPECT_EQ(c.tenants.at("ws-acme").plan, "seed-bucket");
-  EXPECT_EQ(c.tenants.at("ws-quota").plan, "seed-quota");
-  EXPECT_EQ(c.tenants.at("ws-gates").plan, "seed-gates");
+  EXPECT_EQ(c.tenants.at("ws-acme").plan, "walkthrough-bucket");
+  EXPECT_EQ(c.tenants.at("ws-quota").plan, "walkthrough-quota");
+  EXPECT_EQ(c.tenants.at("ws-gates").plan, "walkthrough-gates");
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{200, 100}));
 
@@ -129,16 +129,16 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(dp.control_socket, "/run/dripgate/dataplane.sock");
 }
 
-TEST(Examples, Seed63HasOnlyTheSeedNumbers) {
-  LoadResult r = load_file(kExamples + "/seed-6.3.yaml");
+TEST(Examples, WalkthroughHasOnlyItsOwnNumbers) {
+  LoadResult r = load_file(kExamples + "/walkthrough.yaml");
   for (const auto& e : r.errors) ADD_FAILURE() << e.str();
   ASSERT_TRUE(r.config);
   const Config& c = *r.config;
   EXPECT_EQ(c.plans.size(), 3u);
-  EXPECT_EQ(c.plans.at("seed-bucket").tenant, (Bucket{5, 1}));
-  EXPECT_EQ(c.plans.at("seed-quota").quota->tokens_per_month, 1000);
-  EXPECT_EQ(c.plans.at("seed-gates").tenant, (Bucket{20, 5}));
-  EXPECT_EQ(c.plans.at("seed-gates").user, (Bucket{6, 2}));
+  EXPECT_EQ(c.plans.at("walkthrough-bucket").tenant, (Bucket{5, 1}));
+  EXPECT_EQ(c.plans.at("walkthrough-quota").quota->tokens_per_month, 1000);
+  EXPECT_EQ(c.plans.at("walkthrough-gates").tenant, (Bucket{20, 5}));
+  EXPECT_EQ(c.plans.at("walkthrough-gates").user, (Bucket{6, 2}));
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
   EXPECT_TRUE(c.global_gates.model.empty());
   EXPECT_FALSE(c.dataplane);
@@ -810,7 +810,7 @@ dataplane:
 }
 
 TEST(RoundTrip, DefaultsAndTheExamplesSurviveToYaml) {
-  for (const char* name : {"default.yaml", "seed-6.3.yaml", "dataplane-veth.yaml"}) {
+  for (const char* name : {"default.yaml", "walkthrough.yaml", "dataplane-veth.yaml"}) {
     LoadResult r = load_file(kExamples + "/" + name);
     ASSERT_TRUE(r.config) << name;
     LoadResult back = load_string(to_yaml(*r.config), r.config->source);

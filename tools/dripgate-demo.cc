@@ -1,5 +1,6 @@
-// dripgate-demo: replays the runs of the seed (section 6.3) through dripgate-control's HTTP API
-// and prints them as the seed does. tools/demo.sh starts Redis and the daemon around it.
+// dripgate-demo: replays the rate-limit walkthrough (a token bucket, a monthly token quota, three
+// stacked gates; config/examples/walkthrough.yaml) through dripgate-control's HTTP API and prints
+// each run's decisions. tools/demo.sh starts Redis and the daemon around it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -70,14 +71,14 @@ bool check(const Reply& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dripgate-demo: the seed's rate-limit and quota runs, through dripgate-control"};
+  CLI::App app{"dripgate-demo: the rate-limit walkthrough, through dripgate-control"};
   std::string host = "127.0.0.1";
   int port = 8080;
   app.add_option("--host", host, "dripgate-control address (IPv4)");
   app.add_option("--port", port, "dripgate-control port");
   CLI11_PARSE(app, argc, argv);
 
-  // 6.3.4: tenant bucket 5 @ 1/s, six requests, 2 s pause, two more.
+  // A tenant bucket 5 @ 1/s, six requests, 2 s pause, two more.
   std::printf("token bucket: tenant ws-acme, capacity=5, refill=1/s\n");
   auto bucket_request = [&](int i) {
     Reply r = post(host, port, "/v1/admit", {{"tenant", "ws-acme"}});
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
   for (int i = 7; i <= 8; ++i)
     if (!bucket_request(i)) return 1;
 
-  // 6.3.6: quota of 1000 LLM tokens a month. Each admission reserves its estimate; the demo
+  // A quota of 1000 LLM tokens a month. Each admission reserves its estimate; the demo
   // then settles with the same count (the real count of a finished request).
   std::printf("\ntoken quota: tenant ws-quota, 1000 tokens per month\n");
   for (int cost : {300, 300, 300, 300, 100, 1}) {
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
     std::printf("  cost %4d: %d  remaining quota %4.0f\n", cost, r.status, remaining);
   }
 
-  // 6.3.7: tenant 20 @ 5, user 6 @ 2, tool web_search 2 @ 0.5: the tool gate refuses first.
+  // Stacked gates: tenant 20 @ 5, user 6 @ 2, tool web_search 2 @ 0.5: the tool gate refuses first.
   std::printf(
       "\nthree gates: tenant ws-gates (20 @ 5/s), user alice (6 @ 2/s), "
       "tool web_search (2 @ 0.5/s)\n");
