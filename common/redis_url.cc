@@ -41,15 +41,17 @@ std::optional<std::string> parse_redis_url(std::string_view url, RedisUrl& out) 
   if (url.substr(0, kRedis.size()) != kRedis) return "the scheme must be redis:// or unix://";
   std::string_view rest = url.substr(kRedis.size());
   RedisUrl u;
-  u.password.clear();
   if (auto at = credentials_end(rest); at != std::string_view::npos) {
     std::string_view cred = rest.substr(0, at);
+    // `user@` alone names an ACL user whose password is given elsewhere (a password file).
     auto colon = cred.find(':');
-    if (colon == std::string_view::npos)
-      return "credentials must be 'user:password@' or ':password@'";
     u.user = std::string(cred.substr(0, colon));
-    u.password = std::string(cred.substr(colon + 1));
-    if (u.password.empty()) return "empty password";
+    if (colon != std::string_view::npos) {
+      u.password = std::string(cred.substr(colon + 1));
+      if (u.password.empty()) return "empty password";
+    } else if (u.user.empty()) {
+      return "empty user name";
+    }
     if (!printable_no_space(u.user)) return "bad user name " + quote(u.user);
     rest = rest.substr(at + 1);
   }

@@ -1,7 +1,8 @@
 // Redis endpoints as URLs, the one parser used by the YAML loader and by command-line
-// overrides: `redis://[[user]:password@]host[:port][/db]` or `unix:///path`. A user name selects
-// a Redis ACL user (sent as `AUTH user password`); without one, `AUTH password` authenticates
-// the default user. No TLS: hiredis 0.14 has none.
+// overrides: `redis://[[user][:password]@]host[:port][/db]` or `unix:///path`. A user name
+// selects a Redis ACL user (sent as `AUTH user password`); without one, `AUTH password`
+// authenticates the default user. `user@` without a password leaves the password to be given
+// elsewhere (config::Redis::password_file). No TLS: hiredis 0.14 has none.
 #pragma once
 
 #include <optional>

@@ -46,8 +46,10 @@ TEST(RedisUrl, AclUsers) {
   EXPECT_EQ(u.user, "gateway");
   EXPECT_EQ(u.password, "pa:ss");
   EXPECT_EQ(u.db, 2);
-  EXPECT_EQ(error_of("redis://gateway@h:1"),
-            "credentials must be 'user:password@' or ':password@'");
+  u = parse_ok("redis://gateway@h:1");  // the password comes from elsewhere
+  EXPECT_EQ(u.user, "gateway");
+  EXPECT_EQ(u.password, "");
+  EXPECT_EQ(error_of("redis://@h:1"), "empty user name");
   EXPECT_EQ(error_of("redis://gateway:@h:1"), "empty password");
   EXPECT_EQ(error_of("redis://gate way:pw@h:1"), "bad user name 'gate way'");
 }

@@ -9,7 +9,15 @@
 namespace dripgate::config {
 
 std::optional<std::string> Redis::set_url(std::string_view text) {
-  if (auto why = common::parse_redis_url(text, *this)) return why;
+  common::RedisUrl parsed;
+  if (auto why = common::parse_redis_url(text, parsed)) return why;
+  if (!password_file.empty()) {
+    if (!parsed.password.empty()) return "a password in the url and a password_file: give one";
+    parsed.password = password;
+  }
+  if (!parsed.user.empty() && parsed.password.empty())
+    return "user " + common::quote(parsed.user) + " has no password (add one, or password_file)";
+  static_cast<common::RedisUrl&>(*this) = std::move(parsed);
   url = std::string(text);
   return std::nullopt;
 }
@@ -40,6 +48,9 @@ void kv(YAML::Emitter& out, const char* key, int64_t value) {
 void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
+  if (!cfg.redis.password_file.empty())
+    out << YAML::Key << "password_file" << YAML::Value << YAML::DoubleQuoted
+        << cfg.redis.password_file;
   kv(out, "timeout_ms", int64_t{cfg.redis.timeout_ms});
   kv(out, "pool_size", int64_t{cfg.redis.pool_size});
   out << YAML::EndMap;
@@ -47,7 +58,11 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.listen;
   kv(out, "threads", int64_t{cfg.control.threads});
-  out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
+  if (cfg.control.auth_token_file.empty())
+    out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
+  else
+    out << YAML::Key << "auth_token_file" << YAML::Value << YAML::DoubleQuoted
+        << cfg.control.auth_token_file;
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
   out << YAML::EndMap;

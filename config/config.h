@@ -57,11 +57,14 @@ struct Tenant {
 // set_url(), the one place a Redis URL becomes settings.
 struct Redis : common::RedisUrl {
   std::string url = "redis://127.0.0.1:6379/0";
+  // A file whose first line is the password (instead of one in the url): the secret stays out
+  // of the YAML, and out of `ps` when the url is given on the command line.
+  std::string password_file;
   int timeout_ms = 50;
   int pool_size = 4;  // connections per worker thread
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
-  // nothing.
+  // nothing. With password_file set, the password is the file's and the url must carry none.
   std::optional<std::string> set_url(std::string_view url);
 
   bool operator==(const Redis&) const = default;
@@ -70,7 +73,8 @@ struct Redis : common::RedisUrl {
 struct Control {
   std::string listen = "127.0.0.1:8080";
   int threads = 2;
-  std::string auth_token;  // empty: no bearer auth
+  std::string auth_token;       // empty: no bearer auth
+  std::string auth_token_file;  // where auth_token was read from (first line), if not inline
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
 
   bool operator==(const Control&) const = default;

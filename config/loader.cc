@@ -365,15 +365,45 @@ std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::stri
   return b;
 }
 
+// A secret kept out of the YAML: `key_file: PATH` names a file whose first line is the secret
+// (systemd's LoadCredential= puts such files under /run/credentials/<unit>/). Sets `file` and
+// `out`; the secret itself never reaches a message.
+bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::string& file,
+                      std::string& out) {
+  errno = 0;
+  const Entry* e = f.find(key);
+  if (!e) return false;
+  auto path = get_string(ctx, e->value, f.path(key));
+  if (!path) return false;
+  std::ifstream in(*path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    ctx.error(
+        e->value, f.path(key),
+        "cannot read " + quote(*path) + (errno ? std::string(": ") + std::strerror(errno) : ""));
+    return false;
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) {
+    ctx.error(e->value, f.path(key), "the first line of " + quote(*path) + " is empty");
+    return false;
+  }
+  file = *path;
+  out = std::move(line);
+  return true;
+}
+
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
-  Fields f(ctx, n, "redis", {"url", "timeout_ms", "pool_size"});
+  Fields f(ctx, n, "redis", {"url", "password_file", "timeout_ms", "pool_size"});
   if (!f.ok()) return;
+  // The file first: the url's checks (a user needs a password; not two passwords) see it.
+  load_secret_file(ctx, f, "password_file", r.password_file, r.password);
   if (const Entry* e = f.find("url")) {
     if (auto s = get_string(ctx, e->value, f.path("url"))) {
       if (auto why = r.set_url(*s))
         ctx.error(e->value, f.path("url"),
                   "bad redis URL " + quote(common::redact_redis_url(*s)) + ": " + *why +
-                      "; expected redis://[[user]:password@]host[:port][/db] or unix:///path");
+                      "; expected redis://[[user][:password]@]host[:port][/db] or unix:///path");
     }
   }
   set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
@@ -396,7 +426,8 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
 }
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
-  Fields f(ctx, n, "control", {"listen", "threads", "auth_token", "dataplane_socket"});
+  Fields f(ctx, n, "control",
+           {"listen", "threads", "auth_token", "auth_token_file", "dataplane_socket"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("listen")) {
     if (auto s = get_string(ctx, e->value, f.path("listen"))) {
@@ -413,6 +444,10 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   set_int(ctx, f, "threads", c.threads, 1, 1024);
   if (const Entry* e = f.find("auth_token"))
     if (auto s = get_string(ctx, e->value, f.path("auth_token"))) c.auth_token = *s;
+  if (load_secret_file(ctx, f, "auth_token_file", c.auth_token_file, c.auth_token) &&
+      f.find("auth_token"))
+    ctx.error(f.find("auth_token_file")->value, f.path("auth_token_file"),
+              "auth_token is set too; give the token in one place");
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
 }
 

@@ -2,6 +2,7 @@
 // reported together, the shipped examples, and a round trip of every field.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -160,9 +161,10 @@ TEST(Examples, DataplaneVethLoadsClean) {
 // each kind of error: exact message, line and column
 
 TEST(Errors, UnknownKeysNameTheAllowedOnes) {
-  EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
-            "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, timeout_ms, "
-            "pool_size)");
+  EXPECT_EQ(
+      error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
+      "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, timeout_ms, "
+      "pool_size)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -179,7 +181,7 @@ plans:
             "api_key)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
-            "dataplane_socket)");
+            "auth_token_file, dataplane_socket)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -325,7 +327,7 @@ plans:
 TEST(Errors, RedisUrl) {
   auto url = [](const std::string& u) { return error_of("redis: { url: \"" + u + "\" }"); };
   const std::string expect =
-      "; expected redis://[[user]:password@]host[:port][/db] or unix:///path";
+      "; expected redis://[[user][:password]@]host[:port][/db] or unix:///path";
   // Every reason the URL parser gives (common/redis_url_test.cc) reaches the file's position.
   EXPECT_EQ(url("http://h:1"),
             "t.yaml:1:15: redis.url: bad redis URL 'http://h:1': the scheme "
@@ -370,6 +372,51 @@ TEST(Redis, UrlIsParsedIntoItsParts) {
   EXPECT_EQ(r.url, "redis://127.0.0.1:6379/0");
   EXPECT_EQ(r.host, "127.0.0.1");
   EXPECT_EQ(r.port, 6379);
+}
+
+// Secrets can stay out of the YAML: the first line of a file (systemd's LoadCredential= puts
+// one under /run/credentials/<unit>/). Messages never show the secret.
+TEST(Redis, PasswordAndTokenFromFiles) {
+  char dir_tmpl[] = "/tmp/dg-secret-XXXXXX";
+  std::string dir = mkdtemp(dir_tmpl);
+  std::string pw = dir + "/redis-password", tok = dir + "/token", empty = dir + "/empty";
+  std::ofstream(pw) << "s3cret\nignored second line\n";
+  std::ofstream(tok) << "t0ken\r\n";
+  std::ofstream(empty) << "\n";
+  Config c = load_ok("redis: { url: \"redis://gateway@10.0.0.5:6380/1\", password_file: \"" + pw +
+                     "\" }\ncontrol: { auth_token_file: \"" + tok + "\" }\n");
+  EXPECT_EQ(c.redis.user, "gateway");
+  EXPECT_EQ(c.redis.password, "s3cret");
+  EXPECT_EQ(c.redis.port, 6380);
+  EXPECT_EQ(c.control.auth_token, "t0ken");
+  // A --redis override without a password keeps the file's; with one, it is refused.
+  EXPECT_FALSE(c.redis.set_url("redis://gateway@10.0.0.6"));
+  EXPECT_EQ(c.redis.password, "s3cret");
+  EXPECT_EQ(c.redis.set_url("redis://gateway:other@10.0.0.6"),
+            "a password in the url and a password_file: give one");
+  // The round trip names the files, not the secrets.
+  std::string y = to_yaml(c);
+  EXPECT_EQ(y.find("s3cret"), std::string::npos) << y;
+  EXPECT_EQ(y.find("t0ken"), std::string::npos) << y;
+  EXPECT_EQ(load_ok(y), c);
+
+  EXPECT_EQ(error_of("redis: { password_file: \"" + dir + "/missing\" }"),
+            "t.yaml:1:25: redis.password_file: cannot read '" + dir +
+                "/missing': No such file or directory");
+  EXPECT_EQ(error_of("redis: { password_file: \"" + empty + "\" }"),
+            "t.yaml:1:25: redis.password_file: the first line of '" + empty + "' is empty");
+  EXPECT_EQ(error_of("redis: { url: \"redis://:x@h\", password_file: \"" + pw + "\" }"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://:***@h': a password in the url and a "
+            "password_file: give one; expected redis://[[user][:password]@]host[:port][/db] or "
+            "unix:///path");
+  EXPECT_EQ(error_of("redis: { url: \"redis://gateway@h\" }"),
+            "t.yaml:1:15: redis.url: bad redis URL 'redis://***@h': user 'gateway' has no "
+            "password (add one, or password_file); expected "
+            "redis://[[user][:password]@]host[:port][/db] or unix:///path");
+  EXPECT_EQ(error_of("control: { auth_token: x, auth_token_file: \"" + tok + "\" }"),
+            "t.yaml:1:44: control.auth_token_file: auth_token is set too; give the token in one "
+            "place");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Errors, ListenAddress) {
@@ -680,13 +727,13 @@ dataplane:
 )"));
   std::vector<std::string> want = {
       "t.yaml:1:15: redis.url: bad redis URL 'http://x': the scheme must be redis:// or "
-      "unix://; expected redis://[[user]:password@]host[:port][/db] or unix:///path",
+      "unix://; expected redis://[[user][:password]@]host[:port][/db] or unix:///path",
       "t.yaml:1:39: redis.timeout_ms: must be >= 1, got 0",
       "t.yaml:2:20: control.listen: bad listen address 'nope': missing ':port'; expected "
       "host:port or [v6-address]:port",
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
-      "dataplane_socket)",
+      "auth_token_file, dataplane_socket)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
