@@ -10,7 +10,7 @@ PKGS=(
   libcli11-dev libgtest-dev libpcap-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
-  iproute2 iputils-ping tcpdump wrk bpftrace python3 ethtool
+  iproute2 iputils-ping tcpdump wrk bpftrace python3 ethtool systemd
 )
 
 missing=()
