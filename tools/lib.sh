@@ -40,6 +40,17 @@ bootstrap() {
   fi
 }
 
+# The benchmarks' shared defaults, before their flags: root (the repo), here (tools/bench),
+# build (root/build), no baseline, 10 s windows, 3 rounds.
+bench_defaults() {
+  root=$(cd "$(dirname "$0")/../.." && pwd)
+  here="$root/tools/bench"
+  build="$root/build"
+  baseline=""
+  seconds=10
+  rounds=3
+}
+
 # The benchmarks' shared flags: `bench_flag "$1" "${2-}" && { shift 2; continue; }` in their
 # argument loop sets build (--build DIR), baseline (--baseline DIR: an older build measured in
 # the same run), seconds (--seconds N) or rounds (--rounds N); false for any other flag.

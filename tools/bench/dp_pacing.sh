@@ -30,16 +30,12 @@
 # a shared or loaded machine, preemptions of the worker show up here as late departures.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-build="$root/build"
-baseline=""
+source "$(dirname "$0")/../lib.sh"
+bench_defaults
 receiver=1
 isolate=0
-seconds=10
 rates="100000 500000"
 layouts="single split"
-source "$root/tools/lib.sh"
 while [[ $# -gt 0 ]]; do
   bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in

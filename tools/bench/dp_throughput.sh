@@ -24,13 +24,8 @@
 # Target: dripgate / testpmd >= 0.7 (the issue's benchmark: net_null).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-build="$root/build"
-baseline=""
-seconds=10
-rounds=3
-source "$root/tools/lib.sh"
+source "$(dirname "$0")/../lib.sh"
+bench_defaults
 while [[ $# -gt 0 ]]; do
   bench_flag "$1" "${2-}" && { shift 2; continue; }
   echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]" >&2

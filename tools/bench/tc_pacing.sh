@@ -39,17 +39,14 @@
 # it created, also on error and Ctrl-C.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-build="$root/build"
-seconds=10
+source "$(dirname "$0")/../lib.sh"
+bench_defaults
 warmup=2
 rates="100000 500000"
 shapers="tbf tbf8 htb fq dripgate"
 flood=1.5
 json_out=""
 usage="usage: $0 [--build DIR] [--seconds N] [--warmup N] [--rates \"R...\"] [--shapers \"tbf tbf8 htb fq dripgate\"] [--flood X] [--json FILE]"
-source "$root/tools/lib.sh"
 while [[ $# -gt 0 ]]; do
   [[ $1 != --baseline && $1 != --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
