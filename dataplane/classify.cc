@@ -51,17 +51,17 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
     const std::string where = "classify[" + std::to_string(i) + "]";
     Compiled out{};
 
-    size_t k = 0;
-    while (k < classes.size() && classes[k].name != r.klass) ++k;
-    if (k == classes.size()) {
+    size_t cls = 0;
+    while (cls < classes.size() && classes[cls].name != r.klass) ++cls;
+    if (cls == classes.size()) {
       result.error = where + ".class: unknown class '" + r.klass + "'";
       return result;
     }
-    if (k > UINT16_MAX) {
+    if (cls > UINT16_MAX) {
       result.error = where + ".class: too many classes";
       return result;
     }
-    out.klass = static_cast<uint16_t>(k);
+    out.cls = static_cast<uint16_t>(cls);
 
     // The loader has parsed src/dst already; rules built in code carry only the text.
     auto prefix = [&](const char* field, const std::optional<std::string>& text,
@@ -110,7 +110,7 @@ int Classifier::classify(const ParsedPacket& p) const noexcept {
     if ((r.match & kDst) && (r.dst.l3 != p.tuple.l3 || !prefix_match(dst, r.dst))) continue;
     if ((r.match & kVlan) && (p.vlan_count == 0 || p.vlan != r.vlan)) continue;
     if ((r.match & kDscp) && p.dscp != r.dscp) continue;
-    return r.klass;
+    return r.cls;
   }
   return kNoMatch;
 }

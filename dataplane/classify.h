@@ -55,7 +55,7 @@ class Classifier {
     uint8_t match;  // kSrc | kDst | ...
     uint8_t dscp;
     uint16_t vlan;
-    uint16_t klass;
+    uint16_t cls;
   };
   std::vector<Compiled> rules_;
 };

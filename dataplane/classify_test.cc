@@ -19,9 +19,9 @@ std::vector<config::Class> classes(std::initializer_list<const char*> names) {
   return out;
 }
 
-config::Rule rule(const std::string& klass) {
+config::Rule rule(const std::string& cls_name) {
   config::Rule r;
-  r.klass = klass;
+  r.klass = cls_name;
   return r;
 }
 

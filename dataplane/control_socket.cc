@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include "dataplane/fastpath.h"
 #include "dataplane/flow_table.h"
 #include "dataplane/parse.h"
+#include "dataplane/rate_mailbox.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -292,15 +293,15 @@ std::optional<double> get_rate(const json& req, const char* name) {
   return v;
 }
 
-int class_of(const ControlTargets& t, const std::string& name, const char* field_name) {
-  int c = t.sched->find_class(name);
-  if (c < 0) {
+int class_of(const ControlTargets& t, const std::string& cls_name, const char* field_name) {
+  const int cls = t.sched->find_class(cls_name);
+  if (cls < 0) {
     std::string known;
     for (unsigned i = 0; i < t.sched->num_classes(); ++i)
       known += (i ? ", " : "") + t.sched->class_name(i);
-    bad(fmt::format("{}: no class named '{}' (classes: {})", field_name, name, known));
+    bad(fmt::format("{}: no class named '{}' (classes: {})", field_name, cls_name, known));
   }
-  return c;
+  return cls;
 }
 
 }  // namespace
@@ -330,24 +331,25 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       return {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}};
     }
     if (op == "set_rate") {
-      const std::string name = get_string(req, "class", "");
+      const std::string cls_name = get_string(req, "class", "");
       std::optional<double> pps = get_rate(req, "rate_pps"), bps = get_rate(req, "rate_bps");
       if (!pps && !bps) bad("set_rate needs rate_pps and/or rate_bps (0 = unlimited)");
       RateMailbox::Request r;
-      if (name == "port") {
+      // What is not given stays as the scheduler has it.
+      config::DripRate in_force;
+      if (cls_name == "port") {
         r.cls = RateMailbox::kPort;
-        r.pps = pps.value_or(t.stats->drip.port_rate_pps.load());
-        r.bps = bps.value_or(t.stats->drip.port_rate_bps.load());
+        in_force = t.sched->port_rate();
       } else {
-        r.cls = class_of(t, name, "class");
-        const ClassCounters& c = t.stats->classes[static_cast<size_t>(r.cls)];
-        r.pps = pps.value_or(c.rate_pps.load());
-        r.bps = bps.value_or(c.rate_bps.load());
+        r.cls = class_of(t, cls_name, "class");
+        in_force = t.sched->class_rate(static_cast<unsigned>(r.cls));
       }
+      r.pps = pps.value_or(in_force.rate_pps);
+      r.bps = bps.value_or(in_force.rate_bps);
       RateMailbox::Result res;
       t.mailbox->post_and_wait(r, &res, std::chrono::milliseconds(2000));
       if (!res.ok) bad("set_rate: " + res.error);
-      return {{"ok", true}, {"class", name}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
+      return {{"ok", true}, {"class", cls_name}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
     }
     if (op == "stats") {
       json s = t.stats->to_json();

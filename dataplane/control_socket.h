@@ -59,14 +59,15 @@ class ControlSocket {
   std::vector<Client> clients_;
 };
 
-// The dataplane protocol: tag, untag, set_rate, stats (see DESIGN.md "Control socket").
-// Everything it touches is either writer-safe from the main lcore (flow table, stats) or goes
-// to the drip lcore through the mailbox (rates).
+// The dataplane protocol: tag, untag, set_rate, stats (docs/ARCHITECTURE.md, The control
+// socket). Everything it touches is either safe from the main lcore (flow table writes; reads
+// of stats and of the scheduler's class names and rates) or goes to the drip lcore through the
+// mailbox (rate changes).
 struct ControlTargets {
   FlowTable* flows;
   Stats* stats;
   RateMailbox* mailbox;
-  const Scheduler* sched;  // class names only (immutable)
+  const Scheduler* sched;  // class names and the rates in force (read only)
   uint64_t (*now)();       // TSC for flow-table timestamps
 };
 ControlSocket::Handler make_protocol(ControlTargets t);

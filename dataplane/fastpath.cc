@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <thread>
 
 #include <fmt/format.h>
 #include <rte_cycles.h>
@@ -31,30 +30,6 @@ uint64_t ns_to_ticks(uint64_t ns) {
 }
 }  // namespace
 
-// ---- RateMailbox ----
-
-bool RateMailbox::post_and_wait(const Request& r, Result* out, std::chrono::milliseconds timeout) {
-  uint64_t p = posted_.load(std::memory_order_relaxed);
-  if (done_.load(std::memory_order_acquire) != p) {
-    *out = {false, "a previous rate change is still pending (worker not answering)"};
-    return false;
-  }
-  req_ = r;
-  posted_.store(p + 1, std::memory_order_release);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (done_.load(std::memory_order_acquire) != p + 1) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      *out = {false, "the drip lcore did not take the rate change in time"};
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  *out = result_;
-  return true;
-}
-
-// ---- Fastpath ----
-
 struct Fastpath::RxOut {
   Handoff shaped[kBurst];  // split layout: unshaped frames too, with cls = kPassCls
   unsigned n_shaped = 0;
@@ -71,7 +46,7 @@ Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
                    const Classifier& classifier, Stats& stats)
     : p_(p), sched_(sched), flows_(flows), classifier_(classifier), stats_(stats) {
   if (p_.unknown == config::UnknownFlows::kDefault &&
-      (p_.default_class < 0 || static_cast<unsigned>(p_.default_class) >= sched_.num_classes()))
+      (p_.default_cls < 0 || static_cast<unsigned>(p_.default_cls) >= sched_.num_classes()))
     throw std::invalid_argument("unknown_flows is 'default' but there is no class 'default'");
   margin_ticks_ = ns_to_ticks(150);
   prep_ticks_ = ns_to_ticks(250);
@@ -211,7 +186,7 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
       if (cls < 0) {
         switch (p_.unknown) {
           case config::UnknownFlows::kDefault:
-            cls = p_.default_class;
+            cls = p_.default_cls;
             break;
           case config::UnknownFlows::kDrop:
             stats_.rx.drop_unknown.add();
@@ -224,7 +199,7 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
         }
       }
     } else if (s == ParseStatus::kNotIp) {
-      cls = p_.non_ip_class;
+      cls = p_.non_ip_cls;
       if (cls < 0) {
         stats_.rx.pass_non_ip.add();
         pass = true;
@@ -409,22 +384,7 @@ void Fastpath::transmit(TxList& l, uint64_t t) {
 
 void Fastpath::check_mailbox() {
   mailbox_.poll([this](const RateMailbox::Request& r) {
-    RateMailbox::Result res;
-    // The strings below are only touched on a control request, never per packet.
-    if (r.cls == RateMailbox::kPort) {
-      res.ok = sched_.set_port_rate(r.pps, r.bps, rte_rdtsc(), &res.error);
-      if (res.ok) {
-        stats_.drip.port_rate_pps.store(r.pps, std::memory_order_relaxed);
-        stats_.drip.port_rate_bps.store(r.bps, std::memory_order_relaxed);
-      }
-    } else {
-      const auto c = static_cast<unsigned>(r.cls);
-      res.ok = sched_.set_class_rate(c, r.pps, r.bps, rte_rdtsc(), &res.error);
-      if (res.ok) {
-        stats_.classes[c].rate_pps.store(r.pps, std::memory_order_relaxed);
-        stats_.classes[c].rate_bps.store(r.bps, std::memory_order_relaxed);
-      }
-    }
+    RateMailbox::Result res = apply_rate(sched_, r, rte_rdtsc());
     if (res.ok) stats_.drip.rate_updates.add();
     return res;
   });

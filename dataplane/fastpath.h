@@ -9,13 +9,13 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include "config/config.h"
 #include "dataplane/classify.h"
 #include "dataplane/flow_table.h"
+#include "dataplane/rate_mailbox.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -24,49 +24,14 @@ struct rte_mbuf;
 
 namespace dripgate::dataplane {
 
-// A rate change handed from the main lcore to the scheduler's owner: a single slot, posted by
-// one writer (the main lcore) and taken by the drip lcore between bursts, so the scheduler is
-// never touched from two threads and queued packets stay queued.
-class RateMailbox {
- public:
-  static constexpr int kPort = -1;
-  struct Request {
-    int cls = kPort;
-    double pps = 0, bps = 0;
-  };
-  struct Result {
-    bool ok = false;
-    std::string error;
-  };
-
-  // Main lcore: posts and waits for the worker's answer (false: worker not answering in time).
-  bool post_and_wait(const Request& r, Result* out, std::chrono::milliseconds timeout);
-
-  // Worker: applies a pending request, if any. One acquire load when idle.
-  template <typename Apply>
-  void poll(Apply&& apply) {
-    uint64_t p = posted_.load(std::memory_order_acquire);
-    if (p == done_.load(std::memory_order_relaxed)) [[likely]]
-      return;
-    result_ = apply(req_);
-    done_.store(p, std::memory_order_release);
-  }
-
- private:
-  alignas(64) std::atomic<uint64_t> posted_{0};
-  alignas(64) std::atomic<uint64_t> done_{0};
-  Request req_;
-  Result result_;
-};
-
 struct FastpathParams {
   uint16_t client_port = 0;
   uint16_t cluster_port = 1;
   unsigned rx_lcore = 1;
   unsigned drip_lcore = 1;
   config::UnknownFlows unknown = config::UnknownFlows::kDefault;
-  int default_class = -1;  // for unknown_flows: default
-  int non_ip_class = -1;   // >= 0: shape non-IP frames in this class instead of passing them
+  int default_cls = -1;  // for unknown_flows: default
+  int non_ip_cls = -1;   // >= 0: shape non-IP frames in this class instead of passing them
   uint32_t drain_ms = 2000;
   uint32_t ring_size = 4096;  // split layout hand-over ring
 };

@@ -123,7 +123,7 @@ inline int FlowTable::hit(void* data, uint64_t now) noexcept {
   if (v->expires != 0 && now >= v->expires) return kNoMatch;
   const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
   if (now > last + refresh_ticks_) v->last_seen.store(now, std::memory_order_relaxed);
-  return static_cast<int>(v->klass);
+  return static_cast<int>(v->cls);
 }
 
 int FlowTable::lookup(const FiveTuple& key, uint64_t now) noexcept {
@@ -183,14 +183,14 @@ void FlowTable::reclaim_retired() {
   }
 }
 
-int FlowTable::add(const FiveTuple& key, uint16_t klass, uint32_t ttl_s, uint64_t now) {
+int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {
   if (key.l3 != L3::kIpv4 && key.l3 != L3::kIpv6) return -EINVAL;
   std::lock_guard lock(writer_mu_);
   reclaim_retired();
   uint32_t slot = 0;
   if (!alloc_slot(&slot)) return -ENOSPC;
   Value& v = values_[slot];
-  v.klass = klass;
+  v.cls = cls;
   v.expires = ttl_s == 0 ? 0 : now + static_cast<uint64_t>(ttl_s) * tsc_hz_;
   v.last_seen.store(now, std::memory_order_relaxed);
 
@@ -255,7 +255,7 @@ std::optional<FlowTable::Entry> FlowTable::get(const FiveTuple& key) const {
   void* data = nullptr;
   if (rte_hash_lookup_data(hash_, &key, &data) < 0) return std::nullopt;
   const Value* v = static_cast<const Value*>(data);
-  return Entry{static_cast<uint16_t>(v->klass), v->expires,
+  return Entry{static_cast<uint16_t>(v->cls), v->expires,
                v->last_seen.load(std::memory_order_relaxed)};
 }
 

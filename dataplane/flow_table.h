@@ -39,7 +39,7 @@ class FlowTable {
   static constexpr int kNoMatch = -1;
 
   struct Entry {
-    uint16_t klass;
+    uint16_t cls;
     uint64_t expires;    // tsc; 0 = no tag expiry
     uint64_t last_seen;  // tsc of the last lookup hit (or of the add)
   };
@@ -70,10 +70,10 @@ class FlowTable {
 
   // ---- writers: serialized internally; never on the fast path ----
 
-  // Tags `key` with `klass`; ttl_s = 0 means no expiry (the idle timeout still applies).
+  // Tags `key` with class `cls`; ttl_s = 0 means no expiry (the idle timeout still applies).
   // Re-tagging an existing key replaces its class and expiry atomically for readers.
   // Returns 0, or -ENOSPC when the table is full, -EINVAL on bad arguments.
-  int add(const FiveTuple& key, uint16_t klass, uint32_t ttl_s, uint64_t now);
+  int add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
   // True when the key was present.
   bool del(const FiveTuple& key);
   // Removes entries whose tag expired or that were not seen for idle_timeout_s; returns the
@@ -88,7 +88,7 @@ class FlowTable {
  private:
   struct Value {
     uint64_t expires;
-    uint32_t klass;
+    uint32_t cls;
     std::atomic<uint64_t> last_seen;
   };
   struct Retired {

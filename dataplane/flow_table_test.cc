@@ -138,7 +138,7 @@ TEST(FlowTable, RetagReplacesClassAndExpiry) {
   EXPECT_EQ(t->lookup(a, 5001), 2);
   const auto e = t->get(a);
   ASSERT_TRUE(e);
-  EXPECT_EQ(e->klass, 2);
+  EXPECT_EQ(e->cls, 2);
   EXPECT_EQ(e->expires, 25000u);
 }
 
@@ -276,8 +276,8 @@ TEST(FlowTable, ConcurrentReaderNeverSeesAnotherKeysValue) {
       ASSERT_TRUE(t->del(keys[k]));
       present[k] = false;
     } else {
-      const uint16_t klass = static_cast<uint16_t>(k * kGenerations + rng() % kGenerations);
-      const int rc = t->add(keys[k], klass, 0, 0);
+      const uint16_t cls = static_cast<uint16_t>(k * kGenerations + rng() % kGenerations);
+      const int rc = t->add(keys[k], cls, 0, 0);
       if (rc == 0) {
         present[k] = true;
       } else {

@@ -74,7 +74,7 @@ uint64_t tsc_now() {
   return rte_rdtsc();
 }
 
-int run(const dg::Options& opt, const cfg::Dataplane& dp) {
+int run(const dg::Options& opt, const cfg::Dataplane& dp, const dg::Classifier& classifier) {
   SignalFd signals;
   // Destroyed after the EAL (declared before it): telemetry may read them until cleanup.
   std::unique_ptr<dg::Scheduler> sched;
@@ -85,10 +85,6 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp) {
   sched = std::make_unique<dg::Scheduler>(dp.drip, dp.classes, hz);
   stats = std::make_unique<dg::Stats>(sched.get(), cause_names(), hz, rte_rdtsc());
   dg::register_telemetry(stats.get());
-
-  auto compiled = dg::Classifier::compile(dp.classify, dp.classes);
-  if (!compiled.classifier) throw std::runtime_error("dataplane." + compiled.error);
-  const dg::Classifier classifier = std::move(*compiled.classifier);
 
   dg::FlowTableParams fp;
   fp.entries = dp.flow_table_size;
@@ -114,11 +110,11 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp) {
   params.rx_lcore = dp.rx_lcore;
   params.drip_lcore = dp.drip_lcore;
   params.unknown = dp.unknown_flows;
-  params.default_class = sched->find_class("default");
+  params.default_cls = sched->find_class("default");
   params.drain_ms = opt.drain_ms;
   if (!opt.shape_non_ip.empty()) {
-    params.non_ip_class = sched->find_class(opt.shape_non_ip);
-    if (params.non_ip_class < 0)
+    params.non_ip_cls = sched->find_class(opt.shape_non_ip);
+    if (params.non_ip_cls < 0)
       throw std::runtime_error("--shape-non-ip: no class named '" + opt.shape_non_ip + "'");
   }
   dg::Fastpath fastpath(params, *sched, *flows, classifier, *stats);
@@ -194,14 +190,16 @@ int main(int argc, char** argv) {
   cfg::Dataplane dp = *lr.config->dataplane;
   dg::apply_overrides(opt, dp);
   // What the loader cannot see: the rules compiled against the classes, the scheduler's limits.
-  if (auto c = dg::Classifier::compile(dp.classify, dp.classes); !c.classifier) {
-    std::cerr << lr.config->source << ": dataplane." << c.error << "\n";
+  // The EAL is not up yet, so the scheduler is judged at a typical TSC rate; run() builds it at
+  // the real one, which judges it again.
+  auto compiled = dg::Classifier::compile(dp.classify, dp.classes);
+  if (!compiled.classifier) {
+    std::cerr << lr.config->source << ": dataplane." << compiled.error << "\n";
     return 1;
   }
-  try {
-    dg::Scheduler probe(dp.drip, dp.classes, 2'000'000'000);
-  } catch (const std::exception& e) {
-    std::cerr << lr.config->source << ": dataplane." << e.what() << "\n";
+  constexpr uint64_t kTypicalTscHz = 2'000'000'000;
+  if (auto errors = dg::Scheduler::validate(dp.drip, dp.classes, kTypicalTscHz); !errors.empty()) {
+    for (const auto& e : errors) std::cerr << lr.config->source << ": dataplane." << e << "\n";
     return 1;
   }
   if (opt.check) {
@@ -209,7 +207,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return run(opt, dp);
+    return run(opt, dp, *compiled.classifier);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

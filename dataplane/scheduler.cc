@@ -19,68 +19,75 @@ unsigned next_index(unsigned i, unsigned n) {
 
 }  // namespace
 
+std::vector<std::string> Scheduler::validate(const config::Drip& drip,
+                                             const std::vector<config::Class>& classes,
+                                             uint64_t tsc_hz) {
+  std::vector<std::string> errors;
+  auto fail = [&](std::string e) { errors.push_back(std::move(e)); };
+  if (tsc_hz == 0 || tsc_hz > kMaxTscHz) {
+    // Every rate check below divides by it: nothing else can be judged.
+    return {"tsc_hz: must be in 1..2^40, got " + std::to_string(tsc_hz)};
+  }
+  if (drip.batch == 0) fail("drip.batch: must be >= 1");
+  if (std::string e = rate_error("drip.", drip.rate_pps, drip.rate_bps, tsc_hz); !e.empty()) {
+    fail(std::move(e));
+  }
+  if (classes.empty()) fail("classes: at least one class is required");
+  if (classes.size() > std::numeric_limits<uint32_t>::max()) fail("classes: too many");
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const config::Class& c = classes[i];
+    const std::string field = "classes." + (c.name.empty() ? std::to_string(i) : c.name) + ".";
+    if (c.weight == 0) fail(field + "weight: must be >= 1");
+    if (c.queue_depth == 0) fail(field + "queue_depth: must be >= 1");
+    if (c.queue_depth > (1u << 30)) fail(field + "queue_depth: must be <= 2^30");
+    if (std::string e = rate_error(field, c.rate_pps, c.rate_bps, tsc_hz); !e.empty()) {
+      fail(std::move(e));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (classes[j].name == c.name) fail(field + "name: duplicate");
+    }
+  }
+  return errors;
+}
+
 Scheduler::Scheduler(const config::Drip& drip, const std::vector<config::Class>& classes,
                      uint64_t tsc_hz)
     : tsc_hz_(tsc_hz),
       batch_(drip.batch),
       max_catchup_(drip.max_catchup),
       n_(static_cast<unsigned>(classes.size())) {
-  if (tsc_hz == 0 || tsc_hz > kMaxTscHz) {
-    throw std::invalid_argument("tsc_hz: must be in 1..2^40, got " + std::to_string(tsc_hz));
+  if (std::vector<std::string> errors = validate(drip, classes, tsc_hz); !errors.empty()) {
+    std::string all;
+    for (const std::string& e : errors) all += (all.empty() ? "" : "; ") + e;
+    throw std::invalid_argument(all);
   }
-  if (drip.batch == 0) throw std::invalid_argument("drip.batch: must be >= 1");
-  if (std::string e = rate_error("drip.", drip.rate_pps, drip.rate_bps, tsc_hz); !e.empty()) {
-    throw std::invalid_argument(e);
-  }
-  if (classes.empty()) throw std::invalid_argument("classes: at least one class is required");
-  if (classes.size() > std::numeric_limits<uint32_t>::max()) {
-    throw std::invalid_argument("classes: too many");
-  }
-  for (size_t i = 0; i < classes.size(); ++i) {
-    const config::Class& c = classes[i];
-    const std::string field = "classes." + (c.name.empty() ? std::to_string(i) : c.name) + ".";
-    if (c.weight == 0) throw std::invalid_argument(field + "weight: must be >= 1");
-    if (c.queue_depth == 0) throw std::invalid_argument(field + "queue_depth: must be >= 1");
-    if (c.queue_depth > (1u << 30)) {
-      throw std::invalid_argument(field + "queue_depth: must be <= 2^30");
-    }
-    if (std::string e = rate_error(field, c.rate_pps, c.rate_bps, tsc_hz); !e.empty()) {
-      throw std::invalid_argument(e);
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (classes[j].name == c.name) throw std::invalid_argument(field + "name: duplicate");
-    }
-  }
-
   port_.set_rate(drip.rate_pps, drip.rate_bps, tsc_hz, 0);
-  cls_ = std::make_unique<ClassState[]>(n_);
+  classes_ = std::make_unique<ClassState[]>(n_);
   for (unsigned i = 0; i < n_; ++i) {
     const config::Class& c = classes[i];
-    ClassState& s = cls_[i];
+    ClassState& s = classes_[i];
     s.name = c.name;
     s.quantum = uint64_t{c.weight} * kQuantumBytes;
     s.ttl_ticks = static_cast<uint64_t>(Fixed{c.ttl_ms} * tsc_hz / 1000);
     if (c.ttl_ms != 0 && s.ttl_ticks == 0) s.ttl_ticks = 1;
     s.queue = ClassQueue(c.queue_depth);
     s.cap.set_rate(c.rate_pps, c.rate_bps, tsc_hz, 0);
-    s.req.publish(c.rate_pps, c.rate_bps);
   }
-  port_req_.publish(drip.rate_pps, drip.rate_bps);
 }
 
 Scheduler::~Scheduler() = default;
 
 int Scheduler::find_class(std::string_view name) const {
   for (unsigned i = 0; i < n_; ++i) {
-    if (cls_[i].name == name) return static_cast<int>(i);
+    if (classes_[i].name == name) return static_cast<int>(i);
   }
   return -1;
 }
 
 // ready, pick and take run once per departure: inlined into poll(), only the DRR scan that
 // starts a new turn (pick_next_turn) stays a call.
-[[gnu::always_inline]] inline bool Scheduler::ready(unsigned i, uint64_t now, ExpiredSink& sink) {
-  ClassState& c = cls_[i];
+[[gnu::always_inline]] inline bool Scheduler::ready(unsigned cls, uint64_t now, ExpiredSink& sink) {
+  ClassState& c = classes_[cls];
   while (!c.queue.empty()) {
     const Item& head = c.queue.front();
     // A stamp from the future (another lcore's TSC read after ours) has age 0.
@@ -98,7 +105,7 @@ int Scheduler::find_class(std::string_view name) const {
 // head may leave (its deficit already charged), or -1 when no class is ready.
 [[gnu::always_inline]] inline int Scheduler::pick(uint64_t now, ExpiredSink& sink) {
   if (in_turn_) {
-    ClassState& c = cls_[cur_];
+    ClassState& c = classes_[cur_];
     if (ready(cur_, now, sink)) {
       const uint32_t len = c.queue.front().frame_len;
       if (c.deficit >= len) {
@@ -123,38 +130,38 @@ int Scheduler::pick_next_turn(uint64_t now, ExpiredSink& sink) {
     bool any = false;
     uint64_t min_rounds = std::numeric_limits<uint64_t>::max();
     for (unsigned k = 0; k < n_; ++k) {
-      const unsigned i = cur_;
-      ClassState& c = cls_[i];
-      if (ready(i, now, sink)) {
+      const unsigned cls = cur_;
+      ClassState& c = classes_[cls];
+      if (ready(cls, now, sink)) {
         any = true;
         c.deficit += c.quantum;
         const uint32_t len = c.queue.front().frame_len;
         if (c.deficit >= len) {
           c.deficit -= len;
           in_turn_ = true;
-          return static_cast<int>(i);
+          return static_cast<int>(cls);
         }
         min_rounds = std::min(min_rounds, (len - c.deficit + c.quantum - 1) / c.quantum);
       } else if (c.queue.empty()) {
         c.deficit = 0;
       }
-      cur_ = next_index(i, n_);
+      cur_ = next_index(cls, n_);
     }
     if (!any) return -1;
     // No ready class could afford its head (frames larger than its quantum). Run the
     // min_rounds - 1 further rounds in which none could either at once; in the next pass the
     // first class in round order that reaches its head wins, as in plain DRR.
-    for (unsigned i = 0; i < n_; ++i) {
-      if (ready(i, now, sink)) cls_[i].deficit += (min_rounds - 1) * cls_[i].quantum;
+    for (unsigned cls = 0; cls < n_; ++cls) {
+      if (ready(cls, now, sink)) classes_[cls].deficit += (min_rounds - 1) * classes_[cls].quantum;
     }
   }
   return -1;  // not reached: the second pass always finds a class
 }
 
 // tx_packets, tx_bytes and queue_len are published by publish_tx() at the end of poll().
-[[gnu::always_inline]] inline Departure Scheduler::take(unsigned i, uint64_t now,
+[[gnu::always_inline]] inline Departure Scheduler::take(unsigned cls, uint64_t now,
                                                         bool first_in_slot, Fixed* slot) {
-  ClassState& c = cls_[i];
+  ClassState& c = classes_[cls];
   const Item it = c.queue.pop();
   --backlog_;
 
@@ -172,7 +179,7 @@ int Scheduler::pick_next_turn(uint64_t now, ExpiredSink& sink) {
     port_.advance(it.frame_len);
     at = std::max(*slot, class_base);
   }
-  return Departure{it.pkt, it.frame_len, i, floor_ticks(at)};
+  return Departure{it.pkt, it.frame_len, cls, floor_ticks(at)};
 }
 
 unsigned Scheduler::poll(uint64_t now, Departure* out, unsigned max_out, Item* expired,
@@ -210,7 +217,7 @@ unsigned Scheduler::poll(uint64_t now, Departure* out, unsigned max_out, Item* e
 // is updated once for the run). Stops, leaving the general path to handle it, at an empty
 // queue, an expired head or a head the deficit cannot pay for. Returns the departures made.
 unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot) {
-  ClassState& c = cls_[cur_];
+  ClassState& c = classes_[cur_];
   if (c.cap.limited()) return 0;
   // Locals, not the class's fields: stores into out[] could alias them and force a memory
   // round trip per packet. Per packet the work is in whole ticks: the scheduled time
@@ -257,16 +264,17 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
   return k;
 }
 
-// What ending class i's turn and the DRR scan (pick() then pick_next_turn()) do when i is the
-// only backlogged class, is ready and its head (len bytes) exceeds its deficit: every other
-// class is passed over empty (deficit reset to 0), i gets the turn back with as many quanta as
-// the head needs (pick_next_turn's fast-forward included) and cur_ / in_turn_ end where they
-// were. Returns i's new deficit, before the head is charged.
-[[gnu::noinline]] uint64_t Scheduler::renew_sole_turn(unsigned i, uint64_t deficit, uint32_t len) {
+// What ending class cls's turn and the DRR scan (pick() then pick_next_turn()) do when cls is
+// the only backlogged class, is ready and its head (len bytes) exceeds its deficit: every other
+// class is passed over empty (deficit reset to 0), cls gets the turn back with as many quanta
+// as the head needs (pick_next_turn's fast-forward included) and cur_ / in_turn_ end where
+// they were. Returns cls's new deficit, before the head is charged.
+[[gnu::noinline]] uint64_t Scheduler::renew_sole_turn(unsigned cls, uint64_t deficit,
+                                                      uint32_t len) {
   for (unsigned j = 0; j < n_; ++j) {
-    if (j != i) cls_[j].deficit = 0;
+    if (j != cls) classes_[j].deficit = 0;
   }
-  const uint64_t q = cls_[i].quantum;
+  const uint64_t q = classes_[cls].quantum;
   return deficit + (len - deficit + q - 1) / q * q;
 }
 
@@ -280,10 +288,10 @@ void Scheduler::publish_tx(const Departure* out, unsigned n) {
       ++pkts;
       bytes += out[i].frame_len;
     }
-    Counters& st = cls_[cls].stats;
+    Counters& st = classes_[cls].stats;
     bump(st.tx_packets, pkts);
     bump(st.tx_bytes, bytes);
-    st.queue_len.store(cls_[cls].queue.size(), std::memory_order_relaxed);
+    st.queue_len.store(classes_[cls].queue.size(), std::memory_order_relaxed);
   }
 }
 
@@ -298,7 +306,7 @@ unsigned Scheduler::enqueue_burst(const EnqueueReq* in, unsigned n, void** refus
       ++i;
       continue;
     }
-    ClassState& c = cls_[cls];
+    ClassState& c = classes_[cls];
     unsigned end = i + 1;
     while (end < n && in[end].cls == cls) ++end;
     // No packet leaves during the burst: the first `room` of the run fit, the rest are tail
@@ -328,7 +336,7 @@ unsigned Scheduler::enqueue_burst(const EnqueueReq* in, unsigned n, void** refus
 
 uint64_t Scheduler::depart_now(unsigned cls, uint64_t n, uint64_t bytes, uint32_t last_len,
                                uint64_t max_stamp) {
-  ClassState& c = cls_[cls];
+  ClassState& c = classes_[cls];
   const uint64_t at = std::max({port_.next_tsc(), c.cap.next_tsc(), max_stamp});
   bool clamped = false;  // unlimited timelines never clamp
   const Fixed base = c.cap.depart(to_fixed(at), at, last_len, max_catchup_, &clamped);
@@ -344,7 +352,7 @@ uint64_t Scheduler::next_departure() const {
   if (backlog_ == 0) return std::numeric_limits<uint64_t>::max();
   uint64_t cls_min = std::numeric_limits<uint64_t>::max();
   for (unsigned i = 0; i < n_; ++i) {
-    const ClassState& c = cls_[i];
+    const ClassState& c = classes_[i];
     if (c.queue.empty()) continue;
     if (!c.cap.limited()) {  // nothing can be earlier: stop the scan
       cls_min = 0;
@@ -361,7 +369,6 @@ bool Scheduler::set_port_rate(double pps, double bps, uint64_t now, std::string*
     return false;
   }
   port_.set_rate(pps, bps, tsc_hz_, now);
-  port_req_.publish(pps, bps);
   return true;
 }
 
@@ -375,91 +382,12 @@ bool Scheduler::set_class_rate(unsigned cls, double pps, double bps, uint64_t no
     if (why != nullptr) *why = e;
     return false;
   }
-  cls_[cls].cap.set_rate(pps, bps, tsc_hz_, now);
-  cls_[cls].req.publish(pps, bps);
+  classes_[cls].cap.set_rate(pps, bps, tsc_hz_, now);
   return true;
-}
-
-// Seqlock writer. Writers exclude each other by moving seq from even to odd with a CAS (they
-// are control-plane threads and may spin briefly); the owner never writes here.
-void Scheduler::RateSlot::write(double pps, double bps) {
-  uint64_t s = seq.load(std::memory_order_relaxed);
-  for (;;) {
-    if (s & 1) {
-      s = seq.load(std::memory_order_relaxed);
-      continue;
-    }
-    if (seq.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
-      break;
-    }
-  }
-  // Release stores: a reader whose acquire load sees this data also sees seq odd or moved on.
-  // (No fences, so ThreadSanitizer can check it; on x86 all of these are plain moves.)
-  req_pps.store(pps, std::memory_order_release);
-  req_bps.store(bps, std::memory_order_release);
-  seq.store(s + 2, std::memory_order_release);
-}
-
-// Seqlock reader (owner): false while a write is in progress or raced with this read.
-bool Scheduler::RateSlot::read(uint64_t* seq_out, double* pps, double* bps) const {
-  const uint64_t s1 = seq.load(std::memory_order_acquire);
-  if (s1 & 1) return false;
-  *pps = req_pps.load(std::memory_order_acquire);
-  *bps = req_bps.load(std::memory_order_acquire);
-  if (seq.load(std::memory_order_relaxed) != s1) return false;
-  *seq_out = s1;
-  return true;
-}
-
-bool Scheduler::request_port_rate(double pps, double bps, std::string* why) {
-  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
-    if (why != nullptr) *why = e;
-    return false;
-  }
-  port_req_.write(pps, bps);
-  request_gen_.fetch_add(1, std::memory_order_release);
-  return true;
-}
-
-bool Scheduler::request_class_rate(unsigned cls, double pps, double bps, std::string* why) {
-  if (cls >= n_) {
-    if (why != nullptr) *why = "no class with index " + std::to_string(cls);
-    return false;
-  }
-  if (std::string e = rate_error("", pps, bps, tsc_hz_); !e.empty()) {
-    if (why != nullptr) *why = e;
-    return false;
-  }
-  cls_[cls].req.write(pps, bps);
-  request_gen_.fetch_add(1, std::memory_order_release);
-  return true;
-}
-
-void Scheduler::apply_requests_slow(uint64_t now) {
-  // Read the generation first: a request landing during the scan bumps it again, so it is
-  // picked up by the next call even if this scan misses it.
-  const uint64_t gen = request_gen_.load(std::memory_order_acquire);
-  bool incomplete = false;
-  auto apply = [&](RateSlot& slot, auto&& set) {
-    uint64_t seq = 0;
-    double pps = 0, bps = 0;
-    if (!slot.read(&seq, &pps, &bps)) {
-      incomplete = true;  // a writer is mid-way: look again next call
-      return;
-    }
-    if (seq == slot.applied_seq) return;
-    slot.applied_seq = seq;
-    set(pps, bps);
-  };
-  apply(port_req_, [&](double pps, double bps) { set_port_rate(pps, bps, now); });
-  for (unsigned i = 0; i < n_; ++i) {
-    apply(cls_[i].req, [&](double pps, double bps) { set_class_rate(i, pps, bps, now); });
-  }
-  if (!incomplete) applied_gen_ = gen;
 }
 
 ClassStats Scheduler::class_stats(unsigned cls) const {
-  const Counters& c = cls_[cls].stats;
+  const Counters& c = classes_[cls].stats;
   constexpr auto r = std::memory_order_relaxed;
   return ClassStats{c.enq_packets.load(r), c.enq_bytes.load(r),  c.tx_packets.load(r),
                     c.tx_bytes.load(r),    c.drop_depth.load(r), c.drop_ttl.load(r),

@@ -8,14 +8,15 @@
 // enqueue_burst()/poll() call and per run of same-class packets in it, not per packet.
 //
 // Thread model: one lcore owns the scheduler and is the only caller of enqueue, poll,
-// next_departure, set_*_rate, apply_requests and drain. Any thread may call request_*_rate
-// (rate changes the owner picks up in apply_requests), port_rate/class_rate, class_stats and
+// next_departure, set_*_rate and drain (a rate change from another thread reaches it through a
+// RateMailbox, see rate_mailbox.h). Any thread may call port_rate/class_rate, class_stats and
 // port_stats, and the immutable accessors (num_classes, class_name, find_class): counters are
 // relaxed atomics written by the owner with load+store (a plain mov on x86, no lock prefix); a
 // reader sees each counter untorn, but different counters of one snapshot may be a few packets
-// apart.
+// apart. The rates in force are held once, by the timelines; stats and the control socket read
+// them from here.
 //
-// Semantics (DESIGN.md "Dataplane semantics", issue 3):
+// Semantics (docs/ARCHITECTURE.md, The drip):
 // * WHEN: the port timeline (drip.rate_pps / rate_bps on frame + 20 B) says when the next
 //   departure slot opens; a slot releases up to drip.batch packets, all scheduled at the slot's
 //   time, and the timeline advances by the sum of their intervals.
@@ -99,8 +100,15 @@ struct PortStats {
 
 class Scheduler {
  public:
-  // Validates everything and throws std::invalid_argument naming the field (e.g.
-  // "classes[1].weight: must be >= 1"). Allocates every queue here, never later.
+  // Everything the scheduler cannot run with at this TSC frequency, one message per problem,
+  // each naming its field ("classes.gold.weight: must be >= 1"); empty when it can run. What
+  // depends on tsc_hz is only whether a rate is too low to fit the timeline's fixed point.
+  static std::vector<std::string> validate(const config::Drip& drip,
+                                           const std::vector<config::Class>& classes,
+                                           uint64_t tsc_hz);
+
+  // Throws std::invalid_argument with validate()'s messages (joined by "; ") when there are
+  // any. Allocates every queue here, never later.
   Scheduler(const config::Drip& drip, const std::vector<config::Class>& classes, uint64_t tsc_hz);
   ~Scheduler();
 
@@ -108,7 +116,7 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   unsigned num_classes() const { return n_; }
-  const std::string& class_name(unsigned cls) const { return cls_[cls].name; }
+  const std::string& class_name(unsigned cls) const { return classes_[cls].name; }
   // Index of the class with that name, or -1.
   int find_class(std::string_view name) const;
   uint64_t tsc_hz() const { return tsc_hz_; }
@@ -121,7 +129,7 @@ class Scheduler {
       bump(drop_bad_class_);
       return false;
     }
-    ClassState& c = cls_[cls];
+    ClassState& c = classes_[cls];
     if (!c.queue.push(Item{pkt, frame_len, enq_tsc})) {
       bump(c.stats.drop_depth);
       return false;
@@ -151,7 +159,8 @@ class Scheduler {
   uint64_t depart_now(unsigned cls, uint64_t n, uint64_t bytes, uint32_t last_len,
                       uint64_t max_stamp);
   bool bypasses(unsigned cls) const {
-    return cls < n_ && !port_.limited() && !cls_[cls].cap.limited() && cls_[cls].queue.empty();
+    return cls < n_ && !port_.limited() && !classes_[cls].cap.limited() &&
+           classes_[cls].queue.empty();
   }
 
   // Releases the packets due at `now`: up to max_out into out (in departure order, each with
@@ -173,21 +182,10 @@ class Scheduler {
   bool set_port_rate(double pps, double bps, uint64_t now, std::string* why = nullptr);
   bool set_class_rate(unsigned cls, double pps, double bps, uint64_t now,
                       std::string* why = nullptr);
-  // The rates in force (any thread).
-  config::DripRate port_rate() const { return port_req_.current(); }
-  config::DripRate class_rate(unsigned cls) const { return cls_[cls].req.current(); }
-
-  // Rate changes from another thread (the control socket on the main lcore): request_*()
-  // validates, stores the request in a per-target mailbox (a seqlock; a later request for the
-  // same target replaces an unapplied one) and returns at once; the owner applies pending
-  // requests in apply_requests(now), which costs one atomic load when there are none, so the
-  // fast path can call it every loop. False, with *why set, when the request is invalid.
-  bool request_port_rate(double pps, double bps, std::string* why = nullptr);
-  bool request_class_rate(unsigned cls, double pps, double bps, std::string* why = nullptr);
-  void apply_requests(uint64_t now) {
-    if (request_gen_.load(std::memory_order_acquire) != applied_gen_) [[unlikely]] {
-      apply_requests_slow(now);
-    }
+  // The rates in force (any thread): the config's until a set_*_rate changes them.
+  config::DripRate port_rate() const { return {port_.rate_pps(), port_.rate_bps()}; }
+  config::DripRate class_rate(unsigned cls) const {
+    return {classes_[cls].cap.rate_pps(), classes_[cls].cap.rate_bps()};
   }
 
   // Removes every queued packet (shutdown, or a port going away), calling fn(const Item&) for
@@ -197,7 +195,7 @@ class Scheduler {
   uint64_t drain(Fn&& fn) {
     uint64_t n = 0;
     for (unsigned i = 0; i < n_; ++i) {
-      ClassState& c = cls_[i];
+      ClassState& c = classes_[i];
       while (!c.queue.empty()) {
         const Item it = c.queue.pop();
         bump(c.stats.drained);
@@ -222,24 +220,6 @@ class Scheduler {
     std::atomic<uint64_t> enq_packets{0}, enq_bytes{0}, tx_packets{0}, tx_bytes{0}, drop_depth{0},
         drop_ttl{0}, drained{0}, queue_len{0}, stall_clamps{0};
   };
-  // A rate-change mailbox (seqlock: odd seq = being written) plus the rates in force, both
-  // readable from any thread.
-  struct RateSlot {
-    std::atomic<uint64_t> seq{0};
-    std::atomic<double> req_pps{0}, req_bps{0};
-    std::atomic<double> cur_pps{0}, cur_bps{0};
-    uint64_t applied_seq = 0;  // owner only
-
-    config::DripRate current() const {
-      return {cur_pps.load(std::memory_order_relaxed), cur_bps.load(std::memory_order_relaxed)};
-    }
-    void publish(double pps, double bps) {
-      cur_pps.store(pps, std::memory_order_relaxed);
-      cur_bps.store(bps, std::memory_order_relaxed);
-    }
-    void write(double pps, double bps);
-    bool read(uint64_t* seq_out, double* pps, double* bps) const;
-  };
   struct ClassState {
     std::string name;
     uint64_t quantum = 0;    // bytes per DRR turn
@@ -247,7 +227,6 @@ class Scheduler {
     uint64_t deficit = 0;
     ClassQueue queue;
     Timeline cap;
-    RateSlot req;
     Counters stats;
   };
   // Where poll() puts expired packets.
@@ -261,24 +240,20 @@ class Scheduler {
     a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
 
-  bool ready(unsigned c, uint64_t now, ExpiredSink& sink);
+  bool ready(unsigned cls, uint64_t now, ExpiredSink& sink);
   int pick(uint64_t now, ExpiredSink& sink);
   int pick_next_turn(uint64_t now, ExpiredSink& sink);
-  Departure take(unsigned c, uint64_t now, bool first_in_slot, Fixed* slot);
+  Departure take(unsigned cls, uint64_t now, bool first_in_slot, Fixed* slot);
   void publish_tx(const Departure* out, unsigned n);
   unsigned take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot);
-  uint64_t renew_sole_turn(unsigned i, uint64_t deficit, uint32_t len);
-  void apply_requests_slow(uint64_t now);
+  uint64_t renew_sole_turn(unsigned cls, uint64_t deficit, uint32_t len);
 
   uint64_t tsc_hz_;
   uint32_t batch_;
   uint32_t max_catchup_;
   unsigned n_;
-  std::unique_ptr<ClassState[]> cls_;
+  std::unique_ptr<ClassState[]> classes_;
   Timeline port_;
-  RateSlot port_req_;
-  std::atomic<uint64_t> request_gen_{0};
-  uint64_t applied_gen_ = 0;
   uint64_t backlog_ = 0;
   // DRR position: the class whose turn it is (when in_turn_) or whose turn comes next.
   unsigned cur_ = 0;

@@ -597,60 +597,6 @@ TEST(Scheduler, SetRateRejectsBadInputAndChangesNothing) {
   EXPECT_EQ(s.class_rate(0).rate_pps, 0);
 }
 
-TEST(Scheduler, RateRequestsAreAppliedByTheOwnerAtApplyTime) {
-  Scheduler s(make_drip(1000), {make_class("a"), make_class("b")}, kHz);
-  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
-  Poller p{s};
-  ASSERT_EQ(p.at(0).size(), 1u);
-  s.apply_requests(10);  // nothing pending: no change
-  EXPECT_EQ(s.next_departure(), 1'000'000u);
-  std::string why;
-  EXPECT_FALSE(s.request_port_rate(-1, 0, &why));
-  EXPECT_NE(why.find("rate_pps"), std::string::npos);
-  EXPECT_FALSE(s.request_class_rate(2, 1, 0, &why));
-  ASSERT_TRUE(s.request_port_rate(2000, 0));
-  ASSERT_TRUE(s.request_port_rate(4000, 0));  // replaces the unapplied 2000
-  EXPECT_EQ(s.port_rate().rate_pps, 1000);    // not before the owner applies it
-  EXPECT_EQ(s.next_departure(), 1'000'000u);
-  s.apply_requests(100'000);
-  EXPECT_EQ(s.port_rate().rate_pps, 4000);
-  EXPECT_EQ(s.next_departure(), 250'000u);
-  s.apply_requests(200'000);  // applied once only
-  EXPECT_EQ(s.next_departure(), 250'000u);
-  ASSERT_TRUE(s.request_class_rate(1, 7, 8));
-  s.apply_requests(300'000);
-  EXPECT_EQ(s.class_rate(1).rate_pps, 7);
-  EXPECT_EQ(s.class_rate(1).rate_bps, 8);
-  p.until(kNever - 1);
-  EXPECT_EQ(p.sent.size(), 10u);
-}
-
-TEST(Scheduler, RateRequestsFromAnotherThreadArriveWhole) {
-  // A control thread sends 20000 requests (pps = i, bps = 1000 i) while the owner applies;
-  // the owner must never apply a torn pair and must end on the last request.
-  Scheduler s(make_drip(0), {make_class("a")}, kHz);
-  constexpr int kN = 20'000;
-  std::thread control([&] {
-    for (int i = 1; i <= kN; ++i) {
-      ASSERT_TRUE(s.request_class_rate(0, i, 1000.0 * i));
-    }
-  });
-  double last = 0;
-  bool whole = true, monotonic = true;
-  for (uint64_t now = 0; now < 2'000'000'000 && last < kN; ++now) {
-    s.apply_requests(now);
-    const config::DripRate r = s.class_rate(0);
-    whole = whole && r.rate_bps == 1000.0 * r.rate_pps;
-    monotonic = monotonic && r.rate_pps >= last;
-    last = r.rate_pps;
-  }
-  control.join();
-  s.apply_requests(0);
-  EXPECT_TRUE(whole);
-  EXPECT_TRUE(monotonic);
-  EXPECT_EQ(s.class_rate(0).rate_pps, kN);
-}
-
 TEST(Scheduler, BatchReleasesUpToBatchPerSlot) {
   Scheduler s(make_drip(1e6, 0, 4), {make_class("a")}, kHz);
   for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
@@ -850,6 +796,28 @@ TEST(Scheduler, ConstructorRejectsBadConfigNamingTheField) {
   expect_invalid(make_drip(0), {make_class("a", 1, -1)}, kHz, "classes.a.rate_pps");
   expect_invalid(make_drip(0), {make_class("a"), make_class("a")}, kHz, "duplicate");
   expect_invalid(make_drip(0), {make_class("a")}, 0, "tsc_hz");
+}
+
+// One message per problem, so --check shows them all at once; the TSC rate only decides how low
+// a rate may go.
+TEST(Scheduler, ValidateListsEveryProblemAndJudgesRatesAtTheTscRate) {
+  const std::vector<std::string> errors = Scheduler::validate(
+      make_drip(-1, 0, 0), {make_class("a", 0), make_class("b", 1, 0, 0, 0), make_class("a")}, kHz);
+  const std::vector<std::string> expected = {
+      "drip.batch: must be >= 1", "drip.rate_pps: rate must be a finite number >= 0",
+      "classes.a.weight: must be >= 1", "classes.b.queue_depth: must be >= 1",
+      "classes.a.name: duplicate"};
+  EXPECT_EQ(errors, expected);
+  EXPECT_TRUE(Scheduler::validate(make_drip(1000), {make_class("a")}, kHz).empty());
+  // 1e-5 pps is 1e14 ticks per packet at 1 GHz (under 2^48) but 1.1e17 at 2^40 Hz.
+  const std::vector<config::Class> slow = {make_class("a", 1, 1e-5)};
+  EXPECT_TRUE(Scheduler::validate(make_drip(0), slow, kHz).empty());
+  const std::vector<std::string> fast_tsc = Scheduler::validate(make_drip(0), slow, kMaxTscHz);
+  ASSERT_EQ(fast_tsc.size(), 1u);
+  EXPECT_NE(fast_tsc[0].find("classes.a.rate_pps: rate_pps too low"), std::string::npos)
+      << fast_tsc[0];
+  // The constructor refuses what validate() lists.
+  expect_invalid(make_drip(0), slow, kMaxTscHz, "classes.a.rate_pps");
 }
 
 // ---- timeline ----

@@ -46,23 +46,8 @@ Stats::Stats(const Scheduler* s, std::vector<std::string> causes, uint64_t hz, u
       drip(hz),
       tsc_hz(hz),
       start_tsc(start) {
-  for (unsigned i = 0; i < s->num_classes(); ++i) {
-    class_names.push_back(s->class_name(i));
-    config::DripRate r = s->class_rate(i);
-    classes[i].rate_pps.store(r.rate_pps);
-    classes[i].rate_bps.store(r.rate_bps);
-  }
-  config::DripRate p = s->port_rate();
-  drip.port_rate_pps.store(p.rate_pps);
-  drip.port_rate_bps.store(p.rate_bps);
   if (malformed_names.size() > static_cast<size_t>(RxStats::kMaxCauses))
     malformed_names.resize(RxStats::kMaxCauses);
-}
-
-int Stats::class_index(const std::string& name) const {
-  for (size_t i = 0; i < class_names.size(); ++i)
-    if (class_names[i] == name) return static_cast<int>(i);
-  return -1;
 }
 
 uint64_t Stats::malformed_total() const {
@@ -96,18 +81,19 @@ double Stats::departure_rate_pps() const {
          static_cast<double>(last - first);
 }
 
-nlohmann::json Stats::class_json(size_t i) const {
-  const ClassCounters& c = classes[i];
-  ClassStats s = sched->class_stats(static_cast<unsigned>(i));
-  return {{"name", class_names[i]},
+nlohmann::json Stats::class_json(unsigned cls) const {
+  const ClassCounters& c = classes[cls];
+  const ClassStats s = sched->class_stats(cls);
+  const config::DripRate rate = sched->class_rate(cls);
+  return {{"name", sched->class_name(cls)},
           {"classified", c.classified.get()},
           {"enqueued", s.enq_packets},
           {"released", s.tx_packets},
           {"tx_pkts", c.tx_pkts.get()},
           {"tx_bytes", c.tx_bytes.get()},
           {"queue_len", s.queue_len},
-          {"rate_pps", c.rate_pps.load(std::memory_order_relaxed)},
-          {"rate_bps", c.rate_bps.load(std::memory_order_relaxed)},
+          {"rate_pps", rate.rate_pps},
+          {"rate_bps", rate.rate_bps},
           {"drops",
            {{"depth", s.drop_depth},
             {"ttl", s.drop_ttl},
@@ -117,15 +103,16 @@ nlohmann::json Stats::class_json(size_t i) const {
 
 nlohmann::json Stats::to_json() const {
   nlohmann::json j;
-  nlohmann::json cls = nlohmann::json::object();
-  for (size_t i = 0; i < classes.size(); ++i) cls[class_names[i]] = class_json(i);
+  nlohmann::json by_class = nlohmann::json::object();
+  for (unsigned cls = 0; cls < classes.size(); ++cls)
+    by_class[sched->class_name(cls)] = class_json(cls);
   Totals t = totals();
   nlohmann::json malformed = nlohmann::json::object();
   for (size_t i = 0; i < malformed_names.size(); ++i) {
     if (malformed_names[i].empty()) continue;
     malformed[malformed_names[i]] = rx.malformed[i].get();
   }
-  j["classes"] = std::move(cls);
+  j["classes"] = std::move(by_class);
   j["rx"] = {{"client", rx.rx_client.get()}, {"cluster", rx.rx_cluster.get()}};
   j["tx"] = {{"shaped", t.tx},
              {"shaped_bytes", t.tx_bytes},
@@ -149,8 +136,9 @@ nlohmann::json Stats::to_json() const {
   j["tx_retries"] = drip.tx_retries.get();
   j["rate_updates"] = drip.rate_updates.get();
   j["departure_rate_pps"] = departure_rate_pps();
-  j["port_rate_pps"] = drip.port_rate_pps.load(std::memory_order_relaxed);
-  j["port_rate_bps"] = drip.port_rate_bps.load(std::memory_order_relaxed);
+  const config::DripRate port_rate = sched->port_rate();
+  j["port_rate_pps"] = port_rate.rate_pps;
+  j["port_rate_bps"] = port_rate.rate_bps;
   j["departure_error"] = hist_json(drip.error);
   j["tsc_hz"] = tsc_hz;
   j["mbufs_total"] = mbufs_total;
@@ -211,13 +199,15 @@ int tel_classes(const char*, const char* params, rte_tel_data* d) {
   const Stats& s = *g_stats;
   if (params == nullptr || *params == '\0') {
     rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
-    for (const auto& n : s.class_names) rte_tel_data_add_array_string(d, n.c_str());
+    for (unsigned cls = 0; cls < s.sched->num_classes(); ++cls)
+      rte_tel_data_add_array_string(d, s.sched->class_name(cls).c_str());
     return 0;
   }
-  int i = s.class_index(params);
-  if (i < 0) return -EINVAL;
-  const ClassCounters& c = s.classes[static_cast<size_t>(i)];
-  ClassStats cs = s.sched->class_stats(static_cast<unsigned>(i));
+  const int cls = s.sched->find_class(params);
+  if (cls < 0) return -EINVAL;
+  const ClassCounters& c = s.classes[static_cast<size_t>(cls)];
+  const ClassStats cs = s.sched->class_stats(static_cast<unsigned>(cls));
+  const config::DripRate rate = s.sched->class_rate(static_cast<unsigned>(cls));
   rte_tel_data_start_dict(d);
   rte_tel_data_add_dict_string(d, "name", params);
   add_u64(d, "classified", c.classified.get());
@@ -229,8 +219,8 @@ int tel_classes(const char*, const char* params, rte_tel_data* d) {
   add_u64(d, "drop_ttl", cs.drop_ttl);
   add_u64(d, "drop_tx_full", c.drop_tx.get());
   add_u64(d, "drop_shutdown", cs.drained);
-  add_u64(d, "rate_pps", static_cast<uint64_t>(c.rate_pps.load(std::memory_order_relaxed)));
-  add_u64(d, "rate_bps", static_cast<uint64_t>(c.rate_bps.load(std::memory_order_relaxed)));
+  add_u64(d, "rate_pps", static_cast<uint64_t>(rate.rate_pps));
+  add_u64(d, "rate_bps", static_cast<uint64_t>(rate.rate_bps));
   return 0;
 }
 

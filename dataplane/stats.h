@@ -35,8 +35,6 @@ struct alignas(64) ClassCounters {
   alignas(64) Counter tx_pkts;  // handed to the port (written by the drip lcore)
   Counter tx_bytes;
   Counter drop_tx;  // tx_full: released by the scheduler, refused by the port after retries
-  // The class's current rates (config, then set_rate), for display.
-  std::atomic<double> rate_pps{0}, rate_bps{0};
 };
 
 // Written by the lcore doing RX (the single worker, or the RX lcore of the split layout).
@@ -59,17 +57,16 @@ struct alignas(64) DripStats {
   Counter tx_retries;
   Counter first_tsc, last_tsc;  // TSC of the first / latest departure (long-run rate)
   Counter rate_updates;         // set_rate requests applied
-  std::atomic<double> port_rate_pps{0}, port_rate_bps{0};
   LatencyHist error;
   explicit DripStats(uint64_t tsc_hz) : error(tsc_hz) {}
 };
 
-// Everything the process counts; the names index the arrays above.
+// Everything the process counts. Class names, the scheduler's counters and the rates in force
+// are read from the scheduler (readable from any thread), not copied here.
 struct Stats {
-  std::vector<std::string> class_names;
   std::vector<std::string> malformed_names;  // parse causes, index = cause value
-  std::vector<ClassCounters> classes;
-  const Scheduler* sched = nullptr;  // its counters are readable from any thread
+  std::vector<ClassCounters> classes;        // index = the scheduler's class index
+  const Scheduler* sched = nullptr;
   RxStats rx;
   DripStats drip;
   uint64_t tsc_hz = 0;
@@ -81,7 +78,6 @@ struct Stats {
   Stats(const Stats&) = delete;
   Stats& operator=(const Stats&) = delete;
 
-  int class_index(const std::string& name) const;
   uint64_t malformed_total() const;
   // Totals over the classes of the scheduler's and our own counters.
   struct Totals {
@@ -92,7 +88,7 @@ struct Stats {
   // Long-run departure rate from the first to the latest departure, 0 if < 2 departures.
   double departure_rate_pps() const;
 
-  nlohmann::json class_json(size_t i) const;
+  nlohmann::json class_json(unsigned cls) const;
   nlohmann::json to_json() const;
 };
 

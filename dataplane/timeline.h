@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -21,7 +22,8 @@ __extension__ typedef unsigned __int128 Fixed;  // Q96.32 TSC ticks
 
 inline constexpr unsigned kFracBits = 32;
 // Preamble (7) + SFD (1) + inter-frame gap (12): what a frame costs on the wire beyond the
-// bytes that rte_pktmbuf_pkt_len counts. (The 4-byte FCS is not added: see the report.)
+// bytes that rte_pktmbuf_pkt_len counts. The 4-byte FCS is not added: rte_pktmbuf_pkt_len
+// leaves it out and rate_bps is defined on the frame as the port hands it over plus these 20 B.
 inline constexpr uint32_t kWireOverheadBytes = 20;
 // Bound on the byte count used for an interval, so Fixed arithmetic cannot overflow; no real
 // frame (even a multi-segment TSO mbuf) comes near it.
@@ -71,9 +73,13 @@ inline std::string check_rate(double rate, bool bits, uint64_t tsc_hz) {
   return {};
 }
 
+// The rates in force live here and nowhere else: the owner writes them in set_rate(), any
+// thread may read them (rate_pps(), rate_bps()); everything else is the owner's alone.
 class Timeline {
  public:
   Timeline() = default;
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
   // Rates as in the config: packets/s and bits/s on the wire (frame + kWireOverheadBytes), 0 =
   // unlimited, both set = the larger interval wins. Preconditions: check_rate() passed and
@@ -83,8 +89,8 @@ class Timeline {
   // (a faster rate grants no retroactive catch-up) unless the port was already due. So queued
   // packets neither wait out an old long interval nor burst.
   void set_rate(double pps, double bps, uint64_t tsc_hz, uint64_t now) {
-    pps_ = pps;
-    bps_ = bps;
+    pps_.store(pps, std::memory_order_relaxed);
+    bps_.store(bps, std::memory_order_relaxed);
     pkt_interval_ = pps > 0 ? timeline_detail::scaled_ceil(tsc_hz, 1, kFracBits, pps) : 0;
     // Ticks per byte in Q.64 for precision; interval() brings it back to Q.32.
     byte_interval_q64_ = bps > 0 ? timeline_detail::scaled_ceil(tsc_hz, 8, 64, bps) : 0;
@@ -94,8 +100,8 @@ class Timeline {
     }
   }
 
-  double rate_pps() const { return pps_; }
-  double rate_bps() const { return bps_; }
+  double rate_pps() const { return pps_.load(std::memory_order_relaxed); }
+  double rate_bps() const { return bps_.load(std::memory_order_relaxed); }
   // Cached: the scheduler asks per packet, and two 128-bit compares are not free.
   bool limited() const { return limited_; }
 
@@ -157,8 +163,8 @@ class Timeline {
   }
 
  private:
-  double pps_ = 0;
-  double bps_ = 0;
+  std::atomic<double> pps_{0};  // as configured, for readers on other threads
+  std::atomic<double> bps_{0};
   Fixed pkt_interval_ = 0;       // Q.32 ticks per packet, 0 = no packet-rate limit
   Fixed byte_interval_q64_ = 0;  // Q.64 ticks per wire byte, 0 = no bit-rate limit
   bool limited_ = false;         // either interval set

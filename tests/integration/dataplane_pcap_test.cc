@@ -43,7 +43,7 @@ uint16_t ip_checksum(const uint8_t* p, size_t n) {
 }
 
 // Ethernet + IPv4 + UDP, kFrameLen bytes; payload "DGT" + class + big-endian sequence number.
-std::vector<uint8_t> udp_frame(uint8_t src_net, uint8_t klass, uint32_t seq) {
+std::vector<uint8_t> udp_frame(uint8_t src_net, uint8_t cls, uint32_t seq) {
   std::vector<uint8_t> f(kFrameLen, 0);
   const uint8_t dmac[6] = {0x02, 0, 0, 0, 0, 2}, smac[6] = {0x02, 0, 0, 0, 0, 1};
   std::memcpy(&f[0], dmac, 6);
@@ -74,7 +74,7 @@ std::vector<uint8_t> udp_frame(uint8_t src_net, uint8_t klass, uint32_t seq) {
   pl[0] = 'D';
   pl[1] = 'G';
   pl[2] = 'T';
-  pl[3] = klass;
+  pl[3] = cls;
   pl[4] = static_cast<uint8_t>(seq >> 24);
   pl[5] = static_cast<uint8_t>(seq >> 16);
   pl[6] = static_cast<uint8_t>(seq >> 8);
@@ -162,7 +162,7 @@ Written write_input(const std::string& path, bool interleave = false) {
 struct OutPacket {
   uint64_t ts_ns;
   bool ip;
-  char klass;  // 'g', 'd', or 0
+  char cls;  // 'g', 'd', or 0
   uint32_t seq;
 };
 
@@ -180,7 +180,7 @@ std::vector<OutPacket> read_output(const std::string& path) {
       o.ip = true;
       const u_char* pl = data + 14 + 20 + 8;
       if (pl[0] == 'D' && pl[1] == 'G' && pl[2] == 'T') {
-        o.klass = static_cast<char>(pl[3]);
+        o.cls = static_cast<char>(pl[3]);
         o.seq = static_cast<uint32_t>(pl[4]) << 24 | static_cast<uint32_t>(pl[5]) << 16 |
                 static_cast<uint32_t>(pl[6]) << 8 | pl[7];
       }
@@ -364,17 +364,17 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
       ++arp;
       continue;
     }
-    ASSERT_TRUE(p.klass == 'g' || p.klass == 'd') << "a packet that was not in the input";
+    ASSERT_TRUE(p.cls == 'g' || p.cls == 'd') << "a packet that was not in the input";
     // Per-class order is kept: sequence numbers strictly increase, none missing.
-    EXPECT_EQ(static_cast<int64_t>(p.seq), last_seq[p.klass] + 1) << "class " << p.klass;
-    last_seq[p.klass] = p.seq;
+    EXPECT_EQ(static_cast<int64_t>(p.seq), last_seq[p.cls] + 1) << "class " << p.cls;
+    last_seq[p.cls] = p.seq;
     shaped.push_back(&p);
   }
   EXPECT_EQ(arp, kArp);
   ASSERT_EQ(shaped.size(), static_cast<size_t>(kShaped));
   // Weighted sharing while both classes are backlogged: 3:1 over the first half.
   int gold_first = 0;
-  for (int i = 0; i < kShaped / 2; ++i) gold_first += shaped[static_cast<size_t>(i)]->klass == 'g';
+  for (int i = 0; i < kShaped / 2; ++i) gold_first += shaped[static_cast<size_t>(i)]->cls == 'g';
   const double share = static_cast<double>(gold_first) / (kShaped / 2);
   EXPECT_NEAR(share, 0.75, 0.02);
   // The drip: mean departure interval within 2% of 1 / rate (net_pcap stamps at TX time).
@@ -440,10 +440,10 @@ TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTime
   uint64_t last_gold_ts = 0;
   for (const auto& p : pk) {
     if (!p.ip) continue;
-    EXPECT_EQ(static_cast<int64_t>(p.seq), last_seq[p.klass] + 1) << "class " << p.klass;
-    last_seq[p.klass] = p.seq;
-    if (p.klass == 'd') default_ts.push_back(p.ts_ns);
-    if (p.klass == 'g') last_gold_ts = p.ts_ns;
+    EXPECT_EQ(static_cast<int64_t>(p.seq), last_seq[p.cls] + 1) << "class " << p.cls;
+    last_seq[p.cls] = p.seq;
+    if (p.cls == 'd') default_ts.push_back(p.ts_ns);
+    if (p.cls == 'g') last_gold_ts = p.ts_ns;
   }
   ASSERT_EQ(default_ts.size(), static_cast<size_t>(kShaped / 2));
   // Gold is not held behind the capped class: all of it has left before default, at 5 kpps, is
@@ -501,8 +501,8 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
   std::map<char, int64_t> last{{'g', -1}, {'d', -1}};
   for (const auto& p : pk) {
     if (!p.ip) continue;
-    EXPECT_GT(static_cast<int64_t>(p.seq), last[p.klass]);
-    last[p.klass] = p.seq;
+    EXPECT_GT(static_cast<int64_t>(p.seq), last[p.cls]);
+    last[p.cls] = p.seq;
   }
 }
 
