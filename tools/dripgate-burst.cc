@@ -25,7 +25,7 @@
 
 #include <fmt/format.h>
 
-#include "tools/iat_profile.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::burst {
 namespace {

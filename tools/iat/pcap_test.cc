@@ -1,4 +1,4 @@
-#include "tools/iat_pcap.h"
+#include "tools/iat/pcap.h"
 
 #include <gtest/gtest.h>
 #include <pcap/pcap.h>

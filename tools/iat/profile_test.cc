@@ -1,10 +1,15 @@
-#include "tools/iat_profile.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
+
+#include "tools/iat/builder.h"
+#include "tools/iat/compare.h"
+#include "tools/iat/json.h"
+#include "tools/iat/svg.h"
+#include "tools/iat/text.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::iat {
 namespace {
@@ -240,8 +245,8 @@ TEST(IntervalFit, BackwardsTimestampIsAZeroGap) {
   EXPECT_EQ(p.interval->max_ns, 1'000u);
 }
 
-RawCounters live_counters() {
-  RawCounters raw;
+ebpf::Counters live_counters() {
+  ebpf::Counters raw;
   raw.hist[iat_bucket(2'000)] = 490;
   raw.hist[iat_bucket(902'000)] = 9;
   raw.totals.packets = 500;
