@@ -23,7 +23,9 @@ typedef __u64 uint64_t;
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* ---- settings (rodata, set by the loader between open and load) ---- */
+/* Which packets count (iat_filter in iat.h); unset criteria match everything. */
 const volatile struct iat_filter cfg_filter = {};
+/* Burst window widths in ns; 0 disables a window. */
 const volatile __u64 cfg_window_ns[IAT_WINDOWS] = {100000, 1000000};
 /* tc only: take the arrival time from skb->tstamp when it is nonzero. Off by default: on live
  * traffic skb->tstamp is either 0, a CLOCK_REALTIME rx stamp (only while some socket asked for
@@ -32,15 +34,17 @@ const volatile __u64 cfg_window_ns[IAT_WINDOWS] = {100000, 1000000};
  * exact, injected arrival times. */
 const volatile __u8 cfg_use_skb_tstamp = 0;
 
-/* ---- state ---- */
-/* The one global last-arrival timestamp is totals.last_ns: an atomic exchange (BPF_XCHG) hands
+/* ---- state (maps: .bss is one array map, mmap'ed by user space, plus iat_cpu) ---- */
+/* totals: the one global last-arrival timestamp is totals.last_ns: an atomic exchange (BPF_XCHG) hands
  * every packet the previous arrival whichever CPU saw it, so there are no per-CPU gaps. Only
  * first_ns and last_ns of this struct are kept here; packets, bytes and filtered_out are summed
  * from iat_cpu by user space. */
 struct iat_totals totals = {};
+/* count_hist[w]: closed windows of width cfg_window_ns[w] by their packet count
+ * (iat_count_bucket); shared by all CPUs, updated with atomic adds when a window closes. */
 __u64 count_hist[IAT_WINDOWS][IAT_COUNT_BUCKETS] = {};
 
-/* Counters and the gap histogram per CPU: the gap is computed from the global timestamp above,
+/* iat_cpu: counters and the gap histogram per CPU: the gap is computed from the global timestamp above,
  * only its bucket's counter is per CPU, which saves a locked instruction per field per packet. */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -54,9 +58,9 @@ static __always_inline struct iat_cpu_counters* cpu_counters(void) {
   return bpf_map_lookup_elem(&iat_cpu, &key);
 }
 
-/* Burst windows, lock-free. The first version took a bpf_spin_lock around the window fields; it
- * was exact but the lock/unlock helpers (irq save/restore) cost ~45 ns per packet, half the
- * budget. Packing the open window's index and count into one word keeps every update exact: a
+/* win[w]: the burst windows, lock-free. A bpf_spin_lock around the window fields would be exact
+ * too, but its lock/unlock helpers (irq save/restore) cost ~45 ns per packet, half the budget.
+ * Packing the open window's index and count into one word keeps every update exact: a
  * packet either increments the count of its window or, when it is the first of a later window,
  * swaps in (index, 1) and closes the previous one — one compare-and-swap either way, retried a few
  * times when another CPU got in between (a packet that loses every retry is counted in `lost`). */

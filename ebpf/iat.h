@@ -1,5 +1,6 @@
-/* Shared by the BPF programs (iat.bpf.c) and user space (iat_probe.cc, dripgate-iat):
- * map value layouts and the log-linear histogram bucketing. Plain C, no kernel headers. */
+/* Shared by the BPF programs (iat.bpf.c) and user space (iat_probe.cc, iat_counters.h, the
+ * profiler in tools/iat/): map value layouts and the log-linear histogram bucketing. Plain C, no
+ * kernel headers. */
 #ifndef DRIPGATE_EBPF_IAT_H
 #define DRIPGATE_EBPF_IAT_H
 
@@ -80,6 +81,8 @@ IAT_INLINE uint64_t iat_count_bucket_low(unsigned b) {
   return ((uint64_t)1 << m) + ((uint64_t)(b % 4) << (m - 2));
 }
 
+/* Value of the `totals` map (.bss): the BPF side keeps first_ns and last_ns; user space sums
+ * packets, bytes and filtered_out from iat_cpu into the same struct. */
 struct iat_totals {
   uint64_t packets;
   uint64_t bytes;
@@ -88,6 +91,7 @@ struct iat_totals {
   uint64_t filtered_out; /* packets seen but not matching the filter */
 };
 
+/* One burst window as user space reports it, decoded from iat_window_state. */
 struct iat_window {
   uint64_t width_ns;
   uint64_t cur_start_ns; /* start of the current window */

@@ -66,16 +66,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (iface.empty()) throw std::runtime_error("--iface is required");
+    const auto at = ebpf::Interface::resolve(iface, netns);
     if (xdp)
-      probe.attach_xdp(iface, 0, netns);
+      probe.attach_xdp(at);
     else
-      probe.attach_tc(iface, ebpf::Direction::kIngress, netns);
+      probe.attach_tc(at, ebpf::Direction::kIngress);
     std::printf("prog_id %u\n", xdp ? probe.xdp_prog_id() : probe.tc_prog_id());
     std::fflush(stdout);
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (!g_stop && std::chrono::steady_clock::now() < end)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const ebpf::Snapshot s = probe.snapshot();
+    const ebpf::Counters s = probe.snapshot();
     probe.detach();
     std::printf("packets %" PRIu64 " filtered_out %" PRIu64 " max_per_100us %" PRIu64
                 " max_per_1ms %" PRIu64 "\n",

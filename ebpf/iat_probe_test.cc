@@ -136,7 +136,7 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t hist_sum(const Snapshot& s) {
+uint64_t hist_sum(const Counters& s) {
   return std::accumulate(s.hist.begin(), s.hist.end(), uint64_t{0});
 }
 
@@ -152,7 +152,7 @@ bool passes(const Filter& filter, const std::vector<uint8_t>& f) {
   IatProbe probe(exact_clock(filter));
   EXPECT_EQ(run_tc(probe, f, 1000), TC_ACT_UNSPEC);
   EXPECT_EQ(run_xdp(probe, f), XDP_PASS);
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.totals.packets + s.totals.filtered_out, 2u);
   EXPECT_TRUE(s.totals.packets == 0 || s.totals.packets == 2) << "tc and XDP disagree";
   return s.totals.packets == 2;
@@ -264,7 +264,7 @@ TEST(IatProbeMaps, ExactGapsTotalsAndWindowsFromInjectedTimestamps) {
   for (uint64_t t : at) run_tc(probe, f, base + t);
   run_tc(probe, arp_frame(), base + 1'300'000);
 
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.totals.packets, at.size());
   EXPECT_EQ(s.totals.bytes, at.size() * f.size());
   EXPECT_EQ(s.totals.first_ns, base);
@@ -323,7 +323,7 @@ TEST(IatProbeMaps, ConcurrentCpusShareOneTimelineAndLoseNoCount) {
     });
   for (auto& th : threads) th.join();
   ASSERT_EQ(errors, std::vector<std::string>(2));
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.totals.packets, 2u * kRepeat);
   EXPECT_EQ(s.totals.first_ns, t);
   EXPECT_EQ(s.totals.last_ns, t);
@@ -347,7 +347,7 @@ TEST(IatProbeMaps, WindowWidthsComeFromOptionsAndZeroDisables) {
   const auto f = frame(Pkt{});
   for (uint64_t t : {0, 1, 2, 3, 4, 10'000, 10'001})
     run_tc(probe, f, 1'000'000'000 + static_cast<uint64_t>(t));
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.windows[0].max_count, 5u);
   EXPECT_EQ(s.windows[0].windows, 1u);
   EXPECT_EQ(s.windows[0].cur_count, 2u);
@@ -368,7 +368,7 @@ TEST(IatProbeMaps, WindowIndexWrapStillOpensANewWindow) {
   run_tc(probe, f, wrap - 1'000);
   run_tc(probe, f, wrap - 999);
   run_tc(probe, f, wrap + 5);
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.windows[0].windows, 1u);
   EXPECT_EQ(s.count_hist[0][iat_count_bucket(2)], 1u);
   EXPECT_EQ(s.windows[0].cur_count, 1u);
@@ -383,7 +383,7 @@ TEST(IatProbeMaps, LongGapsLandInTheTopBuckets) {
   run_tc(probe, f, t0);
   run_tc(probe, f, t0 + 12'000'000'000);                 // 12 s
   run_tc(probe, f, t0 + 12'000'000'000 + (1ull << 41));  // beyond 2^40 ns
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.hist[iat_bucket(12'000'000'000)], 1u);
   EXPECT_EQ(s.hist[IAT_BUCKETS - 1], 1u);
   EXPECT_EQ(hist_sum(s), 2u);
@@ -399,7 +399,7 @@ TEST(IatProbeMaps, TcUsesTheKernelClockWithoutInjectedTimestamps) {
   const uint64_t b0 = mono_ns();
   run_tc(probe, f, 8);
   const uint64_t b1 = mono_ns();
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_GE(s.totals.first_ns, a0);
   EXPECT_LE(s.totals.first_ns, a1);
   EXPECT_GE(s.totals.last_ns, b0);
@@ -425,7 +425,7 @@ TEST(IatProbeMaps, XdpCountsExactlyAndTheGapWithinTheMeasuredBounds) {
   const uint64_t b0 = mono_ns();
   EXPECT_EQ(run_xdp(probe, udp), XDP_PASS);
   const uint64_t b1 = mono_ns();
-  Snapshot s = probe.snapshot();
+  Counters s = probe.snapshot();
   EXPECT_EQ(s.totals.packets, 2u);
   EXPECT_EQ(s.totals.filtered_out, 1u);
   EXPECT_EQ(s.totals.bytes, 2 * udp.size());
@@ -442,21 +442,21 @@ TEST(IatProbeMaps, XdpCountsExactlyAndTheGapWithinTheMeasuredBounds) {
 TEST(IatProbeErrors, UnknownInterfaceAndNamespaceSayWhat) {
   IatProbe probe(Options{});
   try {
-    probe.attach_tc("dgp-nonexistent", Direction::kIngress);
+    probe.attach_tc(Interface::resolve("dgp-nonexistent"), Direction::kIngress);
     ADD_FAILURE() << "attach to a missing interface succeeded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no such interface 'dgp-nonexistent'"), std::string::npos)
         << e.what();
   }
   try {
-    probe.attach_tc(999'999, Direction::kIngress);
+    probe.attach_tc(Interface{999'999, ""}, Direction::kIngress);
     ADD_FAILURE() << "attach to a missing ifindex succeeded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no such interface"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(probe.attach_xdp(999'999), std::runtime_error);
+  EXPECT_THROW(probe.attach_xdp(Interface{999'999, ""}), std::runtime_error);
   try {
-    probe.attach_tc("lo", Direction::kIngress, "dgp-no-such-netns");
+    probe.attach_tc(Interface::resolve("lo", "dgp-no-such-netns"), Direction::kIngress);
     ADD_FAILURE() << "attach in a missing netns succeeded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no such network namespace"), std::string::npos)
@@ -546,8 +546,8 @@ TEST(IatProbeAttach, TcAttachIsIdempotentAndDetachLeavesNothing) {
   TestNet net;
   {
     IatProbe probe(Options{});
-    probe.attach_tc(net.vb, Direction::kIngress, net.b);
-    probe.attach_tc(net.vb, Direction::kIngress, net.b);  // no-op
+    probe.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);
+    probe.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);  // no-op
     const std::string shown = net.tc_b("filter show dev " + net.vb + " ingress");
     EXPECT_EQ(count_of(shown, "handle 0xd1a7"), 1u) << shown;
     EXPECT_NE(net.tc_b("qdisc show dev " + net.vb).find("clsact"), std::string::npos);
@@ -555,7 +555,7 @@ TEST(IatProbeAttach, TcAttachIsIdempotentAndDetachLeavesNothing) {
     // A second probe finds our handle taken and says so, without touching the first.
     IatProbe other(Options{});
     try {
-      other.attach_tc(net.vb, Direction::kIngress, net.b);
+      other.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);
       ADD_FAILURE() << "second probe attached over the first";
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find("held by another program"), std::string::npos)
@@ -581,8 +581,8 @@ TEST(IatProbeAttach, ForeignFiltersAndQdiscsSurviveOurDetach) {
             0);
   {
     IatProbe probe(Options{});
-    probe.attach_tc(net.vb, Direction::kIngress, net.b);
-    probe.attach_tc(net.vb, Direction::kEgress, net.b);
+    probe.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);
+    probe.attach_tc(Interface::resolve(net.vb, net.b), Direction::kEgress);
   }
   std::string shown = net.tc_b("filter show dev " + net.vb + " ingress");
   EXPECT_NE(shown.find("bytecode"), std::string::npos) << shown;
@@ -595,7 +595,7 @@ TEST(IatProbeAttach, ForeignFiltersAndQdiscsSurviveOurDetach) {
   ASSERT_EQ(sh("ip netns exec " + net.b + " tc qdisc del dev " + net.vb + " clsact"), 0);
   {
     IatProbe probe(Options{});
-    probe.attach_tc(net.vb, Direction::kIngress, net.b);
+    probe.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);
     ASSERT_EQ(sh("ip netns exec " + net.b + " tc filter add dev " + net.vb +
                  " egress pref 9 protocol all bpf bytecode '1,6 0 0 0,'"),
               0);
@@ -613,14 +613,14 @@ TEST(IatProbeAttach, LiveTrafficOnTcAndXdpCountsEveryDatagram) {
   constexpr int kN = 300;
   {
     IatProbe tc(Options{.filter = f});
-    tc.attach_tc(net.vb, Direction::kIngress, net.b);
+    tc.attach_tc(Interface::resolve(net.vb, net.b), Direction::kIngress);
     IatProbe xdp(Options{.filter = f});
-    xdp.attach_xdp(net.vb, 0, net.b);
+    xdp.attach_xdp(Interface::resolve(net.vb, net.b));
     net.send_udp(kN, 9999);
     net.send_udp(10, 9998);  // filtered out
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     for (const IatProbe* p : {&tc, &xdp}) {
-      Snapshot s = p->snapshot();
+      Counters s = p->snapshot();
       EXPECT_EQ(s.totals.packets, static_cast<uint64_t>(kN));
       EXPECT_GE(s.totals.filtered_out, 10u);
       EXPECT_EQ(hist_sum(s), static_cast<uint64_t>(kN - 1));

@@ -1,4 +1,4 @@
-// dripgate-burst: generates the multi-agent traffic of seed 002 (hundreds of requests inside
+// dripgate-burst: generates the micro-bursts of many agents (hundreds of requests inside
 // 10 ms, then silence) or a steady stream, as UDP datagrams or TCP requests, and prints exactly
 // what it sent so a receiver-side profile can be checked against it.
 #include <arpa/inet.h>
@@ -25,7 +25,7 @@
 
 #include <fmt/format.h>
 
-#include "tools/iat_profile.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::burst {
 namespace {
@@ -138,10 +138,7 @@ std::string iso_utc(uint64_t realtime_ns) {
                      t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, realtime_ns % 1'000'000'000ull);
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{
-      "dripgate-burst: sends micro-bursts (\"N packets within W every P\") or a steady rate of "
-      "UDP datagrams or TCP requests, and prints what it sent"};
+struct Args {
   std::string target, proto = "udp", netns, json_path, bind_addr;
   size_t size = 64;
   uint64_t burst = 0, count = 0;
@@ -149,125 +146,160 @@ int run(int argc, char** argv) {
   double rate = 0;
   unsigned connections = 1;
   bool quiet = false, catch_up = false;
-  app.add_option("--target", target, "destination host:port or [v6]:port")->required();
-  app.add_option("--proto", proto, "udp (datagrams) or tcp (requests on open connections)")
+};
+
+void add_options(CLI::App& app, Args& a) {
+  app.add_option("--target", a.target, "destination host:port or [v6]:port")->required();
+  app.add_option("--proto", a.proto, "udp (datagrams) or tcp (requests on open connections)")
       ->check(CLI::IsMember({"udp", "tcp"}))
       ->capture_default_str();
-  app.add_option("--size", size, "payload bytes per datagram/request (first 16: seq, send time)")
+  app.add_option("--size", a.size, "payload bytes per datagram/request (first 16: seq, send time)")
       ->check(CLI::Range(size_t{1}, size_t{65000}))
       ->capture_default_str();
-  auto* o_burst = app.add_option("--burst", burst, "packets per burst")->check(CLI::PositiveNumber);
-  app.add_option("--within", within, "spread each burst over this time (0 = back to back)")
+  auto* o_burst =
+      app.add_option("--burst", a.burst, "packets per burst")->check(CLI::PositiveNumber);
+  app.add_option("--within", a.within, "spread each burst over this time (0 = back to back)")
       ->capture_default_str();
-  app.add_option("--every", every, "a burst starts every this long")->capture_default_str();
-  app.add_option("--count", count,
+  app.add_option("--every", a.every, "a burst starts every this long")->capture_default_str();
+  app.add_option("--count", a.count,
                  "burst mode: number of bursts (default 1); rate mode: number of packets");
-  auto* o_rate =
-      app.add_option("--rate", rate, "steady mode: packets per second")->check(CLI::PositiveNumber);
-  app.add_option("--duration", duration, "steady mode: how long (e.g. 5s)");
-  app.add_option("--connections", connections, "tcp: requests go round robin over N connections")
+  auto* o_rate = app.add_option("--rate", a.rate, "steady mode: packets per second")
+                     ->check(CLI::PositiveNumber);
+  app.add_option("--duration", a.duration, "steady mode: how long (e.g. 5s)");
+  app.add_option("--connections", a.connections, "tcp: requests go round robin over N connections")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
-  app.add_option("--bind", bind_addr, "source address[:port] to bind");
-  app.add_option("--netns", netns, "run inside this network namespace (name or path)");
-  app.add_option("--json", json_path, "also write what was sent as JSON to this file");
-  app.add_flag("--quiet", quiet, "no text report");
-  app.add_flag("--catch-up", catch_up,
+  app.add_option("--bind", a.bind_addr, "source address[:port] to bind");
+  app.add_option("--netns", a.netns, "run inside this network namespace (name or path)");
+  app.add_option("--json", a.json_path, "also write what was sent as JSON to this file");
+  app.add_flag("--quiet", a.quiet, "no text report");
+  app.add_flag("--catch-up", a.catch_up,
                "when late, send the overdue packets at once to keep the long-run rate (default: "
                "shift the rest of the schedule, keeping the spacing)");
   o_burst->excludes(o_rate);
-  CLI11_PARSE(app, argc, argv);
+}
 
+Plan make_plan(const Args& a) {
   Plan plan;
-  if (burst) {
-    plan.burst = burst;
-    plan.within_ns = iat::parse_duration_ns(within);
-    plan.every_ns = iat::parse_duration_ns(every);
-    plan.bursts = count ? count : 1;
+  if (a.burst) {
+    plan.burst = a.burst;
+    plan.within_ns = iat::parse_duration_ns(a.within);
+    plan.every_ns = iat::parse_duration_ns(a.every);
+    plan.bursts = a.count ? a.count : 1;
     if (plan.bursts > 1 && plan.every_ns < plan.within_ns)
       throw std::runtime_error("--every must be at least --within: bursts would overlap");
     plan.total = plan.burst * plan.bursts;
-  } else if (rate > 0) {
-    plan.rate = rate;
-    if (count && !duration.empty())
+  } else if (a.rate > 0) {
+    plan.rate = a.rate;
+    if (a.count && !a.duration.empty())
       throw std::runtime_error("give --count or --duration with --rate, not both");
-    if (count)
-      plan.total = count;
-    else if (!duration.empty()) {
-      plan.deadline_ns = iat::parse_duration_ns(duration);
+    if (a.count) {
+      plan.total = a.count;
+    } else if (!a.duration.empty()) {
+      plan.deadline_ns = iat::parse_duration_ns(a.duration);
       plan.total =
-          static_cast<uint64_t>(std::llround(rate * static_cast<double>(plan.deadline_ns) / 1e9));
-    } else
+          static_cast<uint64_t>(std::llround(a.rate * static_cast<double>(plan.deadline_ns) / 1e9));
+    } else {
       throw std::runtime_error("--rate needs --count or --duration");
+    }
   } else {
     throw std::runtime_error(
         "give a pattern: --burst N [--within W --every P --count K] or "
         "--rate R (--duration D | --count K)");
   }
   if (plan.total == 0) throw std::runtime_error("the pattern sends no packets");
+  return plan;
+}
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+struct Target {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  int type = SOCK_DGRAM;
+};
 
-  // Sockets belong to the namespace current at their creation: enter it first.
-  if (!netns.empty()) enter_netns(netns);
-  socklen_t dst_len = 0;
-  sockaddr_storage dst = resolve(target, dst_len);
-  const int type = proto == "udp" ? SOCK_DGRAM : SOCK_STREAM;
-
+// One UDP socket, or one TCP connection per --connections.
+std::vector<Fd> open_sockets(const Args& a, Target& dst) {
   std::vector<Fd> socks;
-  unsigned nsock = proto == "udp" ? 1 : connections;
+  const unsigned nsock = dst.type == SOCK_DGRAM ? 1 : a.connections;
   for (unsigned i = 0; i < nsock; ++i) {
-    Fd fd(::socket(dst.ss_family, type | SOCK_CLOEXEC, 0));
+    Fd fd(::socket(dst.addr.ss_family, dst.type | SOCK_CLOEXEC, 0));
     if (fd.get() < 0) throw sys_error("socket");
     int buf = 4 << 20;  // a whole burst fits: the sender never blocks mid-burst on a small buffer
     ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-    if (!bind_addr.empty()) {
-      std::string b = bind_addr;
+    if (!a.bind_addr.empty()) {
+      std::string b = a.bind_addr;
       if (b.find(':') == std::string::npos || (b.front() == '[' && b.back() == ']')) b += ":0";
       socklen_t blen = 0;
       sockaddr_storage bs = resolve(b, blen);
       if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&bs), blen) != 0)
-        throw sys_error(fmt::format("bind {}", bind_addr));
+        throw sys_error(fmt::format("bind {}", a.bind_addr));
     }
-    if (type == SOCK_STREAM) {
+    if (dst.type == SOCK_STREAM) {
       int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), dst_len) != 0)
-        throw sys_error(fmt::format("connect {}", target));
+      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst.addr), dst.len) != 0)
+        throw sys_error(fmt::format("connect {}", a.target));
     }
     socks.push_back(std::move(fd));
   }
+  return socks;
+}
 
-  constexpr size_t kBatch = 1024;  // UIO_MAXIOV: the most one sendmmsg takes
-  std::vector<std::vector<unsigned char>> payloads(kBatch, std::vector<unsigned char>(size, 0));
-  std::vector<iovec> iov(kBatch);
-  std::vector<mmsghdr> msgs(kBatch);
-
+// What was sent, as the report and --json give it.
+struct Report {
   uint64_t sent = 0, errors = 0, first_err = 0;
   uint64_t start_mono = 0, end_mono = 0, start_real = 0, end_real = 0;
+  uint64_t slips = 0, slipped_ns = 0;
+  bool hit_deadline = false;
+};
+
+class Sender {
+ public:
+  static constexpr size_t kBatch = 1024;  // UIO_MAXIOV: the most one sendmmsg takes
+
+  Sender(const Args& a, Target dst, std::vector<Fd> socks)
+      : args_(a),
+        dst_(dst),
+        socks_(std::move(socks)),
+        payloads_(kBatch, std::vector<unsigned char>(a.size, 0)),
+        iov_(kBatch),
+        msgs_(kBatch) {}
+
+  Report run(const Plan& plan);
+
+ private:
+  void stamp(uint64_t first_seq, size_t n, uint64_t send_mono);
+  void send_udp(size_t n);
+  void send_tcp(uint64_t first_seq, size_t n);
+
+  const Args& args_;
+  Target dst_;
+  std::vector<Fd> socks_;
+  std::vector<std::vector<unsigned char>> payloads_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> msgs_;
+  Report r_;
+};
+
+Report Sender::run(const Plan& plan) {
   uint64_t t0 = now_ns(CLOCK_MONOTONIC) + 1'000'000;  // 1 ms to settle before the first
   // A sender preempted on a busy machine would otherwise send everything overdue back to back:
   // a burst tighter than the one asked for, i.e. a false positive for the profiler.
   constexpr uint64_t kSlack = 20'000;
-  uint64_t slips = 0, slipped_ns = 0;
   const uint64_t deadline = plan.deadline_ns ? t0 + plan.deadline_ns : UINT64_MAX;
-  bool hit_deadline = false;
   uint64_t i = 0;
   while (i < plan.total && !g_stop) {
     const uint64_t off = plan.due_offset(i);
     uint64_t due = t0 + off;
     if (due >= deadline || now_ns(CLOCK_MONOTONIC) >= deadline) {
-      hit_deadline = true;  // a machine slower than the rate sends fewer, not for longer
+      r_.hit_deadline = true;  // a machine slower than the rate sends fewer, not for longer
       break;
     }
-    if (!catch_up && (i == 0 || off != plan.due_offset(i - 1))) {
+    if (!args_.catch_up && (i == 0 || off != plan.due_offset(i - 1))) {
       uint64_t now = now_ns(CLOCK_MONOTONIC);
       if (now > due + kSlack) {
-        ++slips;
-        slipped_ns += now - due;
+        ++r_.slips;
+        r_.slipped_ns += now - due;
         t0 += now - due;
         due = now;
       }
@@ -281,80 +313,95 @@ int run(int argc, char** argv) {
     size_t n = 0;
     while (n < kBatch && i + n < plan.total && t0 + plan.due_offset(i + n) <= now) ++n;
     if (n == 0) n = 1;
-    uint64_t send_mono = now_ns(CLOCK_MONOTONIC);
-    for (size_t k = 0; k < n; ++k) {
-      uint64_t seq = i + k;
-      auto& pl = payloads[k];
-      for (size_t b = 0; b < 8 && b < pl.size(); ++b)
-        pl[b] = static_cast<unsigned char>(seq >> (56 - 8 * b));
-      for (size_t b = 0; b < 8 && 8 + b < pl.size(); ++b)
-        pl[8 + b] = static_cast<unsigned char>(send_mono >> (56 - 8 * b));
+    const uint64_t send_mono = now_ns(CLOCK_MONOTONIC);
+    stamp(i, n, send_mono);
+    if (r_.start_mono == 0) {
+      r_.start_mono = send_mono;
+      r_.start_real = now_ns(CLOCK_REALTIME);
     }
-    if (start_mono == 0) {
-      start_mono = send_mono;
-      start_real = now_ns(CLOCK_REALTIME);
-    }
-    if (type == SOCK_DGRAM) {
-      for (size_t k = 0; k < n; ++k) {
-        iov[k] = {payloads[k].data(), payloads[k].size()};
-        msgs[k] = {};
-        msgs[k].msg_hdr.msg_name = &dst;
-        msgs[k].msg_hdr.msg_namelen = dst_len;
-        msgs[k].msg_hdr.msg_iov = &iov[k];
-        msgs[k].msg_hdr.msg_iovlen = 1;
-      }
-      size_t done = 0;
-      while (done < n) {
-        int r = ::sendmmsg(socks[0].get(), msgs.data() + done, static_cast<unsigned>(n - done), 0);
-        if (r < 0) {
-          if (errno == EINTR && !g_stop) continue;
-          if (errno == EINTR) break;
-          if (!errors) first_err = static_cast<uint64_t>(errno);
-          ++errors;  // this datagram is lost; the rest of the batch still goes
-          ++done;
-          continue;
-        }
-        done += static_cast<size_t>(r);
-        sent += static_cast<uint64_t>(r);
-      }
-    } else {
-      for (size_t k = 0; k < n && !g_stop; ++k) {
-        int fd = socks[(i + k) % socks.size()].get();
-        size_t off = 0;
-        const auto& pl = payloads[k];
-        while (off < pl.size()) {
-          ssize_t r = ::send(fd, pl.data() + off, pl.size() - off, MSG_NOSIGNAL);
-          if (r < 0) {
-            if (errno == EINTR && !g_stop) continue;
-            throw sys_error(fmt::format("send to {} after {} requests", target, sent));
-          }
-          off += static_cast<size_t>(r);
-        }
-        ++sent;
-      }
-    }
-    end_mono = now_ns(CLOCK_MONOTONIC);
-    end_real = now_ns(CLOCK_REALTIME);
+    if (dst_.type == SOCK_DGRAM)
+      send_udp(n);
+    else
+      send_tcp(i, n);
+    r_.end_mono = now_ns(CLOCK_MONOTONIC);
+    r_.end_real = now_ns(CLOCK_REALTIME);
     i += n;
   }
+  return r_;
+}
 
+// The first 16 payload bytes: sequence number and send time, big-endian.
+void Sender::stamp(uint64_t first_seq, size_t n, uint64_t send_mono) {
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t seq = first_seq + k;
+    auto& pl = payloads_[k];
+    for (size_t b = 0; b < 8 && b < pl.size(); ++b)
+      pl[b] = static_cast<unsigned char>(seq >> (56 - 8 * b));
+    for (size_t b = 0; b < 8 && 8 + b < pl.size(); ++b)
+      pl[8 + b] = static_cast<unsigned char>(send_mono >> (56 - 8 * b));
+  }
+}
+
+void Sender::send_udp(size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    iov_[k] = {payloads_[k].data(), payloads_[k].size()};
+    msgs_[k] = {};
+    msgs_[k].msg_hdr.msg_name = &dst_.addr;
+    msgs_[k].msg_hdr.msg_namelen = dst_.len;
+    msgs_[k].msg_hdr.msg_iov = &iov_[k];
+    msgs_[k].msg_hdr.msg_iovlen = 1;
+  }
+  size_t done = 0;
+  while (done < n) {
+    int r = ::sendmmsg(socks_[0].get(), msgs_.data() + done, static_cast<unsigned>(n - done), 0);
+    if (r < 0) {
+      if (errno == EINTR && !g_stop) continue;
+      if (errno == EINTR) break;
+      if (!r_.errors) r_.first_err = static_cast<uint64_t>(errno);
+      ++r_.errors;  // this datagram is lost; the rest of the batch still goes
+      ++done;
+      continue;
+    }
+    done += static_cast<size_t>(r);
+    r_.sent += static_cast<uint64_t>(r);
+  }
+}
+
+void Sender::send_tcp(uint64_t first_seq, size_t n) {
+  for (size_t k = 0; k < n && !g_stop; ++k) {
+    int fd = socks_[(first_seq + k) % socks_.size()].get();
+    size_t off = 0;
+    const auto& pl = payloads_[k];
+    while (off < pl.size()) {
+      ssize_t r = ::send(fd, pl.data() + off, pl.size() - off, MSG_NOSIGNAL);
+      if (r < 0) {
+        if (errno == EINTR && !g_stop) continue;
+        throw sys_error(fmt::format("send to {} after {} requests", args_.target, r_.sent));
+      }
+      off += static_cast<size_t>(r);
+    }
+    ++r_.sent;
+  }
+}
+
+nlohmann::json to_json(const Args& a, const Plan& plan, const Report& r) {
   nlohmann::json j = {
-      {"proto", proto},
-      {"target", target},
-      {"netns", netns},
-      {"payload_bytes", size},
+      {"proto", a.proto},
+      {"target", a.target},
+      {"netns", a.netns},
+      {"payload_bytes", a.size},
       {"planned", plan.total},
-      {"sent", sent},
-      {"errors", errors},
+      {"sent", r.sent},
+      {"errors", r.errors},
       {"interrupted", g_stop != 0},
-      {"stopped_at_deadline", hit_deadline},
-      {"late_shifts", slips},
-      {"late_total_ns", slipped_ns},
-      {"start_monotonic_ns", start_mono},
-      {"end_monotonic_ns", end_mono},
-      {"start_realtime_ns", start_real},
-      {"end_realtime_ns", end_real},
-      {"elapsed_ns", end_mono - start_mono},
+      {"stopped_at_deadline", r.hit_deadline},
+      {"late_shifts", r.slips},
+      {"late_total_ns", r.slipped_ns},
+      {"start_monotonic_ns", r.start_mono},
+      {"end_monotonic_ns", r.end_mono},
+      {"start_realtime_ns", r.start_real},
+      {"end_realtime_ns", r.end_real},
+      {"elapsed_ns", r.end_mono - r.start_mono},
   };
   if (plan.rate > 0)
     j["pattern"] = {{"kind", "steady"}, {"rate_pps", plan.rate}};
@@ -364,37 +411,64 @@ int run(int argc, char** argv) {
                     {"within_ns", plan.within_ns},
                     {"every_ns", plan.every_ns},
                     {"bursts", plan.bursts}};
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << j.dump(2) << "\n";
-    if (!f) throw std::runtime_error(fmt::format("cannot write '{}'", json_path));
+  return j;
+}
+
+void print_report(const Args& a, const Plan& plan, const Report& r) {
+  std::string what = plan.rate > 0 ? fmt::format("steady {}/s", plan.rate)
+                                   : fmt::format("{} bursts of {} within {} every {}", plan.bursts,
+                                                 plan.burst, iat::format_ns(double(plan.within_ns)),
+                                                 iat::format_ns(double(plan.every_ns)));
+  std::cout << fmt::format("sent {} of {} {} {} ({} B payload) to {}{}: {}\n", r.sent, plan.total,
+                           a.proto, a.proto == "udp" ? "datagrams" : "requests", a.size, a.target,
+                           a.netns.empty() ? "" : " from netns " + a.netns, what);
+  if (r.sent)
+    std::cout << fmt::format("start {}  end {}  elapsed {}\n", iso_utc(r.start_real),
+                             iso_utc(r.end_real),
+                             iat::format_ns(double(r.end_mono - r.start_mono)));
+  if (r.hit_deadline)
+    std::cout << fmt::format("stopped at the --duration deadline after {} of {} packets\n", r.sent,
+                             plan.total);
+  if (r.slips)
+    std::cout << fmt::format(
+        "late {} times by {} in total: the rest of the schedule was shifted (--catch-up "
+        "keeps it)\n",
+        r.slips, iat::format_ns(double(r.slipped_ns)));
+  if (r.errors)
+    std::cout << fmt::format("{} send errors (first: {})\n", r.errors,
+                             std::strerror(static_cast<int>(r.first_err)));
+  if (g_stop) std::cout << "interrupted by a signal\n";
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "dripgate-burst: sends micro-bursts (\"N packets within W every P\") or a steady rate of "
+      "UDP datagrams or TCP requests, and prints what it sent"};
+  Args args;
+  add_options(app, args);
+  CLI11_PARSE(app, argc, argv);
+  const Plan plan = make_plan(args);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  // Sockets belong to the namespace current at their creation: enter it first.
+  if (!args.netns.empty()) enter_netns(args.netns);
+  Target dst;
+  dst.addr = resolve(args.target, dst.len);
+  dst.type = args.proto == "udp" ? SOCK_DGRAM : SOCK_STREAM;
+  Sender sender(args, dst, open_sockets(args, dst));
+  const Report report = sender.run(plan);
+
+  if (!args.json_path.empty()) {
+    std::ofstream f(args.json_path);
+    f << to_json(args, plan, report).dump(2) << "\n";
+    if (!f) throw std::runtime_error(fmt::format("cannot write '{}'", args.json_path));
   }
-  if (!quiet) {
-    std::string what = plan.rate > 0
-                           ? fmt::format("steady {}/s", plan.rate)
-                           : fmt::format("{} bursts of {} within {} every {}", plan.bursts,
-                                         plan.burst, iat::format_ns(double(plan.within_ns)),
-                                         iat::format_ns(double(plan.every_ns)));
-    std::cout << fmt::format("sent {} of {} {} {} ({} B payload) to {}{}: {}\n", sent, plan.total,
-                             proto, proto == "udp" ? "datagrams" : "requests", size, target,
-                             netns.empty() ? "" : " from netns " + netns, what);
-    if (sent)
-      std::cout << fmt::format("start {}  end {}  elapsed {}\n", iso_utc(start_real),
-                               iso_utc(end_real), iat::format_ns(double(end_mono - start_mono)));
-    if (hit_deadline)
-      std::cout << fmt::format("stopped at the --duration deadline after {} of {} packets\n", sent,
-                               plan.total);
-    if (slips)
-      std::cout << fmt::format(
-          "late {} times by {} in total: the rest of the schedule was shifted (--catch-up "
-          "keeps it)\n",
-          slips, iat::format_ns(double(slipped_ns)));
-    if (errors)
-      std::cout << fmt::format("{} send errors (first: {})\n", errors,
-                               std::strerror(static_cast<int>(first_err)));
-    if (g_stop) std::cout << "interrupted by a signal\n";
-  }
-  return errors ? 1 : 0;
+  if (!args.quiet) print_report(args, plan, report);
+  return report.errors ? 1 : 0;
 }
 
 }  // namespace

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,8 +22,13 @@
 #include <fmt/format.h>
 
 #include "ebpf/iat_probe.h"
-#include "tools/iat_pcap.h"
-#include "tools/iat_profile.h"
+#include "tools/iat/builder.h"
+#include "tools/iat/compare.h"
+#include "tools/iat/json.h"
+#include "tools/iat/pcap.h"
+#include "tools/iat/svg.h"
+#include "tools/iat/text.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::iat {
 namespace {
@@ -98,57 +105,78 @@ struct LiveArgs {
   std::string src, dst, sport, dport, proto;
 };
 
-int run_live(const LiveArgs& a, const Output& out) {
-  const sigset_t sigs = stop_signals();
-  if (sigprocmask(SIG_BLOCK, &sigs, nullptr) != 0)
-    throw std::runtime_error(fmt::format("sigprocmask: {}", std::strerror(errno)));
+// A live run with every argument parsed and the interface resolved: what the probe is handed.
+struct LiveSpec {
+  ebpf::Options options;
+  ebpf::Interface at;
+  bool xdp = false;
+  uint32_t xdp_flags = 0;
+  ebpf::Direction dir = ebpf::Direction::kIngress;
+  uint64_t duration_ns = 0;
+  std::string where;  // "IF (netns NS) tc ingress, filter dst 10.0.0.0/8"
+};
 
-  if (a.xdp && a.direction == "egress")
-    throw std::runtime_error("--xdp sees ingress only; use tc (no --xdp) for --direction egress");
-  const uint64_t duration = parse_duration_ns(a.duration);
-  if (duration == 0) throw std::runtime_error("--duration must be longer than 0");
-  auto widths = parse_windows(a.windows);
+uint8_t parse_proto(const std::string& name) {
+  if (name == "tcp") return IPPROTO_TCP;
+  if (name == "udp") return IPPROTO_UDP;
+  if (name == "sctp") return IPPROTO_SCTP;
+  if (name == "icmp") return IPPROTO_ICMP;
+  throw std::runtime_error(
+      fmt::format("bad filter: --filter-proto '{}' (use tcp, udp, sctp or icmp)", name));
+}
 
-  ebpf::Options opt;
-  opt.windows_ns.fill(0);
-  for (size_t i = 0; i < widths.size(); ++i) opt.windows_ns[i] = widths[i];
-  std::string filter_text;
+// The filter options, and how the report names them (" src 10.0.0.0/8 dport 53").
+ebpf::Filter parse_filter(const LiveArgs& a, std::string& text) {
+  ebpf::Filter f;
   try {
-    if (!a.src.empty()) opt.filter.src = ebpf::Prefix::parse(a.src);
-    if (!a.dst.empty()) opt.filter.dst = ebpf::Prefix::parse(a.dst);
-    if (!a.sport.empty()) opt.filter.src_port = ebpf::PortRange::parse(a.sport);
-    if (!a.dport.empty()) opt.filter.dst_port = ebpf::PortRange::parse(a.dport);
+    if (!a.src.empty()) f.src = ebpf::Prefix::parse(a.src);
+    if (!a.dst.empty()) f.dst = ebpf::Prefix::parse(a.dst);
+    if (!a.sport.empty()) f.src_port = ebpf::PortRange::parse(a.sport);
+    if (!a.dport.empty()) f.dst_port = ebpf::PortRange::parse(a.dport);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(fmt::format("bad filter: {}", e.what()));
   }
-  if (!a.proto.empty()) {
-    if (a.proto == "tcp")
-      opt.filter.protocol = IPPROTO_TCP;
-    else if (a.proto == "udp")
-      opt.filter.protocol = IPPROTO_UDP;
-    else if (a.proto == "sctp")
-      opt.filter.protocol = IPPROTO_SCTP;
-    else if (a.proto == "icmp")
-      opt.filter.protocol = IPPROTO_ICMP;
-    else
-      throw std::runtime_error(
-          fmt::format("bad filter: --filter-proto '{}' (use tcp, udp, sctp or icmp)", a.proto));
-  }
+  if (!a.proto.empty()) f.protocol = parse_proto(a.proto);
   for (const auto& [name, v] :
        {std::pair{"src", a.src}, std::pair{"dst", a.dst}, std::pair{"sport", a.sport},
         std::pair{"dport", a.dport}, std::pair{"proto", a.proto}})
-    if (!v.empty()) filter_text += fmt::format(" {} {}", name, v);
+    if (!v.empty()) text += fmt::format(" {} {}", name, v);
+  return f;
+}
+
+LiveSpec parse_live(const LiveArgs& a) {
+  if (a.xdp && a.direction == "egress")
+    throw std::runtime_error("--xdp sees ingress only; use tc (no --xdp) for --direction egress");
+  LiveSpec spec;
+  spec.duration_ns = parse_duration_ns(a.duration);
+  if (spec.duration_ns == 0) throw std::runtime_error("--duration must be longer than 0");
+  const auto widths = parse_windows(a.windows);
+  spec.options.windows_ns.fill(0);
+  std::copy(widths.begin(), widths.end(), spec.options.windows_ns.begin());
+  std::string filter_text;
+  spec.options.filter = parse_filter(a, filter_text);
 
   if (!may_load_bpf())
     throw std::runtime_error(
         "live mode needs root (or CAP_BPF/CAP_SYS_ADMIN and CAP_NET_ADMIN) to load the eBPF "
         "probe; run it with sudo, or use `dripgate-iat pcap` on a capture");
   // Resolves the name before loading anything: the commonest mistake gets the plainest error.
-  ebpf::interface_index(a.iface, a.netns);
+  spec.at = ebpf::Interface::resolve(a.iface, a.netns);
 
-  std::unique_ptr<ebpf::IatProbe> probe;
+  spec.xdp = a.xdp;
+  spec.xdp_flags = a.xdp_mode == "skb"   ? XDP_FLAGS_SKB_MODE
+                   : a.xdp_mode == "drv" ? XDP_FLAGS_DRV_MODE
+                                         : 0;
+  spec.dir = a.direction == "egress" ? ebpf::Direction::kEgress : ebpf::Direction::kIngress;
+  spec.where = fmt::format("{}{} {}{}", a.iface, a.netns.empty() ? "" : " (netns " + a.netns + ")",
+                           a.xdp ? "xdp" : "tc " + a.direction,
+                           filter_text.empty() ? "" : ", filter" + filter_text);
+  return spec;
+}
+
+std::unique_ptr<ebpf::IatProbe> load_probe(const ebpf::Options& options) {
   try {
-    probe = std::make_unique<ebpf::IatProbe>(opt);
+    return std::make_unique<ebpf::IatProbe>(options);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     struct statfs fs {};
@@ -156,59 +184,51 @@ int run_live(const LiveArgs& a, const Output& out) {
       msg += " (note: bpffs is not mounted at /sys/fs/bpf: mount -t bpf bpf /sys/fs/bpf)";
     throw std::runtime_error(msg);
   }
-  std::string where = a.iface + (a.netns.empty() ? "" : " (netns " + a.netns + ")");
-  std::string hook;
-  if (a.xdp) {
-    uint32_t flags = a.xdp_mode == "skb"   ? XDP_FLAGS_SKB_MODE
-                     : a.xdp_mode == "drv" ? XDP_FLAGS_DRV_MODE
-                                           : 0;
-    probe->attach_xdp(a.iface, flags, a.netns);
-    hook = "xdp";
-  } else {
-    probe->attach_tc(a.iface,
-                     a.direction == "egress" ? ebpf::Direction::kEgress : ebpf::Direction::kIngress,
-                     a.netns);
-    hook = "tc " + a.direction;
-  }
-  const uint64_t t0 = mono_ns();
-  if (!out.quiet && out.json_path != "-")
-    std::cerr << fmt::format("dripgate-iat: probing {} {}{} for {} (Ctrl-C ends early)\n", where,
-                             hook, filter_text.empty() ? "" : ", filter" + filter_text,
-                             format_ns(static_cast<double>(duration)));
+}
 
-  int signo = 0;
+// Waits until `duration` after t0 or one of `sigs`; returns the signal, or 0.
+int wait_for_stop(const sigset_t& sigs, uint64_t t0, uint64_t duration) {
   for (;;) {
     uint64_t now = mono_ns();
-    if (now - t0 >= duration) break;
+    if (now - t0 >= duration) return 0;
     uint64_t left = duration - (now - t0);
     timespec ts{static_cast<time_t>(left / 1'000'000'000ull),
                 static_cast<long>(left % 1'000'000'000ull)};
     int r = sigtimedwait(&sigs, nullptr, &ts);
-    if (r > 0) {
-      signo = r;
-      break;
-    }
+    if (r > 0) return r;
     if (r < 0 && errno != EAGAIN && errno != EINTR)
       throw std::runtime_error(fmt::format("sigtimedwait: {}", std::strerror(errno)));
   }
+}
+
+// One way down: arguments -> spec -> probe -> counters -> profile -> renderers.
+int run_live(const LiveArgs& args, const Output& out) {
+  const sigset_t sigs = stop_signals();
+  if (sigprocmask(SIG_BLOCK, &sigs, nullptr) != 0)
+    throw std::runtime_error(fmt::format("sigprocmask: {}", std::strerror(errno)));
+  const LiveSpec spec = parse_live(args);
+
+  std::unique_ptr<ebpf::IatProbe> probe = load_probe(spec.options);
+  if (spec.xdp)
+    probe->attach_xdp(spec.at, spec.xdp_flags);
+  else
+    probe->attach_tc(spec.at, spec.dir);
+  const uint64_t t0 = mono_ns();
+  const bool chatty = !out.quiet && out.json_path != "-";
+  if (chatty)
+    std::cerr << fmt::format("dripgate-iat: probing {} for {} (Ctrl-C ends early)\n", spec.where,
+                             format_ns(static_cast<double>(spec.duration_ns)));
+
+  const int signo = wait_for_stop(sigs, t0, spec.duration_ns);
   // Detach first: the maps outlive the hook, and once no packet can update them the histogram,
   // totals and windows read back as one consistent state.
   probe->detach();
   const uint64_t attached = mono_ns() - t0;
-  ebpf::Snapshot snap = probe->snapshot();
+  const ebpf::Counters counters = probe->snapshot();
   probe.reset();
 
-  RawCounters raw;
-  raw.hist = snap.hist;
-  raw.totals = snap.totals;
-  raw.windows = snap.windows;
-  raw.count_hist = snap.count_hist;
-  Profile p =
-      profile_from_counters(raw, attached,
-                            fmt::format("live {} {}{}", where, hook,
-                                        filter_text.empty() ? "" : ", filter" + filter_text));
-  emit(p, out);
-  if (signo && !out.quiet && out.json_path != "-")
+  emit(profile_from_counters(counters, attached, "live " + spec.where), out);
+  if (signo && chatty)
     std::cerr << fmt::format(
         "dripgate-iat: stopped early by {} after {}; probe detached\n",
         sigabbrev_np(signo) ? fmt::format("SIG{}", sigabbrev_np(signo)) : std::to_string(signo),

@@ -344,9 +344,9 @@ TEST_F(IatLive, ClearErrors) {
   n.expect_clean();
 }
 
-// pcap mode and compare through the CLI, on a nanosecond capture of seed 002 in miniature.
+// pcap mode and compare through the CLI, on a nanosecond capture of micro-bursts in miniature.
 TEST_F(IatLive, PcapAndCompareCli) {
-  const std::string cap = path("seed.pcap");
+  const std::string cap = path("bursts.pcap");
   pcap_t* dead =
       pcap_open_dead_with_tstamp_precision(DLT_EN10MB, 65535, PCAP_TSTAMP_PRECISION_NANO);
   pcap_dumper_t* d = pcap_dump_open(dead, cap.c_str());

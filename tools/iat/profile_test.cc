@@ -1,10 +1,15 @@
-#include "tools/iat_profile.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
+
+#include "tools/iat/builder.h"
+#include "tools/iat/compare.h"
+#include "tools/iat/json.h"
+#include "tools/iat/svg.h"
+#include "tools/iat/text.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::iat {
 namespace {
@@ -71,7 +76,7 @@ TEST(Percentile, InterpolatesInsideTheBucketAndGivesItsWidth) {
 }
 
 // 10 bursts, one per millisecond; each burst 50 packets 2 us apart, starting on the ms grid.
-std::vector<uint64_t> seed_bursts() {
+std::vector<uint64_t> burst_pattern() {
   std::vector<uint64_t> ts;
   for (uint64_t b = 0; b < 10; ++b)
     for (uint64_t j = 0; j < 50; ++j) ts.push_back(kBase + b * 1'000'000 + j * 2'000);
@@ -80,7 +85,7 @@ std::vector<uint64_t> seed_bursts() {
 
 TEST(ProfileBuilder, ExactFiguresOfAKnownPattern) {
   ProfileBuilder pb({100'000, 1'000'000});
-  auto ts = seed_bursts();
+  auto ts = burst_pattern();
   for (auto t : ts) pb.add(t, 60);
   Profile p = pb.finish("test", "pcap");
 
@@ -240,8 +245,8 @@ TEST(IntervalFit, BackwardsTimestampIsAZeroGap) {
   EXPECT_EQ(p.interval->max_ns, 1'000u);
 }
 
-RawCounters live_counters() {
-  RawCounters raw;
+ebpf::Counters live_counters() {
+  ebpf::Counters raw;
   raw.hist[iat_bucket(2'000)] = 490;
   raw.hist[iat_bucket(902'000)] = 9;
   raw.totals.packets = 500;
@@ -268,7 +273,7 @@ TEST(LiveProfile, FromCountersMarksEstimates) {
   EXPECT_EQ(p.max_iat_ns, double(bucket_high(iat_bucket(902'000))));
   // The estimate of the CV lands near the exact one (bucket widths are 1/8 of an octave).
   ProfileBuilder pb({});
-  for (auto t : seed_bursts()) pb.add(t, 60);
+  for (auto t : burst_pattern()) pb.add(t, 60);
   double exact_cv = pb.finish("x", "pcap").cv;
   EXPECT_NEAR(p.cv, exact_cv, exact_cv * 0.1);
   // The open window is filed with the closed ones.
@@ -283,8 +288,8 @@ TEST(LiveProfile, FromCountersMarksEstimates) {
 
 TEST(Render, TextHistogramMergesToPowersOfTwo) {
   ProfileBuilder pb({100'000, 1'000'000});
-  for (auto t : seed_bursts()) pb.add(t, 60);
-  std::string text = render_text(pb.finish("pcap seed.pcap", "pcap"));
+  for (auto t : burst_pattern()) pb.add(t, 60);
+  std::string text = render_text(pb.finish("pcap bursts.pcap", "pcap"));
   // 2000 ns lies in [1024, 2048), 902 us in [524288, 1048576): the bar of the fullest is full.
   EXPECT_NE(text.find("[1.02us, 2.05us)         490 |" + std::string(52, '@') + "|"),
             std::string::npos)
@@ -299,8 +304,8 @@ TEST(Render, TextHistogramMergesToPowersOfTwo) {
 
 TEST(Json, RoundTripKeepsEveryFigure) {
   ProfileBuilder pb({100'000, 1'000'000});
-  for (auto t : seed_bursts()) pb.add(t, 60);
-  Profile a = pb.finish("pcap seed.pcap", "pcap");
+  for (auto t : burst_pattern()) pb.add(t, 60);
+  Profile a = pb.finish("pcap bursts.pcap", "pcap");
   nlohmann::json j = to_json(a);
   Profile b = from_json(nlohmann::json::parse(j.dump()));
   EXPECT_EQ(b.hist, a.hist);
@@ -359,7 +364,7 @@ TEST(Json, BadInputNamesTheField) {
 
 TEST(Compare, SideBySideWithChange) {
   ProfileBuilder bursty({100'000, 1'000'000});
-  for (auto t : seed_bursts()) bursty.add(t, 60);
+  for (auto t : burst_pattern()) bursty.add(t, 60);
   Profile a = bursty.finish("bursty", "pcap");
   // The same 500 packets dripped evenly over the same span.
   ProfileBuilder even({100'000, 1'000'000});
@@ -376,11 +381,11 @@ TEST(Compare, SideBySideWithChange) {
 
 TEST(Svg, DrawsTheHistogramAndTheWindows) {
   ProfileBuilder pb({100'000, 1'000'000});
-  for (auto t : seed_bursts()) pb.add(t, 60);
-  std::string svg = render_svg(pb.finish("pcap <seed>.pcap", "pcap"));
+  for (auto t : burst_pattern()) pb.add(t, 60);
+  std::string svg = render_svg(pb.finish("pcap <bursts>.pcap", "pcap"));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  EXPECT_NE(svg.find("&lt;seed&gt;"), std::string::npos);  // escaped
+  EXPECT_NE(svg.find("&lt;bursts&gt;"), std::string::npos);  // escaped
   EXPECT_NE(svg.find("<title>[1.92us, 2.05us): 490</title>"), std::string::npos) << svg;
   EXPECT_NE(svg.find("packets per 100us window"), std::string::npos);
   EXPECT_NE(svg.find("<title>[32, 64): 10 windows</title>"), std::string::npos);

@@ -1,4 +1,4 @@
-#include "tools/iat_pcap.h"
+#include "tools/iat/pcap.h"
 
 #include <pcap/pcap.h>
 
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "tools/iat/builder.h"
 
 namespace dripgate::iat {
 

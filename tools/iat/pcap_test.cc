@@ -1,4 +1,4 @@
-#include "tools/iat_pcap.h"
+#include "tools/iat/pcap.h"
 
 #include <gtest/gtest.h>
 #include <pcap/pcap.h>
@@ -139,9 +139,9 @@ class PcapngWriter {
   bool nano_;
 };
 
-// Seed 002 in miniature: 10 bursts one millisecond apart, 50 packets 2 us apart in each,
+// Micro-bursts in miniature: 10 bursts one millisecond apart, 50 packets 2 us apart in each,
 // alternating destination ports 9000 and 9001.
-std::vector<Packet> seed_pattern() {
+std::vector<Packet> burst_pattern() {
   std::vector<Packet> v;
   for (uint64_t b = 0; b < 10; ++b)
     for (uint64_t j = 0; j < 50; ++j)
@@ -149,7 +149,7 @@ std::vector<Packet> seed_pattern() {
   return v;
 }
 
-void expect_seed_figures(const Profile& p) {
+void expect_burst_figures(const Profile& p) {
   EXPECT_EQ(p.packets, 500u);
   EXPECT_EQ(p.bytes, 500u * 60);
   EXPECT_EQ(p.intervals, 499u);
@@ -175,21 +175,21 @@ void expect_seed_figures(const Profile& p) {
 
 TEST(IatPcap, NanosecondPcapGivesExactFigures) {
   TempDir dir;
-  auto path = dir.file("seed.pcap");
-  write_pcap(path, seed_pattern(), true);
+  auto path = dir.file("bursts.pcap");
+  write_pcap(path, burst_pattern(), true);
   Profile p = profile_pcap(path, {});
-  expect_seed_figures(p);
+  expect_burst_figures(p);
   EXPECT_EQ(p.mode, "pcap");
 }
 
 TEST(IatPcap, PcapngWithNanosecondResolution) {
   TempDir dir;
-  auto path = dir.file("seed.pcapng");
+  auto path = dir.file("bursts.pcapng");
   {
     PcapngWriter w(path);
-    for (const auto& pk : seed_pattern()) w.packet(pk.ts_ns, udp_frame(pk.dport));
+    for (const auto& pk : burst_pattern()) w.packet(pk.ts_ns, udp_frame(pk.dport));
   }
-  expect_seed_figures(profile_pcap(path, {}));
+  expect_burst_figures(profile_pcap(path, {}));
 }
 
 TEST(IatPcap, PcapngDefaultsToMicroseconds) {
@@ -197,7 +197,7 @@ TEST(IatPcap, PcapngDefaultsToMicroseconds) {
   auto path = dir.file("micro.pcapng");
   {
     PcapngWriter w(path, false);
-    for (const auto& pk : seed_pattern()) w.packet(pk.ts_ns, udp_frame(pk.dport));
+    for (const auto& pk : burst_pattern()) w.packet(pk.ts_ns, udp_frame(pk.dport));
   }
   Profile p = profile_pcap(path, {});
   EXPECT_EQ(p.packets, 500u);
@@ -208,8 +208,8 @@ TEST(IatPcap, PcapngDefaultsToMicroseconds) {
 
 TEST(IatPcap, FilterSelectsHalf) {
   TempDir dir;
-  auto path = dir.file("seed.pcap");
-  write_pcap(path, seed_pattern(), true);
+  auto path = dir.file("bursts.pcap");
+  write_pcap(path, burst_pattern(), true);
   PcapOptions o;
   o.filter = "udp dst port 9000";
   Profile p = profile_pcap(path, o);
@@ -224,7 +224,7 @@ TEST(IatPcap, FilterSelectsHalf) {
 TEST(IatPcap, MicrosecondPcapIsReadAndNoted) {
   TempDir dir;
   auto path = dir.file("micro.pcap");
-  write_pcap(path, seed_pattern(), false);
+  write_pcap(path, burst_pattern(), false);
   Profile p = profile_pcap(path, {});
   EXPECT_EQ(p.packets, 500u);
   EXPECT_EQ(p.hist[iat_bucket(2'000)], 490u);
@@ -292,8 +292,8 @@ TEST(IatPcap, IntervalFitCountsOnlyFilteredPackets) {
 
 TEST(IatPcap, BadFilterIsAClearError) {
   TempDir dir;
-  auto path = dir.file("seed.pcap");
-  write_pcap(path, seed_pattern(), true);
+  auto path = dir.file("bursts.pcap");
+  write_pcap(path, burst_pattern(), true);
   PcapOptions o;
   o.filter = "udp dst port banana";
   try {
@@ -320,8 +320,8 @@ TEST(IatPcap, MissingOrBadFileIsAClearError) {
 
 TEST(IatPcap, TruncatedFileIsAClearError) {
   TempDir dir;
-  auto path = dir.file("seed.pcap");
-  write_pcap(path, seed_pattern(), true);
+  auto path = dir.file("bursts.pcap");
+  write_pcap(path, burst_pattern(), true);
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 30);
   EXPECT_THROW(profile_pcap(path, {}), PcapError);
 }

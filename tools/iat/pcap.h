@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/iat_profile.h"
+#include "tools/iat/profile.h"
+#include "tools/iat/units.h"
 
 namespace dripgate::iat {
 
