@@ -6,7 +6,8 @@
 -- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
 --
 -- @keys quota_prefix reservation leases bucket...
--- @argv request_id tokens budget reservation_ttl max_streams lease_s snapshot bucket_count bucket...(gate capacity refill)
+-- @argv request_id tokens budget reservation_ttl max_streams lease_s snapshot bucket_count
+-- @argv bucket...(gate capacity refill)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is appended here

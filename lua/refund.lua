@@ -9,7 +9,8 @@
 -- so the lease zset is as before too.
 --
 -- @keys reservation leases bucket...
--- @argv request_id quota_existed bucket_count bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
+-- @argv request_id quota_existed bucket_count
+-- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
 --
 -- KEYS: reservation  hash "dg:{t:<tenant>}:r:<request_id>" (its field q names the quota key,
 --                    same hash slot)
