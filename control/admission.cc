@@ -1,3 +1,5 @@
+// The backend side of admission: the Redis calls (packed by script_calls.cc) and the decoding of
+// their replies into results.
 #include "control/admission.h"
 
 #include <hiredis/hiredis.h>
@@ -5,112 +7,20 @@
 
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <unordered_map>
 
-#include "common/id.h"
-#include "control/keys.h"
 #include "control/redis_client.h"
+#include "control/script_calls.h"
 #include "lua/lua_scripts.h"
 
 namespace dripgate::control {
 
 namespace {
 
-bool id_ok(std::string_view id) {
-  return common::valid_id(id);
-}
-
-bool hex16(std::string_view s) {
-  if (s.size() != 16) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-std::string fmt_double(double v) {
-  char buf[32];
-  int n = snprintf(buf, sizeof buf, "%.17g", v);
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-constexpr std::string_view kIdRule = "must match [A-Za-z0-9._-]{1,64}";
-
-// Lua numbers are doubles: beyond 2^53 token counts would be rounded, so cap them well below.
-constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
-
-std::string check_tokens(int64_t tokens) {
-  if (tokens < 0) return "tokens: must be an integer >= 0";
-  if (tokens > kMaxTokens) return "tokens: must be at most 1000000000000000";
-  return {};
-}
-
-// One configured token bucket with its ARGV strings formatted once.
-struct Gate {
-  std::string name;  // "tenant", "user", "api_key", "model", "tool"
-  double capacity = 0;
-  double refill = 0;
-  std::string cap_s, rate_s;
-  std::string key;  // global gates: the full key; tenant gates: filled per request
-
-  Gate(std::string n, const config::Bucket& b)
-      : name(std::move(n)),
-        capacity(b.capacity),
-        refill(b.refill_per_s),
-        cap_s(fmt_double(b.capacity)),
-        rate_s(fmt_double(b.refill_per_s)) {}
-};
-
-struct TenantInfo {
-  std::string name;
-  const config::Plan* plan = nullptr;
-  std::optional<Gate> tenant, user, api_key;
-  std::string tenant_key, quota_prefix, leases_key;
-  std::string budget_s = "-1", res_ttl_s, max_streams_s = "-1", lease_s;
-};
-
-// Everything derived from the config that a request needs, built once per engine.
-struct Tables {
-  std::unordered_map<std::string, TenantInfo> tenants;
-  std::unordered_map<std::string, Gate> models, tools;
-
-  explicit Tables(const config::Config& cfg) {
-    for (const auto& [name, t] : cfg.tenants) {
-      auto pit = cfg.plans.find(t.plan);
-      if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
-      const config::Plan& p = pit->second;
-      TenantInfo ti;
-      ti.name = name;
-      ti.plan = &p;
-      if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
-      if (p.user) ti.user.emplace("user", *p.user);
-      if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
-      ti.tenant_key = keys::bucket(name, "tenant");
-      ti.quota_prefix = keys::quota_prefix(name);
-      ti.leases_key = keys::leases(name);
-      config::Quota q = p.quota.value_or(config::Quota{});
-      if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
-      ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
-      config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
-      if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
-      ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
-      tenants.emplace(name, std::move(ti));
-    }
-    for (const auto& [name, b] : cfg.global_gates.model) {
-      Gate g("model", b);
-      g.key = keys::global_bucket("model", name);
-      models.emplace(name, std::move(g));
-    }
-    for (const auto& [name, b] : cfg.global_gates.tool) {
-      Gate g("tool", b);
-      g.key = keys::global_bucket("tool", name);
-      tools.emplace(name, std::move(g));
-    }
-  }
-};
-
+// A bucket's level as the scripts report it, with the policy numbers the RateLimit headers need.
+// reset_s (whole seconds until full) is the first second at which lib_bucket.lua's refill
+// min(cap, tk + elapsed * rate) reaches the capacity; admission_test checks the two agree.
 Remaining bucket_remaining(const Gate& g, double tokens) {
   Remaining r;
   r.gate = g.name;
@@ -127,104 +37,6 @@ std::string_view reason_of(std::string_view gate) {
   if (gate == "concurrency") return "concurrency";
   return "rate";
 }
-
-// The admission being built: validated input, key names and the ARGV of the calls.
-struct Prepared {
-  const TenantInfo* t = nullptr;
-  std::string rid, res_key, user_key, api_key_key, tokens_s;
-  int64_t tokens = 0;
-  std::array<const Gate*, 3> buckets{};
-  std::array<std::string_view, 3> bucket_keys{};
-  int nb = 0;
-  std::array<const Gate*, 2> globals{};
-  int ng = 0;
-};
-
-// Validates req and fills p; returns an error "field: message" or an empty string.
-std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p) {
-  if (req.tenant.empty()) return "tenant: required";
-  if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
-  auto it = tables.tenants.find(req.tenant);
-  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + req.tenant + "'";
-  for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &req.user},
-                              {"api_key", &req.api_key},
-                              {"model", &req.model},
-                              {"tool", &req.tool}}) {
-    if (!value->empty() && !id_ok(*value)) return std::string(field) + ": " + std::string(kIdRule);
-  }
-  if (!req.request_id.empty() && !id_ok(req.request_id))
-    return std::string("request_id: ") + std::string(kIdRule);
-  if (auto e = check_tokens(req.tokens); !e.empty()) return e;
-
-  const TenantInfo& t = it->second;
-  p.t = &t;
-  if (req.request_id.empty()) {
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
-    p.rid.reserve(t.name.size() + 17);
-    p.rid.append(t.name).append(".").append(hex, 16);
-  } else {
-    p.rid = req.request_id;
-  }
-  p.res_key = keys::reservation(t.name, p.rid);
-  p.tokens = req.tokens;
-  p.tokens_s = std::to_string(req.tokens);
-  if (t.tenant) {
-    p.buckets[p.nb] = &*t.tenant;
-    p.bucket_keys[p.nb++] = t.tenant_key;
-  }
-  if (t.user && !req.user.empty()) {
-    p.user_key = keys::bucket(t.name, "user", req.user);
-    p.buckets[p.nb] = &*t.user;
-    p.bucket_keys[p.nb++] = p.user_key;
-  }
-  if (t.api_key && !req.api_key.empty()) {
-    p.api_key_key = keys::bucket(t.name, "key", req.api_key);
-    p.buckets[p.nb] = &*t.api_key;
-    p.bucket_keys[p.nb++] = p.api_key_key;
-  }
-  if (!req.model.empty()) {
-    auto m = tables.models.find(req.model);
-    if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
-  }
-  if (!req.tool.empty()) {
-    auto g = tables.tools.find(req.tool);
-    if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
-  }
-  return {};
-}
-
-// KEYS and ARGV of admit.lua, as views into p and the tables.
-struct AdmitArgs {
-  std::array<std::string_view, 6> keys{};
-  size_t nk = 0;
-  std::array<std::string_view, 8 + 9> args{};
-  size_t na = 0;
-  char nb_s[4] = {};
-
-  AdmitArgs(const Prepared& p) {
-    const TenantInfo& t = *p.t;
-    keys[nk++] = t.quota_prefix;
-    keys[nk++] = p.res_key;
-    keys[nk++] = t.leases_key;
-    for (int i = 0; i < p.nb; ++i) keys[nk++] = p.bucket_keys[i];
-    nb_s[0] = static_cast<char>('0' + p.nb);
-    args[na++] = p.rid;
-    args[na++] = p.tokens_s;
-    args[na++] = t.budget_s;
-    args[na++] = t.res_ttl_s;
-    args[na++] = t.max_streams_s;
-    args[na++] = t.lease_s;
-    args[na++] = p.ng > 0 ? "1" : "0";
-    args[na++] = std::string_view(nb_s, 1);
-    for (int i = 0; i < p.nb; ++i) {
-      args[na++] = p.buckets[i]->name;
-      args[na++] = p.buckets[i]->cap_s;
-      args[na++] = p.buckets[i]->rate_s;
-    }
-  }
-};
 
 // Reply accessors: nullptr/0 when the element is missing or of another type.
 const redisReply* elem(const redisReply* r, size_t i) {
@@ -246,46 +58,44 @@ double as_double(const redisReply* r) {
   return std::strtod(r->str, nullptr);  // hiredis NUL-terminates bulk strings
 }
 
-// Why a reply is not usable, or empty when it is an array of at least n elements.
+// Why a reply is not usable, or empty when it is an array of at least n elements (n = 0: any
+// reply that is not an error).
 std::string bad_reply(const redisReply* r, std::string_view error, size_t n) {
   if (!r) return std::string(error.empty() ? "redis: no reply" : error);
   if (r->type == REDIS_REPLY_ERROR) return "redis: " + std::string(r->str, r->len);
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < n) return "redis: unexpected reply";
+  if (n > 0 && (r->type != REDIS_REPLY_ARRAY || r->elements < n)) return "redis: unexpected reply";
   return {};
 }
 
+// Positions in admit.lua's reply: {code, gate, retry_after_ms, quota_used, month_left_s,
+// month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}.
+enum AdmitReply : size_t {
+  kCode,
+  kGate,
+  kRetryAfterMs,
+  kQuotaUsed,
+  kMonthLeft,
+  kMonthLen,
+  kLive,
+  kFirstLeaseMs,
+  kQuotaExisted,
+  kTokens
+};
+// gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n}.
+constexpr size_t kGatesTokens = 3;
+
+// Answers a call that failed validation, on the loop (never inside the call itself).
+template <class Result>
+void post_bad_request(RedisClient& redis, std::string error, std::function<void(Result)> done) {
+  redis.post([done = std::move(done), error = std::move(error)] {
+    Result res;
+    res.outcome = Outcome::kBadRequest;
+    res.error = error;
+    done(std::move(res));
+  });
+}
+
 }  // namespace
-
-bool valid_request_id(std::string_view rid) {
-  if (id_ok(rid)) return true;
-  auto dot = rid.rfind('.');
-  return dot != std::string_view::npos && id_ok(rid.substr(0, dot)) && hex16(rid.substr(dot + 1));
-}
-
-const std::string& admit_script_text() {
-  static const std::string text(lua::kAdmit.text);
-  return text;
-}
-
-std::optional<ScriptCall> admit_script_call(const config::Config& cfg, const AdmitRequest& req,
-                                            std::string* error) {
-  Tables tables(cfg);
-  std::mt19937_64 rng(std::random_device{}());
-  Prepared p;
-  std::string err = prepare(tables, req, rng, p);
-  if (!err.empty()) {
-    if (error) *error = err;
-    return std::nullopt;
-  }
-  AdmitArgs a(p);
-  ScriptCall call;
-  call.script = std::string(lua::kAdmit.name);
-  call.sha1 = std::string(lua::kAdmit.sha1);
-  call.text = std::string(lua::kAdmit.text);
-  for (size_t i = 0; i < a.nk; ++i) call.keys.emplace_back(a.keys[i]);
-  for (size_t i = 0; i < a.na; ++i) call.args.emplace_back(a.args[i]);
-  return call;
-}
 
 struct Engine::Impl {
   config::Config cfg;
@@ -302,32 +112,32 @@ struct Engine::Impl {
               observer) {}
 
   struct AdmitOp {
-    Impl* impl = nullptr;
     std::function<void(AdmitResult)> done;
     AdmitResult res;
     Prepared p;
     // From the tenant-slot call, for the response and a refund.
     std::array<double, 3> tokens_after{};
     int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
-    bool q_existed = false;
-    std::vector<std::string> snapshot;  // per bucket: old tk, old ts, new tk, new ts
-    std::vector<std::string> pruned;    // expired leases admit.lua pruned: member, score, ...
+    Undo undo;
     std::array<double, 2> global_tokens{};
   };
 
+  void send(const Call& c, RedisClient::Callback cb) {
+    redis.evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb));
+  }
   void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
   void on_admit_reply(AdmitOp* op, const redisReply* r, std::string_view error);
+  bool decode_undo(AdmitOp* op, const redisReply* r);
   void on_gates_reply(AdmitOp* op, const redisReply* r, std::string_view error);
   void refund(AdmitOp* op, std::function<void()> then);
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
+  void add_global_remaining(AdmitOp* op);
   void fail(AdmitOp* op, Outcome o, std::string error) {
     op->res.outcome = o;
     op->res.error = std::move(error);
     finish(op);
   }
-  // Resolves the tenant of settle/release; returns an error "field: message" or empty.
-  std::string resolve(std::string& tenant, const std::string& rid, const TenantInfo** out);
 };
 
 void Engine::Impl::finish(AdmitOp* op) {
@@ -339,7 +149,6 @@ void Engine::Impl::finish(AdmitOp* op) {
 
 void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
   auto* op = new AdmitOp;
-  op->impl = this;
   op->done = std::move(done);
   std::string err = prepare(tables, req, rng, op->p);
   if (!err.empty()) {
@@ -349,10 +158,10 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
     return;
   }
   op->res.request_id = op->p.rid;
-  op->res.klass = op->p.t->plan->klass;
-  AdmitArgs a(op->p);
-  redis.evalsha(lua::kAdmit, std::span(a.keys.data(), a.nk), std::span(a.args.data(), a.na),
-                [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); });
+  op->res.cls = op->p.t->plan->klass;
+  op->res.lease_s = op->p.t->lease_len_s;
+  send(AdmitCall(op->p),
+       [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); });
 }
 
 void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
@@ -361,6 +170,7 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   auto& rem = op->res.remaining;
   for (int i = 0; i < p.nb; ++i) {
     double v = op->tokens_after[static_cast<size_t>(i)];
+    // refund.lua gave the token back: the level before this admission.
     if (refunded) v = std::min(p.buckets[i]->capacity, v + 1);
     rem.push_back(bucket_remaining(*p.buckets[i], v));
   }
@@ -386,8 +196,14 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   }
 }
 
+void Engine::Impl::add_global_remaining(AdmitOp* op) {
+  for (int i = 0; i < op->p.ng; ++i)
+    op->res.remaining.push_back(
+        bucket_remaining(*op->p.globals[i], op->global_tokens[static_cast<size_t>(i)]));
+}
+
 void Engine::Impl::on_admit_reply(AdmitOp* op, const redisReply* r, std::string_view error) {
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, 0)) == 2) {
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 2) {
     op->res.outcome = Outcome::kConflict;
     op->res.error = "request_id: '" + op->p.rid + "' is already in use";
     finish(op);
@@ -395,22 +211,22 @@ void Engine::Impl::on_admit_reply(AdmitOp* op, const redisReply* r, std::string_
   }
   const Prepared& p = op->p;
   const size_t nb = static_cast<size_t>(p.nb);
-  std::string bad = bad_reply(r, error, 9 + nb);
+  std::string bad = bad_reply(r, error, kTokens + nb);
   if (!bad.empty()) return fail(op, Outcome::kUnavailable, std::move(bad));
-  int64_t code = as_int(elem(r, 0));
-  op->used = as_int(elem(r, 3));
-  op->month_left = as_int(elem(r, 4));
-  op->month_len = as_int(elem(r, 5));
-  op->live = as_int(elem(r, 6));
-  op->first_ms = as_int(elem(r, 7));
-  op->q_existed = as_int(elem(r, 8)) == 1;
-  for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, 9 + i));
+  int64_t code = as_int(elem(r, kCode));
+  op->used = as_int(elem(r, kQuotaUsed));
+  op->month_left = as_int(elem(r, kMonthLeft));
+  op->month_len = as_int(elem(r, kMonthLen));
+  op->live = as_int(elem(r, kLive));
+  op->first_ms = as_int(elem(r, kFirstLeaseMs));
+  op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
+  for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
 
   if (code != 1) {
     op->res.outcome = Outcome::kRefused;
-    op->res.gate = std::string(as_str(elem(r, 1)));
+    op->res.gate = std::string(as_str(elem(r, kGate)));
     op->res.reason = std::string(reason_of(op->res.gate));
-    op->res.retry_after_ms = as_int(elem(r, 2));
+    op->res.retry_after_ms = as_int(elem(r, kRetryAfterMs));
     fill_tenant_remaining(op, false);
     finish(op);
     return;
@@ -421,113 +237,65 @@ void Engine::Impl::on_admit_reply(AdmitOp* op, const redisReply* r, std::string_
     finish(op);
     return;
   }
-  if (r->elements < 9 + nb + 4 * nb) {
-    // Admitted but without the snapshot a refund needs: cannot happen with our script.
-    return fail(op, Outcome::kUnavailable, "redis: unexpected reply");
-  }
-  op->snapshot.reserve(4 * nb);
-  for (size_t i = 0; i < 4 * nb; ++i) op->snapshot.emplace_back(as_str(elem(r, 9 + nb + i)));
-  size_t at = 9 + nb + 4 * nb;
-  if (r->elements > at) {
-    auto k = static_cast<size_t>(std::max<int64_t>(0, as_int(elem(r, at))));
-    for (size_t i = 0; i < 2 * k && at + 1 + i < r->elements; ++i)
-      op->pruned.emplace_back(as_str(elem(r, at + 1 + i)));
-  }
-
+  // Admitted but without the snapshot a refund needs: cannot happen with our script.
+  if (!decode_undo(op, r)) return fail(op, Outcome::kUnavailable, "redis: unexpected reply");
   // Global gates: one call with the model and tool buckets (single-node Redis; see gates.lua).
-  std::array<std::string_view, 2> keys{};
-  std::array<std::string_view, 1 + 6> args{};
-  size_t na = 0;
-  static constexpr std::string_view kCounts[] = {"0", "1", "2"};
-  args[na++] = kCounts[p.ng];
-  for (int i = 0; i < p.ng; ++i) {
-    keys[static_cast<size_t>(i)] = p.globals[i]->key;
-    args[na++] = p.globals[i]->name;
-    args[na++] = p.globals[i]->cap_s;
-    args[na++] = p.globals[i]->rate_s;
+  send(GatesCall(p),
+       [this, op](const redisReply* r, std::string_view e) { on_gates_reply(op, r, e); });
+}
+
+bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
+  const size_t nb = static_cast<size_t>(op->p.nb);
+  const size_t at = kTokens + nb;
+  if (r->elements < at + 4 * nb) return false;
+  op->undo.snapshot.reserve(4 * nb);
+  for (size_t i = 0; i < 4 * nb; ++i) op->undo.snapshot.emplace_back(as_str(elem(r, at + i)));
+  const size_t pruned_at = at + 4 * nb;
+  if (r->elements > pruned_at) {
+    auto k = static_cast<size_t>(std::max<int64_t>(0, as_int(elem(r, pruned_at))));
+    for (size_t i = 0; i < 2 * k && pruned_at + 1 + i < r->elements; ++i)
+      op->undo.pruned.emplace_back(as_str(elem(r, pruned_at + 1 + i)));
   }
-  redis.evalsha(lua::kGates, std::span(keys.data(), static_cast<size_t>(p.ng)),
-                std::span(args.data(), na),
-                [this, op](const redisReply* r, std::string_view e) { on_gates_reply(op, r, e); });
+  return true;
 }
 
 void Engine::Impl::on_gates_reply(AdmitOp* op, const redisReply* r, std::string_view error) {
   const Prepared& p = op->p;
-  std::string bad = bad_reply(r, error, 3 + static_cast<size_t>(p.ng));
+  std::string bad = bad_reply(r, error, kGatesTokens + static_cast<size_t>(p.ng));
   if (!bad.empty()) {
     // The tenant part was admitted: give it back (best effort), then answer 503.
     refund(op, [this, op, bad] { fail(op, Outcome::kUnavailable, bad); });
     return;
   }
-  int64_t code = as_int(elem(r, 0));
+  int64_t code = as_int(elem(r, kCode));
   for (size_t i = 0; i < static_cast<size_t>(p.ng); ++i)
-    op->global_tokens[i] = as_double(elem(r, 3 + i));
-  auto add_globals = [op] {
-    for (int i = 0; i < op->p.ng; ++i)
-      op->res.remaining.push_back(
-          bucket_remaining(*op->p.globals[i], op->global_tokens[static_cast<size_t>(i)]));
-  };
+    op->global_tokens[i] = as_double(elem(r, kGatesTokens + i));
   if (code == 1) {
     op->res.outcome = Outcome::kAllowed;
     fill_tenant_remaining(op, false);
-    add_globals();
+    add_global_remaining(op);
     finish(op);
     return;
   }
-  op->res.gate = std::string(as_str(elem(r, 1)));
+  op->res.gate = std::string(as_str(elem(r, kGate)));
   op->res.reason = "rate";
-  op->res.retry_after_ms = as_int(elem(r, 2));
-  refund(op, [this, op, add_globals] {
+  op->res.retry_after_ms = as_int(elem(r, kRetryAfterMs));
+  refund(op, [this, op] {
     op->res.outcome = Outcome::kRefused;
     fill_tenant_remaining(op, true);
-    add_globals();
+    add_global_remaining(op);
     finish(op);
   });
 }
 
 void Engine::Impl::refund(AdmitOp* op, std::function<void()> then) {
-  const Prepared& p = op->p;
-  std::array<std::string_view, 2 + 3> keys{};
-  size_t nk = 0;
-  keys[nk++] = p.res_key;
-  keys[nk++] = p.t->leases_key;
-  for (int i = 0; i < p.nb; ++i) keys[nk++] = p.bucket_keys[i];
-  std::vector<std::string_view> args;
-  args.reserve(4 + 5 * static_cast<size_t>(p.nb) + op->pruned.size());
-  static constexpr std::string_view kCounts[] = {"0", "1", "2", "3"};
-  args.push_back(p.rid);
-  args.push_back(op->q_existed ? "1" : "0");
-  args.push_back(kCounts[p.nb]);
-  for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
-    args.push_back(p.buckets[i]->cap_s);
-    for (size_t j = 0; j < 4; ++j) args.push_back(op->snapshot[4 * i + j]);
-  }
-  std::string pruned_n = std::to_string(op->pruned.size() / 2);
-  args.push_back(pruned_n);
-  for (const auto& s : op->pruned) args.push_back(s);
-  redis.evalsha(lua::kRefund, std::span(keys.data(), nk), std::span(args.data(), args.size()),
-                [op, then = std::move(then)](const redisReply* r, std::string_view e) {
-                  if (!r || r->type == REDIS_REPLY_ERROR)
-                    spdlog::warn("refund of {} failed ({}); its reservation and lease expire",
-                                 op->p.rid, r ? std::string_view(r->str, r->len) : e);
-                  then();
-                });
-}
-
-std::string Engine::Impl::resolve(std::string& tenant, const std::string& rid,
-                                  const TenantInfo** out) {
-  if (rid.empty()) return "request_id: required";
-  if (!valid_request_id(rid)) return "request_id: " + std::string(kIdRule);
-  if (tenant.empty()) {
-    tenant = std::string(keys::tenant_of_request_id(rid));
-    if (tenant.empty())
-      return "tenant: required (request_id '" + rid + "' does not name its tenant)";
-  }
-  if (!id_ok(tenant)) return "tenant: " + std::string(kIdRule);
-  auto it = tables.tenants.find(tenant);
-  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + tenant + "'";
-  *out = &it->second;
-  return {};
+  send(RefundCall(op->p, op->undo),
+       [op, then = std::move(then)](const redisReply* r, std::string_view e) {
+         if (!r || r->type == REDIS_REPLY_ERROR)
+           spdlog::warn("refund of {} failed ({}); its reservation and lease expire", op->p.rid,
+                        r ? std::string_view(r->str, r->len) : e);
+         then();
+       });
 }
 
 Engine::Engine(const config::Config& cfg, event_base* base, RedisObserver* observer)
@@ -547,71 +315,44 @@ void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
                     std::function<void(SettleResult)> done) {
   Impl& im = *impl_;
   const TenantInfo* t = nullptr;
-  std::string err = im.resolve(tenant, request_id, &t);
+  std::string err = resolve(im.tables, tenant, request_id, &t);
   if (err.empty()) err = check_tokens(tokens);
-  if (!err.empty()) {
-    im.redis.post([done = std::move(done), err = std::move(err)] {
-      SettleResult res;
-      res.outcome = Outcome::kBadRequest;
-      res.error = err;
-      done(std::move(res));
-    });
-    return;
-  }
-  std::string res_key = keys::reservation(t->name, request_id);
-  std::string tokens_s = std::to_string(tokens);
-  std::array<std::string_view, 2> ks{res_key, t->quota_prefix};
-  std::array<std::string_view, 1> as{tokens_s};
+  if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
   std::optional<int64_t> budget;
   if (t->plan->quota) budget = t->plan->quota->tokens_per_month;
-  im.redis.evalsha(lua::kSettle, ks, as,
-                   [done = std::move(done), budget](const redisReply* r, std::string_view e) {
-                     SettleResult res;
-                     std::string bad = bad_reply(r, e, 4);
-                     if (!bad.empty()) {
-                       res.outcome = Outcome::kUnavailable;
-                       res.error = std::move(bad);
-                       done(std::move(res));
-                       return;
-                     }
-                     res.outcome = Outcome::kAllowed;
-                     res.settled = as_int(elem(r, 0)) == 1;
-                     res.detail = std::string(as_str(elem(r, 1)));
-                     res.charged = as_int(elem(r, 2));
-                     int64_t used = as_int(elem(r, 3));
-                     res.remaining = budget ? std::max<int64_t>(0, *budget - used) : -1;
-                     done(std::move(res));
-                   });
+  im.send(SettleCall(*t, request_id, tokens),
+          [done = std::move(done), budget](const redisReply* r, std::string_view e) {
+            SettleResult res;
+            res.error = bad_reply(r, e, 4);
+            if (res.error.empty()) {
+              // {settled (1/0), detail, charged, quota used}
+              res.outcome = Outcome::kAllowed;
+              res.settled = as_int(elem(r, 0)) == 1;
+              res.detail = std::string(as_str(elem(r, 1)));
+              res.charged = as_int(elem(r, 2));
+              int64_t used = as_int(elem(r, 3));
+              res.remaining = budget ? std::max<int64_t>(0, *budget - used) : -1;
+            }
+            done(std::move(res));
+          });
 }
 
 void Engine::release(std::string tenant, std::string request_id,
                      std::function<void(ReleaseResult)> done) {
   Impl& im = *impl_;
   const TenantInfo* t = nullptr;
-  std::string err = im.resolve(tenant, request_id, &t);
-  if (!err.empty()) {
-    im.redis.post([done = std::move(done), err = std::move(err)] {
-      ReleaseResult res;
-      res.outcome = Outcome::kBadRequest;
-      res.error = err;
-      done(std::move(res));
-    });
-    return;
-  }
-  std::array<std::string_view, 1> ks{t->leases_key};
-  std::array<std::string_view, 1> as{request_id};
-  im.redis.evalsha(lua::kRelease, ks, as,
-                   [done = std::move(done)](const redisReply* r, std::string_view e) {
-                     ReleaseResult res;
-                     if (!r || r->type == REDIS_REPLY_ERROR) {
-                       res.outcome = Outcome::kUnavailable;
-                       res.error = r ? "redis: " + std::string(r->str, r->len) : std::string(e);
-                     } else {
-                       res.outcome = Outcome::kAllowed;
-                       res.released = as_int(r) == 1;
-                     }
-                     done(std::move(res));
-                   });
+  std::string err = resolve(im.tables, tenant, request_id, &t);
+  if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
+  im.send(ReleaseCall(*t, request_id),
+          [done = std::move(done)](const redisReply* r, std::string_view e) {
+            ReleaseResult res;
+            res.error = bad_reply(r, e, 0);
+            if (res.error.empty()) {
+              res.outcome = Outcome::kAllowed;
+              res.released = as_int(r) == 1;
+            }
+            done(std::move(res));
+          });
 }
 
 }  // namespace dripgate::control

@@ -1,5 +1,7 @@
 // The admission engine: every decision is one atomic Redis Lua call per hash slot.
-// Asynchronous: one Engine per worker thread, bound to that thread's libevent base.
+// Asynchronous: one Engine per worker thread, bound to that thread's libevent base. The calls are
+// packed in script_calls.cc (keys from keys.cc), sent and decoded in admission.cc over
+// redis_client.h.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,10 @@
 #include "config/config.h"
 
 struct event_base;
+
+namespace dripgate::control {
+struct RedisObserver;
+}
 
 namespace dripgate::control {
 
@@ -35,6 +41,17 @@ struct AdmitRequest {
   std::optional<Flow> flow;
 };
 
+struct SettleRequest {
+  std::string tenant;  // optional: derived by the engine from a generated request_id
+  std::string request_id;
+  int64_t tokens = 0;
+};
+
+struct ReleaseRequest {
+  std::string tenant;  // optional, as for settle
+  std::string request_id;
+};
+
 // Remaining capacity of one gate after the decision. Buckets are fractional, the quota whole.
 struct Remaining {
   std::string gate;  // "tenant", "user", "api_key", "model", "tool", "quota", "concurrency"
@@ -55,9 +72,10 @@ enum class Outcome {
 struct AdmitResult {
   Outcome outcome = Outcome::kUnavailable;
   std::string request_id;
-  std::string klass;   // the tenant plan's dataplane class
-  std::string gate;    // refusing gate
-  std::string reason;  // "rate" | "quota" | "concurrency"
+  std::string cls;      // the tenant plan's dataplane class
+  int64_t lease_s = 0;  // the concurrency lease an admission takes (s); 0: the plan has none
+  std::string gate;     // refusing gate
+  std::string reason;   // "rate" | "quota" | "concurrency"
   int64_t retry_after_ms = 0;
   std::vector<Remaining> remaining;
   std::string error;  // for 400/409/503: "field: message"
@@ -76,14 +94,6 @@ struct ReleaseResult {
   Outcome outcome = Outcome::kUnavailable;
   bool released = false;  // false: no such lease
   std::string error;
-};
-
-// Observes Redis round trips; implemented by the metrics registry.
-struct RedisObserver {
-  virtual ~RedisObserver() = default;
-  virtual void round_trip(double seconds) = 0;
-  virtual void error(const std::string& kind) = 0;
-  virtual void up(bool is_up) = 0;
 };
 
 class Engine {
@@ -110,31 +120,6 @@ class Engine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-}  // namespace dripgate::control
-
-namespace dripgate::control {
-
-// ---- for benchmarks and tools: the exact Redis call an admission makes ----
-
-// One EVALSHA: the script's name, SHA1 and text, and the KEYS and ARGV it is called with.
-struct ScriptCall {
-  std::string script;  // "admit"
-  std::string sha1;
-  std::string text;
-  std::vector<std::string> keys;
-  std::vector<std::string> args;
-};
-
-// The tenant-slot EVALSHA (admit.lua) that Engine::admit() sends first for req under cfg, after
-// the same validation (nullopt and *error = "field: message" when req is invalid). An empty
-// req.request_id is generated as the engine does; the reservation key (KEYS[2]) contains it, so
-// a replay must vary it per call (redis-benchmark: request_id "<tenant>.__rand_int__" with -r)
-// or every call after the first answers "request_id in use".
-std::optional<ScriptCall> admit_script_call(const config::Config& cfg, const AdmitRequest& req,
-                                            std::string* error = nullptr);
-// The text of lua/admit.lua as embedded in the binary.
-const std::string& admit_script_text();
 
 // The request-id rule: an id ([A-Za-z0-9._-]{1,64}), or one the engine generated,
 // "<tenant>.<16 hex>" (which may be longer than 64 when the tenant name is long).

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "control/keys.h"
+#include "control/redis_client.h"
+#include "control/script_calls.h"
 #include "tests/event_loop.h"
 #include "tests/redis_server.h"
 
@@ -183,8 +185,9 @@ class AdmissionTest : public ::testing::Test {
   testing::RedisServer redis_;
 };
 
-// Seed 000, 6.3.4: capacity 5 @ 1/s, 6 requests, a 2 s wait, 2 more.
-TEST_F(AdmissionTest, SeedTokenBucketTable) {
+// The rate-limit walkthrough (docs/ARCHITECTURE.md), token bucket: capacity 5 @ 1/s, 6 requests,
+// a 2 s wait, 2 more.
+TEST_F(AdmissionTest, WalkthroughTokenBucketTable) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.klass = "gold";
@@ -198,7 +201,7 @@ TEST_F(AdmissionTest, SeedTokenBucketTable) {
     SCOPED_TRACE("request " + std::to_string(i + 1));
     if (i < 5) {
       ASSERT_EQ(r.outcome, Outcome::kAllowed) << r.error;
-      EXPECT_EQ(r.klass, "gold");
+      EXPECT_EQ(r.cls, "gold");
       EXPECT_EQ(r.request_id.rfind("ws-acme.", 0), 0u);
       EXPECT_EQ(r.request_id.size(), std::string("ws-acme.").size() + 16);
     } else {
@@ -224,8 +227,8 @@ TEST_F(AdmissionTest, SeedTokenBucketTable) {
   }
 }
 
-// Seed 000, 6.3.6: 300,300,300,300,100,1 against 1000 tokens a month.
-TEST_F(AdmissionTest, SeedQuotaTable) {
+// The rate-limit walkthrough, monthly quota: 300,300,300,300,100,1 against 1000 tokens a month.
+TEST_F(AdmissionTest, WalkthroughQuotaTable) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.quota = config::Quota{1000, 600};
@@ -264,9 +267,9 @@ TEST_F(AdmissionTest, SeedQuotaTable) {
   EXPECT_EQ(Sync(redis_.port()).str({"GET", keys::quota("ws-acme", month)}), "1000");
 }
 
-// Seed 000, 6.3.7: tenant 20 @ 5, user 6 @ 2, tool web_search 2 @ 0.5; the tool gate refuses
-// the third request, and the tenant and user buckets get their tokens back.
-TEST_F(AdmissionTest, SeedThreeGates) {
+// The rate-limit walkthrough, three gates: tenant 20 @ 5, user 6 @ 2, tool web_search 2 @ 0.5;
+// the tool gate refuses the third request, and the tenant and user buckets get their tokens back.
+TEST_F(AdmissionTest, WalkthroughThreeGates) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant = bucket(20, 5);
@@ -743,6 +746,55 @@ return out)";
           << "day " << days[i];
     }
     freeReplyObject(r);
+  }
+}
+
+// The engine reports a bucket's reset (whole seconds until full) from its own arithmetic; it must
+// be the second at which the scripts' refill (lib_bucket.lua's bucket_read, run here on the
+// stored state at a chosen time) first reaches the capacity, and the value must be what is stored.
+TEST_F(AdmissionTest, BucketResetMatchesTheLuaRefill) {
+  const std::string& text = admit_script_text();
+  auto b = text.find("local function bucket_read");
+  auto e = text.find("local function bucket_wait_ms");
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_NE(e, std::string::npos);
+  // KEYS[1] bucket; ARGV: capacity, rate, seconds after the stored timestamp.
+  std::string script = text.substr(b, e - b) + R"(
+local ts = tonumber(redis.call('HGET', KEYS[1], 'ts'))
+local cur = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ts + ARGV[3] * 1000000)
+return string.format('%.17g', cur))";
+  struct Case {
+    double cap, rate;
+    int admits;
+  };
+  const Case cases[] = {{5, 1, 5}, {20, 5, 7}, {6, 2, 1}, {2, 0.5, 2}, {3, 0.7, 3}, {10, 0.3, 4}};
+  config::Config cfg = base_config(redis_.port());
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    config::Plan plan;
+    plan.tenant = bucket(cases[i].cap, cases[i].rate);
+    add_tenant(cfg, "t" + std::to_string(i), plan);
+  }
+  Harness h(cfg);
+  Sync s(redis_.port());
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    std::string tenant = "t" + std::to_string(i);
+    SCOPED_TRACE(tenant);
+    AdmitResult r;
+    for (int k = 0; k < c.admits; ++k) r = h.admit(req(tenant));
+    ASSERT_EQ(r.outcome, Outcome::kAllowed) << r.error;
+    const Remaining* t = find_gate(r, "tenant");
+    ASSERT_NE(t, nullptr);
+    std::string key = keys::bucket(tenant, "tenant");
+    EXPECT_EQ(t->value, std::stod(s.str({"HGET", key, "tk"})));
+    EXPECT_EQ(t->window_s, c.cap / c.rate);
+    ASSERT_GT(t->reset_s, 0);
+    auto level_after = [&](int64_t seconds) {
+      return std::stod(s.str({"EVAL", script, "1", key, std::to_string(c.cap),
+                              std::to_string(c.rate), std::to_string(seconds)}));
+    };
+    EXPECT_EQ(level_after(t->reset_s), c.cap);
+    EXPECT_LT(level_after(t->reset_s - 1), c.cap);
   }
 }
 

@@ -266,7 +266,7 @@ Response render_error(int status, const std::string& message) {
   return Response{status, {}, json_response_body(json{{"error", message}})};
 }
 
-Response render_admit(const AdmitResult& r) {
+Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
   int status = status_of(r.outcome);
   if (status != 200 && status != 429) {
     return render_error(status, r.error.empty() ? "admission failed" : r.error);
@@ -277,7 +277,7 @@ Response render_admit(const AdmitResult& r) {
   if (status == 200) {
     j = {{"allowed", true},
          {"request_id", r.request_id},
-         {"class", r.klass},
+         {"class", r.cls},
          {"remaining", remaining_json(r.remaining)}};
   } else {
     j = {{"allowed", false},
@@ -291,6 +291,7 @@ Response render_admit(const AdmitResult& r) {
     resp.headers.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
     resp.headers.emplace_back("RateLimit", ratelimit_header(r.remaining));
   }
+  if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
   resp.body = json_response_body(j);
   return resp;
 }
@@ -305,10 +306,12 @@ Response render_settle(const SettleResult& r) {
   return Response{200, {}, json_response_body(j)};
 }
 
-Response render_release(const ReleaseResult& r) {
+Response render_release(const ReleaseResult& r, const std::string& flow_tag) {
   int status = status_of(r.outcome);
   if (status != 200) return render_error(status, r.error.empty() ? "release failed" : r.error);
-  return Response{200, {}, json_response_body(json{{"released", r.released}})};
+  Response resp{200, {}, json_response_body(json{{"released", r.released}})};
+  if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
+  return resp;
 }
 
 }  // namespace dripgate::control::api

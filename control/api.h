@@ -13,17 +13,6 @@
 
 namespace dripgate::control::api {
 
-struct SettleRequest {
-  std::string tenant;  // optional: derived by the engine from a generated request_id
-  std::string request_id;
-  int64_t tokens = 0;
-};
-
-struct ReleaseRequest {
-  std::string tenant;  // optional, as for settle
-  std::string request_id;
-};
-
 // A 400 answer: `field` is the JSON path of the offending field ("" for the body itself).
 struct FieldError {
   std::string field;
@@ -46,9 +35,11 @@ struct Response {
   std::string body;
 };
 
-Response render_admit(const AdmitResult& r);
+// flow_tag: the dataplane's answer for the request's flow, sent as Dripgate-Flow-Tag when not
+// empty.
+Response render_admit(const AdmitResult& r, const std::string& flow_tag = {});
 Response render_settle(const SettleResult& r);
-Response render_release(const ReleaseResult& r);
+Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);
 // The status an engine outcome maps to.
 int status_of(Outcome o);

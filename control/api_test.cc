@@ -152,7 +152,7 @@ TEST(Render, Allowed) {
   AdmitResult a;
   a.outcome = Outcome::kAllowed;
   a.request_id = "ws-acme.00ff";
-  a.klass = "gold";
+  a.cls = "gold";
   a.remaining = {{"tenant", 3.0104999, 5, 5, 2}, {"quota", 700, 1000, 2592000, 86400}};
   auto r = render_admit(a);
   EXPECT_EQ(r.status, 200);

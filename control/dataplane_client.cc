@@ -51,8 +51,8 @@ DataplaneClient::~DataplaneClient() {
   }
 }
 
-void DataplaneClient::tag(const Flow& flow, const std::string& klass, int ttl_s, Done done) {
-  json j = {{"op", "tag"}, {"flow", flow_object(flow)}, {"class", klass}, {"ttl_s", ttl_s}};
+void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s, Done done) {
+  json j = {{"op", "tag"}, {"flow", flow_object(flow)}, {"class", cls}, {"ttl_s", ttl_s}};
   send("tag", j.dump(), std::move(done));
 }
 

@@ -37,7 +37,7 @@ class DataplaneClient {
   DataplaneClient& operator=(const DataplaneClient&) = delete;
 
   // `done` may run before these return (when the dataplane is unavailable).
-  void tag(const Flow& flow, const std::string& klass, int ttl_s, Done done);
+  void tag(const Flow& flow, const std::string& cls, int ttl_s, Done done);
   void untag(const Flow& flow, Done done);
   bool connected() const { return bev_ != nullptr; }
 

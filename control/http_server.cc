@@ -20,8 +20,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "control/admission.h"
 #include "control/api.h"
+#include "control/gateway.h"
 
 namespace dripgate::control {
 namespace {
@@ -31,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 // How long a stopping worker waits for requests in flight (each bounded by the Redis timeout).
 constexpr std::chrono::seconds kDrainLimit{10};
-constexpr int kDefaultTagTtlS = 300;
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -54,22 +53,6 @@ const char* reason_phrase(int status) {
     default:
       return "Error";
   }
-}
-
-const char* result_label(Outcome o) {
-  switch (o) {
-    case Outcome::kAllowed:
-      return "allowed";
-    case Outcome::kRefused:
-      return "refused";
-    case Outcome::kBadRequest:
-      return "bad_request";
-    case Outcome::kConflict:
-      return "conflict";
-    case Outcome::kUnavailable:
-      return "unavailable";
-  }
-  return "unknown";
 }
 
 // Constant time in the length of the expected token, so timing does not leak a prefix.
@@ -121,8 +104,7 @@ struct HttpServer::Worker {
   event_base* base = nullptr;
   evhttp* http = nullptr;
   evhttp_bound_socket* bound = nullptr;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<DataplaneClient> dp;
+  std::unique_ptr<Gateway> gateway;
   event* stop_ev = nullptr;
   event* drain_ev = nullptr;
   int inflight = 0;
@@ -132,8 +114,7 @@ struct HttpServer::Worker {
   Clock::time_point drain_deadline{};
 
   ~Worker() {
-    dp.reset();
-    engine.reset();
+    gateway.reset();
     if (http) evhttp_free(http);
     if (stop_ev) event_free(stop_ev);
     if (drain_ev) event_free(drain_ev);
@@ -174,10 +155,10 @@ struct HttpServer::Worker {
       bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
   }
 
-  // Finishes an asynchronous request unless the server was torn down meanwhile.
-  bool complete() {
+  // Answers an asynchronous request unless the server was torn down meanwhile.
+  void finish(evhttp_request* req, const api::Response& r) {
     --inflight;
-    return !http_freed;
+    if (!http_freed) reply(req, r);
   }
 
   std::string body_of(evhttp_request* req) {
@@ -188,97 +169,45 @@ struct HttpServer::Worker {
     return s;
   }
 
-  std::string tenant_label(const std::string& tenant) const {
-    // Only configured tenants become label values: bad input must not grow the metrics.
-    return server->cfg_.tenants.count(tenant) ? tenant : "";
-  }
-
-  int tag_ttl(const std::string& tenant) const {
-    auto t = server->cfg_.tenants.find(tenant);
-    if (t == server->cfg_.tenants.end()) return kDefaultTagTtlS;
-    auto p = server->cfg_.plans.find(t->second.plan);
-    if (p == server->cfg_.plans.end() || !p->second.concurrency) return kDefaultTagTtlS;
-    return static_cast<int>(std::max<int64_t>(1, p->second.concurrency->lease_s));
-  }
+  // ---- one handler per endpoint: parse, ask the gateway, render ----
 
   void handle_admit(evhttp_request* req) {
     AdmitRequest ar;
     if (auto e = api::parse_admit(body_of(req), ar)) {
       server->metrics_.admission("", "", "bad_request");
-      reply(req, api::render_error(400, e->str()));
-      return;
+      return reply(req, api::render_error(400, e->str()));
     }
     ++inflight;
-    std::string tenant = ar.tenant;
-    std::optional<Flow> flow = ar.flow;
-    engine->admit(std::move(ar), [this, req, tenant, flow](AdmitResult r) {
-      server->metrics_.admission(tenant_label(tenant), r.outcome == Outcome::kRefused ? r.gate : "",
-                                 result_label(r.outcome));
-      if (http_freed) {
-        --inflight;
-        return;
-      }
-      api::Response resp = api::render_admit(r);
-      if (r.outcome != Outcome::kAllowed || !flow) {
-        if (complete()) reply(req, resp);
-        return;
-      }
-      server->flows_.put(r.request_id, *flow);
-      // The answer waits for the dataplane (bounded by its timeout), so a caller that starts
-      // sending right after 200 finds its flow already in its class.
-      dp->tag(*flow, r.klass, tag_ttl(tenant),
-              [this, req, resp](const std::string& result) mutable {
-                resp.headers.emplace_back("Dripgate-Flow-Tag", result);
-                if (complete()) reply(req, resp);
-              });
+    gateway->admit(std::move(ar), [this, req](const AdmitDecision& d) {
+      finish(req, api::render_admit(d.result, d.flow_tag));
     });
   }
 
   void handle_settle(evhttp_request* req) {
-    api::SettleRequest sr;
+    SettleRequest sr;
     if (auto e = api::parse_settle(body_of(req), sr)) {
-      reply(req, api::render_error(400, e->str()));
-      return;
+      return reply(req, api::render_error(400, e->str()));
     }
     ++inflight;
-    engine->settle(sr.tenant, sr.request_id, sr.tokens, [this, req](SettleResult r) {
-      if (complete()) reply(req, api::render_settle(r));
-    });
+    gateway->settle(std::move(sr),
+                    [this, req](const SettleResult& r) { finish(req, api::render_settle(r)); });
   }
 
   void handle_release(evhttp_request* req) {
-    api::ReleaseRequest rr;
+    ReleaseRequest rr;
     if (auto e = api::parse_release(body_of(req), rr)) {
-      reply(req, api::render_error(400, e->str()));
-      return;
+      return reply(req, api::render_error(400, e->str()));
     }
     ++inflight;
-    std::string rid = rr.request_id;
-    engine->release(rr.tenant, rr.request_id, [this, req, rid](ReleaseResult r) {
-      if (http_freed) {
-        --inflight;
-        return;
-      }
-      api::Response resp = api::render_release(r);
-      std::optional<Flow> flow;
-      // The request is over whether or not it held a lease: its flow leaves its class.
-      if (r.outcome == Outcome::kAllowed) flow = server->flows_.take(rid);
-      if (!flow) {
-        if (complete()) reply(req, resp);
-        return;
-      }
-      dp->untag(*flow, [this, req, resp](const std::string& result) mutable {
-        resp.headers.emplace_back("Dripgate-Flow-Tag", result);
-        if (complete()) reply(req, resp);
-      });
+    gateway->release(std::move(rr), [this, req](const ReleaseDecision& d) {
+      finish(req, api::render_release(d.result, d.flow_tag));
     });
   }
 
   void handle_healthz(evhttp_request* req) {
-    bool up = engine->redis_up();
     json j = {{"status", draining ? "stopping" : "ok"},
-              {"redis", up ? "up" : "down"},
-              {"dataplane", dp->connected() ? "connected" : "not connected"},
+              {"redis", gateway->redis_up() ? "up" : "down"},
+              {"dataplane", gateway->dataplane_connected() ? "connected" : "not connected"},
               {"worker", index}};
     reply(req, api::Response{draining ? 503 : 200, {}, j.dump() + "\n"});
   }
@@ -288,55 +217,54 @@ struct HttpServer::Worker {
           "text/plain; version=0.0.4; charset=utf-8");
   }
 
+  // The route table. The API (POST) needs the bearer token when one is configured; /healthz and
+  // /metrics stay open for probes and scrapers.
+  struct Route {
+    std::string_view path;
+    evhttp_cmd_type method;
+    bool api;
+    void (Worker::*handle)(evhttp_request*);
+  };
+  static constexpr Route kRoutes[] = {
+      {"/v1/admit", EVHTTP_REQ_POST, true, &Worker::handle_admit},
+      {"/v1/settle", EVHTTP_REQ_POST, true, &Worker::handle_settle},
+      {"/v1/release", EVHTTP_REQ_POST, true, &Worker::handle_release},
+      {"/healthz", EVHTTP_REQ_GET, false, &Worker::handle_healthz},
+      {"/metrics", EVHTTP_REQ_GET, false, &Worker::handle_metrics},
+  };
+
   static void on_request(evhttp_request* req, void* arg) {
     auto* w = static_cast<Worker*>(arg);
     w->in_evhttp_cb = true;
-    dispatch(w, req);
+    w->dispatch(req);
     w->in_evhttp_cb = false;
   }
 
-  static void dispatch(Worker* w, evhttp_request* req) {
+  void dispatch(evhttp_request* req) {
     const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
     const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
     std::string path = p ? p : "";
-    auto method = evhttp_request_get_command(req);
-
-    bool is_api = path == "/v1/admit" || path == "/v1/settle" || path == "/v1/release";
-    bool is_get = path == "/healthz" || path == "/metrics";
-    if (!is_api && !is_get) {
-      w->reply(req, api::render_error(404, "no such path: " + path));
-      return;
+    const Route* route = nullptr;
+    for (const Route& r : kRoutes)
+      if (r.path == path) route = &r;
+    if (!route) return reply(req, api::render_error(404, "no such path: " + path));
+    if (evhttp_request_get_command(req) != route->method) {
+      const char* want = route->method == EVHTTP_REQ_POST ? "POST" : "GET";
+      api::Response r = api::render_error(405, std::string("use ") + want);
+      r.headers.emplace_back("Allow", want);
+      return reply(req, r);
     }
-    auto want = is_api ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
-    if (method != want) {
-      api::Response r = api::render_error(405, std::string("use ") + (is_api ? "POST" : "GET"));
-      r.headers.emplace_back("Allow", is_api ? "POST" : "GET");
-      w->reply(req, r);
-      return;
-    }
-    // /healthz and /metrics stay open for probes and scrapers; the API needs the token.
-    const std::string& token = w->server->cfg_.control.auth_token;
-    if (is_api && !token.empty()) {
+    const std::string& token = server->cfg_.control.auth_token;
+    if (route->api && !token.empty()) {
       const char* auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
       if (!token_matches(token, auth)) {
         api::Response r = api::render_error(
             401, auth ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
         r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");
-        w->reply(req, r);
-        return;
+        return reply(req, r);
       }
     }
-    if (path == "/v1/admit") {
-      w->handle_admit(req);
-    } else if (path == "/v1/settle") {
-      w->handle_settle(req);
-    } else if (path == "/v1/release") {
-      w->handle_release(req);
-    } else if (path == "/healthz") {
-      w->handle_healthz(req);
-    } else {
-      w->handle_metrics(req);
-    }
+    (this->*route->handle)(req);
   }
 
   static void on_stop(evutil_socket_t, short, void* arg) {
@@ -410,9 +338,8 @@ bool HttpServer::start(std::string& error) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
-    w->engine = std::make_unique<Engine>(cfg_, w->base, &metrics_);
-    w->dp = std::make_unique<DataplaneClient>(w->base, cfg_.control.dataplane_socket, &metrics_,
-                                              opts_.dataplane_timeout_ms);
+    w->gateway =
+        std::make_unique<Gateway>(cfg_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
     w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
     workers_.push_back(std::move(w));
@@ -425,9 +352,8 @@ bool HttpServer::start(std::string& error) {
 
 void HttpServer::run_worker(Worker* w) {
   event_base_dispatch(w->base);
-  // Engines and dataplane clients belong to this thread's loop: tear them down here.
-  w->dp.reset();
-  w->engine.reset();
+  // A gateway (engine, dataplane client) belongs to this thread's loop: tear it down here.
+  w->gateway.reset();
 }
 
 void HttpServer::stop() {

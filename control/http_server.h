@@ -1,6 +1,7 @@
-// dripgate-control's HTTP front: libevent evhttp on several worker threads. Each worker has its
-// own event_base, evhttp, admission Engine (hence its own Redis connections) and dataplane
-// client; all accept on one listening socket bound once.
+// dripgate-control's HTTP front: libevent evhttp on several worker threads, a route table and
+// the JSON (de)serialisation of api.h around the Gateway (gateway.h), which decides. Each worker
+// has its own event_base, evhttp and Gateway (hence its own Redis connections and dataplane
+// client); all accept on one listening socket bound once.
 #pragma once
 
 #include <atomic>

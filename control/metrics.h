@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "control/admission.h"
+#include "control/redis_client.h"
 
 namespace dripgate::control {
 

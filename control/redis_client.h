@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "config/config.h"
-#include "control/admission.h"
 
 struct event;
 struct event_base;
@@ -32,6 +31,14 @@ struct Script;
 
 namespace dripgate::control {
 
+// Observes Redis round trips; implemented by the metrics registry.
+struct RedisObserver {
+  virtual ~RedisObserver() = default;
+  virtual void round_trip(double seconds) = 0;
+  virtual void error(const std::string& kind) = 0;
+  virtual void up(bool is_up) = 0;
+};
+
 struct RedisOptions {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -39,7 +46,7 @@ struct RedisOptions {
   std::string user;       // Redis ACL user; empty: the default user
   std::string password;
   int db = 0;
-  int timeout_ms = 50;           // per command, from issue to reply
+  int timeout_ms = 50;           // per command, from sending to reply
   int connect_timeout_ms = 500;  // TCP connect (plus AUTH/SELECT, pipelined behind it)
   int pool_size = 4;
   int backoff_min_ms = 20;  // first reconnect delay, doubled per failure

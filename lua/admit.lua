@@ -5,23 +5,29 @@
 -- writes nothing at all (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
 --
--- KEYS[1]  quota key prefix "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is
---          appended here because only Redis knows the month; the full key has the same
---          {t:<tenant>} hash tag, so it lives in the slot of the declared keys (cluster-safe).
--- KEYS[2]  reservation hash "dg:{t:<tenant>}:r:<request_id>"
--- KEYS[3]  leases zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
--- KEYS[4..3+n]  bucket hashes (fields tk = tokens, ts = last update in microseconds)
--- ARGV[1]  request_id
--- ARGV[2]  tokens to reserve (integer >= 0)
--- ARGV[3]  quota budget for the month; -1: no quota gate (usage is still counted)
--- ARGV[4]  reservation ttl (s)
--- ARGV[5]  max streams; -1: no concurrency gate (no lease taken)
--- ARGV[6]  lease (s)
--- ARGV[7]  "1": a global-gate call follows and may have to be refunded: return what refund.lua
---          needs to undo this admission exactly (prior bucket states, pruned leases). "0"
---          otherwise.
--- ARGV[8]  n, the number of buckets
--- ARGV[9+3(i-1) ..]  per bucket i: gate name, capacity, refill per second
+-- @keys quota_prefix reservation leases bucket...
+-- @argv request_id tokens budget reservation_ttl max_streams lease_s snapshot bucket_count
+-- @argv bucket...(gate capacity refill)
+--
+-- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
+--   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is appended here
+--                 because only Redis knows the month; the full key has the same {t:<tenant>}
+--                 hash tag, so it lives in the slot of the declared keys (cluster-safe).
+--   reservation   hash "dg:{t:<tenant>}:r:<request_id>"
+--   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
+--   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
+-- ARGV (A_<NAME>):
+--   request_id
+--   tokens        to reserve (integer >= 0)
+--   budget        quota budget for the month; -1: no quota gate (usage is still counted)
+--   reservation_ttl (s)
+--   max_streams   -1: no concurrency gate (no lease taken)
+--   lease_s       lease length (s)
+--   snapshot      "1": a global-gate call follows and may have to be refunded: return what
+--                 refund.lua needs to undo this admission exactly (prior bucket states, pruned
+--                 leases). "0" otherwise.
+--   bucket_count  n, the number of buckets
+--   bucket...     per bucket: gate name, capacity, refill per second
 --
 -- Returns {code, gate, retry_after_ms, quota_used, month_left_s, month_len_s, live_leases,
 --          first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
@@ -29,7 +35,7 @@
 --   request_id has a live reservation (nothing evaluated). quota_used and live_leases are after
 --   the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
---   integers on the way out. snapshot (admitted with ARGV[7] = "1"): per bucket old tk, old ts
+--   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket old tk, old ts
 --   ("" when the key did not exist), new tk, new ts, exactly as stored; then, with a
 --   concurrency gate, the number k of expired leases pruned and k pairs member, score.
 
@@ -38,18 +44,18 @@ local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[K_RESERVATION]) == 1 then
   return {2}
 end
 
-local rid = ARGV[1]
-local tokens = tonumber(ARGV[2])
-local budget = tonumber(ARGV[3])
-local res_ttl = tonumber(ARGV[4])
-local max_streams = tonumber(ARGV[5])
-local lease_ms = tonumber(ARGV[6]) * 1000
-local snapshot = ARGV[7] == '1'
-local n = tonumber(ARGV[8])
+local rid = ARGV[A_REQUEST_ID]
+local tokens = tonumber(ARGV[A_TOKENS])
+local budget = tonumber(ARGV[A_BUDGET])
+local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
+local max_streams = tonumber(ARGV[A_MAX_STREAMS])
+local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
+local snapshot = ARGV[A_SNAPSHOT] == '1'
+local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 local refused, retry = '', 0
 local function refuse(gate, ms)
@@ -63,18 +69,19 @@ end
 -- @include lib_bucket.lua
 local buckets = {}
 for i = 1, n do
-  local a = 9 + (i - 1) * 3
-  local cap = tonumber(ARGV[a + 1])
-  local rate = tonumber(ARGV[a + 2])
-  local cur, old_tk, old_ts = bucket_read(KEYS[3 + i], cap, rate, now_us)
-  buckets[i] = {cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts}
-  if cur < 1 then refuse(ARGV[a], bucket_wait_ms(cur, rate)) end
+  local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
+  local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
+  local key = KEYS[K_BUCKET + i - 1]
+  local cur, old_tk, old_ts = bucket_read(key, cap, rate, now_us)
+  buckets[i] = {key = key, cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts}
+  if cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(cur, rate)) end
 end
 
 -- Quota month from Redis time (utc_month, from lib_month.lua).
 -- @include lib_month.lua
 local month, month_start, next_month = utc_month(sec)
-local qkey = KEYS[1] .. month
+local qkey = KEYS[K_QUOTA_PREFIX] .. month
 local qraw = redis.call('GET', qkey)
 local used = tonumber(qraw or '0')
 if budget >= 0 and used + tokens > budget then
@@ -85,9 +92,9 @@ end
 -- and pruned only on the write path).
 local live, first_ms = -1, 0
 if max_streams >= 0 then
-  live = redis.call('ZCOUNT', KEYS[3], '(' .. now_ms, '+inf')
+  live = redis.call('ZCOUNT', KEYS[K_LEASES], '(' .. now_ms, '+inf')
   if live > 0 then
-    local f = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now_ms, '+inf', 'WITHSCORES',
+    local f = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '(' .. now_ms, '+inf', 'WITHSCORES',
                          'LIMIT', 0, 1)
     first_ms = tonumber(f[2]) - now_ms
   end
@@ -105,7 +112,7 @@ end
 out[1] = 1
 for i = 1, n do
   local b = buckets[i]
-  local tk, ts = bucket_take(KEYS[3 + i], b.cur, b.cap, b.rate, now_us)
+  local tk, ts = bucket_take(b.key, b.cur, b.cap, b.rate, now_us)
   out[9 + i] = tk
   if snapshot then
     local s = 9 + n + (i - 1) * 4
@@ -126,18 +133,19 @@ if max_streams >= 0 then
   if snapshot then
     -- Prune a bounded number of expired leases and hand them to refund.lua, which puts them
     -- back when a global gate refuses (so the set stays bounded under steady traffic either way).
-    local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, 16)
+    local old = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms, 'WITHSCORES',
+                           'LIMIT', 0, 16)
     local s = 9 + n + 4 * n
     out[s + 1] = #old / 2
     for j = 1, #old do out[s + 1 + j] = old[j] end
-    for j = 1, #old, 2 do redis.call('ZREM', KEYS[3], old[j]) end
+    for j = 1, #old, 2 do redis.call('ZREM', KEYS[K_LEASES], old[j]) end
   else
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+    redis.call('ZREMRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms)
   end
   local deadline = now_ms + lease_ms
-  redis.call('ZADD', KEYS[3], deadline, rid)
-  if redis.call('PTTL', KEYS[3]) < lease_ms + 1000 then
-    redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
+  redis.call('ZADD', KEYS[K_LEASES], deadline, rid)
+  if redis.call('PTTL', KEYS[K_LEASES]) < lease_ms + 1000 then
+    redis.call('PEXPIRE', KEYS[K_LEASES], lease_ms + 1000)
   end
   live = live + 1
   out[7] = live
@@ -145,7 +153,7 @@ if max_streams >= 0 then
   leased = 1
 end
 
-redis.call('HSET', KEYS[2], 'reserved', tokens, 'settled', 0, 'charged', 0, 'q', qkey,
+redis.call('HSET', KEYS[K_RESERVATION], 'reserved', tokens, 'settled', 0, 'charged', 0, 'q', qkey,
            'qx', q_expire_at, 'lease', leased)
-redis.call('EXPIRE', KEYS[2], res_ttl)
+redis.call('EXPIRE', KEYS[K_RESERVATION], res_ttl)
 return out

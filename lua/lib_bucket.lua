@@ -1,5 +1,5 @@
 -- lib_bucket.lua: the token-bucket math of admit.lua and gates.lua. Not a script of its own:
--- lua/embed.py puts this text in place of a `-- @include lib_bucket.lua` line of a script.
+-- tools/embed.py puts this text in place of a `-- @include lib_bucket.lua` line of a script.
 --
 -- A bucket is a hash {tk = tokens, ts = last update in microseconds}; a key never seen is a full
 -- bucket.

@@ -1,5 +1,5 @@
 -- lib_month.lua: the UTC calendar month from Redis TIME, for the scripts that key quota
--- counters by month. Not a script of its own: Redis scripts cannot load files, so lua/embed.py
+-- counters by month. Not a script of its own: Redis scripts cannot load files, so tools/embed.py
 -- puts this text in place of a `-- @include lib_month.lua` line of a script.
 --
 -- civil-from-days (H. Hinnant), proleptic Gregorian, UTC.

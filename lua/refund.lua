@@ -8,25 +8,30 @@
 -- reservation is deleted, the lease removed and the expired leases admit.lua pruned put back,
 -- so the lease zset is as before too.
 --
--- KEYS[1]  reservation hash "dg:{t:<tenant>}:r:<request_id>" (its field q names the quota key,
---          same hash slot)
--- KEYS[2]  leases zset
--- KEYS[3..2+n]  the bucket hashes admit.lua consumed from
--- ARGV[1]  request_id
--- ARGV[2]  "1" when the quota key existed before admit.lua
--- ARGV[3]  n
--- ARGV[4+5(i-1) ..]  per bucket i: capacity, old tk, old ts ("" = no key), new tk, new ts
--- ARGV[4+5n]  k, the number of expired leases admit.lua pruned (0 without concurrency gate)
--- ARGV[5+5n ..]  k pairs: member, score
+-- @keys reservation leases bucket...
+-- @argv request_id quota_existed bucket_count
+-- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
+--
+-- KEYS: reservation  hash "dg:{t:<tenant>}:r:<request_id>" (its field q names the quota key,
+--                    same hash slot)
+--       leases       zset
+--       bucket...    the bucket hashes admit.lua consumed from
+-- ARGV: request_id
+--       quota_existed  "1" when the quota key existed before admit.lua
+--       bucket_count   n
+--       bucket...      per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts
+--       pruned...      to the end: the expired leases admit.lua pruned (none without a
+--                      concurrency gate), as member, score
 --
 -- Returns 1 when the reservation was found and refunded, 0 otherwise.
 
-local n = tonumber(ARGV[3])
+local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do
-  local a = 4 + (i - 1) * 5
-  local cap, old_tk, old_ts, new_tk, new_ts = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2],
-                                              ARGV[a + 3], ARGV[a + 4]
-  local k = KEYS[2 + i]
+  local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
+  local old_tk, old_ts = ARGV[a + A_BUCKET_OLD_TK], ARGV[a + A_BUCKET_OLD_TS]
+  local new_tk, new_ts = ARGV[a + A_BUCKET_NEW_TK], ARGV[a + A_BUCKET_NEW_TS]
+  local k = KEYS[K_BUCKET + i - 1]
   local b = redis.call('HMGET', k, 'tk', 'ts')
   if b[1] == new_tk and b[2] == new_ts then
     if old_tk == '' then
@@ -40,19 +45,17 @@ for i = 1, n do
 end
 
 -- Put the pruned leases back before removing ours, so the set (and its TTL) never vanishes.
-local p = 4 + 5 * n
-local k = tonumber(ARGV[p] or '0')
-for j = 1, k do
-  redis.call('ZADD', KEYS[2], ARGV[p + 2 * j], ARGV[p + 2 * j - 1])
+for p = A_BUCKET + n * A_BUCKET_STRIDE, #ARGV, A_PRUNED_STRIDE do
+  redis.call('ZADD', KEYS[K_LEASES], ARGV[p + A_PRUNED_SCORE], ARGV[p + A_PRUNED_MEMBER])
 end
-redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[K_LEASES], ARGV[A_REQUEST_ID])
 
-local r = redis.call('HMGET', KEYS[1], 'reserved', 'q')
+local r = redis.call('HMGET', KEYS[K_RESERVATION], 'reserved', 'q')
 if not r[1] then return 0 end
 local reserved = tonumber(r[1])
 if reserved > 0 then
   local v = redis.call('DECRBY', r[2], reserved)
-  if v == 0 and ARGV[2] == '0' then redis.call('DEL', r[2]) end
+  if v == 0 and ARGV[A_QUOTA_EXISTED] == '0' then redis.call('DEL', r[2]) end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[K_RESERVATION])
 return 1

@@ -5,20 +5,23 @@
 -- the reservation settled; later settles change nothing and say so. A reservation that expired
 -- (or never existed) changes nothing either: its reserved amount stays charged.
 --
--- KEYS[1]  reservation hash "dg:{t:<tenant>}:r:<request_id>"
--- KEYS[2]  quota key prefix "dg:{t:<tenant>}:q:" (only read, to report the current month's
---          usage for an expired reservation; the month is appended here from TIME)
--- ARGV[1]  actual tokens (integer >= 0)
+-- @keys reservation quota_prefix
+-- @argv tokens
+--
+-- KEYS: reservation   hash "dg:{t:<tenant>}:r:<request_id>"
+--       quota_prefix  "dg:{t:<tenant>}:q:" (only read, to report the current month's usage for
+--                     an expired reservation; the month is appended here from TIME)
+-- ARGV: tokens        the actual token count (integer >= 0)
 --
 -- Returns {settled (1/0), detail ("settled" | "already_settled" | "expired"), charged, used}:
 -- charged = tokens charged for this request after the call, used = the quota counter after it.
 
 -- @include lib_month.lua
 
-local r = redis.call('HMGET', KEYS[1], 'reserved', 'settled', 'charged', 'q', 'qx')
+local r = redis.call('HMGET', KEYS[K_RESERVATION], 'reserved', 'settled', 'charged', 'q', 'qx')
 if not r[1] then
   local sec = tonumber(redis.call('TIME')[1])
-  local used = tonumber(redis.call('GET', KEYS[1 + 1] .. utc_month(sec)) or '0')
+  local used = tonumber(redis.call('GET', KEYS[K_QUOTA_PREFIX] .. utc_month(sec)) or '0')
   return {0, 'expired', 0, used}
 end
 
@@ -26,7 +29,7 @@ if r[2] == '1' then
   return {0, 'already_settled', tonumber(r[3]), tonumber(redis.call('GET', r[4]) or '0')}
 end
 
-local actual = tonumber(ARGV[1])
+local actual = tonumber(ARGV[A_TOKENS])
 local delta = actual - tonumber(r[1])
 local used
 if delta ~= 0 then
@@ -35,5 +38,5 @@ if delta ~= 0 then
 else
   used = tonumber(redis.call('GET', r[4]) or '0')
 end
-redis.call('HSET', KEYS[1], 'settled', 1, 'charged', actual)
+redis.call('HSET', KEYS[K_RESERVATION], 'settled', 1, 'charged', actual)
 return {1, 'settled', actual, used}

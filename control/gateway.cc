@@ -1,0 +1,77 @@
+#include "control/gateway.h"
+
+#include <utility>
+
+#include "control/redis_client.h"
+
+namespace dripgate::control {
+
+namespace {
+
+const char* result_label(Outcome o) {
+  switch (o) {
+    case Outcome::kAllowed:
+      return "allowed";
+    case Outcome::kRefused:
+      return "refused";
+    case Outcome::kBadRequest:
+      return "bad_request";
+    case Outcome::kConflict:
+      return "conflict";
+    case Outcome::kUnavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Gateway::Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
+                 int dataplane_timeout_ms)
+    : cfg_(cfg),
+      flows_(flows),
+      metrics_(metrics),
+      engine_(cfg, base, &metrics),
+      dp_(base, cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {}
+
+Gateway::~Gateway() = default;
+
+void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
+  // Only configured tenants become label values: bad input must not grow the metrics.
+  std::string tenant = cfg_.tenants.count(req.tenant) ? req.tenant : "";
+  std::optional<Flow> flow = req.flow;
+  engine_.admit(std::move(req), [this, tenant = std::move(tenant), flow = std::move(flow),
+                                 done = std::move(done)](AdmitResult r) mutable {
+    metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
+                       result_label(r.outcome));
+    if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
+    flows_.put(r.request_id, *flow);
+    // The flow stays in its class as long as the lease would, unless released earlier.
+    int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
+    std::string cls = r.cls;
+    dp_.tag(*flow, cls, ttl_s,
+            [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
+              done(AdmitDecision{std::move(r), tag});
+            });
+  });
+}
+
+void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) {
+  engine_.settle(std::move(req.tenant), std::move(req.request_id), req.tokens, std::move(done));
+}
+
+void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> done) {
+  std::string rid = req.request_id;
+  engine_.release(std::move(req.tenant), std::move(req.request_id),
+                  [this, rid = std::move(rid), done = std::move(done)](ReleaseResult r) mutable {
+                    std::optional<Flow> flow;
+                    if (r.outcome == Outcome::kAllowed) flow = flows_.take(rid);
+                    if (!flow) return done(ReleaseDecision{std::move(r), {}});
+                    dp_.untag(*flow, [r = std::move(r),
+                                      done = std::move(done)](const std::string& tag) mutable {
+                      done(ReleaseDecision{std::move(r), tag});
+                    });
+                  });
+}
+
+}  // namespace dripgate::control

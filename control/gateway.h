@@ -1,0 +1,65 @@
+// The service layer of dripgate-control: one decision per API request, whatever the transport.
+// Admission is the engine's; what follows from it is the gateway's: an admitted flow is
+// remembered and tagged into its plan's class on the dataplane, a release untags it, and every
+// admission is counted. One Gateway per worker thread, on that thread's event loop.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "control/admission.h"
+#include "control/dataplane_client.h"
+#include "control/metrics.h"
+
+struct event_base;
+
+namespace dripgate::control {
+
+// flow_tag: the dataplane's answer for the request's flow ("ok" | "error" | "unavailable" |
+// "timeout", see DataplaneClient), or empty when no flow was tagged or untagged.
+struct AdmitDecision {
+  AdmitResult result;
+  std::string flow_tag;
+};
+
+struct ReleaseDecision {
+  ReleaseResult result;
+  std::string flow_tag;
+};
+
+class Gateway {
+ public:
+  // How long a tagged flow stays in its class without a release, when the plan has no lease.
+  static constexpr int kDefaultTagTtlS = 300;
+
+  // cfg, flows and metrics are shared by the workers and outlive the gateway.
+  Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
+          int dataplane_timeout_ms);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // Each calls done exactly once, on the loop. An admitted request with a flow is answered
+  // after the dataplane answered the tag (bounded by its timeout), so a caller that starts
+  // sending right after the answer finds its flow already in its class.
+  void admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
+  void settle(SettleRequest req, std::function<void(SettleResult)> done);
+  // The request is over whether or not it held a lease: its flow leaves its class.
+  void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
+
+  bool redis_up() const { return engine_.redis_up(); }
+  bool dataplane_connected() const { return dp_.connected(); }
+
+ private:
+  const config::Config& cfg_;
+  FlowRegistry& flows_;
+  Metrics& metrics_;
+  Engine engine_;
+  // Declared after the engine, so destroyed before it: the engine's last callbacks
+  // (kUnavailable) never reach the dataplane.
+  DataplaneClient dp_;
+};
+
+}  // namespace dripgate::control

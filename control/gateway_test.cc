@@ -1,0 +1,223 @@
+// The gateway against a real redis-server and a unix-socket peer standing in for the
+// dataplane's control socket (it records every line and answers {"ok":true}), on a real
+// libevent loop: what follows an admission or a release, below the HTTP layer.
+#include "control/gateway.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "tests/event_loop.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+class Peer {
+ public:
+  explicit Peer(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 4), 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Peer() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  std::vector<json> lines() {
+    std::lock_guard lock(mu_);
+    return lines_;
+  }
+
+ private:
+  void run() {
+    int conn = -1;
+    std::string buf;
+    while (!stop_) {
+      pollfd p{conn >= 0 ? conn : fd_, POLLIN, 0};
+      if (poll(&p, 1, 10) <= 0) continue;
+      if (conn < 0) {
+        conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        continue;
+      }
+      char tmp[1024];
+      ssize_t n = recv(conn, tmp, sizeof tmp, 0);
+      if (n <= 0) {
+        close(conn);
+        conn = -1;
+        continue;
+      }
+      buf.append(tmp, static_cast<size_t>(n));
+      for (size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1)) {
+        std::lock_guard lock(mu_);
+        lines_.push_back(json::parse(buf.substr(0, nl)));
+        send(conn, "{\"ok\":true}\n", 12, MSG_NOSIGNAL);
+      }
+    }
+    if (conn >= 0) close(conn);
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<json> lines_;
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  GatewayTest() {
+    char tmpl[] = "/tmp/dripgate-gateway-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    cfg_.redis.host = "127.0.0.1";
+    cfg_.redis.port = redis_.port();
+    cfg_.redis.timeout_ms = 2000;
+    cfg_.control.dataplane_socket = dir_ + "/dp.sock";
+    peer_.emplace(cfg_.control.dataplane_socket);
+    config::Plan leased;  // flows live as long as the lease
+    leased.name = "leased";
+    leased.klass = "gold";
+    leased.tenant = config::Bucket{1, 0.001};
+    leased.concurrency = config::Concurrency{10, 7};
+    config::Plan open;  // no lease: flows get the default tag ttl
+    open.name = "open";
+    open.klass = "silver";
+    cfg_.plans = {{"leased", leased}, {"open", open}};
+    cfg_.tenants = {{"t-leased", {"t-leased", "leased"}}, {"t-open", {"t-open", "open"}}};
+  }
+  ~GatewayTest() override {
+    gateway_.reset();
+    peer_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  Gateway& gateway() {
+    if (!gateway_) {
+      gateway_.emplace(cfg_, loop_.base(), flows_, metrics_, 2000);
+      EXPECT_TRUE(loop_.wait_until([&] { return gateway_->redis_up(); }, 3000ms));
+    }
+    return *gateway_;
+  }
+  template <class R, class Req>
+  R run(void (Gateway::*call)(Req, std::function<void(R)>), Req req) {
+    std::optional<R> out;
+    (gateway().*call)(std::move(req), [&](R r) { out = std::move(r); });
+    EXPECT_TRUE(loop_.wait_until([&] { return out.has_value(); }, 5000ms));
+    return out.value_or(R{});
+  }
+  AdmitDecision admit(const std::string& tenant, std::optional<Flow> flow) {
+    AdmitRequest r;
+    r.tenant = tenant;
+    r.flow = std::move(flow);
+    return run(&Gateway::admit, std::move(r));
+  }
+  ReleaseDecision release(const std::string& tenant, const std::string& rid) {
+    return run(&Gateway::release, ReleaseRequest{tenant, rid});
+  }
+  static Flow flow(uint16_t sport) { return Flow{"10.0.0.1", "10.0.0.2", sport, 443, 6}; }
+
+  testing::RedisServer redis_;
+  std::string dir_;
+  config::Config cfg_;
+  std::optional<Peer> peer_;
+  testing::EventLoop loop_;
+  FlowRegistry flows_;
+  Metrics metrics_;
+  std::optional<Gateway> gateway_;
+};
+
+TEST_F(GatewayTest, TagLivesAsLongAsThePlansLeaseOrTheDefault) {
+  AdmitDecision a = admit("t-leased", flow(1000));
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed) << a.result.error;
+  EXPECT_EQ(a.flow_tag, "ok");
+  AdmitDecision b = admit("t-open", flow(1001));
+  ASSERT_EQ(b.result.outcome, Outcome::kAllowed) << b.result.error;
+  EXPECT_EQ(b.flow_tag, "ok");
+  auto lines = peer_->lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["class"], "gold");
+  EXPECT_EQ(lines[0]["ttl_s"], 7);
+  EXPECT_EQ(lines[1]["class"], "silver");
+  EXPECT_EQ(lines[1]["ttl_s"], Gateway::kDefaultTagTtlS);
+  EXPECT_EQ(flows_.size(), 2u);
+}
+
+TEST_F(GatewayTest, OnlyAnAdmittedFlowIsRememberedAndOnlyItsReleaseUntags) {
+  AdmitDecision no_flow = admit("t-leased", std::nullopt);
+  ASSERT_EQ(no_flow.result.outcome, Outcome::kAllowed);
+  EXPECT_EQ(no_flow.flow_tag, "");
+  AdmitDecision refused = admit("t-leased", flow(2000));  // the bucket of 1 is empty
+  ASSERT_EQ(refused.result.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.flow_tag, "");
+  EXPECT_EQ(flows_.size(), 0u);
+  AdmitDecision tagged = admit("t-open", flow(2001));
+  ASSERT_EQ(tagged.result.outcome, Outcome::kAllowed);
+  const std::string& rid = tagged.result.request_id;
+
+  // A release the engine rejects keeps the flow; a release without a flow untags nothing.
+  ReleaseDecision bad = release("nobody", rid);
+  EXPECT_EQ(bad.result.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(bad.flow_tag, "");
+  ReleaseDecision other = release("", no_flow.result.request_id);
+  EXPECT_EQ(other.result.outcome, Outcome::kAllowed);
+  EXPECT_TRUE(other.result.released);
+  EXPECT_EQ(other.flow_tag, "");
+  EXPECT_EQ(flows_.size(), 1u);
+  EXPECT_EQ(peer_->lines().size(), 1u);
+
+  // The tagged request's release untags its flow even though its plan took no lease.
+  ReleaseDecision r = release("", rid);
+  EXPECT_EQ(r.result.outcome, Outcome::kAllowed);
+  EXPECT_FALSE(r.result.released);
+  EXPECT_EQ(r.flow_tag, "ok");
+  auto lines = peer_->lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["op"], "untag");
+  EXPECT_EQ(lines[1]["flow"]["sport"], 2001);
+  EXPECT_EQ(flows_.size(), 0u);
+  EXPECT_EQ(release("", rid).flow_tag, "");  // once
+}
+
+TEST_F(GatewayTest, AdmissionsAreCountedWithConfiguredTenantsOnly) {
+  admit("t-leased", std::nullopt);
+  admit("t-leased", std::nullopt);
+  admit("nobody", std::nullopt);
+  const CounterFamily& c = metrics_.admissions();
+  EXPECT_EQ(c.value({"t-leased", "", "allowed"}), 1u);
+  EXPECT_EQ(c.value({"t-leased", "tenant", "refused"}), 1u);
+  EXPECT_EQ(c.value({"", "", "bad_request"}), 1u);
+  EXPECT_EQ(c.value({"nobody", "", "bad_request"}), 0u);
+}
+
+TEST_F(GatewayTest, SettlePassesThrough) {
+  AdmitDecision a = admit("t-open", std::nullopt);
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed);
+  SettleResult s = run(&Gateway::settle, SettleRequest{"", a.result.request_id, 12});
+  EXPECT_EQ(s.outcome, Outcome::kAllowed) << s.error;
+  EXPECT_TRUE(s.settled);
+  EXPECT_EQ(s.charged, 12);
+  EXPECT_EQ(s.remaining, -1);  // no quota
+}
+
+}  // namespace
+}  // namespace dripgate::control

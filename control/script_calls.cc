@@ -1,0 +1,295 @@
+#include "control/script_calls.h"
+
+#include <array>
+#include <cassert>
+#include <cstdio>
+
+#include "common/id.h"
+#include "control/keys.h"
+#include "lua/lua_scripts.h"
+
+namespace dripgate::control {
+
+namespace {
+
+bool id_ok(std::string_view id) {
+  return common::valid_id(id);
+}
+
+bool hex16(std::string_view s) {
+  if (s.size() != 16) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+std::string fmt_double(double v) {
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%.17g", v);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+constexpr std::string_view kIdRule = "must match [A-Za-z0-9._-]{1,64}";
+
+// Lua numbers are doubles: beyond 2^53 token counts would be rounded, so cap them well below.
+constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
+
+// Bucket counts as ARGV strings (at most three tenant buckets, two global ones).
+constexpr std::string_view kCounts[] = {"0", "1", "2", "3"};
+
+}  // namespace
+
+Gate::Gate(std::string n, const config::Bucket& b)
+    : name(std::move(n)),
+      capacity(b.capacity),
+      refill(b.refill_per_s),
+      cap_s(fmt_double(b.capacity)),
+      rate_s(fmt_double(b.refill_per_s)) {}
+
+Tables::Tables(const config::Config& cfg) {
+  for (const auto& [name, t] : cfg.tenants) {
+    auto pit = cfg.plans.find(t.plan);
+    if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
+    const config::Plan& p = pit->second;
+    TenantInfo ti;
+    ti.name = name;
+    ti.plan = &p;
+    if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
+    if (p.user) ti.user.emplace("user", *p.user);
+    if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
+    ti.tenant_key = keys::bucket(name, "tenant");
+    ti.quota_prefix = keys::quota_prefix(name);
+    ti.leases_key = keys::leases(name);
+    config::Quota q = p.quota.value_or(config::Quota{});
+    if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
+    ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
+    config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
+    if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
+    ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
+    if (p.concurrency) ti.lease_len_s = std::max<int64_t>(1, c.lease_s);
+    tenants.emplace(name, std::move(ti));
+  }
+  for (const auto& [name, b] : cfg.global_gates.model) {
+    Gate g("model", b);
+    g.key = keys::global_bucket("model", name);
+    models.emplace(name, std::move(g));
+  }
+  for (const auto& [name, b] : cfg.global_gates.tool) {
+    Gate g("tool", b);
+    g.key = keys::global_bucket("tool", name);
+    tools.emplace(name, std::move(g));
+  }
+}
+
+std::string check_tokens(int64_t tokens) {
+  if (tokens < 0) return "tokens: must be an integer >= 0";
+  if (tokens > kMaxTokens) return "tokens: must be at most 1000000000000000";
+  return {};
+}
+
+bool valid_request_id(std::string_view rid) {
+  if (id_ok(rid)) return true;
+  auto dot = rid.rfind('.');
+  return dot != std::string_view::npos && id_ok(rid.substr(0, dot)) && hex16(rid.substr(dot + 1));
+}
+
+std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
+                    Prepared& p) {
+  if (req.tenant.empty()) return "tenant: required";
+  if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
+  auto it = tables.tenants.find(req.tenant);
+  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + req.tenant + "'";
+  for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &req.user},
+                              {"api_key", &req.api_key},
+                              {"model", &req.model},
+                              {"tool", &req.tool}}) {
+    if (!value->empty() && !id_ok(*value)) return std::string(field) + ": " + std::string(kIdRule);
+  }
+  if (!req.request_id.empty() && !id_ok(req.request_id))
+    return std::string("request_id: ") + std::string(kIdRule);
+  if (auto e = check_tokens(req.tokens); !e.empty()) return e;
+
+  const TenantInfo& t = it->second;
+  p.t = &t;
+  if (req.request_id.empty()) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
+    p.rid.reserve(t.name.size() + 17);
+    p.rid.append(t.name).append(".").append(hex, 16);
+  } else {
+    p.rid = req.request_id;
+  }
+  p.res_key = keys::reservation(t.name, p.rid);
+  p.tokens = req.tokens;
+  p.tokens_s = std::to_string(req.tokens);
+  if (t.tenant) {
+    p.buckets[p.nb] = &*t.tenant;
+    p.bucket_keys[p.nb++] = t.tenant_key;
+  }
+  if (t.user && !req.user.empty()) {
+    p.user_key = keys::bucket(t.name, "user", req.user);
+    p.buckets[p.nb] = &*t.user;
+    p.bucket_keys[p.nb++] = p.user_key;
+  }
+  if (t.api_key && !req.api_key.empty()) {
+    p.api_key_key = keys::bucket(t.name, "key", req.api_key);
+    p.buckets[p.nb] = &*t.api_key;
+    p.bucket_keys[p.nb++] = p.api_key_key;
+  }
+  if (!req.model.empty()) {
+    auto m = tables.models.find(req.model);
+    if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
+  }
+  if (!req.tool.empty()) {
+    auto g = tables.tools.find(req.tool);
+    if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
+  }
+  return {};
+}
+
+std::string resolve(const Tables& tables, std::string& tenant, const std::string& rid,
+                    const TenantInfo** out) {
+  if (rid.empty()) return "request_id: required";
+  if (!valid_request_id(rid)) return "request_id: " + std::string(kIdRule);
+  if (tenant.empty()) {
+    tenant = std::string(keys::tenant_of_request_id(rid));
+    if (tenant.empty())
+      return "tenant: required (request_id '" + rid + "' does not name its tenant)";
+  }
+  if (!id_ok(tenant)) return "tenant: " + std::string(kIdRule);
+  auto it = tables.tenants.find(tenant);
+  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + tenant + "'";
+  *out = &it->second;
+  return {};
+}
+
+Slots::Slots(size_t fixed, size_t total) : fixed_(fixed) {
+  v_.reserve(std::max(fixed, total));
+  v_.resize(fixed);
+}
+
+void Slots::set(size_t pos, std::string_view v) {
+  assert(pos < fixed_);
+  v_[pos] = v;
+}
+
+std::span<const std::string_view> Slots::view() const {
+  for (size_t i = 0; i < fixed_; ++i) assert(v_[i].data() != nullptr);
+  return v_;
+}
+
+AdmitCall::AdmitCall(const Prepared& p)
+    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + 3, lua::admit::kArgsFixed,
+           lua::admit::kArgsFixed + 3 * lua::admit::kArgBucketStride) {
+  namespace s = lua::admit;
+  const TenantInfo& t = *p.t;
+  keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
+  keys.set(s::kKeyReservation, p.res_key);
+  keys.set(s::kKeyLeases, t.leases_key);
+  args.set(s::kArgRequestId, p.rid);
+  args.set(s::kArgTokens, p.tokens_s);
+  args.set(s::kArgBudget, t.budget_s);
+  args.set(s::kArgReservationTtl, t.res_ttl_s);
+  args.set(s::kArgMaxStreams, t.max_streams_s);
+  args.set(s::kArgLeaseS, t.lease_s);
+  args.set(s::kArgSnapshot, p.ng > 0 ? "1" : "0");
+  args.set(s::kArgBucketCount, kCounts[p.nb]);
+  for (int i = 0; i < p.nb; ++i) {
+    keys.add(p.bucket_keys[i]);
+    std::array<std::string_view, s::kArgBucketStride> g;
+    g[s::kArgBucketGate] = p.buckets[i]->name;
+    g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
+    g[s::kArgBucketRefill] = p.buckets[i]->rate_s;
+    args.add(g);
+  }
+}
+
+GatesCall::GatesCall(const Prepared& p)
+    : Call(lua::kGates, lua::gates::kKeysFixed, 2, lua::gates::kArgsFixed,
+           lua::gates::kArgsFixed + 2 * lua::gates::kArgBucketStride) {
+  namespace s = lua::gates;
+  args.set(s::kArgBucketCount, kCounts[p.ng]);
+  for (int i = 0; i < p.ng; ++i) {
+    keys.add(p.globals[i]->key);
+    std::array<std::string_view, s::kArgBucketStride> g;
+    g[s::kArgBucketGate] = p.globals[i]->name;
+    g[s::kArgBucketCapacity] = p.globals[i]->cap_s;
+    g[s::kArgBucketRefill] = p.globals[i]->rate_s;
+    args.add(g);
+  }
+}
+
+RefundCall::RefundCall(const Prepared& p, const Undo& undo)
+    : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + 3,
+           lua::refund::kArgsFixed,
+           lua::refund::kArgsFixed + 3 * lua::refund::kArgBucketStride + undo.pruned.size()) {
+  namespace s = lua::refund;
+  keys.set(s::kKeyReservation, p.res_key);
+  keys.set(s::kKeyLeases, p.t->leases_key);
+  args.set(s::kArgRequestId, p.rid);
+  args.set(s::kArgQuotaExisted, undo.quota_existed ? "1" : "0");
+  args.set(s::kArgBucketCount, kCounts[p.nb]);
+  for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
+    keys.add(p.bucket_keys[i]);
+    const std::string* old_new = &undo.snapshot[4 * i];  // old tk, old ts, new tk, new ts
+    std::array<std::string_view, s::kArgBucketStride> g;
+    g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
+    g[s::kArgBucketOldTk] = old_new[0];
+    g[s::kArgBucketOldTs] = old_new[1];
+    g[s::kArgBucketNewTk] = old_new[2];
+    g[s::kArgBucketNewTs] = old_new[3];
+    args.add(g);
+  }
+  for (size_t j = 0; j + 1 < undo.pruned.size(); j += 2) {
+    std::array<std::string_view, s::kArgPrunedStride> g;
+    g[s::kArgPrunedMember] = undo.pruned[j];
+    g[s::kArgPrunedScore] = undo.pruned[j + 1];
+    args.add(g);
+  }
+}
+
+SettleCall::SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens)
+    : Call(lua::kSettle, lua::settle::kKeysFixed, lua::settle::kKeysFixed, lua::settle::kArgsFixed,
+           lua::settle::kArgsFixed),
+      res_key(keys::reservation(t.name, request_id)),
+      tokens_s(std::to_string(tokens)) {
+  namespace s = lua::settle;
+  keys.set(s::kKeyReservation, res_key);
+  keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
+  args.set(s::kArgTokens, tokens_s);
+}
+
+ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)
+    : Call(lua::kRelease, lua::release::kKeysFixed, lua::release::kKeysFixed,
+           lua::release::kArgsFixed, lua::release::kArgsFixed) {
+  namespace s = lua::release;
+  keys.set(s::kKeyLeases, t.leases_key);
+  args.set(s::kArgRequestId, request_id);
+}
+
+const std::string& admit_script_text() {
+  static const std::string text(lua::kAdmit.text);
+  return text;
+}
+
+std::optional<ScriptCall> admit_script_call(const config::Config& cfg, const AdmitRequest& req,
+                                            std::string* error) {
+  Tables tables(cfg);
+  std::mt19937_64 rng(std::random_device{}());
+  Prepared p;
+  std::string err = prepare(tables, req, rng, p);
+  if (!err.empty()) {
+    if (error) *error = err;
+    return std::nullopt;
+  }
+  AdmitCall a(p);
+  ScriptCall call;
+  call.script = std::string(lua::kAdmit.name);
+  call.sha1 = std::string(lua::kAdmit.sha1);
+  call.text = std::string(lua::kAdmit.text);
+  for (auto k : a.keys.view()) call.keys.emplace_back(k);
+  for (auto v : a.args.view()) call.args.emplace_back(v);
+  return call;
+}
+
+}  // namespace dripgate::control

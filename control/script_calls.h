@@ -1,0 +1,170 @@
+// What each Lua script is called with: the request side of the admission backend. The config is
+// turned once into per-tenant tables (ARGV strings formatted once), a request is validated
+// against them, and the KEYS and ARGV of admit/gates/refund/settle/release are packed here and
+// only here, at the positions each script declares with its `-- @keys` / `-- @argv` lines
+// (named in the generated lua/lua_scripts.h). Key names come from keys.h. Sending the calls and
+// decoding the replies is admission.cc's part.
+#pragma once
+
+#include <array>
+#include <cassert>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.h"
+#include "control/admission.h"
+
+namespace dripgate::lua {
+struct Script;
+}
+
+namespace dripgate::control {
+
+// One configured token bucket with its ARGV strings formatted once.
+struct Gate {
+  std::string name;  // "tenant", "user", "api_key", "model", "tool"
+  double capacity = 0;
+  double refill = 0;
+  std::string cap_s, rate_s;
+  std::string key;  // global gates: the full key; tenant gates: filled per request
+
+  Gate(std::string n, const config::Bucket& b);
+};
+
+struct TenantInfo {
+  std::string name;
+  const config::Plan* plan = nullptr;
+  std::optional<Gate> tenant, user, api_key;
+  std::string tenant_key, quota_prefix, leases_key;
+  std::string budget_s = "-1", res_ttl_s, max_streams_s = "-1", lease_s;
+  int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
+};
+
+// Everything derived from the config that a request needs, built once per engine.
+struct Tables {
+  std::unordered_map<std::string, TenantInfo> tenants;
+  std::unordered_map<std::string, Gate> models, tools;
+
+  explicit Tables(const config::Config& cfg);
+};
+
+// An admission being built: validated input, key names and the buckets it goes through.
+struct Prepared {
+  const TenantInfo* t = nullptr;
+  std::string rid, res_key, user_key, api_key_key, tokens_s;
+  int64_t tokens = 0;
+  std::array<const Gate*, 3> buckets{};
+  std::array<std::string_view, 3> bucket_keys{};
+  int nb = 0;
+  std::array<const Gate*, 2> globals{};
+  int ng = 0;
+};
+
+// Validates req and fills p (generating a request id when req has none); returns an error
+// "field: message" or an empty string.
+std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
+                    Prepared& p);
+// The tenant of a settle or release: `tenant` may be empty, and is then derived from a
+// request_id the engine generated. Returns an error "field: message" or an empty string.
+std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
+                    const TenantInfo** out);
+// "tokens: ..." when tokens is out of range, else empty.
+std::string check_tokens(int64_t tokens);
+
+// The KEYS or ARGV of one call as views: the fixed positions set by name, then the groups.
+class Slots {
+ public:
+  Slots(size_t fixed, size_t total);
+  void set(size_t pos, std::string_view v);
+  void add(std::string_view v) { v_.push_back(v); }
+  // One repetition of a group, its fields set by name: a field left unset is one the script
+  // declares and this side does not pack.
+  template <size_t Stride>
+  void add(const std::array<std::string_view, Stride>& group) {
+    for (auto v : group) {
+      assert(v.data() != nullptr);
+      v_.push_back(v);
+    }
+  }
+  // Every fixed position must have been set: one left unset is an argument the script declares
+  // and this side does not pack.
+  std::span<const std::string_view> view() const;
+
+ private:
+  size_t fixed_;
+  std::vector<std::string_view> v_;
+};
+
+// One EVALSHA. Views into the strings of the request (or of the call itself): construct in
+// place and send before those go away.
+struct Call {
+  const lua::Script& script;
+  Slots keys, args;
+  Call(const lua::Script& s, size_t keys_fixed, size_t keys_total, size_t args_fixed,
+       size_t args_total)
+      : script(s), keys(keys_fixed, keys_total), args(args_fixed, args_total) {}
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+};
+
+// admit.lua for p; with global gates to follow, it asks for the snapshot a refund needs.
+struct AdmitCall : Call {
+  explicit AdmitCall(const Prepared& p);
+};
+
+// gates.lua: the model and tool buckets of p.
+struct GatesCall : Call {
+  explicit GatesCall(const Prepared& p);
+};
+
+// What admit.lua returned that refund.lua needs to undo the admission exactly.
+struct Undo {
+  bool quota_existed = false;
+  std::vector<std::string> snapshot;  // per bucket: old tk, old ts, new tk, new ts
+  std::vector<std::string> pruned;    // the expired leases admit.lua pruned: member, score, ...
+};
+
+// refund.lua: undoes p's admission after a global gate refused it.
+struct RefundCall : Call {
+  RefundCall(const Prepared& p, const Undo& undo);
+};
+
+// settle.lua: replaces request_id's reservation with the actual token count.
+struct SettleCall : Call {
+  SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens);
+  std::string res_key, tokens_s;
+};
+
+// release.lua: ends request_id's lease.
+struct ReleaseCall : Call {
+  ReleaseCall(const TenantInfo& t, const std::string& request_id);
+};
+
+// ---- for benchmarks and tools: the exact Redis call an admission makes ----
+
+// One EVALSHA: the script's name, SHA1 and text, and the KEYS and ARGV it is called with.
+struct ScriptCall {
+  std::string script;  // "admit"
+  std::string sha1;
+  std::string text;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
+
+// The tenant-slot EVALSHA (admit.lua) that Engine::admit() sends first for req under cfg, after
+// the same validation (nullopt and *error = "field: message" when req is invalid). An empty
+// req.request_id is generated as the engine does; the reservation key is made of it, so a
+// replay must vary it per call (redis-benchmark: request_id "<tenant>.__rand_int__" with -r)
+// or every call after the first answers "request_id in use".
+std::optional<ScriptCall> admit_script_call(const config::Config& cfg, const AdmitRequest& req,
+                                            std::string* error = nullptr);
+// The text of lua/admit.lua as embedded in the binary.
+const std::string& admit_script_text();
+
+}  // namespace dripgate::control

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""The KEYS/ARGV check of tools/embed.py: the real scripts pass, and each way one side can drift
+from the other fails the build with a message naming the script and the name.
+
+usage: contract_test.py EMBED.py SCRIPT.lua...
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def embed(embed_py: str, out_dir: str, scripts: list) -> subprocess.CompletedProcess:
+    out = os.path.join(out_dir, "out.h")
+    return subprocess.run([sys.executable, embed_py, "lua", out] + scripts, capture_output=True,
+                          text=True)
+
+
+def main() -> int:
+    embed_py, scripts = sys.argv[1], sys.argv[2:]
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        ok = embed(embed_py, tmp, scripts)
+        if ok.returncode != 0:
+            print(f"the real scripts fail: {ok.stderr}")
+            return 1
+        header = open(os.path.join(tmp, "out.h")).read()
+        for want in ("namespace admit {", "kArgBucketCapacity = 1;", "kKeysFixed = 3;"):
+            if want not in header:
+                print(f"generated header lacks {want!r}")
+                failures += 1
+        admit = next(s for s in scripts if s.endswith("admit.lua"))
+        text = open(admit).read()
+        # (what changes in admit.lua, what the error must say)
+        drifts = [
+            ("ARGV[A_TOKENS]", "ARGV[2]", "ARGV[2]: index ARGV through its A_* names"),
+            ("ARGV[A_TOKENS]", "ARGV[A_TOKEN]", "A_TOKEN is not declared"),
+            ("@argv request_id tokens", "@argv request_id spare tokens",
+             "A_SPARE is declared but never used"),
+            ("KEYS[K_RESERVATION]) == 1", "KEYS[A_TOKENS]) == 1",
+             "index KEYS through its K_* names"),
+            ("@keys quota_prefix", "@keys bucket... quota_prefix", "'quota_prefix' after a group"),
+        ]
+        for old, new, message in drifts:
+            assert old in text, old
+            bad = os.path.join(tmp, "admit.lua")
+            with open(bad, "w") as f:
+                f.write(text.replace(old, new, 1))
+            for lib in ("lib_bucket.lua", "lib_month.lua"):
+                src = os.path.join(os.path.dirname(admit), lib)
+                with open(src) as f, open(os.path.join(tmp, lib), "w") as g:
+                    g.write(f.read())
+            r = embed(embed_py, tmp, [bad])
+            if r.returncode == 0 or message not in r.stderr:
+                print(f"{old!r} -> {new!r}: want a failure saying {message!r}, got rc "
+                      f"{r.returncode}: {r.stderr.strip()}")
+                failures += 1
+    print(f"{failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
