@@ -15,7 +15,7 @@ std::optional<std::string> Redis::set_url(std::string_view text) {
     if (!parsed.password.empty()) return "a password in the url and a password_file: give one";
     parsed.password = password;
   }
-  if (!parsed.user.empty() && parsed.password.empty())
+  if (!parsed.user.empty() && parsed.password.empty() && password_file.empty())
     return "user " + common::quote(parsed.user) + " has no password (add one, or password_file)";
   static_cast<common::RedisUrl&>(*this) = std::move(parsed);
   url = std::string(text);
@@ -70,7 +70,7 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
 
 void write_plan(YAML::Emitter& out, const Plan& plan) {
   out << YAML::BeginMap;
-  out << YAML::Key << "class" << YAML::Value << plan.klass;
+  out << YAML::Key << "class" << YAML::Value << plan.cls;
   if (plan.tenant || plan.user || plan.api_key) {
     out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
     if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
@@ -137,7 +137,7 @@ void write_classes_and_rules(YAML::Emitter& out, const Dataplane& dp) {
     if (r.dst) out << YAML::Key << "dst" << YAML::Value << YAML::DoubleQuoted << *r.dst;
     if (r.vlan) kv(out, "vlan", int64_t{*r.vlan});
     if (r.dscp) kv(out, "dscp", int64_t{*r.dscp});
-    kv(out, "class", r.klass);
+    kv(out, "class", r.cls);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;

@@ -38,7 +38,7 @@ struct Concurrency {
 
 struct Plan {
   std::string name;
-  std::string klass = "default";  // dataplane class for admitted flows (`class:` in YAML)
+  std::string cls = "default";  // dataplane class for admitted flows (`class:` in YAML)
   std::optional<Bucket> tenant, user, api_key;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
@@ -122,7 +122,7 @@ struct Rule {
   std::optional<std::string> dst;  // CIDR
   std::optional<uint16_t> vlan;
   std::optional<uint8_t> dscp;
-  std::string klass;
+  std::string cls;
   std::optional<common::Cidr> src_net;  // src parsed by the loader (set iff src is)
   std::optional<common::Cidr> dst_net;  // dst parsed by the loader (set iff dst is)
 
@@ -169,8 +169,13 @@ struct LoadResult {
   std::vector<Error> errors;
 };
 
-LoadResult load_file(const std::string& path);
-LoadResult load_string(const std::string& yaml, const std::string& name);
+// Whether the files named by *_file keys (secrets) are read. Only dripgate-control needs them;
+// the dataplane reads the same YAML without access to the control's credentials.
+enum class Secrets { kRead, kSkip };
+
+LoadResult load_file(const std::string& path, Secrets secrets = Secrets::kRead);
+LoadResult load_string(const std::string& yaml, const std::string& name,
+                       Secrets secrets = Secrets::kRead);
 // The default configuration compiled into the binaries (config/examples/default.yaml).
 LoadResult load_default();
 const std::string& default_yaml();

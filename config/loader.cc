@@ -77,7 +77,8 @@ struct Entry {
 
 class Ctx {
  public:
-  explicit Ctx(std::string file) : file_(std::move(file)) {}
+  Ctx(std::string file, Secrets secrets) : file_(std::move(file)), secrets_(secrets) {}
+  bool read_secrets() const { return secrets_ == Secrets::kRead; }
 
   void error(const YAML::Node& at, std::string path, std::string message) {
     YAML::Mark m = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
@@ -109,6 +110,7 @@ class Ctx {
 
  private:
   std::string file_;
+  Secrets secrets_;
   std::vector<Error> errors_;
   std::map<int, YAML::Mark> null_keys_;  // mark.pos of an empty value -> its key's mark
 };
@@ -375,6 +377,8 @@ bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::stri
   if (!e) return false;
   auto path = get_string(ctx, e->value, f.path(key));
   if (!path) return false;
+  file = *path;
+  if (!ctx.read_secrets()) return true;
   std::ifstream in(*path);
   std::string line;
   if (!in || !std::getline(in, line)) {
@@ -388,7 +392,6 @@ bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::stri
     ctx.error(e->value, f.path(key), "the first line of " + quote(*path) + " is empty");
     return false;
   }
-  file = *path;
   out = std::move(line);
   return true;
 }
@@ -456,7 +459,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
   if (!f.ok()) return;
   if (const Entry* e = f.find("class")) {
     if (auto s = get_string(ctx, e->value, f.path("class"))) {
-      if (check_id(ctx, e->value, f.path("class"), *s)) p.klass = *s;
+      if (check_id(ctx, e->value, f.path("class"), *s)) p.cls = *s;
     }
   }
   if (const Entry* e = f.find("gates")) {
@@ -626,7 +629,7 @@ void load_classify(Ctx& ctx, const Fields& f, Dataplane& dp, std::vector<ClassRe
         r.dscp = static_cast<uint8_t>(*v);
     if (const Entry* c = rf.require("class")) {
       if (auto s = get_string(ctx, c->value, rf.path("class"))) {
-        r.klass = *s;
+        r.cls = *s;
         refs.push_back({*s, c->value, rf.path("class"), false});
       }
     }
@@ -766,9 +769,9 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
         if (cls_at) {
           // A bad class value was reported already; only check names that are ids.
           if (cls_at->IsScalar() && valid_id(cls_at->Scalar()))
-            refs.push_back({p.klass, *cls_at, join(path, "class"), false});
+            refs.push_back({p.cls, *cls_at, join(path, "class"), false});
         } else {
-          refs.push_back({p.klass, pe.key_node, join(path, "class"), true});
+          refs.push_back({p.cls, pe.key_node, join(path, "class"), true});
         }
         cfg.plans[p.name] = p;
       }
@@ -803,8 +806,8 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
 
 }  // namespace
 
-LoadResult load_string(const std::string& yaml, const std::string& name) {
-  Ctx ctx(name);
+LoadResult load_string(const std::string& yaml, const std::string& name, Secrets secrets) {
+  Ctx ctx(name, secrets);
   Config cfg;
   cfg.source = name;
   try {
@@ -827,7 +830,7 @@ LoadResult load_string(const std::string& yaml, const std::string& name) {
   return r;
 }
 
-LoadResult load_file(const std::string& path) {
+LoadResult load_file(const std::string& path, Secrets secrets) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     LoadResult r;
@@ -841,7 +844,7 @@ LoadResult load_file(const std::string& path) {
     r.errors.push_back(Error{path, 0, 0, "", "cannot read the file"});
     return r;
   }
-  return load_string(text.str(), path);
+  return load_string(text.str(), path, secrets);
 }
 
 const std::string& default_yaml() {

@@ -89,7 +89,7 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(c.control.listen, "127.0.0.1:8080");
 
   const Plan& pro = c.plans.at("pro");
-  EXPECT_EQ(pro.klass, "gold");
+  EXPECT_EQ(pro.cls, "gold");
   EXPECT_EQ(pro.tenant, (Bucket{20, 5}));
   EXPECT_EQ(pro.user, (Bucket{6, 2}));
   EXPECT_EQ(pro.api_key, (Bucket{10, 5}));
@@ -123,9 +123,9 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(dp.classes[1], (Class{"default", 1, 2000, 0, 1024, 1000}));
   ASSERT_EQ(dp.classify.size(), 2u);
   EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
-  EXPECT_EQ(dp.classify[0].klass, "gold");
+  EXPECT_EQ(dp.classify[0].cls, "gold");
   EXPECT_EQ(dp.classify[1].vlan, 100);
-  EXPECT_EQ(dp.classify[1].klass, "gold");
+  EXPECT_EQ(dp.classify[1].cls, "gold");
   EXPECT_EQ(dp.unknown_flows, UnknownFlows::kDefault);
   EXPECT_EQ(dp.control_socket, "/run/dripgate/dataplane.sock");
 }
@@ -155,6 +155,25 @@ TEST(Examples, DataplaneVethLoadsClean) {
   EXPECT_TRUE(af_packet);
   EXPECT_EQ(dp.classes.size(), 3u);
   EXPECT_EQ(dp.classify.size(), 4u);
+}
+
+// The production layout: the dataplane reads it without the control's credentials; the control
+// reads the secret files it names.
+TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
+  LoadResult r = load_file(kExamples + "/appliance.yaml", Secrets::kSkip);
+  for (const auto& e : r.errors) ADD_FAILURE() << e.str();
+  ASSERT_TRUE(r.config && r.config->dataplane);
+  EXPECT_EQ(r.config->redis.user, "dripgate");
+  EXPECT_EQ(r.config->redis.password, "");
+  EXPECT_EQ(r.config->redis.password_file,
+            "/run/credentials/dripgate-control.service/redis-password");
+  EXPECT_EQ(r.config->dataplane->drip_lcore, 3u);
+  // Read as dripgate-control reads it, each missing credential is an error at its key.
+  std::vector<std::string> errs;
+  for (const auto& e : load_file(kExamples + "/appliance.yaml").errors) errs.push_back(e.str());
+  ASSERT_EQ(errs.size(), 2u);
+  EXPECT_NE(errs[0].find("redis.password_file: cannot read"), std::string::npos) << errs[0];
+  EXPECT_NE(errs[1].find("control.auth_token_file: cannot read"), std::string::npos) << errs[1];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -695,9 +714,9 @@ TEST(Dataplane, PlanClassMustBeADataplaneClass) {
                      "plans:\n  pro: {}\n"),
             "t.yaml:5:3: plans.pro.class: the plan has no class, so it uses 'default', but there "
             "is no class named 'default' in dataplane.classes (defined: gold)");
-  EXPECT_EQ(load_ok(dp + "plans:\n  pro: { class: gold }\n").plans.at("pro").klass, "gold");
+  EXPECT_EQ(load_ok(dp + "plans:\n  pro: { class: gold }\n").plans.at("pro").cls, "gold");
   // Without a dataplane section any class name is accepted (the dataplane may run elsewhere).
-  EXPECT_EQ(load_ok("plans:\n  pro: { class: silver }\n").plans.at("pro").klass, "silver");
+  EXPECT_EQ(load_ok("plans:\n  pro: { class: silver }\n").plans.at("pro").cls, "silver");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -810,13 +829,13 @@ dataplane:
   EXPECT_EQ(c.control.dataplane_socket, "/tmp/dp.sock");
   const Plan& pro = c.plans.at("pro");
   EXPECT_EQ(pro.name, "pro");
-  EXPECT_EQ(pro.klass, "gold");
+  EXPECT_EQ(pro.cls, "gold");
   EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
   EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
   EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
   EXPECT_EQ(pro.quota, (Quota{123456789012, 601}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
-  EXPECT_EQ(c.plans.at("lite").klass, "default");
+  EXPECT_EQ(c.plans.at("lite").cls, "default");
   EXPECT_FALSE(c.plans.at("lite").tenant);
   EXPECT_EQ(c.tenants.at("ws-1"), (Tenant{"ws-1", "pro"}));
   EXPECT_EQ(c.tenants.at("ws-2"), (Tenant{"ws-2", "lite"}));
@@ -840,10 +859,10 @@ dataplane:
   EXPECT_EQ(dp.classify[0].dst_net, (common::Cidr{true, {0xfd}, 8}));
   EXPECT_EQ(dp.classify[0].vlan, 4095);
   EXPECT_EQ(dp.classify[0].dscp, 46);
-  EXPECT_EQ(dp.classify[0].klass, "gold");
+  EXPECT_EQ(dp.classify[0].cls, "gold");
   EXPECT_FALSE(dp.classify[1].src);
   EXPECT_EQ(dp.classify[1].dst, "192.0.2.1");
-  EXPECT_EQ(dp.classify[1].klass, "default");
+  EXPECT_EQ(dp.classify[1].cls, "default");
   EXPECT_EQ(dp.unknown_flows, UnknownFlows::kPass);
   EXPECT_EQ(dp.flow_idle_timeout_s, 42u);
   EXPECT_EQ(dp.flow_table_size, 1024u);

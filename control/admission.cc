@@ -158,7 +158,7 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
     return;
   }
   op->res.request_id = op->p.rid;
-  op->res.cls = op->p.t->plan->klass;
+  op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
   send(AdmitCall(op->p),
        [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); });

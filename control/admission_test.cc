@@ -190,7 +190,7 @@ class AdmissionTest : public ::testing::Test {
 TEST_F(AdmissionTest, WalkthroughTokenBucketTable) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.klass = "gold";
+  plan.cls = "gold";
   plan.tenant = bucket(5, 1);
   add_tenant(cfg, "ws-acme", plan);
   Harness h(cfg);

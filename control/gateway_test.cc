@@ -97,12 +97,12 @@ class GatewayTest : public ::testing::Test {
     peer_.emplace(cfg_.control.dataplane_socket);
     config::Plan leased;  // flows live as long as the lease
     leased.name = "leased";
-    leased.klass = "gold";
+    leased.cls = "gold";
     leased.tenant = config::Bucket{1, 0.001};
     leased.concurrency = config::Concurrency{10, 7};
     config::Plan open;  // no lease: flows get the default tag ttl
     open.name = "open";
-    open.klass = "silver";
+    open.cls = "silver";
     cfg_.plans = {{"leased", leased}, {"open", open}};
     cfg_.tenants = {{"t-leased", {"t-leased", "leased"}}, {"t-open", {"t-open", "open"}}};
   }

@@ -29,6 +29,13 @@ ParseOutcome parse_args(int argc, char** argv) {
   app.add_flag(
       "--check", o.check,
       "Validate the config and exit (0: valid, 1: errors, each as file:line:col: path: message)");
+  app.add_flag("--preflight", o.preflight,
+               "Check this box for the config's needs (hugepages, isolated drip CPU, vfio-pci, "
+               "invariant TSC, CPU governor, memlock): each item with its state and fix; exit 0 "
+               "when all pass, 1 otherwise");
+  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error|critical|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
   app.add_flag("--eal-replace", o.eal_replace,
                "EAL args after `--` replace dataplane.eal instead of being appended to it");
   app.add_option("--control-socket", o.control_socket, "Override dataplane.control_socket");

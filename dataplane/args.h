@@ -12,6 +12,8 @@ namespace dripgate::dataplane {
 struct Options {
   std::string config_path;  // empty: the embedded default config
   bool check = false;       // validate the config and exit
+  bool preflight = false;   // check the box (hugepages, isolated CPUs, NIC drivers, …) and exit
+  std::string log_level = "info";
   bool eal_replace =
       false;  // the EAL args after `--` replace dataplane.eal instead of extending it
   std::vector<std::string> eal_extra;

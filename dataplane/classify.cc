@@ -52,9 +52,9 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
     Compiled out{};
 
     size_t cls = 0;
-    while (cls < classes.size() && classes[cls].name != r.klass) ++cls;
+    while (cls < classes.size() && classes[cls].name != r.cls) ++cls;
     if (cls == classes.size()) {
-      result.error = where + ".class: unknown class '" + r.klass + "'";
+      result.error = where + ".class: unknown class '" + r.cls + "'";
       return result;
     }
     if (cls > UINT16_MAX) {

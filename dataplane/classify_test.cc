@@ -21,7 +21,7 @@ std::vector<config::Class> classes(std::initializer_list<const char*> names) {
 
 config::Rule rule(const std::string& cls_name) {
   config::Rule r;
-  r.klass = cls_name;
+  r.cls = cls_name;
   return r;
 }
 

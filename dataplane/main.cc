@@ -24,6 +24,7 @@
 #include "dataplane/flow_table.h"
 #include "dataplane/init.h"
 #include "dataplane/parse.h"
+#include "dataplane/preflight.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -176,9 +177,11 @@ int main(int argc, char** argv) {
   dg::ParseOutcome parsed = dg::parse_args(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   const dg::Options& opt = *parsed.options;
+  spdlog::set_level(spdlog::level::from_str(opt.log_level));
 
   cfg::LoadResult lr =
-      opt.config_path.empty() ? cfg::load_default() : cfg::load_file(opt.config_path);
+      opt.config_path.empty() ? cfg::load_default()
+                              : cfg::load_file(opt.config_path, cfg::Secrets::kSkip);
   if (!lr.errors.empty()) {
     for (const auto& e : lr.errors) std::cerr << e.str() << "\n";
     return 1;
@@ -189,6 +192,16 @@ int main(int argc, char** argv) {
   }
   cfg::Dataplane dp = *lr.config->dataplane;
   dg::apply_overrides(opt, dp);
+  if (opt.preflight) {
+    // The box as the EAL will see it: the config's arguments with those after `--`.
+    cfg::Dataplane as_run = dp;
+    as_run.eal = dg::eal_args(opt, dp, "dripgate-dataplane");
+    as_run.eal.erase(as_run.eal.begin());
+    std::string report;
+    int rc = dg::print_preflight(dg::preflight(as_run), report);
+    std::cout << report;
+    return rc;
+  }
   // What the loader cannot see: the rules compiled against the classes, the scheduler's limits.
   // The EAL is not up yet, so the scheduler is judged at a typical TSC rate; run() builds it at
   // the real one, which judges it again.

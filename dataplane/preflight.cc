@@ -143,11 +143,17 @@ void check_drip_cpu(const config::Dataplane& dp, const fs::path& root,
         digit >= hex.size() ||
         !((to_long(std::string(1, hex[hex.size() - 1 - digit]), 16).value_or(15) >> (cpu % 4)) & 1);
   }
+  // The housekeeping CPUs: every online one but the drip's.
+  auto online = cpulist(read_file(root / "sys/devices/system/cpu/online").value_or(""));
+  online.erase(cpu);
+  std::string others;
+  for (unsigned o : online) others += (others.empty() ? "" : ",") + std::to_string(o);
+  if (others.empty()) others = "<housekeeping CPUs>";
   out.push_back(
       item("drip CPU " + c + " out of irqaffinity", out_of_irqs,
            mask ? "default IRQ affinity mask " + *mask : "no /proc/irq/default_smp_affinity",
-           "add irqaffinity=<housekeeping CPUs> to the kernel command line, e.g. "
-           "irqaffinity=0-1"));
+           "add irqaffinity=" + others +
+               " to the kernel command line: device interrupts stay off the drip CPU"));
 }
 
 void check_ports(const config::Dataplane& dp, const fs::path& root,

@@ -153,8 +153,8 @@ void write_config(const std::string& path, const std::string& sock,
     << dataplane_yaml;
 }
 
-uint64_t class_tx(const json& stats, const char* klass) {
-  return stats.at("classes").at(klass).at("tx_pkts").get<uint64_t>();
+uint64_t class_tx(const json& stats, const char* cls_name) {
+  return stats.at("classes").at(cls_name).at("tx_pkts").get<uint64_t>();
 }
 
 TEST(ControlDataplane, AdmittedFlowIsShapedInItsClassUntilReleased) {
