@@ -105,7 +105,8 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Every helper runs on CPU 0; CPU 1 is the dataplane worker's (EAL pins it).
 taskset -p -c 0 $$ >/dev/null 2>&1 || true
@@ -202,7 +203,9 @@ run_phase() {
   for t in "${tenants[@]}"; do a+=(--tenant "$t"); done
   "$build/tools/lab/dripgate-agents" --netns "$ns_a" --control 10.78.0.2:8080 \
       --target 10.77.0.2:9000 --src 10.77.0.1 --size "$payload" --cycles "$cycles" "${a[@]}" \
-      --json "$dir/agents.json" --quiet
+      --json "$dir/agents.json" --quiet &
+  pids+=($!)
+  wait "$!"  # in the background: a TERM to this script is handled at once, not after the run
   sleep 1.5  # the last cycle's queue drips out (at most ~0.5 s at the drip rate)
   stop_phase
   [[ "$shaper" == direct || "$shaper" == dripgate ]] || tc -n "$ns_a" qdisc del dev agents0 root
