@@ -225,17 +225,19 @@ void print_rounds(const Groups& groups) {
   size_t n = 0;
   for (const auto& g : groups) n = std::max(n, g.second.size());
   if (n < 2) return;
-  std::cout << "\nevery round: NIC ring drops / burst factor / p99 jitter\n";
+  std::cout << fmt::format("\n{:<36}", "every round: drops / burst f. / jitter");
+  for (const auto& g : groups) std::cout << fmt::format(" {:>24}", g.first);
+  std::cout << "\n";
   for (size_t i = 0; i < n; ++i) {
     std::cout << fmt::format("round {:<30}", i + 1);
     for (const auto& g : groups) {
       if (i >= g.second.size()) {
-        std::cout << fmt::format(" {:>22}", "-");
+        std::cout << fmt::format(" {:>24}", "-");
         continue;
       }
       const Phase& p = *g.second[i];
       std::cout << fmt::format(
-          " {:>22}", fmt::format("{} / {} / {}",
+          " {:>24}", fmt::format("{} / {} / {}",
                                  format_value(field("receiver", "/ring_dropped")(p), Kind::kCount),
                                  format_value(field("receiver", "/burst_factor")(p), Kind::kRatio),
                                  format_value(field("receiver", "/jitter_p99_ns")(p), Kind::kNs)));
