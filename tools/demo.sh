@@ -5,9 +5,10 @@
 #                                 (tools/lab/lab.sh): bursting agents, admission, the drip, a
 #                                 cluster NIC that drops what comes too fast; before and after
 #                                 side by side. Needs root. Extra arguments go to lab.sh.
-#   bash tools/demo.sh admission  the admission walkthrough: a private redis-server on a free
+#   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
 #                                 port, dripgate-control on the embedded default config, and the
-#                                 runs of section 6.3 replayed through the HTTP API.
+#                                 walkthrough's runs (token bucket, token quota, three gates)
+#                                 replayed through the HTTP API.
 # Everything it starts is stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,19 +22,10 @@ esac
 source tools/lib.sh
 [[ "$mode" == admission ]] || need_netns_root "dripgate demo"
 
-bash tools/setup-deps.sh
-BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" >/dev/null
-fi
 targets=(dripgate-control dripgate-demo)
 [[ "$mode" == admission ]] || targets=(dripgate-control dripgate-dataplane dripgate-iat
                                       dripgate-agents dripgate-receiver dripgate-lab-report)
-if ! out=$(meson compile -C "$BUILD" "${targets[@]}" 2>&1); then
-  echo "$out" >&2
-  echo "demo: build failed" >&2
-  exit 1
-fi
+bootstrap "${targets[@]}"
 
 if [[ "$mode" == lab ]]; then
   mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true

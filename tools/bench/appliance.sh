@@ -10,24 +10,23 @@
 # every round) and whether dripgate meets the target: 0 drops where direct drops, burst factor
 # within 1.5x of the ideal 1.0x.
 #
-#   tools/bench/appliance.sh [--build DIR] [--cycles N] [--rounds N] [--out DIR]
+#   tools/bench/appliance.sh [--build DIR] [--seconds N] [--rounds N] [--out DIR]
+# (--seconds: bursts, one a second, per phase; default 20, 3 rounds.)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build="$root/build"
-cycles=20
-rounds=3
+source "$(dirname "$0")/../lib.sh"
+bench_defaults
+seconds=20
 out=""
+usage="usage: $0 [--build DIR] [--seconds N] [--rounds N] [--out DIR]"
 while [[ $# -gt 0 ]]; do
+  [[ $1 != --baseline ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
-    --build) build=$2; shift 2 ;;
-    --cycles) cycles=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--cycles N] [--rounds N] [--out DIR]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 command -v tc >/dev/null || { echo "appliance: tc missing (iproute2)" >&2; exit 1; }
-args=(--build "$build" --cycles "$cycles" --rounds "$rounds" --shapers "direct tbf htb dripgate"
+args=(--build "$build" --cycles "$seconds" --rounds "$rounds" --shapers "direct tbf htb dripgate"
       --target direct,dripgate)
 [[ -z "$out" ]] || args+=(--out "$out")
 exec bash "$root/tools/lab/lab.sh" "${args[@]}"
