@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
-# The README's demo command: a private redis-server on a free port, dripgate-control on the
-# embedded default config, and the seed's runs (section 6.3) replayed through the HTTP API.
+# The README's demo command.
+#
+#   bash tools/demo.sh            the appliance end to end in a lab of network namespaces
+#                                 (tools/lab/lab.sh): bursting agents, admission, the drip, a
+#                                 cluster NIC that drops what comes too fast; before and after
+#                                 side by side. Needs root. Extra arguments go to lab.sh.
+#   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
+#                                 port, dripgate-control on the embedded default config, and the
+#                                 walkthrough's runs (token bucket, token quota, three gates)
+#                                 replayed through the HTTP API.
 # Everything it starts is stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash tools/setup-deps.sh
-BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" >/dev/null
-fi
-if ! out=$(meson compile -C "$BUILD" dripgate-control dripgate-demo 2>&1); then
-  echo "$out" >&2
-  echo "demo: build failed" >&2
-  exit 1
+mode=lab
+if [[ $# -gt 0 && "$1" != -* ]]; then mode=$1; shift; fi
+case "$mode" in
+  lab | admission) ;;
+  *) echo "usage: $0 [admission] | $0 [lab.sh options]" >&2; exit 2 ;;
+esac
+source tools/lib.sh
+[[ "$mode" == admission ]] || need_netns_root "dripgate demo"
+
+targets=(dripgate-control dripgate-demo)
+[[ "$mode" == admission ]] || targets=(dripgate-control dripgate-dataplane dripgate-iat
+                                      dripgate-agents dripgate-receiver dripgate-lab-report)
+bootstrap "${targets[@]}"
+
+if [[ "$mode" == lab ]]; then
+  mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+  exec bash tools/lab/lab.sh --build "$BUILD" --claim direct,dripgate "$@"
 fi
 
 work=$(mktemp -d /tmp/dripgate-demo.XXXXXX)
@@ -31,8 +47,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-source tools/lib.sh
 
 start_redis "$work"
 

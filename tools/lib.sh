@@ -70,3 +70,64 @@ need_dataplane() {
   [[ -x "$1/dataplane/dripgate-dataplane" ]] ||
     { echo "build $1/dataplane/dripgate-dataplane first (meson compile -C $1 dripgate-dataplane)" >&2; exit 1; }
 }
+
+# tc_shaper_add NS DEV SHAPER BITS_PER_S FRAME_BYTES: a Linux tc shaper as DEV's root qdisc in
+# namespace NS, sized in frames of FRAME_BYTES so it can be set beside a packet pacer:
+#   tbf    burst = one frame: tokens for one packet at most, every departure waits for its timer;
+#   tbfN   burst = N frames, up to N frames back to back after a late timer;
+#   htb    one class, rate = ceil, burst = cburst = quantum = one frame, a 1000-packet pfifo;
+#   fq     maxrate, quantum = initial_quantum = one frame, timer_slack 0.
+# Queues hold 1000 frames. Fails (tc's message on stderr) when the kernel lacks the qdisc.
+tc_shaper_add() {
+  local ns=$1 dev=$2 shaper=$3 bits=$4 frame=$5
+  case "$shaper" in
+    tbf*)
+      local n=${shaper#tbf}
+      tc -n "$ns" qdisc add dev "$dev" root tbf rate "${bits}bit" burst $((frame * ${n:-1})) \
+          limit $((frame * 1000))
+      ;;
+    htb)
+      tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 1 &&
+      tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "${bits}bit" \
+          ceil "${bits}bit" burst "$frame" cburst "$frame" quantum "$frame" &&
+      tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 2: pfifo limit 1000
+      ;;
+    fq)
+      tc -n "$ns" qdisc add dev "$dev" root fq maxrate "${bits}bit" quantum "$frame" \
+          initial_quantum "$frame" timer_slack 0 flow_limit 1000
+      ;;
+    *) echo "tc_shaper_add: unknown shaper '$shaper' (tbf, tbfN, htb, fq)" >&2; return 1 ;;
+  esac
+}
+
+# wait_port_in NS HOST PORT: waits until HOST:PORT accepts TCP connections inside namespace NS.
+wait_port_in() {
+  for _ in $(seq 1 200); do
+    if ip netns exec "$1" bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "$(basename "$0"): nothing listens on $2:$3 in namespace $1" >&2
+  return 1
+}
+
+# dp_control SOCKET JSON: one request on dripgate-dataplane's control socket; prints the answer.
+dp_control() {
+  python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+print(s.makefile().readline().strip())' "$1" "$2"
+}
+
+# need_netns_root WHO: exits 2 with one line saying what is missing unless this runs as root on
+# a kernel that lets it create network namespaces.
+need_netns_root() {
+  if [[ "$(id -u)" != 0 ]]; then
+    echo "$1: needs root (it creates network namespaces and veth pairs and loads an eBPF probe): sudo bash $0" >&2
+    exit 2
+  fi
+  if ! { ip netns add "dgcheck-$$" && ip netns del "dgcheck-$$"; } 2>/dev/null; then
+    echo "$1: needs network namespaces (\`ip netns add\` failed: iproute2 missing, or a container without CAP_SYS_ADMIN)" >&2
+    exit 2
+  fi
+}

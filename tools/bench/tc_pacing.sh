@@ -141,25 +141,9 @@ mac() {
 ip -n "$ns_tx" neigh replace "$net_a.2" lladdr "$(mac "$ns_rx" ra)" dev ta nud permanent
 ip -n "$ns_tx" neigh replace "$net_b.2" lladdr "$(mac "$ns_rx" rb)" dev tb nud permanent
 
-# qdisc_setup SHAPER BITS_PER_S: the tc shaper as ta's root qdisc.
+# qdisc_setup SHAPER BITS_PER_S: the tc shaper as ta's root qdisc (tools/lib.sh).
 qdisc_setup() {
-  case "$1" in
-    tbf*)
-      local n=${1#tbf}
-      tc -n "$ns_tx" qdisc add dev ta root tbf rate "${2}bit" burst $((frame * ${n:-1})) \
-          limit $((frame * 1000))
-      ;;
-    htb)
-      tc -n "$ns_tx" qdisc add dev ta root handle 1: htb default 1
-      tc -n "$ns_tx" class add dev ta parent 1: classid 1:1 htb rate "${2}bit" ceil "${2}bit" \
-          burst "$frame" cburst "$frame" quantum "$frame"
-      tc -n "$ns_tx" qdisc add dev ta parent 1:1 handle 2: pfifo limit 1000
-      ;;
-    fq)
-      tc -n "$ns_tx" qdisc add dev ta root fq maxrate "${2}bit" quantum "$frame" \
-          initial_quantum "$frame" timer_slack 0 flow_limit 1000
-      ;;
-  esac
+  tc_shaper_add "$ns_tx" ta "$1" "$2" "$frame"
 }
 
 # dataplane_start RATE SECONDS: dripgate-dataplane in the dp namespace, up once its control
