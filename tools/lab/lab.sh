@@ -28,7 +28,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 source "$root/tools/lib.sh"
 
-build="$root/build"
+bench_defaults
+here="$root/tools/lab"
 cycles=8
 rounds=1
 shapers="direct dripgate"
@@ -37,10 +38,9 @@ claim=""
 target=""
 usage="usage: $0 [--build DIR] [--cycles N] [--rounds N] [--shapers \"direct tbf htb dripgate\"] [--out DIR] [--claim A,B] [--target A,B]"
 while [[ $# -gt 0 ]]; do
+  [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
-    --build) build=$2; shift 2 ;;
     --cycles) cycles=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
     --shapers) shapers=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --claim) claim=$2; shift 2 ;;
