@@ -1,5 +1,5 @@
-// DataplaneClient against a real unix stream socket served by this test (a peer that records
-// lines and answers, or stays silent), driven by a real libevent loop.
+// DataplaneClient against a real unix stream socket served by this test (tests/line_peer.h: a
+// peer that records lines and answers, or stays silent), driven by a real libevent loop.
 #include "control/dataplane_client.h"
 
 #include <event2/event.h>
@@ -20,81 +20,14 @@
 #include <vector>
 
 #include "control/metrics.h"
+#include "tests/line_peer.h"
 
 namespace dripgate::control {
 namespace {
 
 using json = nlohmann::json;
+using testing::LinePeer;
 using namespace std::chrono_literals;
-
-enum class Mode { kAnswerOk, kAnswerError, kSilent };
-
-class Peer {
- public:
-  Peer(const std::string& path, Mode mode) : path_(path), mode_(mode) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    unlink(path.c_str());
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(listen(fd_, 4), 0);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Peer() {
-    stop_ = true;
-    thread_.join();
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  std::vector<std::string> lines() {
-    std::lock_guard lock(mu_);
-    return lines_;
-  }
-
- private:
-  void run() {
-    int conn = -1;
-    std::string buf;
-    while (!stop_) {
-      pollfd p{conn >= 0 ? conn : fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) <= 0) continue;
-      if (conn < 0) {
-        conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        continue;
-      }
-      char tmp[1024];
-      ssize_t n = recv(conn, tmp, sizeof tmp, 0);
-      if (n <= 0) {
-        close(conn);
-        conn = -1;
-        continue;
-      }
-      buf.append(tmp, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = buf.find('\n')) != std::string::npos) {
-        {
-          std::lock_guard lock(mu_);
-          lines_.push_back(buf.substr(0, nl));
-        }
-        buf.erase(0, nl + 1);
-        const char* answer = mode_ == Mode::kAnswerOk      ? "{\"ok\":true}\n"
-                             : mode_ == Mode::kAnswerError ? "{\"ok\":false,\"error\":\"no\"}\n"
-                                                           : nullptr;
-        if (answer) send(conn, answer, std::strlen(answer), MSG_NOSIGNAL);
-      }
-    }
-    if (conn >= 0) close(conn);
-  }
-
-  std::string path_;
-  Mode mode_;
-  int fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
 
 class DataplaneClientTest : public ::testing::Test {
  protected:
@@ -139,7 +72,7 @@ class DataplaneClientTest : public ::testing::Test {
 };
 
 TEST_F(DataplaneClientTest, TagAndUntagSpeakTheProtocol) {
-  Peer peer(path_, Mode::kAnswerOk);
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   DataplaneClient c(base_, path_, &metrics_);
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 120, done); }), "ok");
   EXPECT_TRUE(c.connected());
@@ -148,15 +81,14 @@ TEST_F(DataplaneClientTest, TagAndUntagSpeakTheProtocol) {
   ASSERT_EQ(lines.size(), 2u);
   json f = {
       {"src", "10.0.0.1"}, {"sport", 1234}, {"dst", "10.0.0.2"}, {"dport", 443}, {"proto", 6}};
-  EXPECT_EQ(json::parse(lines[0]),
-            (json{{"op", "tag"}, {"flow", f}, {"class", "gold"}, {"ttl_s", 120}}));
-  EXPECT_EQ(json::parse(lines[1]), (json{{"op", "untag"}, {"flow", f}}));
+  EXPECT_EQ(lines[0], (json{{"op", "tag"}, {"flow", f}, {"class", "gold"}, {"ttl_s", 120}}));
+  EXPECT_EQ(lines[1], (json{{"op", "untag"}, {"flow", f}}));
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 1u);
   EXPECT_EQ(metrics_.dataplane_untags().value({"ok"}), 1u);
 }
 
 TEST_F(DataplaneClientTest, RefusalIsAnError) {
-  Peer peer(path_, Mode::kAnswerError);
+  LinePeer peer(path_, LinePeer::Mode::kAnswerError);
   DataplaneClient c(base_, path_, &metrics_);
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "nope", 1, done); }), "error");
   EXPECT_EQ(metrics_.dataplane_tags().value({"error"}), 1u);
@@ -167,20 +99,20 @@ TEST_F(DataplaneClientTest, AbsentSocketIsUnavailableAndReconnectsLater) {
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "unavailable");
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "unavailable");
   EXPECT_EQ(metrics_.dataplane_tags().value({"unavailable"}), 2u);
-  Peer peer(path_, Mode::kAnswerOk);
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   std::this_thread::sleep_for(250ms);  // past the reconnect back-off
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "ok");
 }
 
 TEST_F(DataplaneClientTest, SilentPeerTimesOutAndTheNextCallReconnects) {
   {
-    Peer peer(path_, Mode::kSilent);
+    LinePeer peer(path_, LinePeer::Mode::kSilent);
     DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/50);
     EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "timeout");
     EXPECT_FALSE(c.connected());
     EXPECT_EQ(metrics_.dataplane_tags().value({"timeout"}), 1u);
   }
-  Peer peer(path_, Mode::kAnswerOk);
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   DataplaneClient c(base_, path_, &metrics_);
   EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "ok");
 }
@@ -189,7 +121,7 @@ TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
   DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/2000);
   std::string result;
   {
-    Peer peer(path_, Mode::kSilent);
+    LinePeer peer(path_, LinePeer::Mode::kSilent);
     bool done = false;
     c.tag(flow(), "gold", 1, [&](const std::string& r) {
       result = r;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tests/event_loop.h"
+#include "tests/line_peer.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -26,64 +27,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-
-class Peer {
- public:
-  explicit Peer(const std::string& path) : path_(path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(listen(fd_, 4), 0);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Peer() {
-    stop_ = true;
-    thread_.join();
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  std::vector<json> lines() {
-    std::lock_guard lock(mu_);
-    return lines_;
-  }
-
- private:
-  void run() {
-    int conn = -1;
-    std::string buf;
-    while (!stop_) {
-      pollfd p{conn >= 0 ? conn : fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) <= 0) continue;
-      if (conn < 0) {
-        conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        continue;
-      }
-      char tmp[1024];
-      ssize_t n = recv(conn, tmp, sizeof tmp, 0);
-      if (n <= 0) {
-        close(conn);
-        conn = -1;
-        continue;
-      }
-      buf.append(tmp, static_cast<size_t>(n));
-      for (size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1)) {
-        std::lock_guard lock(mu_);
-        lines_.push_back(json::parse(buf.substr(0, nl)));
-        send(conn, "{\"ok\":true}\n", 12, MSG_NOSIGNAL);
-      }
-    }
-    if (conn >= 0) close(conn);
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<json> lines_;
-};
 
 class GatewayTest : public ::testing::Test {
  protected:
@@ -139,7 +82,7 @@ class GatewayTest : public ::testing::Test {
   testing::RedisServer redis_;
   std::string dir_;
   config::Config cfg_;
-  std::optional<Peer> peer_;
+  std::optional<testing::LinePeer> peer_;
   testing::EventLoop loop_;
   FlowRegistry flows_;
   Metrics metrics_;

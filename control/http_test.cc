@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tests/http_client.h"
+#include "tests/line_peer.h"
 #include "tests/redis_server.h"
 
 namespace {
@@ -134,91 +135,6 @@ class Daemon {
   int port_;
   std::string log_;
   pid_t pid_ = -1;
-};
-
-// Stands in for the dataplane's control socket: accepts connections, records every line,
-// answers {"ok":true} (or an error for lines that are not JSON objects with an "op").
-class LinePeer {
- public:
-  explicit LinePeer(const std::string& path) : path_(path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    unlink(path.c_str());
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd_, 8) != 0)
-      ADD_FAILURE() << "cannot listen on " << path << ": " << std::strerror(errno);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~LinePeer() {
-    stop_ = true;
-    thread_.join();
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  std::vector<json> lines() {
-    std::lock_guard lock(mu_);
-    return lines_;
-  }
-  // Waits until at least n lines arrived.
-  std::vector<json> wait_lines(size_t n) {
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto l = lines();
-      if (l.size() >= n) return l;
-      std::this_thread::sleep_for(5ms);
-    }
-    return lines();
-  }
-
- private:
-  void run() {
-    std::vector<pollfd> fds{{fd_, POLLIN, 0}};
-    std::map<int, std::string> bufs;
-    while (!stop_) {
-      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
-      for (size_t i = 0; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (fds[i].fd == fd_) {
-          int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-          if (c >= 0) fds.push_back({c, POLLIN, 0});
-          continue;
-        }
-        char buf[4096];
-        ssize_t n = recv(fds[i].fd, buf, sizeof buf, 0);
-        if (n <= 0) {
-          close(fds[i].fd);
-          fds[i].fd = -1;
-          continue;
-        }
-        auto& b = bufs[fds[i].fd];
-        b.append(buf, static_cast<size_t>(n));
-        size_t nl;
-        while ((nl = b.find('\n')) != std::string::npos) {
-          json j = json::parse(b.substr(0, nl), nullptr, false);
-          b.erase(0, nl + 1);
-          std::string answer = (!j.is_discarded() && j.is_object() && j.contains("op"))
-                                   ? "{\"ok\":true}\n"
-                                   : "{\"ok\":false,\"error\":\"bad line\"}\n";
-          {
-            std::lock_guard lock(mu_);
-            lines_.push_back(j);
-          }
-          send(fds[i].fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-        }
-      }
-      fds.erase(std::remove_if(fds.begin(), fds.end(), [](const pollfd& p) { return p.fd < 0; }),
-                fds.end());
-    }
-    for (size_t i = 1; i < fds.size(); ++i) close(fds[i].fd);
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<json> lines_;
 };
 
 class HttpTest : public ::testing::Test {
@@ -463,7 +379,7 @@ TEST(Check, RedisOverrideIsValidatedAndItsPasswordMasked) {
 }
 
 TEST_F(HttpTest, AdmittedFlowIsTaggedAndReleaseUntagsIt) {
-  LinePeer peer(dp_socket_);
+  dripgate::testing::LinePeer peer(dp_socket_);
   start();
   auto a = admit(
       R"({"tenant":"t-small","flow":{"src":"10.0.0.1","sport":40000,"dst":"10.9.0.2","dport":443,"proto":"tcp"}})");
@@ -518,7 +434,7 @@ TEST_F(HttpTest, AdmissionWorksWithoutTheDataplane) {
   EXPECT_LE(count, 2u);  // two worker threads
 
   // The dataplane appears: the next admission tags (after the reconnect back-off).
-  LinePeer peer(dp_socket_);
+  dripgate::testing::LinePeer peer(dp_socket_);
   std::string tag;
   auto deadline = std::chrono::steady_clock::now() + 5s;
   while (std::chrono::steady_clock::now() < deadline && tag != "ok") {
