@@ -35,8 +35,22 @@ class ClassQueue {
   ClassQueue& operator=(ClassQueue&&) noexcept = default;
 
   uint32_t capacity() const { return capacity_; }
+  // Slots in the ring (a power of two >= capacity); 0 for a default-constructed queue.
+  uint32_t ring_size() const { return slots_ ? mask_ + 1 : 0; }
+  // A new depth limit within the ring (a live change): items already queued beyond a lower
+  // limit stay queued; only pushes see the new limit. Precondition: 1 <= c <= ring_size().
+  void set_capacity(uint32_t c) { capacity_ = c; }
+  // Moves every item of `from` to the back of this queue, in order, whatever the depth limit.
+  // Precondition: ring_size() >= size() + from.size().
+  void take_all(ClassQueue& from) {
+    while (!from.empty()) {
+      slots_[tail_ & mask_] = from.pop();
+      ++tail_;
+    }
+  }
   uint32_t size() const { return tail_ - head_; }
   bool empty() const { return head_ == tail_; }
+  // size() may exceed capacity() after set_capacity() lowered it: still full.
   bool full() const { return size() >= capacity_; }
 
   // False when full (the caller counts the tail drop and keeps ownership of the packet).

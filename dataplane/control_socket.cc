@@ -19,8 +19,8 @@
 #include <fmt/format.h>
 
 #include "dataplane/flow_table.h"
+#include "dataplane/mailbox.h"
 #include "dataplane/parse.h"
-#include "dataplane/rate_mailbox.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -334,11 +334,11 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       const std::string cls_name = get_string(req, "class", "");
       std::optional<double> pps = get_rate(req, "rate_pps"), bps = get_rate(req, "rate_bps");
       if (!pps && !bps) bad("set_rate needs rate_pps and/or rate_bps (0 = unlimited)");
-      RateMailbox::Request r;
+      DripChange r;
       // What is not given stays as the scheduler has it.
       config::DripRate in_force;
       if (cls_name == "port") {
-        r.cls = RateMailbox::kPort;
+        r.cls = DripChange::kPort;
         in_force = t.sched->port_rate();
       } else {
         r.cls = class_of(t, cls_name, "class");
@@ -346,7 +346,7 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       }
       r.pps = pps.value_or(in_force.rate_pps);
       r.bps = bps.value_or(in_force.rate_bps);
-      RateMailbox::Result res;
+      MailboxResult res;
       t.mailbox->post_and_wait(r, &res, std::chrono::milliseconds(2000));
       if (!res.ok) bad("set_rate: " + res.error);
       return {{"ok", true}, {"class", cls_name}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};

@@ -10,10 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dataplane/mailbox.h"
+
 namespace dripgate::dataplane {
 
 class FlowTable;
-class RateMailbox;
 class Scheduler;
 struct Stats;
 
@@ -66,7 +67,7 @@ class ControlSocket {
 struct ControlTargets {
   FlowTable* flows;
   Stats* stats;
-  RateMailbox* mailbox;
+  DripMailbox* mailbox;
   const Scheduler* sched;  // class names and the rates in force (read only)
   uint64_t (*now)();       // TSC for flow-table timestamps
 };

@@ -44,7 +44,12 @@ struct Fastpath::RxOut {
 
 Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
                    const Classifier& classifier, Stats& stats)
-    : p_(p), sched_(sched), flows_(flows), classifier_(classifier), stats_(stats) {
+    : p_(p),
+      sched_(sched),
+      flows_(flows),
+      stats_(stats),
+      classifier_(&classifier),
+      unknown_(p.unknown) {
   if (p_.unknown == config::UnknownFlows::kDefault &&
       (p_.default_cls < 0 || static_cast<unsigned>(p_.default_cls) >= sched_.num_classes()))
     throw std::invalid_argument("unknown_flows is 'default' but there is no class 'default'");
@@ -182,9 +187,9 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
     }
     bool pass = false;
     if (s == ParseStatus::kOk) [[likely]] {
-      if (cls < 0) cls = classifier_.classify(*p);
+      if (cls < 0) cls = classifier_->classify(*p);
       if (cls < 0) {
-        switch (p_.unknown) {
+        switch (unknown_) {
           case config::UnknownFlows::kDefault:
             cls = p_.default_cls;
             break;
@@ -382,11 +387,24 @@ void Fastpath::transmit(TxList& l, uint64_t t) {
   }
 }
 
-void Fastpath::check_mailbox() {
-  mailbox_.poll([this](const RateMailbox::Request& r) {
-    RateMailbox::Result res = apply_rate(sched_, r, rte_rdtsc());
-    if (res.ok) stats_.drip.rate_updates.add();
+void Fastpath::check_drip_mailbox() {
+  drip_mailbox_.poll([this](const DripChange& r) {
+    MailboxResult res = apply_drip_change(sched_, r, rte_rdtsc());
+    if (res.ok && r.reconfig == nullptr) stats_.drip.rate_updates.add();
     return res;
+  });
+}
+
+// Between bursts: no classify() is running, so the old classifier is no longer referenced once
+// this answers, and the main lcore may free it.
+void Fastpath::check_rx_mailbox() {
+  rx_mailbox_.poll([this](const RxChange& r) {
+    if (r.classifier == nullptr ||
+        (r.unknown == config::UnknownFlows::kDefault && p_.default_cls < 0))
+      return MailboxResult{false, "unknown_flows is 'default' but there is no class 'default'"};
+    classifier_ = r.classifier;
+    unknown_ = r.unknown;
+    return MailboxResult{true, {}};
   });
 }
 
@@ -397,7 +415,7 @@ void Fastpath::drain_and_free() {
   while (sched_.backlog() != 0) {
     const uint64_t now = rte_rdtsc();
     if (now >= deadline) break;
-    check_mailbox();
+    check_drip_mailbox();
     if (sched_.next_departure() <= now) {
       drip_due(now);
     } else {
@@ -412,7 +430,8 @@ int Fastpath::run_single() {
   flows_.register_reader(lcore);
   RxOut out;
   while (running_.load(std::memory_order_relaxed)) {
-    check_mailbox();
+    check_drip_mailbox();
+    check_rx_mailbox();
     uint64_t now = rte_rdtsc();
     const uint64_t nd = sched_.next_departure();
     unsigned max;
@@ -456,6 +475,7 @@ int Fastpath::run_rx() {
   flows_.register_reader(lcore);
   RxOut out;
   while (running_.load(std::memory_order_relaxed)) {
+    check_rx_mailbox();
     const uint64_t now = rte_rdtsc();
     out.reset();
     rx_client(kBurst, out, now);
@@ -479,7 +499,7 @@ int Fastpath::run_rx() {
 int Fastpath::run_drip() {
   Handoff h[kBurst];
   for (;;) {
-    check_mailbox();
+    check_drip_mailbox();
     const uint64_t now = rte_rdtsc();
     const uint64_t nd = sched_.next_departure();
     const bool due = nd <= now + prep_ticks_;

@@ -15,7 +15,7 @@
 #include "config/config.h"
 #include "dataplane/classify.h"
 #include "dataplane/flow_table.h"
-#include "dataplane/rate_mailbox.h"
+#include "dataplane/mailbox.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -51,7 +51,12 @@ class Fastpath {
   // (counted as drops.shutdown). Returns when the workers have returned.
   void stop_and_wait();
 
-  RateMailbox& mailbox() { return mailbox_; }
+  // Changes for the scheduler's owner (rates, a reload's scheduler part) and for the lcore that
+  // classifies (a reload's rules and unknown_flows); the same lcore polls both in the single
+  // layout. The classifier passed to the constructor, and each one posted later, must live
+  // until the RX lcore has answered the post that replaces it.
+  DripMailbox& drip_mailbox() { return drip_mailbox_; }
+  RxMailbox& rx_mailbox() { return rx_mailbox_; }
 
   // Implementation, public for the lcore entry points.
   // One received packet on its way to the scheduler (pkt is the rte_mbuf*; cls kPassCls: send
@@ -89,16 +94,20 @@ class Fastpath {
   void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
-  void check_mailbox();
+  void check_drip_mailbox();
+  void check_rx_mailbox();
   void drain_and_free();
   void note_rx_cost(uint64_t ticks, unsigned pkts);
 
   FastpathParams p_;
   Scheduler& sched_;
   FlowTable& flows_;
-  const Classifier& classifier_;
   Stats& stats_;
-  RateMailbox mailbox_;
+  DripMailbox drip_mailbox_;
+  RxMailbox rx_mailbox_;
+  // RX-owner state, changed only through rx_mailbox_.
+  const Classifier* classifier_;
+  config::UnknownFlows unknown_;
   rte_ring* ring_ = nullptr;
   bool launched_ = false;
 

@@ -250,6 +250,11 @@ size_t FlowTable::sweep(uint64_t now) {
   return removed;
 }
 
+void FlowTable::set_idle_timeout(uint32_t idle_timeout_s) {
+  std::lock_guard lock(writer_mu_);
+  idle_ticks_ = static_cast<uint64_t>(idle_timeout_s) * tsc_hz_;
+}
+
 std::optional<FlowTable::Entry> FlowTable::get(const FiveTuple& key) const {
   std::lock_guard lock(writer_mu_);
   void* data = nullptr;

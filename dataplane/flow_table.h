@@ -79,6 +79,8 @@ class FlowTable {
   // Removes entries whose tag expired or that were not seen for idle_timeout_s; returns the
   // count removed. Also frees memory of replaced entries whose grace period has passed.
   size_t sweep(uint64_t now);
+  // A new idle timeout (a reload), used from the next sweep on; 0: entries never idle out.
+  void set_idle_timeout(uint32_t idle_timeout_s);
   // Writer-side inspection (stats, tests).
   std::optional<Entry> get(const FiveTuple& key) const;
   // Live entries (deleted ones awaiting their grace period are not counted). Any thread.

@@ -1,6 +1,7 @@
 // dripgate-dataplane: loads the config, brings up the EAL, the mbuf pool and the two ports,
 // starts the worker lcore(s) and serves the control socket on the main lcore (poll(), no spin)
 // until SIGTERM/SIGINT or --duration; then drains, stops and prints the final stats as JSON.
+// SIGHUP reads the YAML again and applies it live, or refuses it whole (reload.h).
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "dataplane/init.h"
 #include "dataplane/parse.h"
 #include "dataplane/preflight.h"
+#include "dataplane/reload.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
 
@@ -33,8 +35,9 @@ namespace cfg = dripgate::config;
 
 namespace {
 
-// SIGTERM/SIGINT arrive on a signalfd that the control loop polls. Blocked before the EAL
-// starts its threads, so every thread inherits the mask and only the signalfd sees them.
+// SIGTERM/SIGINT/SIGHUP arrive on a signalfd that the control loop polls. Blocked first thing in
+// main(), before the EAL starts its threads, so every thread inherits the mask, only the
+// signalfd sees them, and a SIGHUP during start-up is a reload request, never the end.
 class SignalFd {
  public:
   SignalFd() {
@@ -75,8 +78,49 @@ uint64_t tsc_now() {
   return rte_rdtsc();
 }
 
-int run(const dg::Options& opt, const cfg::Dataplane& dp, const dg::Classifier& classifier) {
-  SignalFd signals;
+std::string join(const std::vector<std::string>& parts) {
+  std::string all;
+  for (const std::string& p : parts) all += (all.empty() ? "" : ", ") + p;
+  return all;
+}
+
+// SIGHUP: the file read again; applied live whole, or refused whole with the reasons logged
+// (the running configuration stays). Never stops the process.
+void reload(const dg::Options& opt, dg::Reloader& reloader, dg::FlowTable& flows,
+            dg::Stats& stats) {
+  if (opt.config_path.empty()) {
+    spdlog::warn("SIGHUP: running the embedded default configuration, no file to reload");
+    return;
+  }
+  spdlog::info("SIGHUP: reloading {}", opt.config_path);
+  cfg::LoadResult lr = cfg::load_file(opt.config_path, cfg::Secrets::kSkip);
+  std::vector<std::string> errors;
+  for (const auto& e : lr.errors) errors.push_back(e.str());
+  if (lr.config && !lr.config->dataplane)
+    errors.push_back(lr.config->source + ": no `dataplane:` section");
+  if (errors.empty()) {
+    cfg::Dataplane next = *lr.config->dataplane;
+    dg::apply_overrides(opt, next);  // the command line still wins over the file
+    const dg::Reloader::Outcome o = reloader.reload(next, std::chrono::milliseconds(2000));
+    if (o.applied) {
+      flows.set_idle_timeout(next.flow_idle_timeout_s);
+      stats.reloads_applied.add();
+      spdlog::info("reload applied: port {} pps / {} bps, {} classes, {} classify rules",
+                   next.drip.rate_pps, next.drip.rate_bps, next.classes.size(),
+                   next.classify.size());
+      return;
+    }
+    if (!o.restart.empty())
+      errors.push_back(lr.config->source + ": these fields need a restart: " + join(o.restart));
+    for (const std::string& e : o.errors) errors.push_back(lr.config->source + ": " + e);
+  }
+  stats.reloads_refused.add();
+  spdlog::error("reload refused, the running configuration stays:");
+  for (const std::string& e : errors) spdlog::error("{}", e);
+}
+
+int run(const dg::Options& opt, const cfg::Dataplane& dp,
+        std::unique_ptr<dg::Classifier> classifier, SignalFd& signals) {
   // Destroyed after the EAL (declared before it): telemetry may read them until cleanup.
   std::unique_ptr<dg::Scheduler> sched;
   std::unique_ptr<dg::Stats> stats;
@@ -118,11 +162,13 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp, const dg::Classifier& 
     if (params.non_ip_cls < 0)
       throw std::runtime_error("--shape-non-ip: no class named '" + opt.shape_non_ip + "'");
   }
-  dg::Fastpath fastpath(params, *sched, *flows, classifier, *stats);
+  dg::Fastpath fastpath(params, *sched, *flows, *classifier, *stats);
+  dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailbox(), dp,
+                        std::move(classifier));
 
-  dg::ControlSocket control(
-      dp.control_socket,
-      dg::make_protocol({flows.get(), stats.get(), &fastpath.mailbox(), sched.get(), &tsc_now}));
+  dg::ControlSocket control(dp.control_socket,
+                            dg::make_protocol({flows.get(), stats.get(), &fastpath.drip_mailbox(),
+                                               sched.get(), &tsc_now}));
   fastpath.launch();
   spdlog::info(
       "running: {} layout (rx lcore {}, drip lcore {}), port rate {} pps / {} bps, "
@@ -136,8 +182,12 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp, const dg::Classifier& 
   auto next_sweep = start + std::chrono::seconds(1);
   for (;;) {
     if (control.poll_once(100, signals.fd())) {
-      spdlog::info("signal {}: stopping", signals.take());
-      break;
+      const int sig = signals.take();
+      if (sig == SIGHUP) reload(opt, reloader, *flows, *stats);
+      if (sig == SIGTERM || sig == SIGINT) {
+        spdlog::info("signal {}: stopping", sig);
+        break;
+      }
     }
     const auto now = clock::now();
     if (opt.duration_s > 0 && now - start >= std::chrono::duration<double>(opt.duration_s)) {
@@ -173,15 +223,16 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp, const dg::Classifier& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  SignalFd signals;
   spdlog::set_default_logger(spdlog::stderr_color_mt("dataplane"));
   dg::ParseOutcome parsed = dg::parse_args(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   const dg::Options& opt = *parsed.options;
   spdlog::set_level(spdlog::level::from_str(opt.log_level));
 
-  cfg::LoadResult lr =
-      opt.config_path.empty() ? cfg::load_default()
-                              : cfg::load_file(opt.config_path, cfg::Secrets::kSkip);
+  cfg::LoadResult lr = opt.config_path.empty()
+                           ? cfg::load_default()
+                           : cfg::load_file(opt.config_path, cfg::Secrets::kSkip);
   if (!lr.errors.empty()) {
     for (const auto& e : lr.errors) std::cerr << e.str() << "\n";
     return 1;
@@ -205,14 +256,10 @@ int main(int argc, char** argv) {
   // What the loader cannot see: the rules compiled against the classes, the scheduler's limits.
   // The EAL is not up yet, so the scheduler is judged at a typical TSC rate; run() builds it at
   // the real one, which judges it again.
-  auto compiled = dg::Classifier::compile(dp.classify, dp.classes);
-  if (!compiled.classifier) {
-    std::cerr << lr.config->source << ": dataplane." << compiled.error << "\n";
-    return 1;
-  }
   constexpr uint64_t kTypicalTscHz = 2'000'000'000;
-  if (auto errors = dg::Scheduler::validate(dp.drip, dp.classes, kTypicalTscHz); !errors.empty()) {
-    for (const auto& e : errors) std::cerr << lr.config->source << ": dataplane." << e << "\n";
+  dg::Judgement judged = dg::judge(dp, kTypicalTscHz);
+  if (!judged.errors.empty()) {
+    for (const auto& e : judged.errors) std::cerr << lr.config->source << ": " << e << "\n";
     return 1;
   }
   if (opt.check) {
@@ -220,7 +267,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return run(opt, dp, *compiled.classifier);
+    return run(opt, dp, std::move(judged.classifier), signals);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -64,18 +64,68 @@ Scheduler::Scheduler(const config::Drip& drip, const std::vector<config::Class>&
   port_.set_rate(drip.rate_pps, drip.rate_bps, tsc_hz, 0);
   classes_ = std::make_unique<ClassState[]>(n_);
   for (unsigned i = 0; i < n_; ++i) {
-    const config::Class& c = classes[i];
     ClassState& s = classes_[i];
-    s.name = c.name;
-    s.quantum = uint64_t{c.weight} * kQuantumBytes;
-    s.ttl_ticks = static_cast<uint64_t>(Fixed{c.ttl_ms} * tsc_hz / 1000);
-    if (c.ttl_ms != 0 && s.ttl_ticks == 0) s.ttl_ticks = 1;
-    s.queue = ClassQueue(c.queue_depth);
-    s.cap.set_rate(c.rate_pps, c.rate_bps, tsc_hz, 0);
+    s.name = classes[i].name;
+    s.queue = ClassQueue(classes[i].queue_depth);
+    configure(s, classes[i], 0);
   }
 }
 
 Scheduler::~Scheduler() = default;
+
+void Scheduler::configure(ClassState& s, const config::Class& c, uint64_t now) {
+  s.quantum = uint64_t{c.weight} * kQuantumBytes;
+  s.ttl_ticks = static_cast<uint64_t>(Fixed{c.ttl_ms} * tsc_hz_ / 1000);
+  if (c.ttl_ms != 0 && s.ttl_ticks == 0) s.ttl_ticks = 1;
+  // An unchanged rate is left alone rather than re-based (which would change nothing anyway).
+  if (s.cap.rate_pps() != c.rate_pps || s.cap.rate_bps() != c.rate_bps)
+    s.cap.set_rate(c.rate_pps, c.rate_bps, tsc_hz_, now);
+}
+
+std::vector<std::string> Scheduler::prepare(const config::Drip& drip,
+                                            const std::vector<config::Class>& classes,
+                                            SchedulerReconfig* out) const {
+  std::vector<std::string> errors = validate(drip, classes, tsc_hz_);
+  bool same = classes.size() == n_;
+  for (unsigned i = 0; same && i < n_; ++i) same = classes[i].name == classes_[i].name;
+  if (!same) {
+    std::string was, now;
+    for (unsigned i = 0; i < n_; ++i) was += (i ? ", " : "") + classes_[i].name;
+    for (size_t i = 0; i < classes.size(); ++i) now += (i ? ", " : "") + classes[i].name;
+    errors.push_back("classes: the classes (names, order) cannot change without a restart: " + was +
+                     " -> " + now);
+  }
+  if (!errors.empty()) return errors;
+  out->drip = drip;
+  out->classes = classes;
+  out->rings.clear();
+  out->rings.resize(n_);
+  for (unsigned i = 0; i < n_; ++i) {
+    // The owner changes a ring only in apply(), which is not running: this read is stable.
+    if (classes[i].queue_depth > classes_[i].queue.ring_size())
+      out->rings[i] = ClassQueue(classes[i].queue_depth);
+  }
+  return errors;
+}
+
+void Scheduler::apply(SchedulerReconfig& r, uint64_t now) {
+  batch_ = r.drip.batch;
+  max_catchup_ = r.drip.max_catchup;
+  const config::DripRate port = port_rate();
+  if (port.rate_pps != r.drip.rate_pps || port.rate_bps != r.drip.rate_bps)
+    port_.set_rate(r.drip.rate_pps, r.drip.rate_bps, tsc_hz_, now);
+  for (unsigned i = 0; i < n_; ++i) {
+    ClassState& s = classes_[i];
+    configure(s, r.classes[i], now);
+    s.deficit = std::min(s.deficit, s.quantum);
+    if (r.rings[i].ring_size() != 0) {
+      r.rings[i].take_all(s.queue);
+      std::swap(s.queue, r.rings[i]);
+    } else {
+      s.queue.set_capacity(r.classes[i].queue_depth);
+    }
+  }
+}
 
 int Scheduler::find_class(std::string_view name) const {
   for (unsigned i = 0; i < n_; ++i) {

@@ -8,8 +8,8 @@
 // enqueue_burst()/poll() call and per run of same-class packets in it, not per packet.
 //
 // Thread model: one lcore owns the scheduler and is the only caller of enqueue, poll,
-// next_departure, set_*_rate and drain (a rate change from another thread reaches it through a
-// RateMailbox, see rate_mailbox.h). Any thread may call port_rate/class_rate, class_stats and
+// next_departure, set_*_rate, apply and drain (a change from another thread reaches it through
+// a DripMailbox, see mailbox.h). Any thread may call port_rate/class_rate, class_stats and
 // port_stats, and the immutable accessors (num_classes, class_name, find_class): counters are
 // relaxed atomics written by the owner with load+store (a plain mov on x86, no lock prefix); a
 // reader sees each counter untorn, but different counters of one snapshot may be a few packets
@@ -98,6 +98,18 @@ struct PortStats {
   uint64_t stall_clamps = 0;    // times the port timeline hit the catch-up clamp
 };
 
+// A live change of the scheduler's configuration (a reload): built on the main lcore by
+// Scheduler::prepare(), applied by the owner between bursts with Scheduler::apply(). The same
+// classes in the same order; new port rates, batch, max_catchup, weights, caps, depths, TTLs.
+struct SchedulerReconfig {
+  config::Drip drip;
+  std::vector<config::Class> classes;
+  // rings[cls]: a larger ring for a class whose new queue_depth exceeds its ring, allocated by
+  // prepare(); apply() moves the queued packets into it and leaves the old ring here, so it is
+  // freed with this object on the main lcore. A default (empty) queue: the ring stays.
+  std::vector<ClassQueue> rings;
+};
+
 class Scheduler {
  public:
   // Everything the scheduler cannot run with at this TSC frequency, one message per problem,
@@ -182,6 +194,22 @@ class Scheduler {
   bool set_port_rate(double pps, double bps, uint64_t now, std::string* why = nullptr);
   bool set_class_rate(unsigned cls, double pps, double bps, uint64_t now,
                       std::string* why = nullptr);
+  // Any thread but the owner, while no change is in flight (the main lcore): checks a new
+  // configuration against this scheduler (validate() at its TSC rate, and the same class names
+  // in the same order) and allocates into *out what apply() needs. Returns the problems, each
+  // naming its field; *out may be applied only when there are none.
+  std::vector<std::string> prepare(const config::Drip& drip,
+                                   const std::vector<config::Class>& classes,
+                                   SchedulerReconfig* out) const;
+  // Owner, between bursts: applies a prepared change at TSC `now`; nothing queued is dropped
+  // or reordered. Rates re-base their timelines as set_*_rate does (no burst); weights count
+  // from the next DRR turn (a deficit above the new quantum is cut to it); a TTL applies to
+  // every packet dequeued from now on (ages count from the enqueue stamps); a lower
+  // queue_depth refuses new arrivals (drop_depth) until the queue is below it, and the
+  // packets already queued beyond it stay. O(classes), plus one copy of a class's queued
+  // packets when it moves to a larger ring.
+  void apply(SchedulerReconfig& r, uint64_t now);
+
   // The rates in force (any thread): the config's until a set_*_rate changes them.
   config::DripRate port_rate() const { return {port_.rate_pps(), port_.rate_bps()}; }
   config::DripRate class_rate(unsigned cls) const {
@@ -240,6 +268,8 @@ class Scheduler {
     a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
 
+  // quantum, TTL and cap of one class from its config (construction and apply()).
+  void configure(ClassState& s, const config::Class& c, uint64_t now);
   bool ready(unsigned cls, uint64_t now, ExpiredSink& sink);
   int pick(uint64_t now, ExpiredSink& sink);
   int pick_next_turn(uint64_t now, ExpiredSink& sink);

@@ -597,6 +597,175 @@ TEST(Scheduler, SetRateRejectsBadInputAndChangesNothing) {
   EXPECT_EQ(s.class_rate(0).rate_pps, 0);
 }
 
+// A reload's scheduler part as the drip lcore gets it: prepared, then applied at `now`.
+void reconfigure(Scheduler& s, const config::Drip& drip, const std::vector<config::Class>& classes,
+                 uint64_t now) {
+  SchedulerReconfig r;
+  const std::vector<std::string> errors = s.prepare(drip, classes, &r);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  s.apply(r, now);
+}
+
+TEST(Scheduler, ReconfigRatesRebaseLikeSetRateAndKeepEveryQueuedPacket) {
+  Scheduler s(make_drip(1000), {make_class("a"), make_class("b", 1, 1000)}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  p.until(2'000'000);
+  ASSERT_EQ(p.sent.size(), 3u);
+  // As SetPortRateFasterMidStream...: the next departure is now, then every 250000 ticks.
+  reconfigure(s, make_drip(4000), {make_class("a"), make_class("b", 1, 7, 8000)}, 2'500'000);
+  EXPECT_EQ(s.next_departure(), 2'500'000u);
+  EXPECT_EQ(s.port_rate().rate_pps, 4000);
+  EXPECT_EQ(s.class_rate(1).rate_pps, 7);
+  EXPECT_EQ(s.class_rate(1).rate_bps, 8000);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 10u);
+  for (uint64_t k = 3; k < 10; ++k) {
+    EXPECT_EQ(p.sent[k].scheduled_tsc, 2'500'000 + (k - 3) * 250'000) << k;
+    EXPECT_EQ(id_of(p.sent[k].pkt), k + 1);
+  }
+}
+
+TEST(Scheduler, ReconfigClassCapAppliesAtOnce) {
+  Scheduler s(make_drip(0), {make_class("a", 1, 1000)}, kHz);
+  for (uint64_t i = 1; i <= 6; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  EXPECT_EQ(s.next_departure(), 1'000'000u);
+  reconfigure(s, make_drip(0), {make_class("a", 1, 1e6)}, 10);  // 1000 ticks: due at 1000
+  EXPECT_EQ(s.next_departure(), 1000u);
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 6u);
+  for (uint64_t k = 1; k < 6; ++k) EXPECT_EQ(p.sent[k].scheduled_tsc, k * 1000);
+}
+
+TEST(Scheduler, ReconfigWeightsShareFromTheNextTurn) {
+  // Port-bound, frames of exactly one quantum: each turn sends `weight` frames.
+  Scheduler s(make_drip(1e6), {make_class("a"), make_class("b")}, kHz);
+  uint64_t id = 1, now = 0;
+  Poller p{s};
+  auto run = [&](int departures) {
+    unsigned from_a = 0;
+    for (int k = 0; k < departures; ++k, now += 1000) {
+      for (unsigned c = 0; c < 2; ++c) {
+        while (s.class_stats(c).queue_len < 8) EXPECT_TRUE(s.enqueue(c, pkt(id++), 1536, now));
+      }
+      const auto d = p.at(now);
+      EXPECT_EQ(d.size(), 1u);
+      from_a += !d.empty() && d[0].cls == 0;
+    }
+    return from_a;
+  };
+  EXPECT_EQ(run(400), 200u);
+  reconfigure(s, make_drip(1e6), {make_class("a", 3), make_class("b")}, now);
+  // 3:1 from the next turn: at most the turn in progress is off.
+  const unsigned a = run(400);
+  EXPECT_GE(a, 299u);
+  EXPECT_LE(a, 301u);
+  // Back down: a deficit saved at weight 3 is cut to the new quantum, no stored credit.
+  reconfigure(s, make_drip(1e6), {make_class("a"), make_class("b")}, now);
+  const unsigned again = run(400);
+  EXPECT_GE(again, 199u);
+  EXPECT_LE(again, 201u);
+}
+
+TEST(Scheduler, ReconfigLowerTtlExpiresQueuedPacketsAtTheNextDequeue) {
+  Scheduler s(make_drip(1000), {make_class("a", 1, 0, 0, 16, 0)}, kHz);
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  ASSERT_EQ(p.at(0).size(), 1u);
+  reconfigure(s, make_drip(1000), {make_class("a", 1, 0, 0, 16, 1)}, 500'000);  // ttl 1 ms
+  // At 3 ms the four queued since 0 are 3 ms old: expired, counted, handed back in order.
+  EXPECT_TRUE(p.at(3'000'000).empty());
+  ASSERT_EQ(p.expired.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(id_of(p.expired[i].pkt), i + 2);
+  const ClassStats st = s.class_stats(0);
+  EXPECT_EQ(st.enq_packets, st.tx_packets + st.drop_ttl + st.queue_len);
+  EXPECT_EQ(st.drop_ttl, 4u);
+}
+
+TEST(Scheduler, ReconfigShallowerQueueKeepsWhatIsQueuedAndRefusesNewArrivals) {
+  Scheduler s(make_drip(1000), {make_class("a", 1, 0, 0, 16)}, kHz);
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  reconfigure(s, make_drip(1000), {make_class("a", 1, 0, 0, 4)}, 0);
+  EXPECT_EQ(s.class_stats(0).queue_len, 10u);    // nothing dropped by the change itself
+  EXPECT_FALSE(s.enqueue(0, pkt(100), 100, 0));  // above the new depth: a depth drop
+  EXPECT_EQ(s.class_stats(0).drop_depth, 1u);
+  Poller p{s};
+  p.until(6'000'000);  // seven sent, three left: below the depth again
+  ASSERT_EQ(p.sent.size(), 7u);
+  EXPECT_TRUE(s.enqueue(0, pkt(11), 100, 6'000'000));
+  EXPECT_FALSE(s.enqueue(0, pkt(101), 100, 6'000'000));
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 11u);
+  for (uint64_t k = 0; k < 11; ++k) EXPECT_EQ(id_of(p.sent[k].pkt), k + 1);
+  EXPECT_EQ(s.class_stats(0).drop_depth, 2u);
+}
+
+TEST(Scheduler, ReconfigDeeperQueueMovesToALargerRingInOrder) {
+  Scheduler s(make_drip(1000), {make_class("a", 1, 0, 0, 3), make_class("b")}, kHz);
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  EXPECT_FALSE(s.enqueue(0, pkt(99), 100, 0));
+  // 3 -> 4 fits the ring (4 slots): no allocation, only the limit moves.
+  SchedulerReconfig r;
+  ASSERT_TRUE(
+      s.prepare(make_drip(1000), {make_class("a", 1, 0, 0, 4), make_class("b")}, &r).empty());
+  EXPECT_EQ(r.rings[0].ring_size(), 0u);
+  s.apply(r, 0);
+  ASSERT_TRUE(s.enqueue(0, pkt(4), 100, 0));
+  // 4 -> 100: a 128-slot ring allocated by prepare(); apply() hands the old one back in r.
+  SchedulerReconfig deeper;
+  ASSERT_TRUE(s.prepare(make_drip(1000), {make_class("a", 1, 0, 0, 100), make_class("b")}, &deeper)
+                  .empty());
+  EXPECT_EQ(deeper.rings[0].ring_size(), 128u);
+  EXPECT_EQ(deeper.rings[1].ring_size(), 0u);
+  s.apply(deeper, 0);
+  EXPECT_EQ(deeper.rings[0].ring_size(), 4u);
+  for (uint64_t i = 5; i <= 100; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0)) << i;
+  EXPECT_FALSE(s.enqueue(0, pkt(101), 100, 0));
+  Poller p{s};
+  p.until(kNever - 1);
+  ASSERT_EQ(p.sent.size(), 100u);
+  for (uint64_t k = 0; k < 100; ++k) EXPECT_EQ(id_of(p.sent[k].pkt), k + 1);
+  const ClassStats st = s.class_stats(0);
+  EXPECT_EQ(st.drop_depth, 2u);
+  EXPECT_EQ(st.enq_packets, st.tx_packets);
+}
+
+TEST(Scheduler, ReconfigBatchAndCatchupApply) {
+  Scheduler s(make_drip(1000), {make_class("a")}, kHz);
+  for (uint64_t i = 1; i <= 12; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));
+  Poller p{s};
+  EXPECT_EQ(p.at(0).size(), 1u);
+  reconfigure(s, make_drip(1000, 0, 4, 0), {make_class("a")}, 0);
+  EXPECT_EQ(p.at(1'000'000).size(), 4u);  // a slot now releases a batch of 4
+  // max_catchup 0: after a stall the timeline jumps to now, one slot, no catch-up burst.
+  EXPECT_EQ(p.at(50'000'000).size(), 4u);
+  EXPECT_TRUE(p.at(50'000'000).empty());
+}
+
+TEST(Scheduler, PrepareRefusesOtherClassesAndBadValuesNamingTheField) {
+  Scheduler s(make_drip(1000), {make_class("a"), make_class("b")}, kHz);
+  SchedulerReconfig r;
+  auto first = [](const std::vector<std::string>& e) -> std::string {
+    return e.empty() ? "" : e.front();
+  };
+  for (const auto& classes :
+       std::vector<std::vector<config::Class>>{{make_class("b"), make_class("a")},
+                                               {make_class("a"), make_class("c")},
+                                               {make_class("a"), make_class("b"), make_class("c")},
+                                               {make_class("a")}}) {
+    const std::string e = first(s.prepare(make_drip(1000), classes, &r));
+    EXPECT_NE(e.find("classes: "), std::string::npos) << e;
+  }
+  EXPECT_EQ(first(s.prepare(make_drip(1000, 0, 0), {make_class("a"), make_class("b")}, &r)),
+            "drip.batch: must be >= 1");
+  const std::string e =
+      first(s.prepare(make_drip(1000), {make_class("a", 0), make_class("b", 1, -1)}, &r));
+  EXPECT_EQ(e, "classes.a.weight: must be >= 1");
+  EXPECT_EQ(s.port_rate().rate_pps, 1000);
+}
+
 TEST(Scheduler, BatchReleasesUpToBatchPerSlot) {
   Scheduler s(make_drip(1e6, 0, 4), {make_class("a")}, kHz);
   for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(s.enqueue(0, pkt(i), 100, 0));

@@ -71,6 +71,8 @@ struct Stats {
   DripStats drip;
   uint64_t tsc_hz = 0;
   uint64_t start_tsc = 0;
+  // Written by the main lcore: reloads (SIGHUP) applied and refused.
+  Counter reloads_applied, reloads_refused;
   uint64_t mbufs_total = 0;
   std::atomic<int64_t> mbufs_available{-1};  // set after the ports are closed
 

@@ -195,16 +195,6 @@ uint64_t u(const json& j, const char* a, const char* b) {
   return j.at(a).at(b).get<uint64_t>();
 }
 
-// Every way a received client frame can end, from the final stats: sent (shaped or passed)
-// or dropped by one cause. Equal to rx.client when nothing is lost.
-uint64_t accounted(const json& fin) {
-  const json& d = fin.at("drops");
-  uint64_t n = u(fin, "tx", "shaped") + u(fin, "tx", "pass_non_ip") + u(fin, "tx", "pass_unknown");
-  for (const char* cause : {"malformed", "depth", "ttl", "tx_full", "shutdown", "unknown", "ring"})
-    n += d.at(cause).get<uint64_t>();
-  return n;
-}
-
 // EAL arguments for net_pcap ports: the client port reads `in`, the cluster port writes `out`.
 // split: three lcores on a 2-CPU box (the main lcore sleeps in poll(), so it can share a CPU).
 std::vector<std::string> pcap_eal(const TempDir& dir, const std::string& in, const std::string& out,

@@ -198,6 +198,16 @@ std::string run_command(const std::string& cmd) {
   return run_shell(cmd).out;
 }
 
+uint64_t accounted(const nlohmann::json& fin) {
+  const nlohmann::json& d = fin.at("drops");
+  const nlohmann::json& tx = fin.at("tx");
+  uint64_t n = tx.at("shaped").get<uint64_t>() + tx.at("pass_non_ip").get<uint64_t>() +
+               tx.at("pass_unknown").get<uint64_t>() + fin.at("queue_len").get<uint64_t>();
+  for (const char* cause : {"malformed", "depth", "ttl", "tx_full", "shutdown", "unknown", "ring"})
+    n += d.at(cause).get<uint64_t>();
+  return n;
+}
+
 nlohmann::json last_json_line(const std::string& path) {
   std::istringstream in(read_file(path));
   nlohmann::json last;

@@ -93,6 +93,10 @@ class ControlClient {
   std::string buf_;
 };
 
+// Every way a received client frame can end, from the final stats: sent (shaped or passed)
+// or dropped by one cause. Equal to rx.client when nothing is lost (and nothing is queued).
+uint64_t accounted(const nlohmann::json& fin);
+
 // The last line of a file that parses as a JSON object (the dataplane's final stats).
 nlohmann::json last_json_line(const std::string& path);
 std::string read_file(const std::string& path);

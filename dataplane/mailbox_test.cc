@@ -1,7 +1,7 @@
 // Live rate changes as the dataplane makes them: a poster thread (the control socket) posts
-// through the RateMailbox while the owner thread (the drip lcore) polls the mailbox and the
+// through the DripMailbox while the owner thread (the drip lcore) polls the mailbox and the
 // scheduler, here on an injected clock (1 tick = 1 ns), so the departure times are exact.
-#include "dataplane/rate_mailbox.h"
+#include "dataplane/mailbox.h"
 
 #include <gtest/gtest.h>
 
@@ -38,7 +38,7 @@ uint64_t id_of(const void* p) {
 // changes land at a known time with packets still queued.
 struct Owner {
   Scheduler& sched;
-  RateMailbox& mailbox;
+  DripMailbox& mailbox;
   unsigned hold_after;
   unsigned hold_for;
   std::vector<Departure> sent;
@@ -47,8 +47,8 @@ struct Owner {
   void run() {
     uint64_t now = 0;
     while (sched.backlog() != 0) {
-      mailbox.poll([&](const RateMailbox::Request& r) {
-        RateMailbox::Result res = apply_rate(sched, r, now);
+      mailbox.poll([&](const DripChange& r) {
+        MailboxResult res = apply_drip_change(sched, r, now);
         if (res.ok) applied.fetch_add(1);
         return res;
       });
@@ -61,18 +61,18 @@ struct Owner {
   }
 };
 
-TEST(RateMailbox, LiveRateChangeAppliesAtOnceAndLosesNoQueuedPacket) {
+TEST(DripMailbox, LiveRateChangeAppliesAtOnceAndLosesNoQueuedPacket) {
   config::Drip drip;
   drip.rate_pps = 1000;  // 1e6 ticks per packet
   Scheduler sched(drip, {make_class("a"), make_class("b")}, kHz);
   for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(sched.enqueue(0, pkt(i), 100, 0));
-  RateMailbox mailbox;
+  DripMailbox mailbox;
   Owner owner{sched, mailbox, 3, 2, {}, {}};
   std::thread drip_lcore([&] { owner.run(); });
 
   // Refused by the owner: nothing changes, and the poster hears why.
-  RateMailbox::Result res;
-  ASSERT_TRUE(mailbox.post_and_wait({RateMailbox::kPort, -1, 0}, &res, kWait));
+  MailboxResult res;
+  ASSERT_TRUE(mailbox.post_and_wait({DripChange::kPort, -1, 0}, &res, kWait));
   EXPECT_FALSE(res.ok);
   EXPECT_NE(res.error.find("rate_pps"), std::string::npos) << res.error;
   ASSERT_TRUE(mailbox.post_and_wait({5, 1, 0}, &res, kWait));
@@ -80,7 +80,7 @@ TEST(RateMailbox, LiveRateChangeAppliesAtOnceAndLosesNoQueuedPacket) {
   EXPECT_NE(res.error.find("class"), std::string::npos) << res.error;
   EXPECT_EQ(sched.port_rate().rate_pps, 1000);
 
-  ASSERT_TRUE(mailbox.post_and_wait({RateMailbox::kPort, 4000, 0}, &res, kWait));
+  ASSERT_TRUE(mailbox.post_and_wait({DripChange::kPort, 4000, 0}, &res, kWait));
   EXPECT_TRUE(res.ok) << res.error;
   ASSERT_TRUE(mailbox.post_and_wait({1, 7, 8000}, &res, kWait));
   EXPECT_TRUE(res.ok) << res.error;
@@ -103,26 +103,26 @@ TEST(RateMailbox, LiveRateChangeAppliesAtOnceAndLosesNoQueuedPacket) {
   EXPECT_EQ(st.enq_packets, st.tx_packets);
 }
 
-TEST(RateMailbox, AnUnansweredRequestBlocksTheNextUntilTheOwnerTakesIt) {
+TEST(DripMailbox, AnUnansweredRequestBlocksTheNextUntilTheOwnerTakesIt) {
   config::Drip drip;
   Scheduler sched(drip, {make_class("a")}, kHz);
-  RateMailbox mailbox;
-  RateMailbox::Result res;
+  DripMailbox mailbox;
+  MailboxResult res;
   // No owner polling: the poster gives up, and the next post is refused while that one waits.
   EXPECT_FALSE(
-      mailbox.post_and_wait({RateMailbox::kPort, 10, 0}, &res, std::chrono::milliseconds(1)));
+      mailbox.post_and_wait({DripChange::kPort, 10, 0}, &res, std::chrono::milliseconds(1)));
   EXPECT_NE(res.error.find("in time"), std::string::npos) << res.error;
-  EXPECT_FALSE(mailbox.post_and_wait({RateMailbox::kPort, 20, 0}, &res, kWait));
+  EXPECT_FALSE(mailbox.post_and_wait({DripChange::kPort, 20, 0}, &res, kWait));
   EXPECT_NE(res.error.find("still pending"), std::string::npos) << res.error;
   // The owner takes the first one late; after that the mailbox is free again.
-  mailbox.poll([&](const RateMailbox::Request& r) { return apply_rate(sched, r, 0); });
+  mailbox.poll([&](const DripChange& r) { return apply_drip_change(sched, r, 0); });
   EXPECT_EQ(sched.port_rate().rate_pps, 10);
   std::thread owner([&] {
     while (sched.port_rate().rate_pps != 30) {
-      mailbox.poll([&](const RateMailbox::Request& r) { return apply_rate(sched, r, 0); });
+      mailbox.poll([&](const DripChange& r) { return apply_drip_change(sched, r, 0); });
     }
   });
-  EXPECT_TRUE(mailbox.post_and_wait({RateMailbox::kPort, 30, 0}, &res, kWait));
+  EXPECT_TRUE(mailbox.post_and_wait({DripChange::kPort, 30, 0}, &res, kWait));
   EXPECT_TRUE(res.ok) << res.error;
   owner.join();
 }
