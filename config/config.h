@@ -173,6 +173,10 @@ struct LoadResult {
 // the dataplane reads the same YAML without access to the control's credentials.
 enum class Secrets { kRead, kSkip };
 
+// A configuration is a few KiB; a larger file is refused before it is parsed, so a wrong path
+// (a log, a core dump) cannot take minutes and gigabytes to report.
+constexpr size_t kMaxConfigBytes = 16u << 20;
+
 LoadResult load_file(const std::string& path, Secrets secrets = Secrets::kRead);
 LoadResult load_string(const std::string& yaml, const std::string& name,
                        Secrets secrets = Secrets::kRead);

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -697,6 +698,14 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
 // can report a document without consuming any input (a stray ',' at the top level), and its
 // LoadAll() then loops forever, allocating (jbeder/yaml-cpp#1040, fixed upstream by #1319);
 // so we never call LoadAll and stop as soon as a document starts where the previous one did.
+// The same pass stops at the first collection nested deeper than kMaxDepth: yaml-cpp's own guard
+// trips much deeper, after seconds of work, and says only "bad file" at the end of the input.
+constexpr int kMaxDepth = 64;
+
+struct TooDeep {
+  YAML::Mark at;
+};
+
 class DocumentStarts : public YAML::EventHandler {
  public:
   std::vector<YAML::Mark> starts;
@@ -706,12 +715,22 @@ class DocumentStarts : public YAML::EventHandler {
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
                 const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    enter(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    enter(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void enter(const YAML::Mark& mark) {
+    if (++depth_ > kMaxDepth) throw TooDeep{mark};
+  }
+  int depth_ = 0;
 };
 
 // Checks the document structure of the stream: false (with the error added) when the parser
@@ -720,7 +739,16 @@ bool scan_documents(Ctx& ctx, const std::string& yaml, std::optional<YAML::Mark>
   std::istringstream in(yaml);
   YAML::Parser parser(in);
   DocumentStarts h;
-  while (h.starts.size() < 2 && parser.HandleNextDocument(h)) {
+  for (;;) {
+    try {
+      if (h.starts.size() >= 2 || !parser.HandleNextDocument(h)) break;
+    } catch (const TooDeep& deep) {
+      ctx.add(deep.at, "",
+              "nested deeper than " + std::to_string(kMaxDepth) +
+                  " levels; a configuration "
+                  "is a few levels deep");
+      return false;
+    }
     const auto& s = h.starts;
     // A null document at the very spot of an unconsumed token: the parser made no progress.
     bool stuck = s.size() >= 2 && s[s.size() - 1].pos == s[s.size() - 2].pos;
@@ -808,6 +836,12 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
 
 LoadResult load_string(const std::string& yaml, const std::string& name, Secrets secrets) {
   Ctx ctx(name, secrets);
+  if (yaml.size() > kMaxConfigBytes) {
+    ctx.add(YAML::Mark::null_mark(), "",
+            "the configuration has " + std::to_string(yaml.size()) + " bytes; it is at most " +
+                std::to_string(kMaxConfigBytes >> 20) + " MiB");
+    return LoadResult{std::nullopt, ctx.take()};
+  }
   Config cfg;
   cfg.source = name;
   try {
@@ -831,6 +865,16 @@ LoadResult load_string(const std::string& yaml, const std::string& name, Secrets
 }
 
 LoadResult load_file(const std::string& path, Secrets secrets) {
+  auto refuse = [&](std::string why) {
+    LoadResult r;
+    r.errors.push_back(Error{path, 0, 0, "", std::move(why)});
+    return r;
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return refuse("is a directory, not a YAML file");
+  if (auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxConfigBytes)
+    return refuse("the file has " + std::to_string(size) + " bytes; a configuration is at most " +
+                  std::to_string(kMaxConfigBytes >> 20) + " MiB");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     LoadResult r;

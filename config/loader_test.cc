@@ -438,6 +438,31 @@ TEST(Redis, PasswordAndTokenFromFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// What a wrong path or a hostile file gets: an error at once, not minutes and gigabytes.
+TEST(Errors, DirectoriesHugeFilesAndDeepNesting) {
+  char tmpl[] = "/tmp/dg-cfgdir-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  LoadResult r = load_file(dir);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].str(), dir + ": is a directory, not a YAML file");
+  std::string big = dir + "/big.yaml";
+  {
+    std::ofstream out(big);
+    std::string line = "# " + std::string(1021, 'x') + "\n";
+    for (int i = 0; i < 16 * 1024 + 1; ++i) out << line;
+  }
+  r = load_file(big);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].str(),
+            big + ": the file has 16778240 bytes; a configuration is at most 16 MiB");
+  std::filesystem::remove_all(dir);
+  // The 65th nested collection is named where it starts, whatever yaml-cpp would say later.
+  EXPECT_EQ(error_of("a: " + std::string(3000, '[') + std::string(3000, ']')),
+            "t.yaml:1:67: nested deeper than 64 levels; a configuration is a few levels deep");
+  EXPECT_EQ(error_of("plans:\n  p:\n" + std::string(100, '{')),
+            "t.yaml:3:64: nested deeper than 64 levels; a configuration is a few levels deep");
+}
+
 TEST(Errors, ListenAddress) {
   auto listen = [](const std::string& l) { return error_of("control: { listen: \"" + l + "\" }"); };
   const std::string expect = "; expected host:port or [v6-address]:port";
