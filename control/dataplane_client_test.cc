@@ -119,10 +119,11 @@ TEST_F(DataplaneClientTest, SilentPeerTimesOutAndTheNextCallReconnects) {
 
 TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
   DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/2000);
+  // Both outlive the callback, which runs after the peer's scope has ended.
   std::string result;
+  bool done = false;
   {
     LinePeer peer(path_, LinePeer::Mode::kSilent);
-    bool done = false;
     c.tag(flow(), "gold", 1, [&](const std::string& r) {
       result = r;
       done = true;
@@ -137,6 +138,7 @@ TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     std::this_thread::sleep_for(2ms);
   }
+  EXPECT_TRUE(done);
   EXPECT_EQ(result, "unavailable");
 }
 

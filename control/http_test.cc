@@ -371,6 +371,13 @@ TEST(Check, RedisOverrideIsValidatedAndItsPasswordMasked) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("s3cret"), std::string::npos) << out;
+  // --print-config shows the configuration in force, without its secrets.
+  auto [rc_print, out_print] =
+      run(bin + " --print-config --redis redis://gateway:s3cret@127.0.0.1:6390/2");
+  EXPECT_EQ(rc_print, 0) << out_print;
+  EXPECT_NE(out_print.find("url: \"redis://gateway:***@127.0.0.1:6390/2\""), std::string::npos)
+      << out_print;
+  EXPECT_EQ(out_print.find("s3cret"), std::string::npos) << out_print;
   auto [rc_listen, out_listen] = run(bin + " --check --listen 127.0.0.1");
   EXPECT_EQ(rc_listen, 1) << out_listen;
   EXPECT_NE(out_listen.find("--listen: bad listen address '127.0.0.1': missing ':port'"),

@@ -17,13 +17,29 @@
 
 using dripgate::config::Config;
 
+namespace {
+
+// What --print-config shows: the configuration without its secrets (an inline password or
+// token; files are named, not read out).
+Config masked(Config cfg) {
+  cfg.redis.url = dripgate::common::redact_redis_url(cfg.redis.url);
+  if (!cfg.control.auth_token.empty() && cfg.control.auth_token_file.empty())
+    cfg.control.auth_token = "***";
+  return cfg;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"dripgate-control: admission over HTTP, decided atomically in Redis"};
   std::string config_file, listen, redis_url, log_level = "info";
-  bool check = false;
+  bool check = false, print_config = false;
   int threads = 0;
   app.add_option("--config", config_file, "YAML config file (default: the embedded default)");
   app.add_flag("--check", check, "validate the config, print every error, exit 0 or 1");
+  app.add_flag("--print-config", print_config,
+               "print the configuration in force (file, defaults and overrides) as YAML, secrets "
+               "masked, and exit");
   app.add_option("--listen", listen, "override control.listen (host:port)");
   app.add_option("--redis", redis_url, "override redis.url");
   app.add_option("--threads", threads, "override control.threads")->check(CLI::Range(1, 256));
@@ -60,6 +76,10 @@ int main(int argc, char** argv) {
     cfg.control.listen = listen;
   }
   if (threads > 0) cfg.control.threads = threads;
+  if (print_config) {
+    std::fputs(dripgate::config::to_yaml(masked(cfg)).c_str(), stdout);
+    return 0;
+  }
   if (check) {
     std::printf("%s: ok\n", cfg.source.c_str());
     return 0;
