@@ -65,6 +65,8 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
         << cfg.control.auth_token_file;
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
+  kv(out, "max_connections", int64_t{cfg.control.max_connections});
+  kv(out, "request_timeout_s", int64_t{cfg.control.request_timeout_s});
   out << YAML::EndMap;
 }
 

@@ -431,7 +431,8 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
-           {"listen", "threads", "auth_token", "auth_token_file", "dataplane_socket"});
+           {"listen", "threads", "auth_token", "auth_token_file", "dataplane_socket",
+            "max_connections", "request_timeout_s"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("listen")) {
     if (auto s = get_string(ctx, e->value, f.path("listen"))) {
@@ -453,6 +454,8 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
     ctx.error(f.find("auth_token_file")->value, f.path("auth_token_file"),
               "auth_token is set too; give the token in one place");
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
+  set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
+  set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
 }
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {

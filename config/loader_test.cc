@@ -200,7 +200,7 @@ plans:
             "api_key)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
-            "auth_token_file, dataplane_socket)");
+            "auth_token_file, dataplane_socket, max_connections, request_timeout_s)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -291,6 +291,10 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
             "t.yaml:1:22: redis.timeout_ms: must be <= 2147483647, got 3000000000");
   EXPECT_EQ(error_of("control: { threads: 0 }"),
             "t.yaml:1:21: control.threads: must be between 1 and 1024, got 0");
+  EXPECT_EQ(error_of("control: { max_connections: 0 }"),
+            "t.yaml:1:29: control.max_connections: must be between 1 and 1000000, got 0");
+  EXPECT_EQ(error_of("control: { request_timeout_s: 7200 }"),
+            "t.yaml:1:31: control.request_timeout_s: must be between 1 and 3600, got 7200");
   EXPECT_EQ(error_of("global_gates: { model: { m: { capacity: 5, refill_per_s: 0 } } }"),
             "t.yaml:1:58: global_gates.model.m.refill_per_s: must be > 0, got 0");
 }
@@ -777,7 +781,7 @@ dataplane:
       "host:port or [v6-address]:port",
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
-      "auth_token_file, dataplane_socket)",
+      "auth_token_file, dataplane_socket, max_connections, request_timeout_s)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "

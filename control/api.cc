@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
 
 #include "common/id.h"
 #include "config/config.h"
@@ -17,9 +19,22 @@ using json = nlohmann::json;
 // Far above any real request; keeps sums in Lua (doubles) exact.
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 
+// A repeated key is refused, not resolved: a front that reads the first "tenant" and a back that
+// reads the last would admit one tenant and charge another.
 std::optional<FieldError> parse_object(std::string_view body, json& out) {
-  out = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  std::vector<std::set<std::string>> open_objects;  // keys seen, per object being parsed
+  std::optional<std::string> duplicate;
+  auto watch = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !duplicate &&
+        !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  out = json::parse(body.begin(), body.end(), watch, /*allow_exceptions=*/false);
   if (out.is_discarded()) return FieldError{"", "body is not valid JSON"};
+  if (duplicate) return FieldError{*duplicate, "duplicate key"};
   if (!out.is_object()) return FieldError{"", "body must be a JSON object"};
   return std::nullopt;
 }

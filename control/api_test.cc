@@ -109,6 +109,27 @@ TEST(ParseAdmit, FlowValidation) {
             json::parse(R"({"src":"fd00::1","sport":1,"dst":"fd00::2","dport":2,"proto":17})"));
 }
 
+// A repeated key is a smuggling vector (one reader takes the first, another the last): refused.
+TEST(ParseAdmit, DuplicateKeysAreRefusedNamingTheKey) {
+  EXPECT_EQ(admit_error(R"({"tenant":"a","tenant":"b"})"), "tenant: duplicate key");
+  EXPECT_EQ(admit_error(R"({"tenant":"a","tokens":1,"tokens":2})"), "tokens: duplicate key");
+  EXPECT_EQ(
+      admit_error(
+          R"({"tenant":"a","flow":{"src":"10.0.0.1","src":"10.0.0.2","sport":1,"dst":"10.0.0.3","dport":2,"proto":6}})"),
+      "src: duplicate key");
+  // The same name in different objects is no duplicate.
+  AdmitRequest r;
+  EXPECT_FALSE(parse_admit(
+      R"({"tenant":"a","flow":{"src":"10.0.0.1","sport":1,"dst":"10.0.0.3","dport":2,"proto":6}})",
+      r));
+  SettleRequest s;
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","request_id":"q","tokens":1})", s)->str(),
+            "request_id: duplicate key");
+  ReleaseRequest rel;
+  EXPECT_EQ(parse_release(R"({"request_id":"r","tenant":"a","tenant":"a"})", rel)->str(),
+            "tenant: duplicate key");
+}
+
 TEST(ParseSettle, RequiresRequestIdAndTokens) {
   SettleRequest s;
   ASSERT_FALSE(parse_settle(R"({"request_id":"r1","tokens":250})", s));

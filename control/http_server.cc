@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <vector>
 
 #include "control/api.h"
 #include "control/gateway.h"
@@ -31,6 +34,18 @@ using Clock = std::chrono::steady_clock;
 
 // How long a stopping worker waits for requests in flight (each bounded by the Redis timeout).
 constexpr std::chrono::seconds kDrainLimit{10};
+// How long a worker stops accepting after accept() failed (out of file descriptors, mostly): the
+// connection waits in the backlog, and retrying at once would spin on it.
+constexpr timeval kAcceptBackoff{0, 100 * 1000};
+// File descriptors the daemon needs besides its HTTP connections (Redis pools, the dataplane
+// socket, the log, the listener per worker).
+constexpr int kSpareFds = 64;
+
+bool asks_to_close(evhttp_request* req) {
+  const char* c = evhttp_find_header(evhttp_request_get_input_headers(req), "Connection");
+  return (c && strcasecmp(c, "close") == 0) ||
+         evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT;
+}
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -99,6 +114,17 @@ int make_listener(const std::string& listen, int& port, std::string& error) {
 }  // namespace
 
 struct HttpServer::Worker {
+  // One accepted connection: its deadline for a complete request.
+  struct Conn {
+    Worker* worker = nullptr;
+    evhttp_connection* evcon = nullptr;
+    event* deadline = nullptr;
+    bool closing = false;  // answered a client that asked to close: the deadline is now
+    ~Conn() {
+      if (deadline) event_free(deadline);
+    }
+  };
+
   HttpServer* server = nullptr;
   int index = 0;
   event_base* base = nullptr;
@@ -112,13 +138,128 @@ struct HttpServer::Worker {
   bool http_freed = false;
   bool in_evhttp_cb = false;  // inside evhttp's request callback: evhttp may not free the request
   Clock::time_point drain_deadline{};
+  std::unordered_map<evhttp_connection*, std::unique_ptr<Conn>> conns;
+  std::vector<bufferevent*> fresh;  // accepted since the last adopt_ev, each with a reference
+  event* adopt_ev = nullptr;
+  event* resume_ev = nullptr;  // accepting again after an accept() error
 
   ~Worker() {
     gateway.reset();
-    if (http) evhttp_free(http);
-    if (stop_ev) event_free(stop_ev);
-    if (drain_ev) event_free(drain_ev);
+    if (http) evhttp_free(http);  // closes the connections (on_closed)
+    release_fresh();
+    conns.clear();
+    for (event* ev : {stop_ev, drain_ev, adopt_ev, resume_ev})
+      if (ev) event_free(ev);
     if (base) event_base_free(base);
+  }
+
+  // ---- connections: the cap, the request deadline, accept errors ----
+  //
+  // evhttp accepts and owns its connections and has no cap or per-request deadline of its own
+  // (its timeout restarts with every byte read). It lets us create each connection's
+  // bufferevent, though: on_new_connection notes it, and adopt() (run right after, before any
+  // byte is read) finds the evhttp_connection that evhttp made the bufferevent's callback
+  // argument, refuses it when max_connections are open, or arms its deadline and a close
+  // callback that counts it out.
+
+  static bufferevent* on_new_connection(event_base* base, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    bufferevent* bev = bufferevent_socket_new(base, -1, 0);  // as evhttp's own
+    if (!bev) return nullptr;
+    bufferevent_incref(bev);  // adopt() may run after evhttp freed it (a failed setup)
+    w->fresh.push_back(bev);
+    event_active(w->adopt_ev, EV_TIMEOUT, 0);
+    return bev;
+  }
+
+  static void on_adopt(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    std::vector<bufferevent*> batch;
+    batch.swap(w->fresh);
+    for (bufferevent* bev : batch) {
+      w->adopt(bev);
+      bufferevent_decref(bev);
+    }
+  }
+
+  void release_fresh() {
+    for (bufferevent* bev : fresh) bufferevent_decref(bev);
+    fresh.clear();
+  }
+
+  void adopt(bufferevent* bev) {
+    void* arg = nullptr;
+    bufferevent_getcb(bev, nullptr, nullptr, nullptr, &arg);
+    auto* evcon = static_cast<evhttp_connection*>(arg);
+    if (!evcon || evhttp_connection_get_bufferevent(evcon) != bev) return;  // freed meanwhile
+    if (server->open_connections_.fetch_add(1) >= server->opts_.max_connections) {
+      // The newest goes: the connections already open may be mid-request.
+      server->open_connections_.fetch_sub(1);
+      server->metrics_.http_connection_refused();
+      evhttp_connection_free(evcon);
+      return;
+    }
+    server->metrics_.http_connection_opened();
+    auto c = std::make_unique<Conn>();
+    c->worker = this;
+    c->evcon = evcon;
+    c->deadline = evtimer_new(base, &Worker::on_deadline, c.get());
+    evhttp_connection_set_closecb(evcon, &Worker::on_closed, c.get());
+    arm(*c, server->opts_.request_timeout_s);
+    conns.emplace(evcon, std::move(c));
+  }
+
+  static void arm(Conn& c, int seconds) {
+    timeval tv{seconds, 0};
+    evtimer_add(c.deadline, &tv);
+  }
+
+  // Only armed while evhttp reads a request (or is done answering one), never while a handler
+  // owns it, so freeing the connection here is what evhttp does on its own timeouts.
+  static void on_deadline(evutil_socket_t, short, void* arg) {
+    auto* c = static_cast<Conn*>(arg);
+    if (!c->closing) c->worker->server->metrics_.http_request_timeout();
+    evhttp_connection_free(c->evcon);  // on_closed frees c
+  }
+
+  static void on_closed(evhttp_connection* evcon, void* arg) {
+    Worker* w = static_cast<Conn*>(arg)->worker;
+    w->server->open_connections_.fetch_sub(1);
+    w->server->metrics_.http_connection_closed();
+    w->conns.erase(evcon);
+  }
+
+  // A complete request arrived: no deadline while it is handled; the next one's starts when it
+  // is answered. A client that asked to close has its connection closed right after the answer.
+  void request_arrived(evhttp_request* req) {
+    evhttp_connection* evcon = evhttp_request_get_connection(req);
+    auto it = evcon ? conns.find(evcon) : conns.end();
+    if (it == conns.end()) return;
+    evtimer_del(it->second->deadline);
+    evhttp_request_set_on_complete_cb(req, &Worker::on_answered, it->second.get());
+  }
+
+  static void on_answered(evhttp_request* req, void* arg) {
+    auto* c = static_cast<Conn*>(arg);
+    // evhttp closes such a connection itself, except after a CONNECT.
+    c->closing = asks_to_close(req);
+    arm(*c, c->closing ? 0 : c->worker->server->opts_.request_timeout_s);
+  }
+
+  // evconnlistener passes its accept callback's argument (evhttp's), so the worker is found by
+  // its thread.
+  static thread_local Worker* current;
+
+  static void on_accept_error(evconnlistener* lev, void*) {
+    Worker* w = current;
+    w->server->accept_failed(EVUTIL_SOCKET_ERROR());
+    evconnlistener_disable(lev);
+    evtimer_add(w->resume_ev, &kAcceptBackoff);
+  }
+
+  static void on_resume(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    if (!w->draining && w->bound) evconnlistener_enable(evhttp_bound_socket_get_listener(w->bound));
   }
 
   void reply(evhttp_request* req, const api::Response& r,
@@ -241,9 +382,12 @@ struct HttpServer::Worker {
   }
 
   void dispatch(evhttp_request* req) {
+    request_arrived(req);
     const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
     const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
     std::string path = p ? p : "";
+    // CONNECT's target is an authority, so evhttp parses no path out of it.
+    if (path.empty() && evhttp_request_get_uri(req)) path = evhttp_request_get_uri(req);
     const Route* route = nullptr;
     for (const Route& r : kRoutes)
       if (r.path == path) route = &r;
@@ -273,6 +417,7 @@ struct HttpServer::Worker {
     w->draining = true;
     w->drain_deadline = Clock::now() + kDrainLimit;
     if (w->bound) evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
+    evtimer_del(w->resume_ev);
     timeval tv{0, 5000};
     event_add(w->drain_ev, &tv);
   }
@@ -287,6 +432,7 @@ struct HttpServer::Worker {
     evhttp_free(w->http);
     w->http = nullptr;
     w->http_freed = true;
+    w->release_fresh();
     event_base_loopexit(w->base, nullptr);
   }
 };
@@ -306,6 +452,13 @@ bool HttpServer::start(std::string& error) {
 
   listen_fd_ = make_listener(opts_.listen, port_, error);
   if (listen_fd_ < 0) return false;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(opts_.max_connections) + kSpareFds > files.rlim_cur)
+    spdlog::warn(
+        "control.max_connections {} is more than the open-file limit {} allows (less {} for "
+        "Redis and the rest); connections beyond it wait while accept() backs off",
+        opts_.max_connections, files.rlim_cur, kSpareFds);
   int n = std::max(1, opts_.threads);
   for (int i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
@@ -325,8 +478,14 @@ bool HttpServer::start(std::string& error) {
     }
     evhttp_set_max_body_size(w->http, opts_.max_body);
     evhttp_set_max_headers_size(w->http, 16 * 1024);
-    evhttp_set_timeout(w->http, 60);
+    // evhttp's own timeout restarts with every byte, so it only drops a client that stops
+    // reading its answer; a second later than the request deadline (Conn), which it never
+    // pre-empts.
+    evhttp_set_timeout(w->http, opts_.request_timeout_s + 1);
+    // Every method reaches the route table, which answers 405 with Allow (evhttp: 501).
+    evhttp_set_allowed_methods(w->http, 0xffff);
     evhttp_set_gencb(w->http, &Worker::on_request, w.get());
+    evhttp_set_bevcb(w->http, &Worker::on_new_connection, w.get());
     int fd = dup(listen_fd_);  // each evhttp closes its own copy when freed
     if (fd < 0) {
       error = std::string("dup: ") + std::strerror(errno);
@@ -340,8 +499,12 @@ bool HttpServer::start(std::string& error) {
     }
     w->gateway =
         std::make_unique<Gateway>(cfg_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms);
+    evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(w->bound),
+                                &Worker::on_accept_error);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
     w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
+    w->adopt_ev = event_new(w->base, -1, 0, &Worker::on_adopt, w.get());
+    w->resume_ev = evtimer_new(w->base, &Worker::on_resume, w.get());
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {
@@ -350,10 +513,25 @@ bool HttpServer::start(std::string& error) {
   return true;
 }
 
+thread_local HttpServer::Worker* HttpServer::Worker::current = nullptr;
+
 void HttpServer::run_worker(Worker* w) {
+  Worker::current = w;
   event_base_dispatch(w->base);
   // A gateway (engine, dataplane client) belongs to this thread's loop: tear it down here.
   w->gateway.reset();
+}
+
+void HttpServer::accept_failed(int err) {
+  metrics_.http_accept_error();
+  std::lock_guard lock(accept_log_mu_);
+  ++accept_errors_unlogged_;
+  auto now = Clock::now();
+  if (now - accept_logged_at_ < std::chrono::seconds(1)) return;
+  spdlog::warn("accept: {} ({} since the last report); pausing accepts for {} ms",
+               std::strerror(err), accept_errors_unlogged_, kAcceptBackoff.tv_usec / 1000);
+  accept_logged_at_ = now;
+  accept_errors_unlogged_ = 0;
 }
 
 void HttpServer::stop() {

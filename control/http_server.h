@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,8 @@ struct ServerOptions {
   int threads = 2;
   size_t max_body = 64 * 1024;  // larger bodies get 413 from evhttp
   int dataplane_timeout_ms = 100;
+  int max_connections = 10000;  // open at once, all workers; the newest beyond it is closed
+  int request_timeout_s = 10;   // to deliver a complete request, from accept or the last answer
 };
 
 class HttpServer {
@@ -41,11 +45,17 @@ class HttpServer {
  private:
   struct Worker;
   void run_worker(Worker* w);
+  // Counts a failed accept() and logs at most one line a second (with how many failed since).
+  void accept_failed(int err);
 
   config::Config cfg_;
   ServerOptions opts_;
   Metrics metrics_;
   FlowRegistry flows_;
+  std::atomic<int> open_connections_{0};  // every worker's, against opts_.max_connections
+  std::mutex accept_log_mu_;
+  std::chrono::steady_clock::time_point accept_logged_at_{};
+  uint64_t accept_errors_unlogged_ = 0;
   int listen_fd_ = -1;
   int port_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -3,8 +3,10 @@
 // records the lines it receives and answers like the dataplane's control protocol.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -19,9 +21,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,8 +59,11 @@ class TempDir {
   std::string path_;
 };
 
-std::string test_config(const std::string& dp_socket, const std::string& auth_token = "") {
+// control_extra: more keys of the control map, e.g. ", max_connections: 4".
+std::string test_config(const std::string& dp_socket, const std::string& auth_token = "",
+                        const std::string& control_extra = "") {
   std::string auth = auth_token.empty() ? "" : ", auth_token: \"" + auth_token + "\"";
+  auth += control_extra;
   return R"(redis: { url: "redis://127.0.0.1:1/0", timeout_ms: 200 }
 control: { listen: "127.0.0.1:8080", threads: 2, dataplane_socket: ")" +
          dp_socket + "\"" + auth + R"( }
@@ -79,12 +86,16 @@ tenants:
 // The daemon under test: started on free ports, stopped with SIGTERM (SIGKILL if it hangs).
 class Daemon {
  public:
-  Daemon(const RedisServer& redis, const TempDir& dir, const std::string& config_yaml)
+  // nofile: the daemon's open-file limit (0: this process's).
+  Daemon(const RedisServer& redis, const TempDir& dir, const std::string& config_yaml,
+         rlim_t nofile = 0)
       : port_(free_port()), log_(dir.path() + "/daemon.log") {
     std::string cfg = dir.path() + "/control.yaml";
     std::ofstream(cfg) << config_yaml;
     pid_ = fork();
     if (pid_ == 0) {
+      rlimit files{nofile, nofile};
+      if (nofile > 0) setrlimit(RLIMIT_NOFILE, &files);
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) dup2(fd, 2);
       std::string listen = "127.0.0.1:" + std::to_string(port_);
@@ -140,8 +151,16 @@ class Daemon {
 class HttpTest : public ::testing::Test {
  protected:
   HttpTest() : dp_socket_(dir_.path() + "/dp.sock") {}
-  void start(const std::string& auth = "") {
-    daemon_ = std::make_unique<Daemon>(redis_, dir_, test_config(dp_socket_, auth));
+  void start(const std::string& auth = "", const std::string& control_extra = "",
+             rlim_t nofile = 0) {
+    daemon_ = std::make_unique<Daemon>(redis_, dir_, test_config(dp_socket_, auth, control_extra),
+                                       nofile);
+  }
+  // A metric's value as the daemon reports it (-1 when absent).
+  int64_t metric(const std::string& name) {
+    std::string m = metrics();
+    auto at = m.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + name.size() + 2));
   }
   HttpResponse admit(const std::string& body, const std::vector<std::string>& extra = {}) {
     return http(daemon_->port(), "POST", "/v1/admit", body, extra);
@@ -171,6 +190,7 @@ TEST_F(HttpTest, BadInputIs400NamingTheFieldAndTheDaemonKeepsServing) {
       {R"({"tenant":"t-big","flow":{"src":"1.2.3.4"}})", "flow."},
       {R"({"tenant":"no-such-tenant"})", "tenant"},
       {R"({"tenant":"t-big","colour":"red"})", "colour"},
+      {R"({"tenant":"t-big","tenant":"t-small"})", "tenant: duplicate key"},
   };
   for (const auto& c : cases) {
     auto r = admit(c.body);
@@ -452,6 +472,197 @@ TEST_F(HttpTest, AdmissionWorksWithoutTheDataplane) {
     std::this_thread::sleep_for(50ms);
   }
   EXPECT_EQ(tag, "ok");
+}
+
+// A raw TCP client for what http() does not do: keep a connection open, send slowly, watch it
+// being closed.
+class RawConn {
+ public:
+  explicit RawConn(int port) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawConn() {
+    if (fd_ >= 0) close(fd_);
+  }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+  bool connected() const { return connected_; }
+  bool send(const std::string& s) {
+    return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
+  }
+  // One answer on a kept-alive connection: the status, 0 when none came within `wait`.
+  int answer(std::chrono::milliseconds wait = 5s) {
+    std::string raw;
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto end = raw.find("\r\n\r\n");
+      auto cl = raw.find("Content-Length: ");
+      if (end != std::string::npos && cl != std::string::npos &&
+          raw.size() >= end + 4 + std::stoul(raw.substr(cl + 16)))
+        return std::atoi(raw.c_str() + 9);
+      if (!readable(deadline)) break;
+      char buf[4096];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      raw.append(buf, static_cast<size_t>(n));
+    }
+    return 0;
+  }
+  // True when the peer closed the connection (EOF or reset) within `wait`; data before is
+  // skipped.
+  bool closed_within(std::chrono::milliseconds wait) {
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (readable(deadline)) {
+      char buf[4096];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  bool readable(std::chrono::steady_clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    return left.count() > 0 && poll(&p, 1, static_cast<int>(left.count())) == 1;
+  }
+  int fd_;
+  bool connected_ = false;
+};
+
+// Polls `cond` every 50 ms for up to `limit`.
+template <typename F>
+bool eventually(F cond, std::chrono::milliseconds limit = 10s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return cond();
+}
+
+constexpr char kKeepAliveGet[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+TEST_F(HttpTest, ConnectionCapRefusesTheNewestAndKeepsServingTheOthers) {
+  constexpr int kCap = 4;
+  start("", ", max_connections: " + std::to_string(kCap));
+  // Only the scrape itself open: the readiness probes are gone.
+  ASSERT_TRUE(eventually([&] { return metric("dripgate_http_connections") == 1; })) << metrics();
+  RawConn client(daemon_->port());  // established: one answer before the cap is reached
+  ASSERT_TRUE(client.send(kKeepAliveGet));
+  ASSERT_EQ(client.answer(), 200);
+  std::vector<std::unique_ptr<RawConn>> idle;
+  for (int i = 1; i < kCap; ++i) idle.push_back(std::make_unique<RawConn>(daemon_->port()));
+  // The newest connections are closed at once, unanswered, while the cap is held.
+  for (int i = 0; i < 3; ++i) {
+    RawConn extra(daemon_->port());
+    ASSERT_TRUE(extra.connected());
+    extra.send(kKeepAliveGet);
+    EXPECT_TRUE(extra.closed_within(5s)) << "connection " << kCap + 1 + i << " was not refused";
+  }
+  // The established client is still served, on the same connection.
+  ASSERT_TRUE(client.send(kKeepAliveGet));
+  EXPECT_EQ(client.answer(), 200);
+  // A slot freed is a slot for the next client.
+  idle.pop_back();
+  HttpResponse m;
+  ASSERT_TRUE(eventually([&] {
+    m = http(daemon_->port(), "GET", "/metrics");
+    return m.status == 200;
+  }));
+  EXPECT_NE(m.body.find("dripgate_http_connections_refused_total "), std::string::npos);
+  EXPECT_EQ(m.body.find("dripgate_http_connections_refused_total 0\n"), std::string::npos)
+      << m.body;
+}
+
+TEST_F(HttpTest, SlowOrIdleClientIsCutAfterTheRequestTimeout) {
+  start("", ", request_timeout_s: 2");
+  // One byte every 300 ms would take 15 s for this request: cut after about 2 s.
+  std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slow\r\n\r\n";
+  RawConn slow(daemon_->port());
+  RawConn idle(daemon_->port());
+  auto t0 = std::chrono::steady_clock::now();
+  bool cut = false;
+  for (size_t i = 0; i < request.size() && !cut; ++i) {
+    if (!slow.send(request.substr(i, 1))) break;
+    cut = slow.closed_within(300ms);
+  }
+  double slow_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(cut || slow.closed_within(1s));
+  EXPECT_GE(slow_s, 1.0);
+  EXPECT_LT(slow_s, 8.0);
+  EXPECT_TRUE(idle.closed_within(3s));
+  EXPECT_GE(metric("dripgate_http_request_timeouts_total"), 2) << metrics();
+  // A kept-alive connection gets the full time again after each answer, then is closed too.
+  RawConn client(daemon_->port());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.send(kKeepAliveGet));
+    ASSERT_EQ(client.answer(), 200);
+    std::this_thread::sleep_for(1s);
+  }
+  EXPECT_TRUE(client.closed_within(5s));
+}
+
+// Out of file descriptors, accept() fails for every connection in the backlog: the daemon stops
+// accepting for a moment instead of spinning, logs about it once a second, keeps its open
+// connections served and accepts again once descriptors are free.
+TEST_F(HttpTest, OutOfFileDescriptorsNeitherSpinsNorFloodsTheLog) {
+  start("", "", /*nofile=*/128);
+  RawConn client(daemon_->port());
+  ASSERT_TRUE(client.send(kKeepAliveGet));
+  ASSERT_EQ(client.answer(), 200);
+  std::vector<std::unique_ptr<RawConn>> flood;
+  for (int i = 0; i < 300; ++i) flood.push_back(std::make_unique<RawConn>(daemon_->port()));
+  ASSERT_TRUE(eventually([&] {
+    return daemon_->log().find("Too many open files") != std::string::npos;
+  })) << daemon_->log();
+  auto cpu_ticks = [&] {
+    std::ifstream stat("/proc/" + std::to_string(daemon_->pid()) + "/stat");
+    std::string s(std::istreambuf_iterator<char>(stat), {});
+    std::istringstream rest(s.substr(s.rfind(')') + 2));
+    std::vector<std::string> f(std::istream_iterator<std::string>(rest), {});
+    return std::stoll(f.at(11)) + std::stoll(f.at(12));  // utime, stime
+  };
+  int64_t before = cpu_ticks();
+  std::this_thread::sleep_for(3s);
+  int64_t used = cpu_ticks() - before;
+  EXPECT_LT(used, sysconf(_SC_CLK_TCK) / 2) << "CPU ticks in 3 s out of descriptors: " << used;
+  // One line a second at most (with the count), a few seconds in all.
+  std::string log = daemon_->log();
+  size_t accept_lines = 0;
+  for (size_t p = log.find("accept: "); p != std::string::npos; p = log.find("accept: ", p + 1))
+    ++accept_lines;
+  EXPECT_GE(accept_lines, 1u);
+  EXPECT_LE(accept_lines, 12u) << log;
+  EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 200) << log;
+  // The connection already open is served throughout.
+  ASSERT_TRUE(client.send(kKeepAliveGet));
+  EXPECT_EQ(client.answer(), 200);
+  flood.clear();
+  EXPECT_TRUE(eventually([&] { return http(daemon_->port(), "GET", "/healthz").status == 200; }))
+      << daemon_->log();
+}
+
+TEST_F(HttpTest, OtherMethodsAre405WithAllowAndCloseIsHonoured) {
+  start("", ", request_timeout_s: 60");
+  for (const char* method : {"PATCH", "OPTIONS", "TRACE", "CONNECT", "FOO", "PUT", "DELETE"}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = http(daemon_->port(), method, "/v1/admit");  // Connection: close, read to EOF
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.status, 405) << method << ": " << r.body;
+    EXPECT_EQ(r.header("allow"), "POST") << method;
+    // Closed right after the answer, not held until a timeout.
+    EXPECT_LT(s, 5.0) << method;
+  }
+  auto r = http(daemon_->port(), "OPTIONS", "/healthz");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("allow"), "GET");
+  EXPECT_EQ(http(daemon_->port(), "PATCH", "/nope").status, 404);
 }
 
 }  // namespace

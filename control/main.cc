@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   dripgate::control::ServerOptions opts;
   opts.listen = cfg.control.listen;
   opts.threads = cfg.control.threads;
+  opts.max_connections = cfg.control.max_connections;
+  opts.request_timeout_s = cfg.control.request_timeout_s;
   dripgate::control::HttpServer server(cfg, opts);
   std::string err;
   if (!server.start(err)) {

@@ -144,6 +144,21 @@ std::string Metrics::render() const {
   dataplane_tag_.render(out);
   dataplane_untag_.render(out);
   http_requests_.render(out);
+  auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
+    header(out, name, help, type);
+    out += std::string(name) + ' ' + std::to_string(v) + '\n';
+  };
+  auto load = [](const auto& a) { return static_cast<int64_t>(a.load(std::memory_order_relaxed)); };
+  scalar("dripgate_http_connections", "Open HTTP connections.", "gauge", load(http_open_));
+  scalar("dripgate_http_connections_refused_total",
+         "HTTP connections closed at once because control.max_connections were open.", "counter",
+         load(http_refused_));
+  scalar("dripgate_http_request_timeouts_total",
+         "HTTP connections closed for not sending a complete request in time.", "counter",
+         load(http_timeouts_));
+  scalar("dripgate_http_accept_errors_total",
+         "Failed accept() calls (mostly: out of file descriptors).", "counter",
+         load(http_accept_errors_));
   return out;
 }
 
