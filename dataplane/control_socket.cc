@@ -318,8 +318,7 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       if (auto it = req.find("ttl_s"); it != req.end())
         ttl = static_cast<uint32_t>(get_int(*it, "ttl_s", 0, 10 * 365 * 86400));
       int rc = t.flows->add(key, static_cast<uint16_t>(cls), ttl, t.now());
-      if (rc == -ENOSPC) bad(fmt::format("flow table full ({} flows)", t.flows->capacity()));
-      if (rc != 0) bad(fmt::format("cannot tag the flow: {}", std::strerror(-rc)));
+      if (rc != 0) bad(t.flows->add_error(rc));
       return {{"ok", true},
               {"flow", format_tuple(key)},
               {"class", t.sched->class_name(cls)},
