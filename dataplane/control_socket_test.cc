@@ -1,6 +1,6 @@
 // The control socket's framing on a real unix socket: one JSON object per line each way,
 // malformed input answered (never a crash), several clients at once, mode 0600, stale socket
-// files replaced, a live one refused.
+// files replaced, a live one refused; and the protocol's refusals that name the limit.
 #include "dataplane/control_socket.h"
 
 #include <sys/socket.h>
@@ -15,6 +15,9 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "dataplane/mailbox.h"
+#include "dataplane/scheduler.h"
 
 namespace dripgate::dataplane {
 namespace {
@@ -182,6 +185,44 @@ TEST(ControlSocket, ReplacesStaleSocketButRefusesLiveOne) {
   }
   EXPECT_THROW(ControlSocket(file, echo_handler), std::runtime_error);
   EXPECT_TRUE(std::filesystem::exists(file));
+}
+
+// set_rate through the protocol, answered by an owner thread as the drip lcore does: a rate
+// above the maximum is refused naming the field and the limit, and nothing changes.
+TEST(ControlProtocol, SetRateAboveTheMaximumIsRefusedNamingFieldAndLimit) {
+  config::Drip drip;
+  drip.rate_pps = 1000;
+  config::Class gold;
+  gold.name = "gold";
+  Scheduler sched(drip, {gold}, 1'000'000'000);
+  DripMailbox mailbox;
+  std::atomic<bool> stop{false};
+  std::thread owner([&] {
+    while (!stop) {
+      mailbox.poll([&](const DripChange& r) { return apply_drip_change(sched, r, 0); });
+      std::this_thread::yield();
+    }
+  });
+  const ControlSocket::Handler h = make_protocol({nullptr, nullptr, &mailbox, &sched, nullptr});
+  auto ask = [&](const std::string& line) {
+    return json::parse(ControlSocket::answer_line(line, h));
+  };
+
+  json a = ask(R"({"op":"set_rate","class":"gold","rate_pps":1e308})");
+  EXPECT_EQ(a["ok"], false);
+  EXPECT_EQ(a["error"],
+            "set_rate: rate_pps: rate_pps too high (the maximum is 1e9 packets per second)");
+  a = ask(R"({"op":"set_rate","class":"port","rate_bps":2e12})");
+  EXPECT_EQ(a["error"],
+            "set_rate: rate_bps: rate_bps too high (the maximum is 1e12 bits per second)");
+  EXPECT_EQ(sched.port_rate().rate_pps, 1000);
+  EXPECT_EQ(sched.port_rate().rate_bps, 0);
+  EXPECT_EQ(sched.class_rate(0).rate_pps, 0);
+  a = ask(R"({"op":"set_rate","class":"gold","rate_pps":1e9,"rate_bps":1e12})");
+  EXPECT_EQ(a["ok"], true) << a.dump();
+  EXPECT_EQ(sched.class_rate(0).rate_pps, 1e9);
+  stop = true;
+  owner.join();
 }
 
 }  // namespace
