@@ -54,8 +54,11 @@ bool socket_alive(const std::string& path) {
 
 }  // namespace
 
-ControlSocket::ControlSocket(std::string path, Handler handler)
-    : path_(std::move(path)), handler_(std::move(handler)) {
+ControlSocket::ControlSocket(std::string path, Handler handler, ControlSocketOptions options)
+    : path_(std::move(path)), handler_(std::move(handler)), options_(options) {
+  if (options_.max_clients == 0 || options_.max_clients > SOMAXCONN)
+    throw std::runtime_error(
+        fmt::format("control socket: max_clients must be in 1..{}", SOMAXCONN));
   sockaddr_un addr = make_addr(path_);
   std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   if (!parent.empty()) {
@@ -88,7 +91,9 @@ ControlSocket::ControlSocket(std::string path, Handler handler)
     sys_fail(fmt::format("bind control socket '{}'", path_));
   }
   ::chmod(path_.c_str(), 0600);
-  if (::listen(listen_fd_, 16) != 0) {
+  // The backlog holds as many connects as there are slots: a burst that fits the limit waits
+  // for accept() instead of being refused by the kernel.
+  if (::listen(listen_fd_, static_cast<int>(options_.max_clients)) != 0) {
     int e = errno;
     ::close(listen_fd_);
     ::unlink(path_.c_str());
@@ -124,17 +129,39 @@ std::string ControlSocket::answer_line(const std::string& line, const Handler& h
 }
 
 void ControlSocket::accept_clients() {
-  for (;;) {
+  // A bounded number per pass: a client accepted now is read on the next pass, before a flood of
+  // later connects could make it the longest idle and push it out.
+  for (size_t i = 0; i < std::max<size_t>(1, options_.max_clients / 4); ++i) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a client that went away before we accepted
-    if (clients_.size() >= kMaxClients) {
-      static const char kBusy[] = "{\"ok\":false,\"error\":\"too many clients\"}\n";
-      [[maybe_unused]] auto n = ::send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL);
-      ::close(fd);
-      continue;
-    }
-    clients_.push_back(Client{fd, {}, {}});
+    if (clients_.size() >= options_.max_clients) evict_longest_idle();
+    clients_.push_back(Client{fd, options_.now(), {}, {}});
   }
+}
+
+// Full: the newcomer replaces the client that has been silent longest, rather than being
+// refused. Clients that hold slots without speaking can then never keep dripgate-control out
+// (it reconnects on its next call and gets in), and a client that is using its connection is
+// the last to go.
+void ControlSocket::evict_longest_idle() {
+  auto oldest =
+      std::min_element(clients_.begin(), clients_.end(),
+                       [](const auto& a, const auto& b) { return a.last_active < b.last_active; });
+  ::close(oldest->fd);
+  clients_.erase(oldest);
+}
+
+void ControlSocket::close_idle_clients() {
+  const auto now = options_.now();
+  std::erase_if(clients_, [&](const Client& c) {
+    if (now - c.last_active < options_.idle_timeout) return false;
+    // Bytes that arrived after poll() returned make it active again: served on the next poll,
+    // not lost with the connection.
+    char b;
+    if (::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0) return false;
+    ::close(c.fd);
+    return true;
+  });
 }
 
 bool ControlSocket::read_client(Client& c) {
@@ -150,6 +177,7 @@ bool ControlSocket::read_client(Client& c) {
       if (errno == EINTR) continue;
       return false;
     }
+    c.last_active = options_.now();
     c.in.append(buf, static_cast<size_t>(n));
     size_t start = 0;
     for (size_t nl; (nl = c.in.find('\n', start)) != std::string::npos; start = nl + 1) {
@@ -178,6 +206,7 @@ bool ControlSocket::flush_client(Client& c) {
       if (errno == EINTR) continue;
       return false;
     }
+    c.last_active = options_.now();
     c.out.erase(0, static_cast<size_t>(n));
   }
   return !c.closing;
@@ -190,8 +219,10 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
   fds.push_back({wake_fd, POLLIN, 0});  // poll ignores a negative fd
   for (const auto& c : clients_)
     fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-  int n = ::poll(fds.data(), fds.size(), timeout_ms);
-  if (n <= 0) return false;
+  if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) {
+    close_idle_clients();
+    return false;
+  }
   bool woken = wake_fd >= 0 && (fds[1].revents & POLLIN);
   std::vector<Client> keep;
   keep.reserve(clients_.size());
@@ -208,6 +239,8 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
     }
   }
   clients_ = std::move(keep);
+  // Idle ones first, so a newcomer evicts a client only when the slots are full of live ones.
+  close_idle_clients();
   if (fds[0].revents & POLLIN) accept_clients();
   return woken;
 }
@@ -318,8 +351,7 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       if (auto it = req.find("ttl_s"); it != req.end())
         ttl = static_cast<uint32_t>(get_int(*it, "ttl_s", 0, 10 * 365 * 86400));
       int rc = t.flows->add(key, static_cast<uint16_t>(cls), ttl, t.now());
-      if (rc == -ENOSPC) bad(fmt::format("flow table full ({} flows)", t.flows->capacity()));
-      if (rc != 0) bad(fmt::format("cannot tag the flow: {}", std::strerror(-rc)));
+      if (rc != 0) bad(t.flows->add_error(rc));
       return {{"ok", true},
               {"flow", format_tuple(key)},
               {"class", t.sched->class_name(cls)},

@@ -1,9 +1,12 @@
 // The dataplane's control socket: a unix stream socket (mode 0600) served on the main lcore with
 // poll(), one JSON object per line in each direction, several clients at once. The protocol
 // logic lives in the handler; this class only frames lines and never lets a client's bytes
-// crash or block the process.
+// crash or block the process, and no client, or set of clients, can keep others out: a client
+// that sends nothing for idle_timeout is closed, and when every slot is taken a new client
+// replaces the one idle longest.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +21,17 @@ class FlowTable;
 class Scheduler;
 struct Stats;
 
+struct ControlSocketOptions {
+  using Clock = std::chrono::steady_clock;
+  // A client that has exchanged nothing (no byte received or sent) for this long is closed.
+  // dripgate-control's client reconnects on its next call, so closing it costs one connect.
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(30);
+  // Clients served at once; also the listen backlog, so a burst of that many connects all
+  // reach accept().
+  size_t max_clients = 64;
+  Clock::time_point (*now)() = Clock::now;  // injected by tests
+};
+
 class ControlSocket {
  public:
   // Called with each request object; returns the answer object. Throwing std::exception turns
@@ -25,18 +39,17 @@ class ControlSocket {
   using Handler = std::function<nlohmann::json(const nlohmann::json&)>;
 
   static constexpr size_t kMaxLine = 64 * 1024;
-  static constexpr size_t kMaxClients = 64;
   static constexpr size_t kMaxPendingOut = 1 << 20;
 
   // Binds and listens; throws std::runtime_error when the path is taken by a live dataplane or
   // cannot be created. A stale socket file left by a dead process is replaced.
-  ControlSocket(std::string path, Handler handler);
+  ControlSocket(std::string path, Handler handler, ControlSocketOptions options = {});
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;
 
-  // Waits up to timeout_ms for activity, serves it, and returns true when wake_fd (if >= 0)
-  // became readable.
+  // Waits up to timeout_ms for activity, serves it, closes idle clients, and returns true when
+  // wake_fd (if >= 0) became readable.
   bool poll_once(int timeout_ms, int wake_fd);
   size_t clients() const { return clients_.size(); }
   const std::string& path() const { return path_; }
@@ -47,15 +60,19 @@ class ControlSocket {
  private:
   struct Client {
     int fd;
+    ControlSocketOptions::Clock::time_point last_active;  // last byte received or sent
     std::string in, out;
     bool closing = false;
   };
   void accept_clients();
+  void close_idle_clients();
+  void evict_longest_idle();
   bool read_client(Client& c);   // false: close it
   bool flush_client(Client& c);  // false: close it
 
   std::string path_;
   Handler handler_;
+  ControlSocketOptions options_;
   int listen_fd_ = -1;
   std::vector<Client> clients_;
 };

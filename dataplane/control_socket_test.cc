@@ -1,20 +1,30 @@
 // The control socket's framing on a real unix socket: one JSON object per line each way,
 // malformed input answered (never a crash), several clients at once, mode 0600, stale socket
-// files replaced, a live one refused.
+// files replaced, a live one refused, idle clients closed and never able to lock others out;
+// and the protocol's refusals that name the limit to raise.
 #include "dataplane/control_socket.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "dataplane/mailbox.h"
+#include "dataplane/scheduler.h"
 
 namespace dripgate::dataplane {
 namespace {
@@ -32,15 +42,21 @@ class TmpDir {
   std::string path;
 };
 
-int connect_to(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A non-blocking connect fails at once (EAGAIN) when the listen backlog is full, instead of
+// waiting for room; the socket is blocking (reads time out after 5 s) once connected.
+int connect_to(const std::string& path, bool nonblocking_connect = false) {
+  int fd =
+      ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking_connect ? SOCK_NONBLOCK : 0), 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    const int e = errno;
     ::close(fd);
+    errno = e;
     return -1;
   }
+  ::fcntl(fd, F_SETFL, 0);
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;
@@ -66,6 +82,32 @@ std::string read_lines(int fd, int lines) {
   return out;
 }
 
+// One request answered (the echo handler's answer to {"n":n}); false when the connection was
+// closed or refused instead.
+bool round_trip(int fd, int n) {
+  send_all(fd, fmt::format("{{\"n\":{}}}\n", n));
+  const json a = json::parse(read_lines(fd, 1), nullptr, false);
+  return !a.is_discarded() && a.value("ok", false) && a["echo"]["n"] == n;
+}
+
+// True when the server has closed fd (EOF; no reply bytes were pending).
+bool closed_by_server(int fd) {
+  char c;
+  return ::recv(fd, &c, 1, 0) == 0;
+}
+
+// The control socket's clock in tests: moved by hand, read by the serving thread.
+std::atomic<int64_t> g_fake_ms{0};
+ControlSocketOptions::Clock::time_point fake_now() {
+  return ControlSocketOptions::Clock::time_point(std::chrono::milliseconds(g_fake_ms.load()));
+}
+ControlSocketOptions fake_clock_options() {
+  g_fake_ms = 1'000'000;
+  ControlSocketOptions o;
+  o.now = fake_now;
+  return o;
+}
+
 json echo_handler(const json& req) {
   if (req.contains("boom")) throw std::invalid_argument("boom: requested");
   return {{"ok", true}, {"echo", req}};
@@ -74,7 +116,8 @@ json echo_handler(const json& req) {
 // Serves on a background thread until stopped.
 class Server {
  public:
-  explicit Server(const std::string& path) : sock_(path, echo_handler) {
+  explicit Server(const std::string& path, ControlSocketOptions options = {})
+      : sock_(path, echo_handler, options) {
     thread_ = std::thread([this] {
       while (!stop_) sock_.poll_once(20, -1);
     });
@@ -182,6 +225,133 @@ TEST(ControlSocket, ReplacesStaleSocketButRefusesLiveOne) {
   }
   EXPECT_THROW(ControlSocket(file, echo_handler), std::runtime_error);
   EXPECT_TRUE(std::filesystem::exists(file));
+}
+
+// Before anything is accepted, a burst of connects as large as the client limit completes (the
+// kernel queues them), and each is served once the socket is polled.
+TEST(ControlSocket, BacklogHoldsABurstAsLargeAsTheClientLimit) {
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  ControlSocket sock(path, echo_handler);
+  const size_t limit = ControlSocketOptions{}.max_clients;
+  std::vector<int> fds;
+  for (size_t i = 0; i < limit; ++i) {
+    const int fd = connect_to(path, /*nonblocking_connect=*/true);
+    ASSERT_GE(fd, 0) << "connect " << i << " refused: " << std::strerror(errno);
+    fds.push_back(fd);
+    send_all(fd, fmt::format("{{\"n\":{}}}\n", i));
+  }
+  for (int i = 0; i < 100 && sock.clients() < limit; ++i) sock.poll_once(100, -1);
+  ASSERT_EQ(sock.clients(), limit);
+  sock.poll_once(100, -1);  // every request is readable now: all answered in one pass
+  for (size_t i = 0; i < limit; ++i) {
+    EXPECT_EQ(json::parse(read_lines(fds[i], 1))["echo"]["n"], i);
+    ::close(fds[i]);
+  }
+}
+
+// Every slot held by a silent client: each newcomer is still served at once, in the place of the
+// client silent longest; the others stay connected.
+TEST(ControlSocket, IdleClientsHoldingEverySlotCannotKeepANewClientOut) {
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  ControlSocketOptions opts = fake_clock_options();
+  const size_t limit = opts.max_clients;
+  Server srv(path, opts);
+  std::vector<int> idle;
+  for (size_t i = 0; i < limit; ++i) {
+    idle.push_back(connect_to(path));
+    ASSERT_GE(idle.back(), 0);
+    ASSERT_TRUE(round_trip(idle.back(), static_cast<int>(i)));  // accepted, then silent
+    g_fake_ms += 1;                                             // idle[0] is silent longest
+  }
+  constexpr int kNewcomers = 30;
+  std::vector<int> newcomers;
+  for (int j = 0; j < kNewcomers; ++j) {
+    newcomers.push_back(connect_to(path));
+    ASSERT_GE(newcomers.back(), 0);
+    ASSERT_TRUE(round_trip(newcomers.back(), 1000 + j)) << "newcomer " << j << " not served";
+    ASSERT_TRUE(closed_by_server(idle[j])) << "idle client " << j << " should have made room";
+  }
+  for (size_t i = kNewcomers; i < limit; ++i) {
+    EXPECT_TRUE(round_trip(idle[i], static_cast<int>(i))) << "client " << i << " lost its slot";
+  }
+  for (int fd : idle) ::close(fd);
+  for (int fd : newcomers) ::close(fd);
+}
+
+// A client silent for idle_timeout is closed; one that keeps sending is not, and neither is a
+// silent one before its time.
+TEST(ControlSocket, IdleClientIsClosedAfterTheTimeoutAndActiveOneIsNot) {
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  ControlSocketOptions opts = fake_clock_options();
+  opts.idle_timeout = std::chrono::seconds(30);
+  Server srv(path, opts);
+  const int silent = connect_to(path), active = connect_to(path);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(active, 0);
+  ASSERT_TRUE(round_trip(silent, 1));
+  ASSERT_TRUE(round_trip(active, 1));
+
+  g_fake_ms += 29'000;
+  // Two answers: the second request is read on a later pass than the first answer was sent,
+  // so the server has judged the silent client at 29 s in between.
+  ASSERT_TRUE(round_trip(active, 2));
+  ASSERT_TRUE(round_trip(active, 3));
+  char c;
+  const ssize_t got = ::recv(silent, &c, 1, MSG_DONTWAIT);
+  const int err = errno;
+  EXPECT_EQ(got, -1) << "closed before its timeout";
+  EXPECT_EQ(err, EAGAIN);
+
+  g_fake_ms += 2'000;  // silent: 31 s without a byte; active: 2 s
+  EXPECT_TRUE(closed_by_server(silent));
+  EXPECT_TRUE(round_trip(active, 4));
+  g_fake_ms += 29'000;
+  EXPECT_TRUE(round_trip(active, 5));
+  g_fake_ms += 29'000;
+  EXPECT_TRUE(round_trip(active, 6));  // 60 s after its first request, never 30 s silent
+  ::close(silent);
+  ::close(active);
+}
+
+// set_rate through the protocol, answered by an owner thread as the drip lcore does: a rate
+// above the maximum is refused naming the field and the limit, and nothing changes.
+TEST(ControlProtocol, SetRateAboveTheMaximumIsRefusedNamingFieldAndLimit) {
+  config::Drip drip;
+  drip.rate_pps = 1000;
+  config::Class gold;
+  gold.name = "gold";
+  Scheduler sched(drip, {gold}, 1'000'000'000);
+  DripMailbox mailbox;
+  std::atomic<bool> stop{false};
+  std::thread owner([&] {
+    while (!stop) {
+      mailbox.poll([&](const DripChange& r) { return apply_drip_change(sched, r, 0); });
+      std::this_thread::yield();
+    }
+  });
+  const ControlSocket::Handler h = make_protocol({nullptr, nullptr, &mailbox, &sched, nullptr});
+  auto ask = [&](const std::string& line) {
+    return json::parse(ControlSocket::answer_line(line, h));
+  };
+
+  json a = ask(R"({"op":"set_rate","class":"gold","rate_pps":1e308})");
+  EXPECT_EQ(a["ok"], false);
+  EXPECT_EQ(a["error"],
+            "set_rate: rate_pps: rate_pps too high (the maximum is 1e9 packets per second)");
+  a = ask(R"({"op":"set_rate","class":"port","rate_bps":2e12})");
+  EXPECT_EQ(a["error"],
+            "set_rate: rate_bps: rate_bps too high (the maximum is 1e12 bits per second)");
+  EXPECT_EQ(sched.port_rate().rate_pps, 1000);
+  EXPECT_EQ(sched.port_rate().rate_bps, 0);
+  EXPECT_EQ(sched.class_rate(0).rate_pps, 0);
+  a = ask(R"({"op":"set_rate","class":"gold","rate_pps":1e9,"rate_bps":1e12})");
+  EXPECT_EQ(a["ok"], true) << a.dump();
+  EXPECT_EQ(sched.class_rate(0).rate_pps, 1e9);
+  stop = true;
+  owner.join();
 }
 
 }  // namespace

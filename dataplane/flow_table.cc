@@ -6,6 +6,7 @@
 #include <rte_malloc.h>
 
 #include <cerrno>
+#include <cstring>
 #include <new>
 
 namespace dripgate::dataplane {
@@ -181,6 +182,17 @@ void FlowTable::reclaim_retired() {
     retired_head_ = (retired_head_ + 1) % retired_.size();
     --retired_count_;
   }
+}
+
+// Cuckoo hashing may refuse a key before every entry is used, so the count in use is given
+// beside the configured size.
+std::string FlowTable::add_error(int rc) const {
+  if (rc == -ENOSPC) {
+    return "flow table full: " + std::to_string(size()) +
+           " flows tagged, dataplane.flow_table_size = " + std::to_string(entries_) +
+           " (raising it needs a restart)";
+  }
+  return std::string("cannot tag the flow: ") + std::strerror(-rc);
 }
 
 int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {

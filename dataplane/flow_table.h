@@ -74,6 +74,8 @@ class FlowTable {
   // Re-tagging an existing key replaces its class and expiry atomically for readers.
   // Returns 0, or -ENOSPC when the table is full, -EINVAL on bad arguments.
   int add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  // Why add() returned rc (< 0), for an operator: a full table names the setting to raise.
+  std::string add_error(int rc) const;
   // True when the key was present.
   bool del(const FiveTuple& key);
   // Removes entries whose tag expired or that were not seen for idle_timeout_s; returns the

@@ -187,6 +187,11 @@ TEST(FlowTable, FullTableAndSlotRecycling) {
     if (rc == 0) ++added;
   }
   EXPECT_EQ(rc, -ENOSPC);
+  // The refusal names the setting to raise, and how much of it is in use.
+  EXPECT_EQ(t->add_error(rc), "flow table full: " + std::to_string(added) +
+                                  " flows tagged, dataplane.flow_table_size = 64 (raising it "
+                                  "needs a restart)");
+  EXPECT_EQ(t->add_error(-EINVAL), "cannot tag the flow: Invalid argument");
   EXPECT_GE(added, 32u);  // cuckoo hashing fills most of the table before refusing
   EXPECT_LE(added, 65u);
   EXPECT_EQ(t->size(), added);

@@ -597,6 +597,28 @@ TEST(Scheduler, SetRateRejectsBadInputAndChangesNothing) {
   EXPECT_EQ(s.class_rate(0).rate_pps, 0);
 }
 
+// One maximum per unit, judged where every rate is judged: the YAML (validate) and set_rate
+// refuse the same numbers with the same words, naming the field and the limit.
+TEST(Scheduler, RatesAboveTheMaximumAreRefusedEverywhere) {
+  Scheduler s(make_drip(1000), {make_class("a")}, kHz);
+  std::string why;
+  EXPECT_TRUE(s.set_port_rate(kMaxRatePps, kMaxRateBps, 0, &why)) << why;
+  EXPECT_TRUE(s.set_class_rate(0, kMaxRatePps, kMaxRateBps, 0, &why)) << why;
+  EXPECT_FALSE(s.set_port_rate(1e308, 0, 0, &why));
+  EXPECT_EQ(why, "rate_pps: rate_pps too high (the maximum is 1e9 packets per second)");
+  EXPECT_FALSE(s.set_class_rate(0, 0, 1.5e12, 0, &why));
+  EXPECT_EQ(why, "rate_bps: rate_bps too high (the maximum is 1e12 bits per second)");
+  EXPECT_EQ(s.port_rate().rate_pps, kMaxRatePps);
+  EXPECT_EQ(s.class_rate(0).rate_bps, kMaxRateBps);
+
+  const std::vector<std::string> errors =
+      Scheduler::validate(make_drip(2e9), {make_class("a", 1, 0, 1e13)}, kHz);
+  const std::vector<std::string> expected = {
+      "drip.rate_pps: rate_pps too high (the maximum is 1e9 packets per second)",
+      "classes.a.rate_bps: rate_bps too high (the maximum is 1e12 bits per second)"};
+  EXPECT_EQ(errors, expected);
+}
+
 // A reload's scheduler part as the drip lcore gets it: prepared, then applied at `now`.
 void reconfigure(Scheduler& s, const config::Drip& drip, const std::vector<config::Class>& classes,
                  uint64_t now) {

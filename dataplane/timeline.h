@@ -34,6 +34,10 @@ inline constexpr uint64_t kMaxTscHz = uint64_t{1} << 40;
 // per packet (a day at 3 GHz) and 2^32 ticks per byte.
 inline constexpr uint64_t kMaxTicksPerPacket = uint64_t{1} << 48;
 inline constexpr uint64_t kMaxTicksPerByte = uint64_t{1} << 32;
+// Fastest allowed rates: above any port the dataplane drives (400 GbE carries under 600 Mpps of
+// minimum-size frames), so a larger number is a typo or an attack, not a rate.
+inline constexpr double kMaxRatePps = 1e9;
+inline constexpr double kMaxRateBps = 1e12;
 
 inline constexpr Fixed to_fixed(uint64_t ticks) {
   return Fixed{ticks} << kFracBits;
@@ -65,6 +69,10 @@ inline Fixed scaled_ceil(uint64_t hz, uint64_t mul, unsigned shift, double rate)
 inline std::string check_rate(double rate, bool bits, uint64_t tsc_hz) {
   if (!std::isfinite(rate) || rate < 0) return "rate must be a finite number >= 0";
   if (rate == 0) return {};
+  if (rate > (bits ? kMaxRateBps : kMaxRatePps)) {
+    return bits ? "rate_bps too high (the maximum is 1e12 bits per second)"
+                : "rate_pps too high (the maximum is 1e9 packets per second)";
+  }
   const double ticks = static_cast<double>(tsc_hz) * (bits ? 8.0 : 1.0) / rate;
   if (ticks > static_cast<double>(bits ? kMaxTicksPerByte : kMaxTicksPerPacket)) {
     return bits ? "rate_bps too low (more than 2^32 TSC ticks per byte)"
