@@ -307,6 +307,10 @@ bool Engine::redis_up() const {
   return impl_->redis.up();
 }
 
+std::string_view Engine::redis_state() const {
+  return impl_->redis.state();
+}
+
 void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
   impl_->admit(std::move(req), std::move(done));
 }
