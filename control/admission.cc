@@ -367,6 +367,11 @@ void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
   impl_->admit(std::move(req), std::move(done));
 }
 
+// settle and release take no LateReply: a late one does what the client asked, and both are
+// idempotent by request_id. A settle answered 503 that ran anyway leaves the reservation settled
+// with the count the client sent; its retry answers "already_settled" with that same charge. A
+// release that ran anyway ended the lease the client wanted ended; its retry answers
+// released = false.
 void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
                     std::function<void(SettleResult)> done) {
   Impl& im = *impl_;

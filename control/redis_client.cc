@@ -36,6 +36,8 @@ RedisOptions RedisOptions::from(const config::Redis& r) {
   o.db = r.db;
   o.timeout_ms = r.timeout_ms > 0 ? r.timeout_ms : 50;
   o.connect_timeout_ms = std::max(500, o.timeout_ms);
+  // Well past a call's own timeout, so a stall that ends in time still delivers its late replies.
+  o.abandon_ms = std::max(2000, 4 * o.timeout_ms);
   o.pool_size = r.pool_size > 0 ? r.pool_size : 1;
   return o;
 }
