@@ -111,6 +111,8 @@ struct Engine::Impl {
               std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)),
               observer) {}
 
+  // Shared by the callbacks of its calls: a call answered with a timeout may still reply late,
+  // after the request was answered, and its undo needs the request.
   struct AdmitOp {
     std::function<void(AdmitResult)> done;
     AdmitResult res;
@@ -122,14 +124,20 @@ struct Engine::Impl {
     std::array<double, 2> global_tokens{};
   };
 
-  void send(const Call& c, RedisClient::Callback cb) {
-    redis.evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb));
+  using Op = std::shared_ptr<AdmitOp>;
+
+  void send(const Call& c, RedisClient::Callback cb, RedisClient::LateReply late = {},
+            RedisClient::WhenStalled stalled = RedisClient::WhenStalled::kFailFast) {
+    redis.evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
   }
   void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
-  void on_admit_reply(AdmitOp* op, const redisReply* r, std::string_view error);
+  void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
   bool decode_undo(AdmitOp* op, const redisReply* r);
-  void on_gates_reply(AdmitOp* op, const redisReply* r, std::string_view error);
-  void refund(AdmitOp* op, std::function<void()> then);
+  void on_gates_reply(const Op& op, const redisReply* r, std::string_view error);
+  void on_late_admit(const Op& op, const redisReply* r);
+  void on_late_gates(const Op& op, const redisReply* r);
+  void refund(const Op& op, std::function<void()> then);
+  void undo(const Call& c, std::string_view what, const std::string& rid);
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
   void add_global_remaining(AdmitOp* op);
@@ -142,26 +150,26 @@ struct Engine::Impl {
 
 void Engine::Impl::finish(AdmitOp* op) {
   auto done = std::move(op->done);
-  AdmitResult res = std::move(op->res);
-  delete op;
-  done(std::move(res));
+  done(std::move(op->res));
 }
 
 void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
-  auto* op = new AdmitOp;
+  auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   std::string err = prepare(tables, req, rng, op->p);
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
-    redis.post([this, op] { finish(op); });
+    redis.post([this, op] { finish(op.get()); });
     return;
   }
   op->res.request_id = op->p.rid;
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
-  send(AdmitCall(op->p),
-       [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); });
+  send(
+      AdmitCall(op->p),
+      [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); },
+      [this, op](const redisReply* r) { on_late_admit(op, r); });
 }
 
 void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
@@ -202,7 +210,8 @@ void Engine::Impl::add_global_remaining(AdmitOp* op) {
         bucket_remaining(*op->p.globals[i], op->global_tokens[static_cast<size_t>(i)]));
 }
 
-void Engine::Impl::on_admit_reply(AdmitOp* op, const redisReply* r, std::string_view error) {
+void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::string_view error) {
+  AdmitOp* op = op_ptr.get();
   if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 2) {
     op->res.outcome = Outcome::kConflict;
     op->res.error = "request_id: '" + op->p.rid + "' is already in use";
@@ -240,8 +249,45 @@ void Engine::Impl::on_admit_reply(AdmitOp* op, const redisReply* r, std::string_
   // Admitted but without the snapshot a refund needs: cannot happen with our script.
   if (!decode_undo(op, r)) return fail(op, Outcome::kUnavailable, "redis: unexpected reply");
   // Global gates: one call with the model and tool buckets (single-node Redis; see gates.lua).
-  send(GatesCall(p),
-       [this, op](const redisReply* r, std::string_view e) { on_gates_reply(op, r, e); });
+  send(
+      GatesCall(p),
+      [this, op_ptr](const redisReply* r, std::string_view e) { on_gates_reply(op_ptr, r, e); },
+      [this, op_ptr](const redisReply* r) { on_late_gates(op_ptr, r); });
+}
+
+// A request answered 503 is charged nothing. Its admit.lua call may still have run (it was
+// written, and Redis was only slow or stopped): the late reply is recognised here and undone by
+// refund.lua, exactly as a global gate's refusal is. The alternative, scripts refusing work past
+// a deadline the gateway gives them, would put the gateway's clock into decisions (Redis TIME is
+// the only clock there) and would still have to agree with the gateway on "too late". The undo
+// runs only for late replies: the normal path stays one round trip per hash slot.
+void Engine::Impl::on_late_admit(const Op& op, const redisReply* r) {
+  if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb)).empty()) return;
+  if (as_int(elem(r, kCode)) != 1) return;  // refused or a conflict: nothing was written
+  op->undo = Undo{};
+  op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
+  if (!decode_undo(op.get(), r)) return;
+  undo(RefundCall(op->p, op->undo), "refund", op->p.rid);
+}
+
+// The same for a gates.lua call answered 503: the tenant part was refunded when the request
+// failed; the global buckets get their token back if the call ran and admitted.
+void Engine::Impl::on_late_gates(const Op& op, const redisReply* r) {
+  if (!bad_reply(r, {}, kGatesTokens + static_cast<size_t>(op->p.ng)).empty()) return;
+  if (as_int(elem(r, kCode)) != 1) return;
+  undo(UngatesCall(op->p), "global-gate refund", op->p.rid);
+}
+
+// An undo for a request already answered: queued even on a stalled connection (it must reach
+// Redis once it answers again), its outcome only logged when Redis refused it.
+void Engine::Impl::undo(const Call& c, std::string_view what, const std::string& rid) {
+  send(
+      c,
+      [what, rid](const redisReply* r, std::string_view) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+          spdlog::warn("{} of {} failed: {}", what, rid, std::string_view(r->str, r->len));
+      },
+      {}, RedisClient::WhenStalled::kQueue);
 }
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
@@ -259,13 +305,15 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   return true;
 }
 
-void Engine::Impl::on_gates_reply(AdmitOp* op, const redisReply* r, std::string_view error) {
+void Engine::Impl::on_gates_reply(const Op& op_ptr, const redisReply* r, std::string_view error) {
+  AdmitOp* op = op_ptr.get();
   const Prepared& p = op->p;
   std::string bad = bad_reply(r, error, kGatesTokens + static_cast<size_t>(p.ng));
   if (!bad.empty()) {
-    // The tenant part was admitted: give it back (best effort), then answer 503.
-    refund(op, [this, op, bad] { fail(op, Outcome::kUnavailable, bad); });
-    return;
+    // The tenant part was admitted: give it back, and answer 503 now (the deadline is the
+    // request's; the refund reaches Redis whenever it answers again).
+    undo(RefundCall(p, op->undo), "refund", p.rid);
+    return fail(op, Outcome::kUnavailable, std::move(bad));
   }
   int64_t code = as_int(elem(r, kCode));
   for (size_t i = 0; i < static_cast<size_t>(p.ng); ++i)
@@ -280,7 +328,7 @@ void Engine::Impl::on_gates_reply(AdmitOp* op, const redisReply* r, std::string_
   op->res.gate = std::string(as_str(elem(r, kGate)));
   op->res.reason = "rate";
   op->res.retry_after_ms = as_int(elem(r, kRetryAfterMs));
-  refund(op, [this, op] {
+  refund(op_ptr, [this, op] {
     op->res.outcome = Outcome::kRefused;
     fill_tenant_remaining(op, true);
     add_global_remaining(op);
@@ -288,14 +336,18 @@ void Engine::Impl::on_gates_reply(AdmitOp* op, const redisReply* r, std::string_
   });
 }
 
-void Engine::Impl::refund(AdmitOp* op, std::function<void()> then) {
-  send(RefundCall(op->p, op->undo),
-       [op, then = std::move(then)](const redisReply* r, std::string_view e) {
-         if (!r || r->type == REDIS_REPLY_ERROR)
-           spdlog::warn("refund of {} failed ({}); its reservation and lease expire", op->p.rid,
-                        r ? std::string_view(r->str, r->len) : e);
-         then();
-       });
+void Engine::Impl::refund(const Op& op, std::function<void()> then) {
+  send(
+      RefundCall(op->p, op->undo),
+      [op, then = std::move(then)](const redisReply* r, std::string_view e) {
+        if (!r || r->type == REDIS_REPLY_ERROR)
+          spdlog::warn(
+              "refund of {} not confirmed ({}); if it never runs, its reservation and "
+              "lease expire",
+              op->p.rid, r ? std::string_view(r->str, r->len) : e);
+        then();
+      },
+      {}, RedisClient::WhenStalled::kQueue);
 }
 
 Engine::Engine(const config::Config& cfg, event_base* base, RedisObserver* observer)
@@ -307,10 +359,19 @@ bool Engine::redis_up() const {
   return impl_->redis.up();
 }
 
+std::string_view Engine::redis_state() const {
+  return impl_->redis.state();
+}
+
 void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
   impl_->admit(std::move(req), std::move(done));
 }
 
+// settle and release take no LateReply: a late one does what the client asked, and both are
+// idempotent by request_id. A settle answered 503 that ran anyway leaves the reservation settled
+// with the count the client sent; its retry answers "already_settled" with that same charge. A
+// release that ran anyway ended the lease the client wanted ended; its retry answers
+// released = false.
 void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
                     std::function<void(SettleResult)> done) {
   Impl& im = *impl_;

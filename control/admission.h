@@ -115,6 +115,8 @@ class Engine {
   void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
 
   bool redis_up() const;
+  // "up", "down" or "auth_failed" (see RedisClient::state()).
+  std::string_view redis_state() const;
 
  private:
   struct Impl;

@@ -702,6 +702,109 @@ TEST_F(AdmissionTest, SlowRedisTimesOutThenRecovers) {
                            milliseconds(5000)));
 }
 
+// Redis stopped (SIGSTOP) for longer than timeout_ms under load, then continued: it runs the
+// calls it had already read, after their requests were answered 503. A request answered 503 is
+// charged nothing (the late replies are undone), every request answered 200 is charged once,
+// and a failure is answered near timeout_ms, not after a reconnect.
+TEST_F(AdmissionTest, StoppedRedisChargesOnlyWhatWasAnswered200) {
+  config::Config cfg = base_config(redis_.port());
+  cfg.redis.timeout_ms = 50;
+  cfg.redis.pool_size = 2;
+  config::Plan plan;
+  const double cap = 1e6;
+  plan.tenant = bucket(cap, 0);  // no refill: tokens consumed = cap - tk
+  plan.quota = config::Quota{1000000000, 600};
+  plan.concurrency = config::Concurrency{1000000, 600};
+  add_tenant(cfg, "ws-load", plan);
+  cfg.global_gates.model["m1"] = bucket(cap, 0);
+  Observer obs;
+  Harness h(cfg, &obs);
+
+  struct Done {
+    Outcome outcome;
+    std::string rid;
+    double ms;
+  };
+  std::vector<Done> done;
+  int in_flight = 0;
+  bool issuing = true;
+  int seq = 0;
+  std::function<void()> issue = [&] {
+    AdmitRequest r = req("ws-load", 10);
+    r.model = "m1";
+    r.request_id = "rq-" + std::to_string(seq++);
+    auto t0 = Clock::now();
+    ++in_flight;
+    h.engine().admit(r, [&, rid = r.request_id, t0](AdmitResult res) {
+      --in_flight;
+      done.push_back(
+          {res.outcome, rid, std::chrono::duration<double, std::milli>(Clock::now() - t0).count()});
+      if (issuing) issue();
+    });
+  };
+  for (int i = 0; i < 16; ++i) issue();  // 16 clients, each sending its next request at once
+  std::thread chaos([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    redis_.pause();
+    std::this_thread::sleep_for(milliseconds(500));
+    redis_.resume();
+  });
+  h.wait_until([] { return false; }, milliseconds(1300));
+  issuing = false;
+  chaos.join();
+  ASSERT_TRUE(h.wait_until([&] { return in_flight == 0; }, milliseconds(5000)));
+
+  int allowed = 0;
+  std::vector<double> failed_ms;
+  for (const auto& d : done) {
+    if (d.outcome == Outcome::kAllowed) ++allowed;
+    if (d.outcome == Outcome::kUnavailable) failed_ms.push_back(d.ms);
+  }
+  ASSERT_GT(allowed, 0);
+  ASSERT_GE(failed_ms.size(), 16u) << "the stop was not met";
+  std::sort(failed_ms.begin(), failed_ms.end());
+  EXPECT_LT(failed_ms[failed_ms.size() * 99 / 100], 3 * 50 + 100) << "max " << failed_ms.back();
+
+  // The late replies arrive and their undos run once Redis answers again.
+  Sync s(redis_.port());
+  auto count_keys = [&](const std::string& pattern) {
+    redisReply* r = s.cmd({"KEYS", pattern});
+    size_t n = r ? r->elements : 0;
+    freeReplyObject(r);
+    return static_cast<int>(n);
+  };
+  EXPECT_TRUE(h.wait_until([&] { return count_keys("dg:{t:ws-load}:r:*") == allowed; },
+                           milliseconds(5000)));
+  EXPECT_GE(obs.count("late"), 1) << "no call ran late: the test did not exercise the undo";
+  auto consumed = [&](const std::string& key) {
+    return cap - std::stod(s.str({"HGET", key, "tk"}));
+  };
+  EXPECT_EQ(consumed(keys::bucket("ws-load", "tenant")), allowed);
+  redisReply* gk = s.cmd({"KEYS", "dg:{g:model:m1}*"});
+  ASSERT_TRUE(gk && gk->elements == 1);
+  std::string model_key(gk->element[0]->str, gk->element[0]->len);
+  freeReplyObject(gk);
+  EXPECT_EQ(consumed(model_key), allowed);
+  EXPECT_EQ(s.str({"ZCARD", "dg:{t:ws-load}:leases"}), std::to_string(allowed));
+  redisReply* qk = s.cmd({"KEYS", "dg:{t:ws-load}:q:*"});
+  ASSERT_TRUE(qk && qk->elements == 1);
+  EXPECT_EQ(s.str({"GET", std::string(qk->element[0]->str, qk->element[0]->len)}),
+            std::to_string(10 * allowed));
+  freeReplyObject(qk);
+  // As many reservations and leases as requests answered 200, and those are theirs: none is
+  // left for a request answered 503.
+  for (const auto& d : done) {
+    if (d.outcome != Outcome::kAllowed) continue;
+    EXPECT_EQ(s.str({"EXISTS", keys::reservation("ws-load", d.rid)}), "1") << d.rid;
+    EXPECT_FALSE(s.str({"ZSCORE", "dg:{t:ws-load}:leases", d.rid}).empty()) << d.rid;
+  }
+  std::printf(
+      "%d answered 200, %zu answered 503 (p99 %.1f ms, max %.1f ms), %d late replies "
+      "undone\n",
+      allowed, failed_ms.size(), failed_ms[failed_ms.size() * 99 / 100], failed_ms.back(),
+      obs.count("late"));
+}
+
 // The month arithmetic inside admit.lua against the C++20 calendar, for every 9th day from
 // 1970 to 2200 plus the days around each new year (Redis TIME cannot be moved, so the Lua
 // functions are run directly, cut out of the embedded script).
@@ -817,7 +920,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
                                    "dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
                                    "dg:{t:ws-acme}:tb:user:alice"};
   EXPECT_EQ(call->keys, keys);
-  std::vector<std::string> args = {"rq-1", "42",     "1000", "600", "-1",   "120", "0",
+  std::vector<std::string> args = {"rq-1", "42",     "1000", "600", "-1",   "120", "1",
                                    "2",    "tenant", "20",   "5",   "user", "6",   "2"};
   EXPECT_EQ(call->args, args);
   std::string err;

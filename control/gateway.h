@@ -50,6 +50,7 @@ class Gateway {
   void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
 
   bool redis_up() const { return engine_.redis_up(); }
+  std::string_view redis_state() const { return engine_.redis_state(); }
   bool dataplane_connected() const { return dp_.connected(); }
 
  private:

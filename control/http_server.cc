@@ -347,7 +347,7 @@ struct HttpServer::Worker {
 
   void handle_healthz(evhttp_request* req) {
     json j = {{"status", draining ? "stopping" : "ok"},
-              {"redis", gateway->redis_up() ? "up" : "down"},
+              {"redis", gateway->redis_state()},
               {"dataplane", gateway->dataplane_connected() ? "connected" : "not connected"},
               {"worker", index}};
     reply(req, api::Response{draining ? 503 : 200, {}, j.dump() + "\n"});

@@ -116,14 +116,24 @@ Metrics::Metrics()
                   {"tenant", "gate", "result"}),
       http_requests_("dripgate_http_requests_total", "HTTP requests answered, by status code.",
                      {"code"}),
-      redis_errors_("dripgate_redis_errors_total", "Redis errors by kind.", {"kind"}),
+      redis_errors_("dripgate_redis_errors_total",
+                    "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
+                    "refused), script_load, noscript, reply (an error reply), late (a reply after "
+                    "its request was answered 503; undone), late_lost (such a reply that will "
+                    "never come: its connection was dropped).",
+                    {"kind"}),
       dataplane_tag_("dripgate_dataplane_tag_total",
                      "Flow tag requests sent to the dataplane, by result.", {"result"}),
       dataplane_untag_("dripgate_dataplane_untag_total",
                        "Flow untag requests sent to the dataplane, by result.", {"result"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
-          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {}
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
+  // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
+  for (const char* kind : {"connect", "disconnect", "timeout", "auth", "script_load", "noscript",
+                           "reply", "late", "late_lost"})
+    redis_errors_.inc({kind}, 0);
+}
 
 void Metrics::admission(const std::string& tenant, const std::string& gate,
                         const std::string& result) {

@@ -32,6 +32,8 @@ TEST(Metrics, CountersRenderWithLabels) {
             std::string::npos);
   EXPECT_NE(text.find("dripgate_dataplane_untag_total{result=\"ok\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("dripgate_redis_errors_total{kind=\"timeout\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("dripgate_redis_errors_total{kind=\"auth\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("dripgate_redis_errors_total{kind=\"late\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("dripgate_redis_up 1\n"), std::string::npos);
   m.up(false);
   EXPECT_NE(m.render().find("dripgate_redis_up 0\n"), std::string::npos);

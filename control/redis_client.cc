@@ -36,6 +36,8 @@ RedisOptions RedisOptions::from(const config::Redis& r) {
   o.db = r.db;
   o.timeout_ms = r.timeout_ms > 0 ? r.timeout_ms : 50;
   o.connect_timeout_ms = std::max(500, o.timeout_ms);
+  // Well past a call's own timeout, so a stall that ends in time still delivers its late replies.
+  o.abandon_ms = std::max(2000, 4 * o.timeout_ms);
   o.pool_size = r.pool_size > 0 ? r.pool_size : 1;
   return o;
 }
@@ -45,8 +47,11 @@ struct RedisClient::Pending {
   Callback cb;
   char* cmd = nullptr;  // the formatted command, kept for the NOSCRIPT retry
   int len = 0;
+  LateReply late;  // for a reply that comes after cb was answered with a timeout
   const lua::Script* script = nullptr;
   bool retried = false;
+  bool answered = false;  // cb ran (timeout); the command is still on the wire
+  bool setup = false;     // AUTH/SELECT/SCRIPT LOAD at connect: bounded by the connect deadline
   Clock::time_point start;
   Clock::time_point deadline;
 
@@ -61,15 +66,24 @@ struct RedisClient::Pending {
 struct RedisClient::Conn {
   RedisClient* client = nullptr;
   redisAsyncContext* ac = nullptr;
-  enum class State { kDown, kConnecting, kUp } state = State::kDown;
+  // kHandshake: TCP is up, AUTH/SELECT not answered yet; only kUp counts as connected and
+  // restarts the backoff, so a refused password backs off like a refused connect.
+  enum class State { kDown, kConnecting, kHandshake, kUp } state = State::kDown;
   std::deque<Pending*> pending;  // in issue order = reply order
-  event* timer = nullptr;        // command and connect timeouts
+  event* timer = nullptr;        // command, connect and abandon deadlines
+  Clock::time_point timer_at;    // when timer fires, while it is pending
   event* reconnect = nullptr;
   Clock::time_point connect_deadline;
+  int setup_left = 0;  // AUTH/SELECT replies still awaited
   int backoff_ms = 0;
   bool logged_down = false;
   bool unflushed = false;   // commands queued since the last flush
   std::string fail_reason;  // for the commands flushed by a failure we initiated
+
+  bool connecting() const { return state == State::kConnecting || state == State::kHandshake; }
+  // The oldest reply is overdue (its call was answered with a timeout): Redis is stuck or
+  // stopped, so new calls would only wait behind it.
+  bool stalled() const { return !pending.empty() && pending.front()->answered; }
 
   ~Conn() {
     if (timer) event_free(timer);
@@ -178,40 +192,69 @@ void RedisClient::connect(Conn* c) {
   c->ac = ac;
   c->state = Conn::State::kConnecting;
   c->connect_deadline = Clock::now() + std::chrono::milliseconds(opts_.connect_timeout_ms);
+  c->setup_left = 0;
 
   // Pipelined behind the connect: hiredis sends them once the socket is writable, before any
   // request that picks this connection, so an EVALSHA never overtakes its SCRIPT LOAD.
-  auto setup = [this, c](std::vector<std::string_view> argv, const char* what) {
-    auto* p = new Pending;
-    std::vector<const char*> a;
-    std::vector<size_t> l;
-    for (auto s : argv) {
-      a.push_back(s.data());
-      l.push_back(s.size());
-    }
-    p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.size()), a.data(), l.data());
-    p->cb = [this, c, what](const redisReply* r, std::string_view) {
-      if (!r || r->type != REDIS_REPLY_ERROR || shutting_down_) return;
-      std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
-      spdlog::error("{}", why);
-      if (std::string_view(what) == "SCRIPT LOAD") {
-        if (observer_) observer_->error("script_load");
-      } else {
-        fail_connection(c, why, "auth");
-      }
-    };
-    send(c, p);
-  };
   std::string db = std::to_string(opts_.db);
   if (!opts_.password.empty()) {
     // An ACL user authenticates as itself; without one, AUTH names the default user.
     if (opts_.user.empty())
-      setup({"AUTH", opts_.password}, "AUTH");
+      setup(c, {"AUTH", opts_.password}, "AUTH");
     else
-      setup({"AUTH", opts_.user, opts_.password}, "AUTH");
+      setup(c, {"AUTH", opts_.user, opts_.password}, "AUTH");
   }
-  if (opts_.db != 0) setup({"SELECT", db}, "SELECT");
-  for (const auto* s : scripts_) setup({"SCRIPT", "LOAD", s->text}, "SCRIPT LOAD");
+  if (opts_.db != 0) setup(c, {"SELECT", db}, "SELECT");
+  for (const auto* s : scripts_) setup(c, {"SCRIPT", "LOAD", s->text}, "SCRIPT LOAD");
+  arm_timer(c);
+}
+
+void RedisClient::setup(Conn* c, std::vector<std::string_view> argv, const char* what) {
+  auto* p = new Pending;
+  p->setup = true;
+  std::vector<const char*> a;
+  std::vector<size_t> l;
+  for (auto s : argv) {
+    a.push_back(s.data());
+    l.push_back(s.size());
+  }
+  p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.size()), a.data(), l.data());
+  p->cb = [this, c, what](const redisReply* r, std::string_view) { on_setup_reply(c, what, r); };
+  if (std::string_view(what) != "SCRIPT LOAD") ++c->setup_left;
+  send(c, p);
+}
+
+void RedisClient::on_setup_reply(Conn* c, const char* what, const redisReply* r) {
+  if (!r || shutting_down_) return;  // the connection failed; handled there
+  bool gate = std::string_view(what) != "SCRIPT LOAD";
+  if (r->type == REDIS_REPLY_ERROR) {
+    std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
+    if (!gate) {
+      spdlog::error("{}", why);
+      if (observer_) observer_->error("script_load");
+      return;
+    }
+    // Every pooled connection meets the same refusal at about the same time: one line per
+    // backoff step says it all.
+    auto now = Clock::now();
+    if (now >= auth_log_next_) {
+      auth_log_next_ = now + std::chrono::milliseconds(c->backoff_ms);
+      spdlog::error("{}; retrying in {} ms", why, c->backoff_ms);
+    }
+    auth_failed_.store(true, std::memory_order_relaxed);
+    fail_connection(c, why, "auth", false);
+    return;
+  }
+  if (gate && --c->setup_left == 0) on_ready(c);
+}
+
+void RedisClient::on_ready(Conn* c) {
+  c->state = Conn::State::kUp;
+  c->backoff_ms = opts_.backoff_min_ms;
+  c->logged_down = false;
+  auth_failed_.store(false, std::memory_order_relaxed);
+  set_connected(c, true);
+  arm_timer(c);
 }
 
 void RedisClient::schedule_reconnect(Conn* c) {
@@ -231,14 +274,8 @@ void RedisClient::on_connect_cb(const redisAsyncContext* ac, int status) {
   if (!c || c->ac != ac) return;
   RedisClient* self = c->client;
   if (status == REDIS_OK) {
-    c->state = Conn::State::kUp;
-    c->backoff_ms = self->opts_.backoff_min_ms;
-    c->logged_down = false;
-    // Commands queued while connecting got a deadline past the connect deadline; now that
-    // the connection is up they get the ordinary one, which keeps deadlines in queue order.
-    auto limit = Clock::now() + std::chrono::milliseconds(self->opts_.timeout_ms);
-    for (auto* p : c->pending) p->deadline = std::min(p->deadline, limit);
-    self->set_connected(c, true);
+    c->state = Conn::State::kHandshake;
+    if (c->setup_left == 0) self->on_ready(c);
     return;
   }
   // hiredis frees the context after this callback and flushes its commands with null replies.
@@ -266,10 +303,20 @@ void RedisClient::on_disconnect_cb(const redisAsyncContext* ac, int) {
   self->schedule_reconnect(c);
 }
 
-void RedisClient::fail_connection(Conn* c, const std::string& why, const char* kind) {
+void RedisClient::fail_connection(Conn* c, const std::string& why, const char* kind, bool log) {
   if (!c->ac) return;
   if (observer_) observer_->error(kind);
-  spdlog::warn("{}; dropping the connection", why);
+  if (log) spdlog::warn("{}; dropping the connection", why);
+  if (c->state != Conn::State::kConnecting) {
+    // Written, answered with a timeout, and their reply will never be read: what they did on
+    // Redis (if they ran) cannot be undone from here.
+    auto lost = std::count_if(c->pending.begin(), c->pending.end(),
+                              [](const Pending* p) { return p->answered && p->late; });
+    if (lost > 0) {
+      if (observer_) observer_->error("late_lost");
+      spdlog::warn("redis: {} timed-out calls may still run on Redis and will not be undone", lost);
+    }
+  }
   bool was_up = c->state == Conn::State::kUp;
   auto* ac = c->ac;
   c->fail_reason = why;
@@ -281,43 +328,82 @@ void RedisClient::fail_connection(Conn* c, const std::string& why, const char* k
   schedule_reconnect(c);
 }
 
-RedisClient::Conn* RedisClient::pick() {
+RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled) {
   size_t n = conns_.size();
   Conn* connecting = nullptr;
+  Conn* stalled = nullptr;
   for (size_t i = 0; i < n; ++i) {
     Conn* c = conns_[(next_ + i) % n].get();
-    if (c->state == Conn::State::kUp) {
+    if (c->state == Conn::State::kUp && !c->stalled()) {
       next_ = (next_ + i + 1) % n;
       return c;
     }
-    if (c->state == Conn::State::kConnecting && !connecting) connecting = c;
+    if (c->state == Conn::State::kUp && !stalled) stalled = c;
+    if (c->connecting() && !connecting) connecting = c;
   }
-  return connecting;
+  if (connecting) return connecting;
+  return when_stalled == WhenStalled::kQueue ? stalled : nullptr;
+}
+
+void RedisClient::refuse(Callback cb) {
+  bool any_up = up();
+  std::string why = any_up                                         ? "redis: not answering"
+                    : auth_failed_.load(std::memory_order_relaxed) ? "redis: authentication failed"
+                                                                   : "redis: not connected";
+  post([cb = std::move(cb), why = std::move(why)] { cb(nullptr, why); });
 }
 
 void RedisClient::arm_timer(Conn* c) {
-  if (evtimer_pending(c->timer, nullptr)) return;
   Clock::time_point when = Clock::time_point::max();
-  if (c->state == Conn::State::kConnecting) when = c->connect_deadline;
-  if (!c->pending.empty()) when = std::min(when, c->pending.front()->deadline);
+  if (c->connecting()) when = c->connect_deadline;
+  // Deadlines grow in queue order (a NOSCRIPT retry keeps its earlier one and is answered by
+  // the full scan in answer_overdue), so the first call still waiting is the next one due.
+  for (const Pending* p : c->pending) {
+    if (p->answered || p->setup) continue;
+    when = std::min(when, p->deadline);
+    break;
+  }
+  if (c->stalled())
+    when = std::min(when, c->pending.front()->start + std::chrono::milliseconds(opts_.abandon_ms));
   if (when == Clock::time_point::max()) return;
+  if (evtimer_pending(c->timer, nullptr) && c->timer_at <= when) return;
+  c->timer_at = when;
   timeval tv = to_timeval(when - Clock::now());
   evtimer_add(c->timer, &tv);
+}
+
+void RedisClient::answer_overdue(Conn* c, Clock::time_point now) {
+  // Callbacks first collected, then run: they may send (growing this queue) or drop the
+  // connection (freeing its calls).
+  std::vector<Callback> due;
+  for (Pending* p : c->pending) {
+    if (p->answered || p->setup || p->deadline > now) continue;
+    p->answered = true;
+    due.push_back(std::move(p->cb));
+  }
+  if (due.empty()) return;
+  std::string why = "redis: timeout after " + std::to_string(opts_.timeout_ms) + " ms";
+  for (auto& cb : due) {
+    if (observer_) observer_->error("timeout");
+    cb(nullptr, why);
+  }
 }
 
 void RedisClient::on_timer(int, short, void* arg) {
   auto* c = static_cast<Conn*>(arg);
   RedisClient* self = c->client;
   auto now = Clock::now();
-  if (c->state == Conn::State::kConnecting && now >= c->connect_deadline) {
+  if (c->connecting() && now >= c->connect_deadline) {
     self->fail_connection(
         c, "redis: connect timeout after " + std::to_string(self->opts_.connect_timeout_ms) + " ms",
         "timeout");
     return;
   }
-  if (!c->pending.empty() && now >= c->pending.front()->deadline) {
+  self->answer_overdue(c, now);
+  if (c->stalled() &&
+      now >= c->pending.front()->start + std::chrono::milliseconds(self->opts_.abandon_ms)) {
     self->fail_connection(
-        c, "redis: timeout after " + std::to_string(self->opts_.timeout_ms) + " ms", "timeout");
+        c, "redis: no reply for " + std::to_string(self->opts_.abandon_ms) + " ms", "timeout");
     return;
   }
   self->arm_timer(c);
@@ -325,11 +411,12 @@ void RedisClient::on_timer(int, short, void* arg) {
 
 void RedisClient::send(Conn* c, Pending* p) {
   p->conn = c;
-  auto now = Clock::now();
-  p->start = now;
-  auto timeout = std::chrono::milliseconds(opts_.timeout_ms);
-  p->deadline =
-      (c->state == Conn::State::kConnecting ? std::max(now, c->connect_deadline) : now) + timeout;
+  if (!p->retried) {
+    // The call's own deadline, whatever the connection is doing; a retry keeps it.
+    p->start = Clock::now();
+    p->deadline = p->setup ? Clock::time_point::max()
+                           : p->start + std::chrono::milliseconds(opts_.timeout_ms);
+  }
   if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, p, p->cmd,
                                  static_cast<size_t>(p->len)) != REDIS_OK) {
     Callback cb = std::move(p->cb);
@@ -344,7 +431,7 @@ void RedisClient::send(Conn* c, Pending* p) {
   // batch. A flush event activated now runs after the callbacks of this loop iteration, so
   // it still writes all of their commands at once, and the watch/unwatch pair folds away in
   // the changelist.
-  if (c->state == Conn::State::kUp && !shutting_down_) {
+  if (c->state != Conn::State::kConnecting && !shutting_down_) {
     c->unflushed = true;
     if (!event_pending(flush_ev_, EV_TIMEOUT, nullptr)) event_active(flush_ev_, EV_TIMEOUT, 0);
   }
@@ -356,7 +443,7 @@ void RedisClient::on_flush(int, short, void* arg) {
     if (!c->unflushed) continue;
     c->unflushed = false;
     // Only once connected: before that hiredis's write handler completes the connect.
-    if (c->ac && c->state == Conn::State::kUp) redisAsyncHandleWrite(c->ac);
+    if (c->ac && c->state != Conn::State::kConnecting) redisAsyncHandleWrite(c->ac);
   }
 }
 
@@ -377,6 +464,17 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
     if (it != c->pending.end()) c->pending.erase(it);
   }
   auto* reply = static_cast<const redisReply*>(r);
+  if (p->answered) {
+    // Its caller was told "timeout" already; a NOSCRIPT error means it did not run at all.
+    LateReply late = std::move(p->late);
+    delete p;
+    bool ran = reply && !(reply->type == REDIS_REPLY_ERROR &&
+                          std::string_view(reply->str, reply->len).starts_with("NOSCRIPT"));
+    if (!ran) return;
+    if (self->observer_) self->observer_->error("late");
+    if (late) late(reply);
+    return;
+  }
   if (!reply) {
     std::string why = c->ac == ac ? std::string("redis: connection lost: ") +
                                         (ac->errstr && ac->errstr[0] ? ac->errstr : "closed")
@@ -440,12 +538,10 @@ struct ArgvBuf {
 }  // namespace
 
 void RedisClient::evalsha(const lua::Script& script, std::span<const std::string_view> keys,
-                          std::span<const std::string_view> args, Callback cb) {
-  Conn* c = pick();
-  if (!c) {
-    post([cb = std::move(cb)] { cb(nullptr, "redis: not connected"); });
-    return;
-  }
+                          std::span<const std::string_view> args, Callback cb, LateReply late,
+                          WhenStalled stalled) {
+  Conn* c = pick(stalled);
+  if (!c) return refuse(std::move(cb));
   char numkeys[24];
   int nk = snprintf(numkeys, sizeof numkeys, "%zu", keys.size());
   ArgvBuf a(3 + keys.size() + args.size());
@@ -457,16 +553,14 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
   auto* p = new Pending;
   p->script = &script;
   p->cb = std::move(cb);
+  p->late = std::move(late);
   p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.n), a.ptr, a.len);
   send(c, p);
 }
 
 void RedisClient::command(std::span<const std::string_view> argv, Callback cb) {
-  Conn* c = pick();
-  if (!c) {
-    post([cb = std::move(cb)] { cb(nullptr, "redis: not connected"); });
-    return;
-  }
+  Conn* c = pick(WhenStalled::kFailFast);
+  if (!c) return refuse(std::move(cb));
   ArgvBuf a(argv.size());
   for (auto v : argv) a.add(v);
   auto* p = new Pending;

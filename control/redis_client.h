@@ -1,14 +1,22 @@
 // An asynchronous Redis client on a libevent base: a small pool of hiredis async connections,
-// each connected with a timeout, every command bounded by a timeout (a command that does not
-// answer in time fails, and so does its connection, which is then rebuilt: a stuck Redis must
-// not hold requests), reconnection with exponential backoff, the scripts loaded at connect and
-// EVALSHA with transparent NOSCRIPT -> SCRIPT LOAD -> retry.
+// each connected (TCP, AUTH, SELECT) with a timeout, reconnection with exponential backoff that
+// restarts only once AUTH and SELECT succeeded, the scripts loaded at connect and EVALSHA with
+// transparent NOSCRIPT -> SCRIPT LOAD -> retry.
+//
+// Every command is answered by its own deadline (sent + timeout_ms), whatever its connection is
+// doing (connecting, reconnecting, waiting behind a stuck command). A command answered with a
+// timeout may still run on Redis (it was written, Redis was only slow or stopped): its
+// connection is kept so that the late reply still arrives and goes to the call's LateReply,
+// which undoes what the command did. While a connection's oldest reply is overdue it takes no
+// new calls (they fail fast, nothing is written); a connection whose oldest reply is overdue by
+// abandon_ms is dropped and rebuilt (a Redis that never answers must not hold it forever).
 //
 // hiredis 0.14 (Debian 12) has no redisAsyncSetTimeout and no connect timeout, so both are
 // libevent timers here. One client per event_base; not thread-safe; callbacks run on the base.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,7 +55,8 @@ struct RedisOptions {
   std::string password;
   int db = 0;
   int timeout_ms = 50;           // per command, from sending to reply
-  int connect_timeout_ms = 500;  // TCP connect (plus AUTH/SELECT, pipelined behind it)
+  int connect_timeout_ms = 500;  // TCP connect plus AUTH/SELECT
+  int abandon_ms = 2000;         // a connection whose oldest reply is this late is dropped
   int pool_size = 4;
   int backoff_min_ms = 20;  // first reconnect delay, doubled per failure
   int backoff_max_ms = 1000;
@@ -61,6 +70,14 @@ class RedisClient {
   // why no reply came ("redis: timeout after 50 ms", "redis: not connected", ...). Called
   // exactly once, always from the event loop, never from inside evalsha()/command().
   using Callback = std::function<void(const redisReply* reply, std::string_view error)>;
+  // The reply of a command whose Callback was already answered with a timeout: the command ran
+  // after all, and this undoes it. Never called with an error of the client's own (a command
+  // whose connection was dropped before its reply came is lost; see abandon_ms).
+  using LateReply = std::function<void(const redisReply* reply)>;
+  // A call made while every connection's oldest reply is overdue: kFailFast answers it at once
+  // ("redis: not answering") without writing it; kQueue writes it all the same, for the undo
+  // calls that must reach Redis once it answers again.
+  enum class WhenStalled { kFailFast, kQueue };
 
   // scripts: loaded (SCRIPT LOAD) on every new connection; must outlive the client.
   RedisClient(event_base* base, RedisOptions opts, std::vector<const lua::Script*> scripts,
@@ -71,7 +88,8 @@ class RedisClient {
 
   // EVALSHA script numkeys keys... args...
   void evalsha(const lua::Script& script, std::span<const std::string_view> keys,
-               std::span<const std::string_view> args, Callback cb);
+               std::span<const std::string_view> args, Callback cb, LateReply late = {},
+               WhenStalled stalled = WhenStalled::kFailFast);
   // Any command, e.g. {"GET", key}.
   void command(std::span<const std::string_view> argv, Callback cb);
 
@@ -80,6 +98,12 @@ class RedisClient {
 
   // At least one connection is established. Readable from any thread.
   bool up() const { return connected_count_.load(std::memory_order_relaxed) > 0; }
+  // "up", "down", or "auth_failed" while down because AUTH or SELECT was refused. Readable from
+  // any thread.
+  std::string_view state() const {
+    if (up()) return "up";
+    return auth_failed_.load(std::memory_order_relaxed) ? "auth_failed" : "down";
+  }
   event_base* base() const { return base_; }
 
  private:
@@ -88,10 +112,15 @@ class RedisClient {
   struct Posted;
   friend struct Conn;
 
-  Conn* pick();
+  Conn* pick(WhenStalled stalled);
   void send(Conn* c, Pending* p);
+  void refuse(Callback cb);  // no connection takes the call: answered on the loop
   void connect(Conn* c);
-  void fail_connection(Conn* c, const std::string& why, const char* kind);
+  void setup(Conn* c, std::vector<std::string_view> argv, const char* what);
+  void on_setup_reply(Conn* c, const char* what, const redisReply* r);
+  void on_ready(Conn* c);
+  void fail_connection(Conn* c, const std::string& why, const char* kind, bool log = true);
+  void answer_overdue(Conn* c, std::chrono::steady_clock::time_point now);
   void schedule_reconnect(Conn* c);
   void arm_timer(Conn* c);
   void on_connected(Conn* c, bool ok, const char* errstr);
@@ -117,6 +146,9 @@ class RedisClient {
   std::unordered_set<Posted*> posted_;
   event* flush_ev_ = nullptr;  // writes the commands queued during one loop iteration
   std::atomic<int> connected_count_{0};
+  std::atomic<bool> auth_failed_{false};
+  // An AUTH/SELECT refusal is logged once per backoff step, not once per pooled connection.
+  std::chrono::steady_clock::time_point auth_log_next_{};
 };
 
 }  // namespace dripgate::control

@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
@@ -156,7 +161,9 @@ TEST(RedisClient, NoServerFailsFastAndNeverInline) {
   EXPECT_TRUE(loop.wait_until([&] { return ran; }, milliseconds(1000)));
 }
 
-TEST(RedisClient, TimeoutDropsTheConnectionWhichComesBack) {
+// A call is answered by its deadline; the connection stays, so the reply that comes once Redis
+// answers again reaches the call's LateReply (the call ran after all and must be undone).
+TEST(RedisClient, TimeoutAnswersTheCallAndHandsOverTheLateReply) {
   testing::RedisServer redis;
   Loop loop;
   Observer obs;
@@ -164,17 +171,112 @@ TEST(RedisClient, TimeoutDropsTheConnectionWhichComesBack) {
   o.pool_size = 1;
   RedisClient c(loop.base(), o, all_scripts(), &obs);
   ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
   ASSERT_EQ(redis.cli("CLIENT PAUSE 700 ALL"), "OK");
+  Result r;
+  std::optional<long long> late;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
   auto t0 = Clock::now();
-  Result r = call(loop, c, {"PING"});
+  c.evalsha(lua::kRelease, keys, args, into(r),
+            [&](const redisReply* reply) { late = reply->integer; });
+  ASSERT_TRUE(loop.wait_until([&] { return r.done; }, milliseconds(3000)));
   auto took = Clock::now() - t0;
   EXPECT_EQ(r.error, "redis: timeout after 100 ms");
   EXPECT_GE(took, milliseconds(90));
   EXPECT_LT(took, milliseconds(600));
   EXPECT_EQ(obs.errors["timeout"], 1);
-  // Reconnects by itself; commands work again once the pause is over.
+  // While the reply is overdue the connection takes no new calls: they fail at once.
+  Result fast = call(loop, c, {"PING"});
+  EXPECT_EQ(fast.error, "redis: not answering");
+  ASSERT_TRUE(loop.wait_until([&] { return late.has_value(); }, milliseconds(3000)));
+  EXPECT_EQ(*late, 1);  // the lease was ended, late
+  EXPECT_EQ(obs.errors["late"], 1);
   EXPECT_TRUE(
       loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+}
+
+// Redis stopped (SIGSTOP): accepted by the kernel, never answered. Each call is answered by its
+// own deadline, also while its connection, dropped for want of replies, reconnects to the
+// stopped server (TCP connects, AUTH never answers).
+TEST(RedisClient, DeadlineKeptWhileReconnectingToAStoppedRedis) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 50);
+  o.abandon_ms = 200;  // so the connections are rebuilt during the stop
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.pause();
+  std::vector<double> failed_ms;
+  auto stop_until = Clock::now() + milliseconds(1500);
+  while (Clock::now() < stop_until) {
+    auto t0 = Clock::now();
+    Result r = call(loop, c, {"PING"});
+    if (r.type == 0)
+      failed_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  redis.resume();
+  ASSERT_GE(failed_ms.size(), 10u);
+  std::sort(failed_ms.begin(), failed_ms.end());
+  double p99 = failed_ms[failed_ms.size() * 99 / 100];
+  EXPECT_LT(p99, 3 * 50 + 100) << "max " << failed_ms.back();
+  std::printf("stopped Redis: %zu failures, p99 %.1f ms, max %.1f ms\n", failed_ms.size(), p99,
+              failed_ms.back());
+  EXPECT_GE(obs.errors["timeout"], 2);  // the stall was met, and so was a reconnect
+  EXPECT_TRUE(
+      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+}
+
+// A refused password backs off like a refused connect: the backoff restarts only once AUTH (and
+// SELECT) succeeded. One log line per backoff step, not per pooled connection; the state and a
+// metric say why Redis is down.
+TEST(RedisClient, WrongPasswordBacksOffAndSaysSo) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("CONFIG SET requirepass pw-right-7f3"), "OK");
+  auto connections = [&] {
+    std::string info = redis.cli("-a pw-right-7f3 --no-auth-warning INFO stats");
+    auto at = info.find("total_connections_received:");
+    return at == std::string::npos ? -1 : std::stol(info.substr(at + 27));
+  };
+  long before = connections();
+  ASSERT_GE(before, 0);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  auto saved = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.pool_size = 4;
+  o.password = "pw-wrong-9c1";
+  {
+    RedisClient c(loop.base(), o, all_scripts(), &obs);
+    loop.wait_until([] { return false; }, milliseconds(3000));
+    EXPECT_FALSE(c.up());
+    EXPECT_EQ(c.state(), "auth_failed");
+    Result r = call(loop, c, {"PING"});
+    EXPECT_EQ(r.type, 0);
+    EXPECT_FALSE(r.error.empty());
+    // 4 connections, each backing off 20, 40, ... 1000 ms: about 8 attempts each in 3 s.
+    long seen = connections() - before - 1;  // our own INFO connection
+    EXPECT_GE(seen, 4);
+    EXPECT_LE(seen, 4 * 10);
+    std::printf("wrong password: %ld connections in 3 s\n", seen);
+    EXPECT_GE(obs.errors["auth"], 4);
+    // The right password (the server's changes) is picked up on the next attempt.
+    ASSERT_EQ(redis.cli("-a pw-right-7f3 --no-auth-warning CONFIG SET requirepass pw-wrong-9c1"),
+              "OK");
+    EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+    EXPECT_EQ(c.state(), "up");
+  }
+  spdlog::set_default_logger(saved);
+  std::string text = log.str();
+  auto lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, 14) << text;
+  std::printf("wrong password: %ld log lines\n", static_cast<long>(lines));
+  EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
 }
 
 TEST(RedisClient, ReconnectsAfterRestartOnTheSamePort) {

@@ -192,7 +192,7 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgReservationTtl, t.res_ttl_s);
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
-  args.set(s::kArgSnapshot, p.ng > 0 ? "1" : "0");
+  args.set(s::kArgSnapshot, "1");
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i) {
     keys.add(p.bucket_keys[i]);
@@ -204,19 +204,43 @@ AdmitCall::AdmitCall(const Prepared& p)
   }
 }
 
+namespace {
+
+// The model and tool buckets of p into c: each key, and the ARGV group fill(gate) makes for it.
+template <class Fill>
+void add_globals(Call& c, const Prepared& p, Fill fill) {
+  for (int i = 0; i < p.ng; ++i) {
+    c.keys.add(p.globals[i]->key);
+    c.args.add(fill(*p.globals[i]));
+  }
+}
+
+}  // namespace
+
 GatesCall::GatesCall(const Prepared& p)
     : Call(lua::kGates, lua::gates::kKeysFixed, 2, lua::gates::kArgsFixed,
            lua::gates::kArgsFixed + 2 * lua::gates::kArgBucketStride) {
   namespace s = lua::gates;
   args.set(s::kArgBucketCount, kCounts[p.ng]);
-  for (int i = 0; i < p.ng; ++i) {
-    keys.add(p.globals[i]->key);
+  add_globals(*this, p, [](const Gate& gate) {
     std::array<std::string_view, s::kArgBucketStride> g;
-    g[s::kArgBucketGate] = p.globals[i]->name;
-    g[s::kArgBucketCapacity] = p.globals[i]->cap_s;
-    g[s::kArgBucketRefill] = p.globals[i]->rate_s;
-    args.add(g);
-  }
+    g[s::kArgBucketGate] = gate.name;
+    g[s::kArgBucketCapacity] = gate.cap_s;
+    g[s::kArgBucketRefill] = gate.rate_s;
+    return g;
+  });
+}
+
+UngatesCall::UngatesCall(const Prepared& p)
+    : Call(lua::kUngates, lua::ungates::kKeysFixed, 2, lua::ungates::kArgsFixed,
+           lua::ungates::kArgsFixed + 2 * lua::ungates::kArgBucketStride) {
+  namespace s = lua::ungates;
+  args.set(s::kArgBucketCount, kCounts[p.ng]);
+  add_globals(*this, p, [](const Gate& gate) {
+    std::array<std::string_view, s::kArgBucketStride> g;
+    g[s::kArgBucketCapacity] = gate.cap_s;
+    return g;
+  });
 }
 
 RefundCall::RefundCall(const Prepared& p, const Undo& undo)

@@ -113,7 +113,8 @@ struct Call {
   Call& operator=(const Call&) = delete;
 };
 
-// admit.lua for p; with global gates to follow, it asks for the snapshot a refund needs.
+// admit.lua for p, with the snapshot a refund needs (a global gate may refuse, or the reply may
+// come after the request's deadline).
 struct AdmitCall : Call {
   explicit AdmitCall(const Prepared& p);
 };
@@ -123,6 +124,11 @@ struct GatesCall : Call {
   explicit GatesCall(const Prepared& p);
 };
 
+// ungates.lua: gives back the tokens p's gates.lua call took, when its reply came too late.
+struct UngatesCall : Call {
+  explicit UngatesCall(const Prepared& p);
+};
+
 // What admit.lua returned that refund.lua needs to undo the admission exactly.
 struct Undo {
   bool quota_existed = false;
@@ -130,7 +136,8 @@ struct Undo {
   std::vector<std::string> pruned;    // the expired leases admit.lua pruned: member, score, ...
 };
 
-// refund.lua: undoes p's admission after a global gate refused it.
+// refund.lua: undoes p's admission after a global gate refused it, or after the request was
+// answered 503 and admit.lua's reply came late.
 struct RefundCall : Call {
   RefundCall(const Prepared& p, const Undo& undo);
 };

@@ -23,9 +23,10 @@
 --   reservation_ttl (s)
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   snapshot      "1": a global-gate call follows and may have to be refunded: return what
---                 refund.lua needs to undo this admission exactly (prior bucket states, pruned
---                 leases). "0" otherwise.
+--   snapshot      "1": return what refund.lua needs to undo this admission exactly (prior
+--                 bucket states, pruned leases): the engine asks for it on every call, since a
+--                 global gate may refuse, or the reply may come after the request was answered
+--                 503. "0": no undo possible (replays, benchmarks).
 --   bucket_count  n, the number of buckets
 --   bucket...     per bucket: gate name, capacity, refill per second
 --

@@ -1,5 +1,6 @@
 -- refund.lua: undoes an admit.lua admission after a global gate (gates.lua) refused it, so the
--- refused admission leaves no trace.
+-- refused admission leaves no trace; and after its request was answered 503 (admit.lua's reply,
+-- or gates.lua's, came past the request's deadline), so a failed request is charged nothing.
 --
 -- Buckets are restored byte for byte (the prior tk/ts, or the key deleted when it did not exist)
 -- when nobody touched them since admit.lua wrote them; otherwise another admission has already

@@ -85,6 +85,14 @@ void RedisServer::start() {
   throw std::runtime_error("redis-server did not accept connections within 5 s");
 }
 
+void RedisServer::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void RedisServer::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
 void RedisServer::stop() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);

@@ -20,6 +20,11 @@ class RedisServer {
   void stop();
   void start();  // same port as before
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  // SIGSTOP / SIGCONT: a Redis that is alive (connections are accepted by the kernel, nothing
+  // is answered) but not running, as in a long fork, a swap storm or a paused VM.
+  void pause();
+  void resume();
   // Runs redis-cli against this server and returns its stdout (trimmed).
   std::string cli(const std::string& args) const;
 
