@@ -185,9 +185,16 @@ void DataplaneClient::on_read(bufferevent* bev, void* arg) {
 
 void DataplaneClient::on_event(bufferevent*, short what, void* arg) {
   auto* self = static_cast<DataplaneClient*>(arg);
-  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-    self->close_connection("unavailable", (what & BEV_EVENT_EOF) ? "EOF" : "socket error");
+  if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
+  // The dataplane closes clients that stay quiet; with nothing in flight that is no outage: the
+  // next call reconnects.
+  if ((what & BEV_EVENT_EOF) && self->pending_.empty()) {
+    spdlog::debug("dataplane: idle connection to {} closed by the dataplane", self->path_);
+    bufferevent_free(self->bev_);
+    self->bev_ = nullptr;
+    return;
   }
+  self->close_connection("unavailable", (what & BEV_EVENT_EOF) ? "EOF" : "socket error");
 }
 
 void DataplaneClient::on_timer(int, short, void* arg) {
