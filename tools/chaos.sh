@@ -77,6 +77,16 @@ stop() {
 
 now() { date +%s.%N; }
 
+# background CMD...: runs CMD as one of ours and waits for it, so that SIGTERM reaches the trap
+# at once and the trap ends it.
+background() {
+  "$@" &
+  local pid=$!
+  pids+=("$pid")
+  wait "$pid"
+  forget "$pid"
+}
+
 # redis DIR PORT [ARGS...]: a redis-server on PORT keeping DIR's append-only file; sets redis_pid.
 redis() {
   local dir=$1 port=$2
@@ -219,7 +229,7 @@ idle_tcp() {
   control_pid=$!
   pids+=("$control_pid")
   wait_port "$http_port"
-  python3 "$chaos/idle.py" tcp --port "$http_port" --conns "$idle_conns" --hold 10 \
+  background python3 "$chaos/idle.py" tcp --port "$http_port" --conns "$idle_conns" --hold 10 \
     --pid "$control_pid" --log "$dir/control.log" >"$work/idle.json"
   python3 "$chaos/report.py" idle-tcp \
     "$idle_conns idle TCP connections to dripgate-control (daemon ulimit -n $daemon_nofile)" \
@@ -253,12 +263,20 @@ EOF
   "$dp" --config "$dir/dp.yaml" >"$dir/dp.out" 2>"$dir/dp.err" &
   local dp_pid=$!
   pids+=("$dp_pid")
+  local ready=0
   for _ in $(seq 1 200); do
-    [[ -S "$dir/dp.sock" ]] && dp_control "$dir/dp.sock" '{"op":"stats"}' 2>/dev/null | grep -q '"ok":true' && break
-    kill -0 "$dp_pid" 2>/dev/null || { echo "dripgate-dataplane failed:" >&2; cat "$dir/dp.err" >&2; exit 1; }
+    [[ -S "$dir/dp.sock" ]] && dp_control "$dir/dp.sock" '{"op":"stats"}' 2>/dev/null |
+      grep -q '"ok":true' && { ready=1; break; }
+    kill -0 "$dp_pid" 2>/dev/null || break
     sleep 0.1
   done
-  python3 "$chaos/idle.py" unix --path "$dir/dp.sock" --conns 100 --hold 15 >"$work/idle.json"
+  if [[ $ready == 0 ]]; then
+    echo "chaos: dripgate-dataplane did not answer on $dir/dp.sock:" >&2
+    cat "$dir/dp.err" >&2
+    exit 1
+  fi
+  background python3 "$chaos/idle.py" unix --path "$dir/dp.sock" --conns 100 --hold 15 \
+    >"$work/idle.json"
   python3 "$chaos/report.py" idle-unix "100 idle clients on dripgate-dataplane's control socket" \
     "$work/idle.json"
   stop "$dp_pid"

@@ -14,17 +14,20 @@ Both print one JSON object; how many idle clients the daemon closed is counted a
 More TCP connections than one process may open are spread over several processes.
 """
 import argparse
+import ctypes
 import errno
 import json
 import multiprocessing
 import os
 import resource
 import selectors
+import signal
 import socket
 import threading
 import time
 from collections import Counter
 
+PR_SET_PDEATHSIG = 1
 ADMIT = (b"POST /v1/admit HTTP/1.1\r\nHost: chaos\r\nConnection: close\r\n"
          b"Content-Type: application/json\r\nContent-Length: 32\r\n\r\n"
          b'{"tenant":"ws-chaos","tokens":1}')
@@ -123,6 +126,8 @@ def probe_http(port, deadline):
 def hold_share(port, n, deadline, pipe_w):
     """A child's part of the idle connections: opens n, reports (opened, failures) on the pipe,
     holds them until deadline, then reports how many the daemon closed."""
+    # Dies with its parent (killed, Ctrl-C) instead of holding the connections forever.
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # A connect lost to a full accept queue is retried by the kernel (SYN after 1, 3, 7, 15 s).
     socks, failed = open_idle(socket.AF_INET, ("127.0.0.1", port), n, 20)
     os.write(pipe_w, (json.dumps({"opened": len(socks), "failed": failed}) + "\n").encode())
