@@ -20,20 +20,14 @@ void ProfileBuilder::add(uint64_t ts_ns, uint64_t bytes) {
   if (p_.packets == 0) {
     p_.first_ns = t;
   } else {
-    uint64_t d = 0;
     if (t < prev_) {
+      // A negative gap is no inter-arrival: counting it as 0 ns would invent a sub-ns mode (a
+      // p50 above the max). It is counted apart and the next gap runs from the latest stamp.
       ++p_.out_of_order;
       t = prev_;  // keeps the windows and the span monotonic
     } else {
-      d = t - prev_;
+      add_gap(t - prev_);
     }
-    ++p_.hist[iat_bucket(d)];
-    auto& e = *p_.exact;
-    if (p_.packets == 1 || d < e.min_ns) e.min_ns = d;
-    e.max_ns = std::max(e.max_ns, d);
-    e.sum += static_cast<long double>(d);
-    e.sum_sq += static_cast<long double>(d) * static_cast<long double>(d);
-    if (interval_ns_) deviations_.push_back(d > interval_ns_ ? d - interval_ns_ : interval_ns_ - d);
   }
   ++p_.packets;
   p_.bytes += bytes;
@@ -56,6 +50,17 @@ void ProfileBuilder::add(uint64_t ts_ns, uint64_t bytes) {
     ++s.count;
     w.max_count = std::max(w.max_count, s.count);
   }
+}
+
+void ProfileBuilder::add_gap(uint64_t d) {
+  ++p_.hist[iat_bucket(d)];
+  auto& e = *p_.exact;
+  if (gaps_ == 0 || d < e.min_ns) e.min_ns = d;
+  e.max_ns = std::max(e.max_ns, d);
+  e.sum += static_cast<long double>(d);
+  e.sum_sq += static_cast<long double>(d) * static_cast<long double>(d);
+  ++gaps_;
+  if (interval_ns_) deviations_.push_back(d > interval_ns_ ? d - interval_ns_ : interval_ns_ - d);
 }
 
 Profile ProfileBuilder::finish(std::string source, std::string mode) {

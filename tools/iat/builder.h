@@ -29,8 +29,11 @@ class ProfileBuilder {
     uint64_t start = 0;
     uint64_t count = 0;
   };
+  void add_gap(uint64_t d);
+
   Profile p_;
   std::vector<WindowState> state_;
+  uint64_t gaps_ = 0;  // gaps filed so far (out-of-order stamps are not gaps)
   uint64_t prev_ = 0;
   uint64_t interval_ns_ = 0;
   std::vector<uint64_t> deviations_;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/iat/text.h"
+
 namespace dripgate::iat {
 namespace {
 
@@ -288,6 +290,38 @@ TEST(IatPcap, IntervalFitCountsOnlyFilteredPackets) {
   o.interval_ns = 2'000;
   o.filter = "udp dst port 9000";
   expect_paced_fit(profile_pcap(path, o));
+}
+
+// A clock that steps back: stamps earlier than their predecessor are counted apart, never filed
+// as gaps, so no percentile exceeds the exact max.
+TEST(IatPcap, BackwardsTimestampsAreCountedApart) {
+  TempDir dir;
+  // 1 us apart, the sixth stamp 3 us early: gaps 4 x 1 us, then 2 us from the latest stamp on.
+  std::vector<Packet> stepped;
+  for (uint64_t j = 0; j < 10; ++j) stepped.push_back({kBase + (j == 5 ? 2 : j) * 1'000, 9000});
+  auto path = dir.file("stepped.pcap");
+  write_pcap(path, stepped, true);
+  Profile p = profile_pcap(path, {});
+  EXPECT_EQ(p.packets, 10u);
+  EXPECT_EQ(p.out_of_order, 1u);
+  EXPECT_EQ(p.intervals, 8u);
+  EXPECT_EQ(p.hist[iat_bucket(1'000)], 7u);
+  EXPECT_EQ(p.hist[iat_bucket(2'000)], 1u);
+  EXPECT_EQ(p.hist[0], 0u);
+  EXPECT_EQ(p.max_iat_ns, 2'000.0);
+  for (const auto& q : p.percentiles) EXPECT_LE(q.value_ns, p.max_iat_ns) << quantile_name(q.q);
+  EXPECT_NE(render_text(p).find("out of order: 1"), std::string::npos) << render_text(p);
+
+  // Every stamp before the previous one: no interval at all.
+  std::vector<Packet> backwards;
+  for (uint64_t j = 0; j < 10; ++j) backwards.push_back({kBase + (10 - j) * 1'000, 9000});
+  auto back = dir.file("backwards.pcap");
+  write_pcap(back, backwards, true);
+  Profile b = profile_pcap(back, {});
+  EXPECT_EQ(b.out_of_order, 9u);
+  EXPECT_EQ(b.intervals, 0u);
+  EXPECT_EQ(b.max_iat_ns, 0.0);
+  for (const auto& q : b.percentiles) EXPECT_EQ(q.value_ns, 0.0) << quantile_name(q.q);
 }
 
 TEST(IatPcap, BadFilterIsAClearError) {

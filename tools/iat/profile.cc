@@ -1,5 +1,6 @@
 #include "tools/iat/profile.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dripgate::iat {
@@ -28,6 +29,9 @@ void Profile::finish() {
     cv_exact = true;
     max_iat_ns = static_cast<double>(exact->max_ns);
     max_exact = true;
+    // Interpolating inside a bucket can land above the exact max (gaps of 0 ns all fall in
+    // [0, 1) and interpolate to 0.5 ns); no percentile exceeds the max.
+    for (auto& pc : percentiles) pc.value_ns = std::min(pc.value_ns, max_iat_ns);
   } else {
     // The sum of all intervals is last - first exactly; only the spread needs the buckets.
     double n = static_cast<double>(intervals);

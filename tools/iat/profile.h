@@ -63,8 +63,8 @@ struct Profile {
   uint64_t last_ns = 0;
   uint64_t capture_ns = 0;        // live: how long the probe was attached
   uint64_t ts_resolution_ns = 1;  // pcap: 1000 when the file only carries microseconds
-  uint64_t out_of_order = 0;  // pcap: timestamps earlier than their predecessor (counted as 0 ns)
-  uint64_t filtered_out = 0;  // live: packets the probe saw but the filter rejected
+  uint64_t out_of_order = 0;      // pcap: stamps earlier than their predecessor; not intervals
+  uint64_t filtered_out = 0;      // live: packets the probe saw but the filter rejected
   Histogram hist{};
   std::optional<ExactStats> exact;
   std::vector<WindowProfile> windows;

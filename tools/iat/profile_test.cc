@@ -144,16 +144,28 @@ TEST(ProfileBuilder, WindowsFollowTheGridLikeTheProbe) {
   EXPECT_EQ(p.windows[0].count_hist[iat_count_bucket(5)], 2u);
 }
 
-TEST(ProfileBuilder, BackwardsTimestampsCountAsZero) {
+TEST(ProfileBuilder, BackwardsTimestampsAreCountedApart) {
   ProfileBuilder pb({});
   pb.add(kBase + 1000, 1);
   pb.add(kBase + 500, 1);
   pb.add(kBase + 2000, 1);
   Profile p = pb.finish("ooo", "pcap");
   EXPECT_EQ(p.out_of_order, 1u);
-  EXPECT_EQ(p.hist[0], 1u);
+  EXPECT_EQ(p.hist[0], 0u);
   EXPECT_EQ(p.hist[iat_bucket(1000)], 1u);
+  EXPECT_EQ(p.intervals, 1u);
+  EXPECT_EQ(p.exact->min_ns, 1000u);
   EXPECT_EQ(p.last_ns, kBase + 2000);
+}
+
+TEST(ProfileBuilder, PercentilesStayWithinTheExactExtremes) {
+  // Equal stamps are real 0 ns gaps; bucket [0, 1) must not interpolate them to 0.5 ns.
+  ProfileBuilder pb({});
+  for (int j = 0; j < 4; ++j) pb.add(kBase, 1);
+  Profile p = pb.finish("same", "pcap");
+  EXPECT_EQ(p.intervals, 3u);
+  for (const auto& q : p.percentiles) EXPECT_EQ(q.value_ns, 0.0) << quantile_name(q.q);
+  EXPECT_EQ(p.max_iat_ns, 0.0);
 }
 
 TEST(ProfileBuilder, CoarseTimestampsAreNoted) {
@@ -234,15 +246,16 @@ TEST(IntervalFit, AbsentUnlessAsked) {
   EXPECT_EQ(render_text(p).find("ideal"), std::string::npos);
 }
 
-TEST(IntervalFit, BackwardsTimestampIsAZeroGap) {
+TEST(IntervalFit, BackwardsTimestampIsNoGap) {
   ProfileBuilder pb({});
   pb.set_interval_ns(1'000);
   pb.add(kBase + 1000, 1);
-  pb.add(kBase + 500, 1);   // counted as 0 ns: 1000 ns off
-  pb.add(kBase + 2000, 1);  // 1000 ns after the clamped 1000: on time
+  pb.add(kBase + 500, 1);   // out of order: not a gap, not fitted
+  pb.add(kBase + 2000, 1);  // 1000 ns after the latest stamp: on time
   Profile p = pb.finish("ooo", "pcap");
-  EXPECT_EQ(p.interval->within, (std::array<uint64_t, 5>{1, 1, 1, 1, 2}));
-  EXPECT_EQ(p.interval->max_ns, 1'000u);
+  EXPECT_EQ(p.interval->gaps, 1u);
+  EXPECT_EQ(p.interval->within, (std::array<uint64_t, 5>{1, 1, 1, 1, 1}));
+  EXPECT_EQ(p.interval->max_ns, 0u);
 }
 
 ebpf::Counters live_counters() {

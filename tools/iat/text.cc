@@ -78,8 +78,9 @@ std::string render_text(const Profile& p) {
     out += fmt::format("note        timestamps carry only {} resolution\n",
                        format_ns(static_cast<double>(p.ts_resolution_ns)));
   if (p.out_of_order)
-    out +=
-        fmt::format("note        {} timestamps went backwards (counted as 0 ns)\n", p.out_of_order);
+    out += fmt::format(
+        "note        out of order: {} (timestamps that went backwards; not counted as intervals)\n",
+        p.out_of_order);
   for (const auto& w : p.windows) {
     out += fmt::format(
         "window {:<6} max {} packets -> peak {}, burst factor {:.1f}x mean ({} windows with "
