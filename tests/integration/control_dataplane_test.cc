@@ -46,14 +46,6 @@ std::string control_binary() {
   return p;
 }
 
-sockaddr_in addr(const char* ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  ::inet_pton(AF_INET, ip, &a.sin_addr);
-  return a;
-}
-
 int udp_socket(const char* ip, uint16_t port) {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in a = addr(ip, port);

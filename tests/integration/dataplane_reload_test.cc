@@ -33,14 +33,6 @@ constexpr const char* kServerIp = "10.198.0.2";
 constexpr uint16_t kServerPort = 5001;
 constexpr int kDscp = 10;
 
-sockaddr_in addr(const char* ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  ::inet_pton(AF_INET, ip, &a.sin_addr);
-  return a;
-}
-
 // About 1000 datagrams a second (20 every 20 ms) until `stop`; counts what the kernel took.
 void send_flow(bool entered, const std::atomic<bool>& stop, std::atomic<uint64_t>& sent) {
   if (!entered) return;

@@ -37,14 +37,6 @@ int sh(const std::string& cmd) {
   return run_shell(cmd + " >/dev/null 2>&1").status;
 }
 
-sockaddr_in addr(const char* ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  ::inet_pton(AF_INET, ip, &a.sin_addr);
-  return a;
-}
-
 bool wait_fd(int fd, short ev, int ms) {
   pollfd p{fd, ev, 0};
   return ::poll(&p, 1, ms) == 1;

@@ -1,5 +1,6 @@
 #include "tests/integration/dp_harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,6 +19,14 @@
 #include <fmt/format.h>
 
 namespace dripgate::testing {
+
+sockaddr_in addr(const char* ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
 
 std::string dataplane_binary() {
   const char* p = std::getenv("DG_DATAPLANE");

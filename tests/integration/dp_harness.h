@@ -2,6 +2,7 @@
 // always reaped, a control-socket client, a scratch directory that is always removed.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -13,6 +14,9 @@
 #include "tests/netns.h"
 
 namespace dripgate::testing {
+
+// An IPv4 socket address from dotted text and a port, for the tests' UDP and TCP endpoints.
+sockaddr_in addr(const char* ip, uint16_t port);
 
 // build/dataplane/dripgate-dataplane, from the DG_DATAPLANE environment variable set by meson.
 std::string dataplane_binary();
