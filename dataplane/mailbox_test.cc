@@ -43,6 +43,7 @@ struct Owner {
   unsigned hold_for;
   std::vector<Departure> sent;
   std::atomic<unsigned> applied{0};
+  std::atomic<bool> holding{false};  // the clock is held: changes posted now land at a known time
 
   void run() {
     uint64_t now = 0;
@@ -55,7 +56,10 @@ struct Owner {
       Departure out[4];
       const unsigned n = sched.poll(now, out, 4, nullptr, 0, nullptr);
       sent.insert(sent.end(), out, out + n);
-      if (sent.size() >= hold_after && applied.load() < hold_for) continue;
+      if (sent.size() >= hold_after && applied.load() < hold_for) {
+        holding.store(true);
+        continue;
+      }
       now += 1000;
     }
   }
@@ -80,6 +84,8 @@ TEST(DripMailbox, LiveRateChangeAppliesAtOnceAndLosesNoQueuedPacket) {
   EXPECT_NE(res.error.find("class"), std::string::npos) << res.error;
   EXPECT_EQ(sched.port_rate().rate_pps, 1000);
 
+  // The owner may still be before its third departure: post once it holds the clock there.
+  while (!owner.holding.load()) std::this_thread::yield();
   ASSERT_TRUE(mailbox.post_and_wait({DripChange::kPort, 4000, 0}, &res, kWait));
   EXPECT_TRUE(res.ok) << res.error;
   ASSERT_TRUE(mailbox.post_and_wait({1, 7, 8000}, &res, kWait));
