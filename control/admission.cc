@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -84,6 +85,9 @@ enum AdmitReply : size_t {
 // gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n}.
 constexpr size_t kGatesTokens = 3;
 
+// How long an undo whose own reply was lost is sent again: as long as gates.lua's marker lives.
+constexpr int kUndoRetryS = kAttemptTtlS;
+
 // Answers a call that failed validation, on the loop (never inside the call itself).
 template <class Result>
 void post_bad_request(RedisClient& redis, std::string error, std::function<void(Result)> done) {
@@ -101,15 +105,18 @@ struct Engine::Impl {
   config::Config cfg;
   Tables tables;
   std::mt19937_64 rng;
+  RedisObserver* observer;
   RedisClient redis;
+  int given_up = 0;  // undos given up since the last line that said so
+  std::chrono::steady_clock::time_point give_up_log_next{};
 
-  Impl(const config::Config& c, event_base* base, RedisObserver* observer)
+  Impl(const config::Config& c, event_base* base, RedisObserver* obs)
       : cfg(c),
         tables(cfg),
         rng(std::random_device{}()),
+        observer(obs),
         redis(base, RedisOptions::from(cfg.redis),
-              std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)),
-              observer) {}
+              std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs) {}
 
   // Shared by the callbacks of its calls: a call answered with a timeout may still reply late,
   // after the request was answered, and its undo needs the request.
@@ -137,7 +144,9 @@ struct Engine::Impl {
   void on_late_admit(const Op& op, const redisReply* r);
   void on_late_gates(const Op& op, const redisReply* r);
   void refund(const Op& op, std::function<void()> then);
-  void undo(const Call& c, std::string_view what, const std::string& rid);
+  enum class UndoOf { kAdmit, kGates };
+  void undo(const Op& op, UndoOf what, std::chrono::steady_clock::time_point since = {},
+            std::function<void()> then = {});
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
   void add_global_remaining(AdmitOp* op);
@@ -218,6 +227,10 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     finish(op);
     return;
   }
+  // Cancelled: only an undo of this very call does that, sent once its reply was lost, so the
+  // reply cannot be read here; answered like any failure should it come all the same.
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 3)
+    return fail(op, Outcome::kUnavailable, "redis: call cancelled");
   const Prepared& p = op->p;
   const size_t nb = static_cast<size_t>(p.nb);
   std::string bad = bad_reply(r, error, kTokens + nb);
@@ -256,38 +269,72 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
 }
 
 // A request answered 503 is charged nothing. Its admit.lua call may still have run (it was
-// written, and Redis was only slow or stopped): the late reply is recognised here and undone by
-// refund.lua, exactly as a global gate's refusal is. The alternative, scripts refusing work past
-// a deadline the gateway gives them, would put the gateway's clock into decisions (Redis TIME is
-// the only clock there) and would still have to agree with the gateway on "too late". The undo
-// runs only for late replies: the normal path stays one round trip per hash slot.
+// written, and Redis was only slow or stopped, or went away before replying): a late reply is
+// recognised here and undone exactly by refund.lua, as a global gate's refusal is; a lost one
+// (reply == nullptr) by refund.lua too, which finds out from the reservation whether this
+// attempt ran, and if it has not, cancels it so that it refuses should it run later. The
+// alternative, scripts refusing work past a deadline the gateway gives them, would put the
+// gateway's clock into decisions (Redis TIME is the only clock there) and would still have to
+// agree with the gateway on "too late". The undo runs only for failed requests: the normal path
+// stays one round trip per hash slot.
 void Engine::Impl::on_late_admit(const Op& op, const redisReply* r) {
-  if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb)).empty()) return;
-  if (as_int(elem(r, kCode)) != 1) return;  // refused or a conflict: nothing was written
   op->undo = Undo{};
-  op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
-  if (!decode_undo(op.get(), r)) return;
-  undo(RefundCall(op->p, op->undo), "refund", op->p.rid);
+  if (r) {
+    if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb)).empty()) return;
+    if (as_int(elem(r, kCode)) != 1) return;  // refused or a conflict: nothing was written
+    op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
+    if (!decode_undo(op.get(), r)) op->undo = Undo{};
+  }
+  undo(op, UndoOf::kAdmit);
 }
 
 // The same for a gates.lua call answered 503: the tenant part was refunded when the request
-// failed; the global buckets get their token back if the call ran and admitted.
+// failed; the global buckets get their token back if the call ran and admitted (ungates.lua
+// reads gates.lua's marker), and a call that has not run is cancelled.
 void Engine::Impl::on_late_gates(const Op& op, const redisReply* r) {
-  if (!bad_reply(r, {}, kGatesTokens + static_cast<size_t>(op->p.ng)).empty()) return;
-  if (as_int(elem(r, kCode)) != 1) return;
-  undo(UngatesCall(op->p), "global-gate refund", op->p.rid);
+  if (r && !bad_reply(r, {}, kGatesTokens + static_cast<size_t>(op->p.ng)).empty()) return;
+  if (r && as_int(elem(r, kCode)) != 1) return;
+  undo(op, UndoOf::kGates);
 }
 
-// An undo for a request already answered: queued even on a stalled connection (it must reach
-// Redis once it answers again), its outcome only logged when Redis refused it.
-void Engine::Impl::undo(const Call& c, std::string_view what, const std::string& rid) {
-  send(
-      c,
-      [what, rid](const redisReply* r, std::string_view) {
-        if (r && r->type == REDIS_REPLY_ERROR)
-          spdlog::warn("{} of {} failed: {}", what, rid, std::string_view(r->str, r->len));
-      },
-      {}, RedisClient::WhenStalled::kQueue);
+// An undo for a request already answered: written even on a stalled connection, held while no
+// connection is up (it must reach Redis once it answers again), sent again when its own reply is
+// lost (both scripts are idempotent per attempt) for as long as gates.lua's marker lives. Its
+// outcome is only logged when Redis refused it; then, when given, runs once it was answered.
+void Engine::Impl::undo(const Op& op, UndoOf what, std::chrono::steady_clock::time_point since,
+                        std::function<void()> then) {
+  auto now = std::chrono::steady_clock::now();
+  if (since == std::chrono::steady_clock::time_point{}) since = now;
+  std::string_view name = what == UndoOf::kAdmit ? "refund" : "global-gate refund";
+  // A timeout or a lost connection is no failure of the undo (its late reply or its resend
+  // follows) and must not flood the log while Redis is stopped; an error reply is.
+  auto on_reply = [op, name, then = std::move(then)](const redisReply* r, std::string_view) {
+    if (r && r->type == REDIS_REPLY_ERROR)
+      spdlog::warn("{} of {} failed: {}", name, op->p.rid, std::string_view(r->str, r->len));
+    if (then) then();
+  };
+  auto on_lost = [this, op, what, since](const redisReply* r) {
+    if (r) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - since > std::chrono::seconds(kUndoRetryS)) {
+      if (observer) observer->error("late_lost");
+      ++given_up;
+      if (now >= give_up_log_next) {  // one line per 10 s, however many give up
+        give_up_log_next = now + std::chrono::seconds(10);
+        spdlog::warn("redis: unreachable for {} s: {} undos given up (e.g. of request {})",
+                     kUndoRetryS, given_up, op->p.rid);
+        given_up = 0;
+      }
+      return;
+    }
+    undo(op, what, since);
+  };
+  if (what == UndoOf::kAdmit)
+    send(RefundCall(op->p, op->undo), std::move(on_reply), std::move(on_lost),
+         RedisClient::WhenStalled::kQueue);
+  else
+    send(UngatesCall(op->p), std::move(on_reply), std::move(on_lost),
+         RedisClient::WhenStalled::kQueue);
 }
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
@@ -312,7 +359,7 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, const redisReply* r, std::st
   if (!bad.empty()) {
     // The tenant part was admitted: give it back, and answer 503 now (the deadline is the
     // request's; the refund reaches Redis whenever it answers again).
-    undo(RefundCall(p, op->undo), "refund", p.rid);
+    undo(op_ptr, UndoOf::kAdmit);
     return fail(op, Outcome::kUnavailable, std::move(bad));
   }
   int64_t code = as_int(elem(r, kCode));
@@ -336,18 +383,10 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, const redisReply* r, std::st
   });
 }
 
+// After a global gate refused: the answer waits for the refund, so that the Remaining values
+// it reports are the levels after it.
 void Engine::Impl::refund(const Op& op, std::function<void()> then) {
-  send(
-      RefundCall(op->p, op->undo),
-      [op, then = std::move(then)](const redisReply* r, std::string_view e) {
-        if (!r || r->type == REDIS_REPLY_ERROR)
-          spdlog::warn(
-              "refund of {} not confirmed ({}); if it never runs, its reservation and "
-              "lease expire",
-              op->p.rid, r ? std::string_view(r->str, r->len) : e);
-        then();
-      },
-      {}, RedisClient::WhenStalled::kQueue);
+  undo(op, UndoOf::kAdmit, {}, std::move(then));
 }
 
 Engine::Engine(const config::Config& cfg, event_base* base, RedisObserver* observer)

@@ -40,6 +40,14 @@ std::string leases(std::string_view tenant) {
   return join({"dg:{t:", tenant, "}:leases"});
 }
 
+std::string cancelled(std::string_view tenant, std::string_view attempt) {
+  return join({"dg:{t:", tenant, "}:x:", attempt});
+}
+
+std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt) {
+  return join({"dg:{g:", kind, ":", name, "}:a:", attempt});
+}
+
 std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }

@@ -21,8 +21,13 @@ std::string quota(std::string_view tenant, std::string_view month);
 std::string reservation(std::string_view tenant, std::string_view request_id);
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);
+// "dg:{t:<tenant>}:x:<attempt>": one admit.lua call, cancelled by refund.lua before it ran.
+std::string cancelled(std::string_view tenant, std::string_view attempt);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
+// "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran, undone,
+// cancelled), in the slot of its first bucket.
+std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);
 
 // The tenant of an engine-generated request id "<tenant>.<16 hex>": everything before the last
 // '.', or empty when the id has no '.'.

@@ -119,8 +119,9 @@ Metrics::Metrics()
       redis_errors_("dripgate_redis_errors_total",
                     "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
                     "refused), script_load, noscript, reply (an error reply), late (a reply after "
-                    "its request was answered 503; undone), late_lost (such a reply that will "
-                    "never come: its connection was dropped).",
+                    "its request was answered 503; undone), lost (a call whose connection went "
+                    "away before its reply: undone by what Redis holds), late_lost (an undo that "
+                    "could not be sent: the client shut down or too many were waiting).",
                     {"kind"}),
       dataplane_tag_("dripgate_dataplane_tag_total",
                      "Flow tag requests sent to the dataplane, by result.", {"result"}),
@@ -131,7 +132,7 @@ Metrics::Metrics()
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind : {"connect", "disconnect", "timeout", "auth", "script_load", "noscript",
-                           "reply", "late", "late_lost"})
+                           "reply", "late", "lost", "late_lost"})
     redis_errors_.inc({kind}, 0);
 }
 

@@ -52,6 +52,7 @@ struct RedisClient::Pending {
   bool retried = false;
   bool answered = false;  // cb ran (timeout); the command is still on the wire
   bool setup = false;     // AUTH/SELECT/SCRIPT LOAD at connect: bounded by the connect deadline
+  bool queue = false;     // WhenStalled::kQueue: held again when its connection never came up
   Clock::time_point start;
   Clock::time_point deadline;
 
@@ -76,11 +77,17 @@ struct RedisClient::Conn {
   Clock::time_point connect_deadline;
   int setup_left = 0;  // AUTH/SELECT replies still awaited
   int backoff_ms = 0;
+  // TCP connected since the last connect(): commands may have been written, so a command whose
+  // reply does not come may have run.
+  bool reached = false;
   bool logged_down = false;
   bool unflushed = false;   // commands queued since the last flush
   std::string fail_reason;  // for the commands flushed by a failure we initiated
 
   bool connecting() const { return state == State::kConnecting || state == State::kHandshake; }
+  // Being torn down by hiredis (an error or EOF): the pending callbacks run before the
+  // disconnect callback marks it down, and a command written from one of them is refused.
+  bool closing() const { return ac && (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)); }
   // The oldest reply is overdue (its call was answered with a timeout): Redis is stuck or
   // stopped, so new calls would only wait behind it.
   bool stalled() const { return !pending.empty() && pending.front()->answered; }
@@ -136,6 +143,8 @@ RedisClient::~RedisClient() {
       redisAsyncFree(ac);  // runs the pending callbacks with a null reply
     }
   }
+  for (Pending* p : held_) complete(p, nullptr, "redis: client shut down");
+  held_.clear();
   // Deferred callbacks still run, so nobody waits forever or leaks their context.
   while (!posted_.empty()) {
     Posted* p = *posted_.begin();
@@ -191,6 +200,7 @@ void RedisClient::connect(Conn* c) {
   redisAsyncSetDisconnectCallback(ac, &RedisClient::on_disconnect_cb);
   c->ac = ac;
   c->state = Conn::State::kConnecting;
+  c->reached = false;
   c->connect_deadline = Clock::now() + std::chrono::milliseconds(opts_.connect_timeout_ms);
   c->setup_left = 0;
 
@@ -254,6 +264,10 @@ void RedisClient::on_ready(Conn* c) {
   c->logged_down = false;
   auth_failed_.store(false, std::memory_order_relaxed);
   set_connected(c, true);
+  // The held undo calls go first, before any new call can pick this connection.
+  std::deque<Pending*> held;
+  held.swap(held_);
+  for (Pending* p : held) send(c, p);
   arm_timer(c);
 }
 
@@ -275,6 +289,7 @@ void RedisClient::on_connect_cb(const redisAsyncContext* ac, int status) {
   RedisClient* self = c->client;
   if (status == REDIS_OK) {
     c->state = Conn::State::kHandshake;
+    c->reached = true;
     if (c->setup_left == 0) self->on_ready(c);
     return;
   }
@@ -307,16 +322,6 @@ void RedisClient::fail_connection(Conn* c, const std::string& why, const char* k
   if (!c->ac) return;
   if (observer_) observer_->error(kind);
   if (log) spdlog::warn("{}; dropping the connection", why);
-  if (c->state != Conn::State::kConnecting) {
-    // Written, answered with a timeout, and their reply will never be read: what they did on
-    // Redis (if they ran) cannot be undone from here.
-    auto lost = std::count_if(c->pending.begin(), c->pending.end(),
-                              [](const Pending* p) { return p->answered && p->late; });
-    if (lost > 0) {
-      if (observer_) observer_->error("late_lost");
-      spdlog::warn("redis: {} timed-out calls may still run on Redis and will not be undone", lost);
-    }
-  }
   bool was_up = c->state == Conn::State::kUp;
   auto* ac = c->ac;
   c->fail_reason = why;
@@ -334,6 +339,7 @@ RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled) {
   Conn* stalled = nullptr;
   for (size_t i = 0; i < n; ++i) {
     Conn* c = conns_[(next_ + i) % n].get();
+    if (c->closing()) continue;
     if (c->state == Conn::State::kUp && !c->stalled()) {
       next_ = (next_ + i + 1) % n;
       return c;
@@ -419,6 +425,7 @@ void RedisClient::send(Conn* c, Pending* p) {
   }
   if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, p, p->cmd,
                                  static_cast<size_t>(p->len)) != REDIS_OK) {
+    if (p->queue && !shutting_down_) return post([this, p] { dispatch(p, WhenStalled::kQueue); });
     Callback cb = std::move(p->cb);
     delete p;
     post([cb = std::move(cb)] { cb(nullptr, "redis: connection is closing"); });
@@ -447,6 +454,19 @@ void RedisClient::on_flush(int, short, void* arg) {
   }
 }
 
+// A written command whose reply will never come: it may have run. Its LateReply learns so on
+// the loop, once the connection is gone (an undo sent from inside hiredis's teardown would meet
+// a closing context).
+void RedisClient::lost(LateReply late) {
+  if (!late) return;
+  if (shutting_down_) {
+    if (observer_) observer_->error("late_lost");
+    return;
+  }
+  if (observer_) observer_->error("lost");
+  post([late = std::move(late)] { late(nullptr); });
+}
+
 void RedisClient::complete(Pending* p, const redisReply* reply, std::string_view error) {
   Callback cb = std::move(p->cb);
   delete p;
@@ -468,18 +488,26 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
     // Its caller was told "timeout" already; a NOSCRIPT error means it did not run at all.
     LateReply late = std::move(p->late);
     delete p;
-    bool ran = reply && !(reply->type == REDIS_REPLY_ERROR &&
-                          std::string_view(reply->str, reply->len).starts_with("NOSCRIPT"));
+    if (!reply) return self->lost(std::move(late));
+    bool ran = !(reply->type == REDIS_REPLY_ERROR &&
+                 std::string_view(reply->str, reply->len).starts_with("NOSCRIPT"));
     if (!ran) return;
     if (self->observer_) self->observer_->error("late");
     if (late) late(reply);
+    return;
+  }
+  if (!reply && !c->reached && p->queue && !self->shutting_down_) {
+    // Never written (the connection it waited on failed to come up): it must still reach Redis.
+    self->dispatch(p, WhenStalled::kQueue);
     return;
   }
   if (!reply) {
     std::string why = c->ac == ac ? std::string("redis: connection lost: ") +
                                         (ac->errstr && ac->errstr[0] ? ac->errstr : "closed")
                                   : c->fail_reason;
+    LateReply late = c->reached ? std::move(p->late) : LateReply{};
     self->complete(p, nullptr, why);
+    self->lost(std::move(late));
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR && p->script && !p->retried && c->ac == ac &&
@@ -537,11 +565,22 @@ struct ArgvBuf {
 
 }  // namespace
 
+void RedisClient::dispatch(Pending* p, WhenStalled stalled) {
+  p->queue = stalled == WhenStalled::kQueue;
+  if (Conn* c = pick(stalled)) return send(c, p);
+  if (stalled == WhenStalled::kQueue && !shutting_down_ && held_.size() < kMaxHeld) {
+    held_.push_back(p);
+    return;
+  }
+  if (stalled == WhenStalled::kQueue && observer_) observer_->error("late_lost");
+  Callback cb = std::move(p->cb);
+  delete p;
+  refuse(std::move(cb));
+}
+
 void RedisClient::evalsha(const lua::Script& script, std::span<const std::string_view> keys,
                           std::span<const std::string_view> args, Callback cb, LateReply late,
                           WhenStalled stalled) {
-  Conn* c = pick(stalled);
-  if (!c) return refuse(std::move(cb));
   char numkeys[24];
   int nk = snprintf(numkeys, sizeof numkeys, "%zu", keys.size());
   ArgvBuf a(3 + keys.size() + args.size());
@@ -555,18 +594,16 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
   p->cb = std::move(cb);
   p->late = std::move(late);
   p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.n), a.ptr, a.len);
-  send(c, p);
+  dispatch(p, stalled);
 }
 
 void RedisClient::command(std::span<const std::string_view> argv, Callback cb) {
-  Conn* c = pick(WhenStalled::kFailFast);
-  if (!c) return refuse(std::move(cb));
   ArgvBuf a(argv.size());
   for (auto v : argv) a.add(v);
   auto* p = new Pending;
   p->cb = std::move(cb);
   p->len = redisFormatCommandArgv(&p->cmd, static_cast<int>(a.n), a.ptr, a.len);
-  send(c, p);
+  dispatch(p, WhenStalled::kFailFast);
 }
 
 }  // namespace dripgate::control

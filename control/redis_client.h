@@ -9,7 +9,9 @@
 // connection is kept so that the late reply still arrives and goes to the call's LateReply,
 // which undoes what the command did. While a connection's oldest reply is overdue it takes no
 // new calls (they fail fast, nothing is written); a connection whose oldest reply is overdue by
-// abandon_ms is dropped and rebuilt (a Redis that never answers must not hold it forever).
+// abandon_ms is dropped and rebuilt (a Redis that never answers must not hold it forever). A
+// command whose connection went away after it was written may have run or not: its LateReply
+// learns that too (with no reply), so it can undo by what Redis holds.
 //
 // hiredis 0.14 (Debian 12) has no redisAsyncSetTimeout and no connect timeout, so both are
 // libevent timers here. One client per event_base; not thread-safe; callbacks run on the base.
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -70,14 +73,18 @@ class RedisClient {
   // why no reply came ("redis: timeout after 50 ms", "redis: not connected", ...). Called
   // exactly once, always from the event loop, never from inside evalsha()/command().
   using Callback = std::function<void(const redisReply* reply, std::string_view error)>;
-  // The reply of a command whose Callback was already answered with a timeout: the command ran
-  // after all, and this undoes it. Never called with an error of the client's own (a command
-  // whose connection was dropped before its reply came is lost; see abandon_ms).
+  // What became of a command after its Callback was answered with an error: reply != nullptr,
+  // the reply of a command answered with a timeout (it ran after all; undo it); nullptr, the
+  // connection went away after the command was written and before its reply (it may or may not
+  // have run; undo it by what Redis holds). Runs on the loop, at most once, never while the
+  // client shuts down.
   using LateReply = std::function<void(const redisReply* reply)>;
-  // A call made while every connection's oldest reply is overdue: kFailFast answers it at once
-  // ("redis: not answering") without writing it; kQueue writes it all the same, for the undo
-  // calls that must reach Redis once it answers again.
+  // A call made while no connection takes new calls: kFailFast answers it at once ("redis: not
+  // answering" / "not connected") without writing it; kQueue, for the undo calls that must
+  // reach Redis once it answers again, writes it on a stalled connection or holds it (up to
+  // kMaxHeld) until a connection is up.
   enum class WhenStalled { kFailFast, kQueue };
+  static constexpr size_t kMaxHeld = 65536;
 
   // scripts: loaded (SCRIPT LOAD) on every new connection; must outlive the client.
   RedisClient(event_base* base, RedisOptions opts, std::vector<const lua::Script*> scripts,
@@ -113,7 +120,9 @@ class RedisClient {
   friend struct Conn;
 
   Conn* pick(WhenStalled stalled);
+  void dispatch(Pending* p, WhenStalled stalled);
   void send(Conn* c, Pending* p);
+  void lost(LateReply late);
   void refuse(Callback cb);  // no connection takes the call: answered on the loop
   void connect(Conn* c);
   void setup(Conn* c, std::vector<std::string_view> argv, const char* what);
@@ -141,6 +150,7 @@ class RedisClient {
   std::vector<const lua::Script*> scripts_;
   RedisObserver* observer_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::deque<Pending*> held_;  // kQueue calls waiting for a connection, in call order
   size_t next_ = 0;
   bool shutting_down_ = false;
   std::unordered_set<Posted*> posted_;

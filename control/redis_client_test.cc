@@ -196,6 +196,59 @@ TEST(RedisClient, TimeoutAnswersTheCallAndHandsOverTheLateReply) {
       loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
 }
 
+// A written call whose connection goes away before its reply (Redis killed) may have run: its
+// LateReply learns so, with no reply, after the call itself was answered, on the loop.
+TEST(RedisClient, LostReplyIsHandedToTheLateReply) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 5000);
+  o.pool_size = 1;
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  ASSERT_EQ(redis.cli("CLIENT PAUSE 5000 ALL"), "OK");
+  Result r;
+  int lost = 0, late_replies = 0;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(r), [&](const redisReply* reply) {
+    EXPECT_TRUE(r.done) << "the late reply came before the call was answered";
+    ++(reply ? late_replies : lost);
+  });
+  loop.wait_until([] { return false; }, milliseconds(200));  // written, unanswered
+  redis.stop();
+  ASSERT_TRUE(loop.wait_until([&] { return lost == 1; }, milliseconds(3000)));
+  EXPECT_EQ(r.error.rfind("redis: connection lost", 0), 0u) << r.error;
+  EXPECT_EQ(late_replies, 0);
+  EXPECT_EQ(obs.errors["lost"], 1);
+}
+
+// An undo call (WhenStalled::kQueue) made while Redis is down is held, not refused, and runs
+// first once a connection is up again; a plain call fails at once.
+TEST(RedisClient, QueuedCallsWaitForAConnection) {
+  testing::RedisServer redis(testing::RedisServer::Durability::kAppendFsyncAlways);
+  Loop loop;
+  RedisOptions o = options(redis.port());
+  RedisClient c(loop.base(), o, all_scripts());
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
+  redis.stop();
+  ASSERT_TRUE(loop.wait_until([&] { return !c.up(); }, milliseconds(3000)));
+  Result held, plain;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(held), {}, RedisClient::WhenStalled::kQueue);
+  c.evalsha(lua::kRelease, keys, args, into(plain));
+  ASSERT_TRUE(loop.wait_until([&] { return plain.done; }, milliseconds(3000)));
+  EXPECT_EQ(plain.error, "redis: not connected");
+  loop.wait_until([] { return false; }, milliseconds(500));
+  EXPECT_FALSE(held.done);
+  redis.start();
+  ASSERT_TRUE(loop.wait_until([&] { return held.done; }, milliseconds(5000)));
+  EXPECT_EQ(held.error, "");
+  EXPECT_EQ(held.integer, 1);  // the lease the restarted Redis loaded was ended
+}
+
 // Redis stopped (SIGSTOP): accepted by the kernel, never answered. Each call is answered by its
 // own deadline, also while its connection, dropped for want of replies, reconnects to the
 // stopped server (TCP connects, AUTH never answers).

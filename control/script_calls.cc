@@ -23,6 +23,14 @@ bool hex16(std::string_view s) {
   return true;
 }
 
+// 16 lowercase hex digits: request ids the engine generates, and attempts.
+std::string hex16_of(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
+  return out;
+}
+
 std::string fmt_double(double v) {
   char buf[32];
   int n = snprintf(buf, sizeof buf, "%.17g", v);
@@ -33,6 +41,8 @@ constexpr std::string_view kIdRule = "must match [A-Za-z0-9._-]{1,64}";
 
 // Lua numbers are doubles: beyond 2^53 token counts would be rounded, so cap them well below.
 constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
+
+const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 
 // Bucket counts as ARGV strings (at most three tenant buckets, two global ones).
 constexpr std::string_view kCounts[] = {"0", "1", "2", "3"};
@@ -72,11 +82,13 @@ Tables::Tables(const config::Config& cfg) {
   for (const auto& [name, b] : cfg.global_gates.model) {
     Gate g("model", b);
     g.key = keys::global_bucket("model", name);
+    g.id = name;
     models.emplace(name, std::move(g));
   }
   for (const auto& [name, b] : cfg.global_gates.tool) {
     Gate g("tool", b);
     g.key = keys::global_bucket("tool", name);
+    g.id = name;
     tools.emplace(name, std::move(g));
   }
 }
@@ -112,14 +124,14 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   const TenantInfo& t = it->second;
   p.t = &t;
   if (req.request_id.empty()) {
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
     p.rid.reserve(t.name.size() + 17);
-    p.rid.append(t.name).append(".").append(hex, 16);
+    p.rid.append(t.name).append(".").append(hex16_of(rng()));
   } else {
     p.rid = req.request_id;
   }
   p.res_key = keys::reservation(t.name, p.rid);
+  p.attempt = hex16_of(rng());
+  p.cancelled_key = keys::cancelled(t.name, p.attempt);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
   if (t.tenant) {
@@ -144,6 +156,8 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     auto g = tables.tools.find(req.tool);
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
+  if (p.ng > 0)
+    p.attempt_key = keys::global_attempt(p.globals[0]->name, p.globals[0]->id, p.attempt);
   return {};
 }
 
@@ -186,7 +200,9 @@ AdmitCall::AdmitCall(const Prepared& p)
   keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
   keys.set(s::kKeyReservation, p.res_key);
   keys.set(s::kKeyLeases, t.leases_key);
+  keys.set(s::kKeyCancelled, p.cancelled_key);
   args.set(s::kArgRequestId, p.rid);
+  args.set(s::kArgAttempt, p.attempt);
   args.set(s::kArgTokens, p.tokens_s);
   args.set(s::kArgBudget, t.budget_s);
   args.set(s::kArgReservationTtl, t.res_ttl_s);
@@ -218,9 +234,11 @@ void add_globals(Call& c, const Prepared& p, Fill fill) {
 }  // namespace
 
 GatesCall::GatesCall(const Prepared& p)
-    : Call(lua::kGates, lua::gates::kKeysFixed, 2, lua::gates::kArgsFixed,
+    : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + 2, lua::gates::kArgsFixed,
            lua::gates::kArgsFixed + 2 * lua::gates::kArgBucketStride) {
   namespace s = lua::gates;
+  keys.set(s::kKeyAttempt, p.attempt_key);
+  args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgBucketCount, kCounts[p.ng]);
   add_globals(*this, p, [](const Gate& gate) {
     std::array<std::string_view, s::kArgBucketStride> g;
@@ -232,9 +250,12 @@ GatesCall::GatesCall(const Prepared& p)
 }
 
 UngatesCall::UngatesCall(const Prepared& p)
-    : Call(lua::kUngates, lua::ungates::kKeysFixed, 2, lua::ungates::kArgsFixed,
+    : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 2,
+           lua::ungates::kArgsFixed,
            lua::ungates::kArgsFixed + 2 * lua::ungates::kArgBucketStride) {
   namespace s = lua::ungates;
+  keys.set(s::kKeyAttempt, p.attempt_key);
+  args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgBucketCount, kCounts[p.ng]);
   add_globals(*this, p, [](const Gate& gate) {
     std::array<std::string_view, s::kArgBucketStride> g;
@@ -250,18 +271,26 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
   namespace s = lua::refund;
   keys.set(s::kKeyReservation, p.res_key);
   keys.set(s::kKeyLeases, p.t->leases_key);
+  keys.set(s::kKeyCancelled, p.cancelled_key);
   args.set(s::kArgRequestId, p.rid);
-  args.set(s::kArgQuotaExisted, undo.quota_existed ? "1" : "0");
+  args.set(s::kArgAttempt, p.attempt);
+  // Without a snapshot (a lost reply) whether the quota key existed is unknown: keep it.
+  args.set(s::kArgQuotaExisted, undo.quota_existed || undo.snapshot.empty() ? "1" : "0");
+  args.set(s::kArgCancelTtl, p.t->res_ttl_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
+  const bool exact = undo.snapshot.size() == 4 * static_cast<size_t>(p.nb);
   for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
     keys.add(p.bucket_keys[i]);
-    const std::string* old_new = &undo.snapshot[4 * i];  // old tk, old ts, new tk, new ts
     std::array<std::string_view, s::kArgBucketStride> g;
+    g.fill("");
     g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
-    g[s::kArgBucketOldTk] = old_new[0];
-    g[s::kArgBucketOldTs] = old_new[1];
-    g[s::kArgBucketNewTk] = old_new[2];
-    g[s::kArgBucketNewTs] = old_new[3];
+    if (exact) {
+      const std::string* old_new = &undo.snapshot[4 * i];  // old tk, old ts, new tk, new ts
+      g[s::kArgBucketOldTk] = old_new[0];
+      g[s::kArgBucketOldTs] = old_new[1];
+      g[s::kArgBucketNewTk] = old_new[2];
+      g[s::kArgBucketNewTs] = old_new[3];
+    }
     args.add(g);
   }
   for (size_t j = 0; j + 1 < undo.pruned.size(); j += 2) {

@@ -33,6 +33,7 @@ struct Gate {
   double refill = 0;
   std::string cap_s, rate_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
+  std::string id;   // global gates: the model or tool name
 
   Gate(std::string n, const config::Bucket& b);
 };
@@ -58,6 +59,11 @@ struct Tables {
 struct Prepared {
   const TenantInfo* t = nullptr;
   std::string rid, res_key, user_key, api_key_key, tokens_s;
+  // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
+  // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
+  std::string attempt;
+  std::string cancelled_key;  // keys::cancelled of the attempt
+  std::string attempt_key;    // keys::global_attempt of the attempt (with global gates only)
   int64_t tokens = 0;
   std::array<const Gate*, 3> buckets{};
   std::array<std::string_view, 3> bucket_keys{};
@@ -119,17 +125,24 @@ struct AdmitCall : Call {
   explicit AdmitCall(const Prepared& p);
 };
 
+// How long gates.lua's marker of a call is kept (s): an undo of a call whose reply was lost
+// must reach Redis within this time to give the tokens back. Kept short because every gated
+// admission writes one.
+inline constexpr int kAttemptTtlS = 60;
+
 // gates.lua: the model and tool buckets of p.
 struct GatesCall : Call {
   explicit GatesCall(const Prepared& p);
 };
 
-// ungates.lua: gives back the tokens p's gates.lua call took, when its reply came too late.
+// ungates.lua: gives back the tokens p's gates.lua call took, when its request was answered 503
+// (its reply came late, or never), or cancels the call if it has not run.
 struct UngatesCall : Call {
   explicit UngatesCall(const Prepared& p);
 };
 
-// What admit.lua returned that refund.lua needs to undo the admission exactly.
+// What admit.lua returned that refund.lua needs to undo the admission exactly. Empty when its
+// reply was lost: refund.lua then gives one token back per bucket.
 struct Undo {
   bool quota_existed = false;
   std::vector<std::string> snapshot;  // per bucket: old tk, old ts, new tk, new ts
@@ -137,7 +150,8 @@ struct Undo {
 };
 
 // refund.lua: undoes p's admission after a global gate refused it, or after the request was
-// answered 503 and admit.lua's reply came late.
+// answered 503 and admit.lua's reply came late or never (then it cancels the call if it has not
+// run).
 struct RefundCall : Call {
   RefundCall(const Prepared& p, const Undo& undo);
 };

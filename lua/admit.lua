@@ -5,9 +5,9 @@
 -- writes nothing at all (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
 --
--- @keys quota_prefix reservation leases bucket...
--- @argv request_id tokens budget reservation_ttl max_streams lease_s snapshot bucket_count
--- @argv bucket...(gate capacity refill)
+-- @keys quota_prefix reservation leases cancelled bucket...
+-- @argv request_id attempt tokens budget reservation_ttl max_streams lease_s snapshot
+-- @argv bucket_count bucket...(gate capacity refill)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is appended here
@@ -15,9 +15,13 @@
 --                 hash tag, so it lives in the slot of the declared keys (cluster-safe).
 --   reservation   hash "dg:{t:<tenant>}:r:<request_id>"
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
+--   cancelled     "dg:{t:<tenant>}:x:<attempt>": exists when refund.lua cancelled this attempt
+--                 before it ran (its reply was lost; see refund.lua), so it must not run now
 --   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
 -- ARGV (A_<NAME>):
 --   request_id
+--   attempt       16 hex digits, new for every call: names this call apart from another one
+--                 with the same request_id (a client's retry), for refund.lua
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
@@ -33,7 +37,7 @@
 -- Returns {code, gate, retry_after_ms, quota_used, month_left_s, month_len_s, live_leases,
 --          first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
---   request_id has a live reservation (nothing evaluated). quota_used and live_leases are after
+--   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated). quota_used and live_leases are after
 --   the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
 --   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket old tk, old ts
@@ -45,6 +49,9 @@ local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
+if redis.call('EXISTS', KEYS[K_CANCELLED]) == 1 then
+  return {3}
+end
 if redis.call('EXISTS', KEYS[K_RESERVATION]) == 1 then
   return {2}
 end
@@ -155,6 +162,6 @@ if max_streams >= 0 then
 end
 
 redis.call('HSET', KEYS[K_RESERVATION], 'reserved', tokens, 'settled', 0, 'charged', 0, 'q', qkey,
-           'qx', q_expire_at, 'lease', leased)
+           'qx', q_expire_at, 'lease', leased, 'a', ARGV[A_ATTEMPT])
 redis.call('EXPIRE', KEYS[K_RESERVATION], res_ttl)
 return out

@@ -25,7 +25,7 @@ def main() -> int:
             print(f"the real scripts fail: {ok.stderr}")
             return 1
         header = open(os.path.join(tmp, "out.h")).read()
-        for want in ("namespace admit {", "kArgBucketCapacity = 1;", "kKeysFixed = 3;"):
+        for want in ("namespace admit {", "kArgBucketCapacity = 1;", "kKeysFixed = 4;"):
             if want not in header:
                 print(f"generated header lacks {want!r}")
                 failures += 1
@@ -35,7 +35,7 @@ def main() -> int:
         drifts = [
             ("ARGV[A_TOKENS]", "ARGV[2]", "ARGV[2]: index ARGV through its A_* names"),
             ("ARGV[A_TOKENS]", "ARGV[A_TOKEN]", "A_TOKEN is not declared"),
-            ("@argv request_id tokens", "@argv request_id spare tokens",
+            ("@argv request_id attempt", "@argv request_id spare attempt",
              "A_SPARE is declared but never used"),
             ("KEYS[K_RESERVATION]) == 1", "KEYS[A_TOKENS]) == 1",
              "index KEYS through its K_* names"),

@@ -9,14 +9,24 @@
 -- Redis Cluster they may live in different slots; this engine targets single-node Redis (or a
 -- proxy that routes per call) and passes both in one call to keep admission at two round trips.
 --
--- @keys bucket...
--- @argv bucket_count bucket...(gate capacity refill)
+-- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
+-- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
+-- call ran. ungates.lua of a call that has not run writes "cancelled" there instead, so that
+-- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
--- KEYS: bucket...  the bucket hashes (fields tk, ts as in admit.lua)
--- ARGV: bucket_count n; bucket...  per bucket: gate name, capacity, refill per second
+-- @keys attempt bucket...
+-- @argv attempt_ttl bucket_count bucket...(gate capacity refill)
+--
+-- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" (the first bucket's hash tag): the marker
+--       bucket...  the bucket hashes (fields tk, ts as in admit.lua)
+-- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
+--       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
 --
 -- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n}: code 1 admitted, 0 refused by
--- gate (the one with the longest wait); tokens_i as strings, after the decision.
+-- gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as strings,
+-- after the decision.
+
+if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -48,4 +58,5 @@ for i = 1, n do
   local cap, rate = tonumber(ARGV[a + A_BUCKET_CAPACITY]), tonumber(ARGV[a + A_BUCKET_REFILL])
   out[3 + i] = bucket_take(KEYS[K_BUCKET + i - 1], cur[i], cap, rate, now_us)
 end
+redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 return out

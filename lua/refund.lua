@@ -1,30 +1,48 @@
--- refund.lua: undoes an admit.lua admission after a global gate (gates.lua) refused it, so the
--- refused admission leaves no trace; and after its request was answered 503 (admit.lua's reply,
--- or gates.lua's, came past the request's deadline), so a failed request is charged nothing.
+-- refund.lua: undoes one admit.lua call (one attempt) so that a request the client was told
+-- failed leaves nothing behind: after a global gate (gates.lua) refused the admission, after the
+-- request was answered 503 and admit.lua's reply came late, and after its reply was lost (the
+-- connection went away after the call was written, so it may or may not have run).
 --
--- Buckets are restored byte for byte (the prior tk/ts, or the key deleted when it did not exist)
--- when nobody touched them since admit.lua wrote them; otherwise another admission has already
--- built on our write and only our token can be given back (tk + 1, capped at capacity). The
--- quota counter gets the reservation back (and disappears again if admit.lua created it), the
--- reservation is deleted, the lease removed and the expired leases admit.lua pruned put back,
--- so the lease zset is as before too.
+-- The reservation says whether the attempt ran: admit.lua writes it, with the attempt, exactly
+-- when it admits. When it holds another attempt or none, this attempt was refused, has not run
+-- yet (it may still sit in a buffer of a Redis that was stopped) or never will: the cancelled
+-- key makes admit.lua refuse it should it ever run, and nothing else is touched.
 --
--- @keys reservation leases bucket...
--- @argv request_id quota_existed bucket_count
+-- When it ran: buckets are restored byte for byte from the snapshot (the prior tk/ts, or the key
+-- deleted when it did not exist) when nobody touched them since admit.lua wrote them; otherwise
+-- (another admission built on our write, or no snapshot because the reply was lost) only our
+-- token is given back: tk + 1, capped at capacity, which is the level the bucket would have had
+-- without our take, refill being computed from ts when read. The quota counter gets the
+-- reservation back (and disappears again if admit.lua created it), the reservation is deleted,
+-- the lease removed and the expired leases admit.lua pruned put back, so with a snapshot the
+-- lease zset is as before too. Running it twice changes nothing more: the reservation is gone.
+--
+-- @keys reservation leases cancelled bucket...
+-- @argv request_id attempt quota_existed cancel_ttl bucket_count
 -- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
 --
 -- KEYS: reservation  hash "dg:{t:<tenant>}:r:<request_id>" (its field q names the quota key,
---                    same hash slot)
+--                    same hash slot; its field a the attempt that wrote it)
 --       leases       zset
+--       cancelled    "dg:{t:<tenant>}:x:<attempt>", written when the attempt did not run
 --       bucket...    the bucket hashes admit.lua consumed from
 -- ARGV: request_id
+--       attempt        the admit.lua call's attempt
 --       quota_existed  "1" when the quota key existed before admit.lua
+--       cancel_ttl     seconds the cancelled key is kept
 --       bucket_count   n
---       bucket...      per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts
+--       bucket...      per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts; all
+--                      but capacity "" when there is no snapshot
 --       pruned...      to the end: the expired leases admit.lua pruned (none without a
---                      concurrency gate), as member, score
+--                      concurrency gate or a snapshot), as member, score
 --
--- Returns 1 when the reservation was found and refunded, 0 otherwise.
+-- Returns 1 when the attempt had run and was refunded, 0 when it had not (now cancelled).
+
+local r = redis.call('HMGET', KEYS[K_RESERVATION], 'reserved', 'q', 'a')
+if not r[1] or r[3] ~= ARGV[A_ATTEMPT] then
+  redis.call('SET', KEYS[K_CANCELLED], 1, 'EX', ARGV[A_CANCEL_TTL])
+  return 0
+end
 
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do
@@ -34,7 +52,7 @@ for i = 1, n do
   local new_tk, new_ts = ARGV[a + A_BUCKET_NEW_TK], ARGV[a + A_BUCKET_NEW_TS]
   local k = KEYS[K_BUCKET + i - 1]
   local b = redis.call('HMGET', k, 'tk', 'ts')
-  if b[1] == new_tk and b[2] == new_ts then
+  if new_ts ~= '' and b[1] == new_tk and b[2] == new_ts then
     if old_tk == '' then
       redis.call('DEL', k)
     else
@@ -51,8 +69,6 @@ for p = A_BUCKET + n * A_BUCKET_STRIDE, #ARGV, A_PRUNED_STRIDE do
 end
 redis.call('ZREM', KEYS[K_LEASES], ARGV[A_REQUEST_ID])
 
-local r = redis.call('HMGET', KEYS[K_RESERVATION], 'reserved', 'q')
-if not r[1] then return 0 end
 local reserved = tonumber(r[1])
 if reserved > 0 then
   local v = redis.call('DECRBY', r[2], reserved)

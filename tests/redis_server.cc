@@ -46,7 +46,7 @@ static bool can_connect(int port) {
   return ok;
 }
 
-RedisServer::RedisServer() {
+RedisServer::RedisServer(Durability durability) : durability_(durability) {
   char tmpl[] = "/tmp/dripgate-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -63,11 +63,13 @@ RedisServer::~RedisServer() {
 void RedisServer::start() {
   if (pid_ > 0) return;
   std::string port = std::to_string(port_);
+  const bool aof = durability_ == Durability::kAppendFsyncAlways;
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", dir_.c_str(), "--loglevel", "warning",
+             "--save", "", "--appendonly", aof ? "yes" : "no", "--appendfsync",
+             aof ? "always" : "everysec", "--dir", dir_.c_str(), "--loglevel", "warning",
              static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -10,7 +10,12 @@ namespace dripgate::testing {
 
 class RedisServer {
  public:
-  RedisServer();  // starts; throws std::runtime_error when redis-server cannot start
+  // kNone: nothing on disk, a restart is empty. kAppendFsyncAlways: every write reaches the
+  // append-only file before its reply is sent, and start() after stop() (SIGKILL) loads it, as a
+  // durable production Redis does.
+  enum class Durability { kNone, kAppendFsyncAlways };
+  // Starts; throws std::runtime_error when redis-server cannot start.
+  explicit RedisServer(Durability durability = Durability::kNone);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -31,6 +36,7 @@ class RedisServer {
  private:
   int port_ = 0;
   pid_t pid_ = -1;
+  Durability durability_;
   std::string dir_;
 };
 
