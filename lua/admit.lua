@@ -49,10 +49,9 @@ local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
-if redis.call('EXISTS', KEYS[K_CANCELLED]) == 1 then
-  return {3}
-end
-if redis.call('EXISTS', KEYS[K_RESERVATION]) == 1 then
+-- One call for the usual case, where neither exists.
+if redis.call('EXISTS', KEYS[K_CANCELLED], KEYS[K_RESERVATION]) > 0 then
+  if redis.call('EXISTS', KEYS[K_CANCELLED]) == 1 then return {3} end
   return {2}
 end
 
@@ -132,7 +131,9 @@ end
 local q_expire_at = next_month + 32 * 86400
 if tokens > 0 then
   used = redis.call('INCRBY', qkey, tokens)
-  redis.call('EXPIREAT', qkey, q_expire_at)
+  -- The month's first charge created the key (or found it at 0 after refunds): its expiry is
+  -- set then, once, not on every call.
+  if used == tokens then redis.call('EXPIREAT', qkey, q_expire_at) end
   out[4] = used
 end
 

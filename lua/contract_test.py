@@ -37,7 +37,7 @@ def main() -> int:
             ("ARGV[A_TOKENS]", "ARGV[A_TOKEN]", "A_TOKEN is not declared"),
             ("@argv request_id attempt", "@argv request_id spare attempt",
              "A_SPARE is declared but never used"),
-            ("KEYS[K_RESERVATION]) == 1", "KEYS[A_TOKENS]) == 1",
+            ("KEYS[K_RESERVATION]) > 0", "KEYS[A_TOKENS]) > 0",
              "index KEYS through its K_* names"),
             ("@keys quota_prefix", "@keys bucket... quota_prefix", "'quota_prefix' after a group"),
         ]
