@@ -84,6 +84,8 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     out << YAML::Key << "quota" << YAML::Value << YAML::Flow << YAML::BeginMap;
     kv(out, "tokens_per_month", plan.quota->tokens_per_month);
     kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
+    if (plan.quota->max_open_reservations > 0)
+      kv(out, "max_open_reservations", plan.quota->max_open_reservations);
     out << YAML::EndMap;
   }
   if (plan.concurrency) {

@@ -25,6 +25,10 @@ struct Bucket {
 struct Quota {
   int64_t tokens_per_month = 0;
   int64_t reservation_ttl_s = 600;
+  // Open reservations (admitted, not yet settled) a tenant may have; 0: no cap. Beyond it an
+  // admission is refused (429, reason "reservations"), so a client that never settles cannot
+  // fill Redis.
+  int64_t max_open_reservations = 0;
 
   bool operator==(const Quota&) const = default;
 };

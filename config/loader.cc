@@ -474,7 +474,8 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
       p.api_key = load_bucket(ctx, b->value, g.path("api_key"));
   }
   if (const Entry* e = f.find("quota")) {
-    Fields q(ctx, e->value, f.path("quota"), {"tokens_per_month", "reservation_ttl_s"});
+    Fields q(ctx, e->value, f.path("quota"),
+             {"tokens_per_month", "reservation_ttl_s", "max_open_reservations"});
     if (q.ok()) {
       Quota quota;
       bool ok = false;
@@ -486,6 +487,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
         }
       }
       set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1);
+      set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
       if (ok) p.quota = quota;
     }
   }

@@ -93,7 +93,7 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(pro.tenant, (Bucket{20, 5}));
   EXPECT_EQ(pro.user, (Bucket{6, 2}));
   EXPECT_EQ(pro.api_key, (Bucket{10, 5}));
-  EXPECT_EQ(pro.quota, (Quota{1000000, 600}));
+  EXPECT_EQ(pro.quota, (Quota{1000000, 600, 100000}));
   EXPECT_EQ(pro.concurrency, (Concurrency{50, 120}));
 
   const Plan& bucket = c.plans.at("walkthrough-bucket");
@@ -279,6 +279,8 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
             "t.yaml:1:42: plans.p.quota.tokens_per_month: must be >= 1, got 0");
   EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 5, reservation_ttl_s: 0 } } }"),
             "t.yaml:1:64: plans.p.quota.reservation_ttl_s: must be >= 1, got 0");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 5, max_open_reservations: 0 } } }"),
+            "t.yaml:1:68: plans.p.quota.max_open_reservations: must be >= 1, got 0");
   EXPECT_EQ(error_of("plans: { p: { concurrency: { max_streams: -1 } } }"),
             "t.yaml:1:43: plans.p.concurrency.max_streams: must be >= 1, got -1");
   EXPECT_EQ(error_of("plans: { p: { concurrency: { max_streams: 1, lease_s: 0 } } }"),
@@ -818,7 +820,7 @@ plans:
       tenant:  { capacity: 21, refill_per_s: 5.5 }
       user:    { capacity: 7, refill_per_s: 2.25 }
       api_key: { capacity: 11, refill_per_s: 0.125 }
-    quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601 }
+    quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
   lite: { class: default }
 tenants:
@@ -862,7 +864,7 @@ dataplane:
   EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
   EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
   EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
-  EXPECT_EQ(pro.quota, (Quota{123456789012, 601}));
+  EXPECT_EQ(pro.quota, (Quota{123456789012, 601, 9}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
   EXPECT_EQ(c.plans.at("lite").cls, "default");
   EXPECT_FALSE(c.plans.at("lite").tenant);

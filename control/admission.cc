@@ -36,6 +36,7 @@ Remaining bucket_remaining(const Gate& g, double tokens) {
 std::string_view reason_of(std::string_view gate) {
   if (gate == "quota") return "quota";
   if (gate == "concurrency") return "concurrency";
+  if (gate == "reservations") return "reservations";
   return "rate";
 }
 

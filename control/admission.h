@@ -75,7 +75,7 @@ struct AdmitResult {
   std::string cls;      // the tenant plan's dataplane class
   int64_t lease_s = 0;  // the concurrency lease an admission takes (s); 0: the plan has none
   std::string gate;     // refusing gate
-  std::string reason;   // "rate" | "quota" | "concurrency"
+  std::string reason;   // "rate" | "quota" | "concurrency" | "reservations"
   int64_t retry_after_ms = 0;
   std::vector<Remaining> remaining;
   std::string error;  // for 400/409/503: "field: message"

@@ -148,6 +148,24 @@ class Sync {
     freeReplyObject(r);
     return out;
   }
+  // The tenant's reservations, open or settled, whatever their window (lua/lib_reservation.lua):
+  // request_id -> value.
+  std::map<std::string, std::string> reservations(const std::string& tenant) {
+    std::map<std::string, std::string> out;
+    redisReply* windows = cmd({"KEYS", keys::reservations(tenant) + "*"});
+    for (size_t i = 0; windows && i < windows->elements; ++i) {
+      redisReply* h =
+          cmd({"HGETALL", std::string(windows->element[i]->str, windows->element[i]->len)});
+      for (size_t j = 0; h && j + 1 < h->elements; j += 2) {
+        std::string field(h->element[j]->str, h->element[j]->len);
+        if (field == "#" || field.starts_with("x:")) continue;
+        out[field] = std::string(h->element[j + 1]->str, h->element[j + 1]->len);
+      }
+      freeReplyObject(h);
+    }
+    freeReplyObject(windows);
+    return out;
+  }
   // Every key with its full value: HGETALL / GET / ZRANGE WITHSCORES, sorted.
   std::map<std::string, std::string> dump() {
     std::map<std::string, std::string> out;
@@ -354,7 +372,7 @@ TEST_F(AdmissionTest, AllOrNothingForEveryGate) {
     ASSERT_EQ(second.outcome, Outcome::kRefused) << second.error;
     EXPECT_EQ(second.gate, g == "model-tool" ? "tool" : g);
     EXPECT_EQ(before, after);
-    EXPECT_EQ(s.str({"EXISTS", keys::reservation("t-" + g, second.request_id)}), "0");
+    EXPECT_EQ(s.reservations("t-" + g).count(second.request_id), 0u);
     // Reported remaining values are those before the refused attempt.
     if (g == "model" || g == "tool") {
       EXPECT_NEAR(rem(second, "tenant"), 99, 0.01);
@@ -425,6 +443,34 @@ TEST_F(AdmissionTest, ConcurrentHammering) {
               kThreads, elapsed, rate_ok.load(), 20 + 10 * elapsed + 1, quota_ok.load());
 }
 
+// A tenant that never settles cannot fill Redis: past quota.max_open_reservations an admission
+// is refused (429, reason "reservations") until one is settled (or its window expires).
+TEST_F(AdmissionTest, OpenReservationsAreCapped) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 600, 3};
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+  std::vector<std::string> rids;
+  for (int i = 0; i < 3; ++i) {
+    AdmitResult a = h.admit(req("ws-acme", 10));
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << i;
+    rids.push_back(a.request_id);
+  }
+  AdmitResult full = h.admit(req("ws-acme", 10));
+  EXPECT_EQ(full.outcome, Outcome::kRefused);
+  EXPECT_EQ(full.gate, "reservations");
+  EXPECT_EQ(full.reason, "reservations");
+  EXPECT_GT(full.retry_after_ms, 0);
+  EXPECT_LE(full.retry_after_ms, 2 * 600 * 1000 + 1000);
+  EXPECT_EQ(rem(full, "quota"), 1000 - 30);  // the refusal charged nothing
+  ASSERT_TRUE(h.settle("", rids[0], 5).settled);
+  // A settled one is no longer open; settling it again changes nothing.
+  EXPECT_FALSE(h.settle("", rids[0], 5).settled);
+  EXPECT_EQ(h.admit(req("ws-acme", 10)).outcome, Outcome::kAllowed);
+  EXPECT_EQ(h.admit(req("ws-acme", 10)).outcome, Outcome::kRefused);
+}
+
 TEST_F(AdmissionTest, SettleIsIdempotent) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
@@ -489,15 +535,15 @@ TEST_F(AdmissionTest, ReservationExpiresAndStaysCharged) {
 
   AdmitResult a = h.admit(req("ws-acme", 100));
   ASSERT_EQ(a.outcome, Outcome::kAllowed);
-  std::string rkey = keys::reservation("ws-acme", a.request_id);
-  EXPECT_EQ(s.str({"EXISTS", rkey}), "1");
-  std::this_thread::sleep_for(milliseconds(2100));
-  EXPECT_EQ(s.str({"EXISTS", rkey}), "0");
+  EXPECT_EQ(s.reservations("ws-acme").count(a.request_id), 1u);
+  std::this_thread::sleep_for(milliseconds(1100));
   SettleResult st = h.settle("", a.request_id, 10);
   ASSERT_EQ(st.outcome, Outcome::kAllowed);
   EXPECT_FALSE(st.settled);
   EXPECT_EQ(st.detail, "expired");
   EXPECT_EQ(st.remaining, 900);  // the estimate stays charged
+  // Its window goes too, at most 2 * reservation_ttl_s + 1 s after it was created.
+  EXPECT_TRUE(h.wait_until([&] { return s.reservations("ws-acme").empty(); }, milliseconds(3000)));
   AdmitResult b = h.admit(req("ws-acme", 0));
   EXPECT_EQ(rem(b, "quota"), 900);
 }
@@ -764,14 +810,17 @@ std::vector<double> expect_charged_only_for_200(testing::RedisServer& redis, Obs
 
   // The undos run once Redis answers again: wait until the reservations are those of the 200s.
   Sync s(redis.port());
-  auto count_keys = [&](const std::string& pattern) {
-    redisReply* r = s.cmd({"KEYS", pattern});
-    size_t n = r ? r->elements : 0;
-    freeReplyObject(r);
-    return static_cast<int>(n);
+  auto open_reservations = [&] {
+    int n = 0;
+    redisReply* windows = s.cmd({"KEYS", keys::reservations("ws-load") + "*"});
+    for (size_t i = 0; windows && i < windows->elements; ++i) {
+      std::string open = s.str({"HGET", windows->element[i]->str, "#"});
+      n += open.empty() ? 0 : std::stoi(open);
+    }
+    freeReplyObject(windows);
+    return n;
   };
-  EXPECT_TRUE(h.wait_until([&] { return count_keys("dg:{t:ws-load}:r:*") == allowed; },
-                           milliseconds(10000)));
+  EXPECT_TRUE(h.wait_until([&] { return open_reservations() == allowed; }, milliseconds(10000)));
   // And until no undo is left to send (a global gate's has no reservation to watch).
   h.wait_until([] { return false; }, milliseconds(300));
   auto consumed = [&](const std::string& key) {
@@ -789,9 +838,11 @@ std::vector<double> expect_charged_only_for_200(testing::RedisServer& redis, Obs
   freeReplyObject(qk);
   // As many reservations and leases as requests answered 200, and those are theirs: none is
   // left for a request answered 503.
+  auto reservations = s.reservations("ws-load");
+  EXPECT_EQ(static_cast<int>(reservations.size()), allowed);
   for (const auto& d : done) {
     if (d.outcome != Outcome::kAllowed) continue;
-    EXPECT_EQ(s.str({"EXISTS", keys::reservation("ws-load", d.rid)}), "1") << d.rid;
+    EXPECT_EQ(reservations.count(d.rid), 1u) << d.rid;
     EXPECT_FALSE(s.str({"ZSCORE", "dg:{t:ws-load}:leases", d.rid}).empty()) << d.rid;
   }
   std::printf(
@@ -895,14 +946,17 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   }
   EXPECT_EQ(s.str({"HGET", keys::bucket("ws-acme", "tenant"), "tk"}), "100");
   EXPECT_EQ(s.str({"HGET", keys::global_bucket("model", "m1"), "tk"}), "50");
-  EXPECT_EQ(s.str({"EXISTS", ran.res_key}), "0");
+  EXPECT_TRUE(s.reservations("ws-acme").empty());
   EXPECT_EQ(s.str({"ZCARD", keys::leases("ws-acme")}), "0");
   redisReply* qk = s.cmd({"KEYS", "dg:{t:ws-acme}:q:*"});
   ASSERT_TRUE(qk && qk->elements == 1);
   EXPECT_EQ(s.str({"GET", std::string(qk->element[0]->str, qk->element[0]->len)}), "0");
   freeReplyObject(qk);
-  // The second refund found another attempt's reservation (none): it left a cancelled key only.
-  EXPECT_EQ(s.str({"EXISTS", ran.cancelled_key}), "1");
+  // The second refund found no reservation of its attempt: it left a cancellation only.
+  std::string cancellations;
+  for (const auto& [k, v] : s.dump())
+    if (k.starts_with(keys::reservations("ws-acme"))) cancellations += v;
+  EXPECT_EQ(cancellations, "hash:x:" + ran.attempt + "=1;");
 
   // Undone before it ran (the call still sat in a stopped Redis's buffer): it refuses later.
   freeReplyObject(s.cmd({"FLUSHALL"}));
@@ -914,7 +968,9 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   EXPECT_EQ(code_of(run_call(s, AdmitCall(late))), 3);
   EXPECT_EQ(code_of(run_call(s, GatesCall(late))), 3);
   for (const auto& [k, v] : s.dump())
-    EXPECT_TRUE(k == late.cancelled_key || k == late.attempt_key) << k << " = " << v;
+    EXPECT_TRUE(k.starts_with(keys::reservations("ws-acme")) || k == late.attempt_key)
+        << k << " = " << v;
+  EXPECT_TRUE(s.reservations("ws-acme").empty());
 
   // Another attempt with the same request_id (a client's retry) is not the cancelled one.
   Prepared retry;
@@ -1035,17 +1091,17 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->script, "admit");
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
-  // The attempt is new for every call: 16 hex digits, also naming the cancelled key.
-  ASSERT_EQ(call->args.size(), 15u);
+  // The attempt is new for every call: 8 hex digits.
+  ASSERT_EQ(call->args.size(), 16u);
   const std::string attempt = call->args[1];
-  EXPECT_EQ(attempt.size(), 16u);
+  EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
-  std::vector<std::string> keys = {"dg:{t:ws-acme}:q:",        "dg:{t:ws-acme}:r:rq-1",
-                                   "dg:{t:ws-acme}:leases",    "dg:{t:ws-acme}:x:" + attempt,
-                                   "dg:{t:ws-acme}:tb:tenant", "dg:{t:ws-acme}:tb:user:alice"};
+  std::vector<std::string> keys = {
+      "dg:{t:ws-acme}:q:", "dg:{t:ws-acme}:r:", "dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
+      "dg:{t:ws-acme}:tb:user:alice"};
   EXPECT_EQ(call->keys, keys);
-  std::vector<std::string> args = {"rq-1", attempt,  "42", "1000", "600",  "-1", "120", "1",
-                                   "2",    "tenant", "20", "5",    "user", "6",  "2"};
+  std::vector<std::string> args = {"rq-1", attempt, "42",     "1000", "600", "-1",   "-1", "120",
+                                   "1",    "2",     "tenant", "20",   "5",   "user", "6",  "2"};
   EXPECT_EQ(call->args, args);
   EXPECT_NE(admit_script_call(cfg, r)->args[1], attempt);
   std::string err;

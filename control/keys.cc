@@ -32,16 +32,12 @@ std::string quota(std::string_view tenant, std::string_view month) {
   return join({"dg:{t:", tenant, "}:q:", month});
 }
 
-std::string reservation(std::string_view tenant, std::string_view request_id) {
-  return join({"dg:{t:", tenant, "}:r:", request_id});
+std::string reservations(std::string_view tenant) {
+  return join({"dg:{t:", tenant, "}:r:"});
 }
 
 std::string leases(std::string_view tenant) {
   return join({"dg:{t:", tenant, "}:leases"});
-}
-
-std::string cancelled(std::string_view tenant, std::string_view attempt) {
-  return join({"dg:{t:", tenant, "}:x:", attempt});
 }
 
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt) {

@@ -17,12 +17,11 @@ std::string bucket(std::string_view tenant, std::string_view gate, std::string_v
 std::string quota_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:q:<YYYY-MM>" (for tests and tools; the engine never builds it).
 std::string quota(std::string_view tenant, std::string_view month);
-// "dg:{t:<tenant>}:r:<request_id>"
-std::string reservation(std::string_view tenant, std::string_view request_id);
+// "dg:{t:<tenant>}:r:": the reservation windows' prefix; the scripts append "<ttl>:<window>"
+// (lua/lib_reservation.lua).
+std::string reservations(std::string_view tenant);
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);
-// "dg:{t:<tenant>}:x:<attempt>": one admit.lua call, cancelled by refund.lua before it ran.
-std::string cancelled(std::string_view tenant, std::string_view attempt);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran, undone,

@@ -23,11 +23,13 @@ bool hex16(std::string_view s) {
   return true;
 }
 
-// 16 lowercase hex digits: request ids the engine generates, and attempts.
-std::string hex16_of(uint64_t v) {
+// The low `digits` hex digits of v, lowercase: request ids the engine generates (16), attempts
+// (8: they only tell apart calls with the same request_id, and are stored with every
+// reservation).
+std::string hex_of(uint64_t v, int digits) {
   static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
+  std::string out(static_cast<size_t>(digits), '0');
+  for (int i = digits - 1; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
   return out;
 }
 
@@ -69,10 +71,13 @@ Tables::Tables(const config::Config& cfg) {
     if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
     ti.tenant_key = keys::bucket(name, "tenant");
     ti.quota_prefix = keys::quota_prefix(name);
+    ti.reservations_prefix = keys::reservations(name);
     ti.leases_key = keys::leases(name);
     config::Quota q = p.quota.value_or(config::Quota{});
     if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
     ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
+    if (p.quota && q.max_open_reservations > 0)
+      ti.max_open_s = std::to_string(q.max_open_reservations);
     config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
     if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
     ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
@@ -125,13 +130,11 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   p.t = &t;
   if (req.request_id.empty()) {
     p.rid.reserve(t.name.size() + 17);
-    p.rid.append(t.name).append(".").append(hex16_of(rng()));
+    p.rid.append(t.name).append(".").append(hex_of(rng(), 16));
   } else {
     p.rid = req.request_id;
   }
-  p.res_key = keys::reservation(t.name, p.rid);
-  p.attempt = hex16_of(rng());
-  p.cancelled_key = keys::cancelled(t.name, p.attempt);
+  p.attempt = hex_of(rng(), 8);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
   if (t.tenant) {
@@ -198,14 +201,14 @@ AdmitCall::AdmitCall(const Prepared& p)
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
   keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
-  keys.set(s::kKeyReservation, p.res_key);
+  keys.set(s::kKeyReservations, t.reservations_prefix);
   keys.set(s::kKeyLeases, t.leases_key);
-  keys.set(s::kKeyCancelled, p.cancelled_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
   args.set(s::kArgTokens, p.tokens_s);
   args.set(s::kArgBudget, t.budget_s);
   args.set(s::kArgReservationTtl, t.res_ttl_s);
+  args.set(s::kArgMaxOpen, t.max_open_s);
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
   args.set(s::kArgSnapshot, "1");
@@ -269,14 +272,14 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
            lua::refund::kArgsFixed,
            lua::refund::kArgsFixed + 3 * lua::refund::kArgBucketStride + undo.pruned.size()) {
   namespace s = lua::refund;
-  keys.set(s::kKeyReservation, p.res_key);
+  keys.set(s::kKeyReservations, p.t->reservations_prefix);
+  keys.set(s::kKeyQuotaPrefix, p.t->quota_prefix);
   keys.set(s::kKeyLeases, p.t->leases_key);
-  keys.set(s::kKeyCancelled, p.cancelled_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
+  args.set(s::kArgReservationTtl, p.t->res_ttl_s);
   // Without a snapshot (a lost reply) whether the quota key existed is unknown: keep it.
   args.set(s::kArgQuotaExisted, undo.quota_existed || undo.snapshot.empty() ? "1" : "0");
-  args.set(s::kArgCancelTtl, p.t->res_ttl_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   const bool exact = undo.snapshot.size() == 4 * static_cast<size_t>(p.nb);
   for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
@@ -304,11 +307,12 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
 SettleCall::SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens)
     : Call(lua::kSettle, lua::settle::kKeysFixed, lua::settle::kKeysFixed, lua::settle::kArgsFixed,
            lua::settle::kArgsFixed),
-      res_key(keys::reservation(t.name, request_id)),
       tokens_s(std::to_string(tokens)) {
   namespace s = lua::settle;
-  keys.set(s::kKeyReservation, res_key);
+  keys.set(s::kKeyReservations, t.reservations_prefix);
   keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
+  args.set(s::kArgRequestId, request_id);
+  args.set(s::kArgReservationTtl, t.res_ttl_s);
   args.set(s::kArgTokens, tokens_s);
 }
 

@@ -42,8 +42,8 @@ struct TenantInfo {
   std::string name;
   const config::Plan* plan = nullptr;
   std::optional<Gate> tenant, user, api_key;
-  std::string tenant_key, quota_prefix, leases_key;
-  std::string budget_s = "-1", res_ttl_s, max_streams_s = "-1", lease_s;
+  std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
+  std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
 };
 
@@ -58,12 +58,11 @@ struct Tables {
 // An admission being built: validated input, key names and the buckets it goes through.
 struct Prepared {
   const TenantInfo* t = nullptr;
-  std::string rid, res_key, user_key, api_key_key, tokens_s;
+  std::string rid, user_key, api_key_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
-  std::string attempt;
-  std::string cancelled_key;  // keys::cancelled of the attempt
-  std::string attempt_key;    // keys::global_attempt of the attempt (with global gates only)
+  std::string attempt;      // 8 hex digits
+  std::string attempt_key;  // keys::global_attempt of the attempt (with global gates only)
   int64_t tokens = 0;
   std::array<const Gate*, 3> buckets{};
   std::array<std::string_view, 3> bucket_keys{};
@@ -159,7 +158,7 @@ struct RefundCall : Call {
 // settle.lua: replaces request_id's reservation with the actual token count.
 struct SettleCall : Call {
   SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens);
-  std::string res_key, tokens_s;
+  std::string tokens_s;
 };
 
 // release.lua: ends request_id's lease.

@@ -5,26 +5,27 @@
 -- writes nothing at all (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
 --
--- @keys quota_prefix reservation leases cancelled bucket...
--- @argv request_id attempt tokens budget reservation_ttl max_streams lease_s snapshot
+-- @keys quota_prefix reservations leases bucket...
+-- @argv request_id attempt tokens budget reservation_ttl max_open max_streams lease_s snapshot
 -- @argv bucket_count bucket...(gate capacity refill)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is appended here
 --                 because only Redis knows the month; the full key has the same {t:<tenant>}
 --                 hash tag, so it lives in the slot of the declared keys (cluster-safe).
---   reservation   hash "dg:{t:<tenant>}:r:<request_id>"
+--   reservations  "dg:{t:<tenant>}:r:": the prefix of the reservation windows
+--                 (lib_reservation.lua), same hash tag, so cluster-safe like quota_prefix
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
---   cancelled     "dg:{t:<tenant>}:x:<attempt>": exists when refund.lua cancelled this attempt
---                 before it ran (its reply was lost; see refund.lua), so it must not run now
 --   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
 -- ARGV (A_<NAME>):
 --   request_id
---   attempt       16 hex digits, new for every call: names this call apart from another one
---                 with the same request_id (a client's retry), for refund.lua
+--   attempt       8 hex digits, new for every call: names this call apart from another one
+--                 with the same request_id (a client's retry), for refund.lua, which may have
+--                 cancelled it before it ran (its reply was lost), so it must not run now
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
+--   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
 --   snapshot      "1": return what refund.lua needs to undo this admission exactly (prior
@@ -37,8 +38,9 @@
 -- Returns {code, gate, retry_after_ms, quota_used, month_left_s, month_len_s, live_leases,
 --          first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
---   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated). quota_used and live_leases are after
---   the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
+--   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
+--   "reservations" refuses when max_open reservations are open. quota_used and live_leases are
+--   after the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
 --   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket old tk, old ts
 --   ("" when the key did not exist), new tk, new ts, exactly as stored; then, with a
@@ -49,16 +51,26 @@ local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
--- One call for the usual case, where neither exists.
-if redis.call('EXISTS', KEYS[K_CANCELLED], KEYS[K_RESERVATION]) > 0 then
-  if redis.call('EXISTS', KEYS[K_CANCELLED]) == 1 then return {3} end
-  return {2}
+local rid = ARGV[A_REQUEST_ID]
+local attempt = ARGV[A_ATTEMPT]
+local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
+
+-- @include lib_reservation.lua
+-- One HMGET per window: a live reservation of request_id, the open count, a cancellation.
+local cur_key, prev_key, cur_expire = res_windows(KEYS[K_RESERVATIONS], res_ttl, sec)
+local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
+local prev = redis.call('HMGET', prev_key, rid, '#', 'x:' .. attempt)
+if cur[3] or prev[3] then return {3} end
+for _, v in ipairs({cur[1], prev[1]}) do
+  if v then
+    local _, _, created = res_parse(v)
+    if created + res_ttl * 1000 > now_ms then return {2} end
+  end
 end
 
-local rid = ARGV[A_REQUEST_ID]
 local tokens = tonumber(ARGV[A_TOKENS])
 local budget = tonumber(ARGV[A_BUDGET])
-local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
+local max_open = tonumber(ARGV[A_MAX_OPEN])
 local max_streams = tonumber(ARGV[A_MAX_STREAMS])
 local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
 local snapshot = ARGV[A_SNAPSHOT] == '1'
@@ -108,6 +120,12 @@ if max_streams >= 0 then
   if live >= max_streams then refuse('concurrency', first_ms) end
 end
 
+-- Open reservations: the previous window's count goes when its hash expires.
+local open_cur = tonumber(cur[2] or '0')
+if max_open >= 0 and open_cur + tonumber(prev[2] or '0') >= max_open then
+  refuse('reservations', (cur_expire - res_ttl) * 1000 - now_ms)
+end
+
 local out = {0, refused, retry, used, next_month - sec, next_month - month_start, live, first_ms,
              qraw and 1 or 0}
 if refused ~= '' then
@@ -137,7 +155,6 @@ if tokens > 0 then
   out[4] = used
 end
 
-local leased = 0
 if max_streams >= 0 then
   if snapshot then
     -- Prune a bounded number of expired leases and hand them to refund.lua, which puts them
@@ -159,10 +176,12 @@ if max_streams >= 0 then
   live = live + 1
   out[7] = live
   if first_ms == 0 then out[8] = lease_ms end
-  leased = 1
 end
 
-redis.call('HSET', KEYS[K_RESERVATION], 'reserved', tokens, 'settled', 0, 'charged', 0, 'q', qkey,
-           'qx', q_expire_at, 'lease', leased, 'a', ARGV[A_ATTEMPT])
-redis.call('EXPIRE', KEYS[K_RESERVATION], res_ttl)
+-- An expired reservation of the same request_id still open in this window is replaced, and was
+-- counted already.
+local replaced = cur[1] and select(4, res_parse(cur[1])) == nil
+redis.call('HSET', cur_key, rid, attempt .. ' ' .. ARGV[A_TOKENS] .. ' ' .. now_ms, '#',
+           replaced and open_cur or open_cur + 1)
+if not cur[2] then redis.call('EXPIREAT', cur_key, cur_expire) end
 return out

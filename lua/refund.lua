@@ -4,43 +4,57 @@
 -- connection went away after the call was written, so it may or may not have run).
 --
 -- The reservation says whether the attempt ran: admit.lua writes it, with the attempt, exactly
--- when it admits. When it holds another attempt or none, this attempt was refused, has not run
--- yet (it may still sit in a buffer of a Redis that was stopped) or never will: the cancelled
--- key makes admit.lua refuse it should it ever run, and nothing else is touched.
+-- when it admits. When request_id's open reservation holds another attempt or there is none,
+-- this attempt was refused, has not run yet (it may still sit in a buffer of a Redis that was
+-- stopped) or never will: it is marked cancelled in the current reservation window
+-- (lib_reservation.lua), so that admit.lua refuses it should it ever run within
+-- reservation_ttl_s, and nothing else is touched.
 --
 -- When it ran: buckets are restored byte for byte from the snapshot (the prior tk/ts, or the key
 -- deleted when it did not exist) when nobody touched them since admit.lua wrote them; otherwise
 -- (another admission built on our write, or no snapshot because the reply was lost) only our
 -- token is given back: tk + 1, capped at capacity, which is the level the bucket would have had
--- without our take, refill being computed from ts when read. The quota counter gets the
--- reservation back (and disappears again if admit.lua created it), the reservation is deleted,
--- the lease removed and the expired leases admit.lua pruned put back, so with a snapshot the
--- lease zset is as before too. Running it twice changes nothing more: the reservation is gone.
+-- without our take, refill being computed from ts when read. The quota counter of the
+-- admission's month gets the reservation back (and disappears again if admit.lua created it),
+-- the reservation is removed, the lease removed and the expired leases admit.lua pruned put back,
+-- so with a snapshot the lease zset is as before too. Running it twice changes nothing more: the
+-- reservation is gone.
 --
--- @keys reservation leases cancelled bucket...
--- @argv request_id attempt quota_existed cancel_ttl bucket_count
+-- @keys reservations quota_prefix leases bucket...
+-- @argv request_id attempt reservation_ttl quota_existed bucket_count
 -- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
 --
--- KEYS: reservation  hash "dg:{t:<tenant>}:r:<request_id>" (its field q names the quota key,
---                    same hash slot; its field a the attempt that wrote it)
---       leases       zset
---       cancelled    "dg:{t:<tenant>}:x:<attempt>", written when the attempt did not run
---       bucket...    the bucket hashes admit.lua consumed from
+-- KEYS: reservations  "dg:{t:<tenant>}:r:", the prefix of the reservation windows
+--       quota_prefix  "dg:{t:<tenant>}:q:"
+--       leases        zset
+--       bucket...     the bucket hashes admit.lua consumed from
 -- ARGV: request_id
---       attempt        the admit.lua call's attempt
---       quota_existed  "1" when the quota key existed before admit.lua
---       cancel_ttl     seconds the cancelled key is kept
---       bucket_count   n
---       bucket...      per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts; all
---                      but capacity "" when there is no snapshot
---       pruned...      to the end: the expired leases admit.lua pruned (none without a
---                      concurrency gate or a snapshot), as member, score
+--       attempt          the admit.lua call's attempt
+--       reservation_ttl  the plan's reservation_ttl_s
+--       quota_existed    "1" when the quota key existed before admit.lua
+--       bucket_count     n
+--       bucket...        per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts; all
+--                        but capacity "" when there is no snapshot
+--       pruned...        to the end: the expired leases admit.lua pruned (none without a
+--                        concurrency gate or a snapshot), as member, score
 --
 -- Returns 1 when the attempt had run and was refunded, 0 when it had not (now cancelled).
 
-local r = redis.call('HMGET', KEYS[K_RESERVATION], 'reserved', 'q', 'a')
-if not r[1] or r[3] ~= ARGV[A_ATTEMPT] then
-  redis.call('SET', KEYS[K_CANCELLED], 1, 'EX', ARGV[A_CANCEL_TTL])
+-- @include lib_month.lua
+-- @include lib_reservation.lua
+
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[A_RESERVATION_TTL])
+local rid = ARGV[A_REQUEST_ID]
+local cur_key, prev_key, cur_expire = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
+local key, v = res_find(cur_key, prev_key, rid, ttl, now_ms)
+local attempt, reserved, created, charged
+if key then attempt, reserved, created, charged = res_parse(v) end
+if not key or attempt ~= ARGV[A_ATTEMPT] or charged then
+  redis.call('HSET', cur_key, 'x:' .. ARGV[A_ATTEMPT], 1)
+  redis.call('EXPIREAT', cur_key, cur_expire)
   return 0
 end
 
@@ -67,12 +81,17 @@ end
 for p = A_BUCKET + n * A_BUCKET_STRIDE, #ARGV, A_PRUNED_STRIDE do
   redis.call('ZADD', KEYS[K_LEASES], ARGV[p + A_PRUNED_SCORE], ARGV[p + A_PRUNED_MEMBER])
 end
-redis.call('ZREM', KEYS[K_LEASES], ARGV[A_REQUEST_ID])
+redis.call('ZREM', KEYS[K_LEASES], rid)
 
-local reserved = tonumber(r[1])
 if reserved > 0 then
-  local v = redis.call('DECRBY', r[2], reserved)
-  if v == 0 and ARGV[A_QUOTA_EXISTED] == '0' then redis.call('DEL', r[2]) end
+  local qkey = KEYS[K_QUOTA_PREFIX] .. utc_month(math.floor(created / 1000))
+  local v = redis.call('DECRBY', qkey, reserved)
+  if v == 0 and ARGV[A_QUOTA_EXISTED] == '0' then redis.call('DEL', qkey) end
 end
-redis.call('DEL', KEYS[K_RESERVATION])
+-- The window is as before when this was its only reservation.
+if redis.call('HINCRBY', key, '#', -1) == 0 and redis.call('HLEN', key) == 2 then
+  redis.call('DEL', key)
+else
+  redis.call('HDEL', key, rid)
+end
 return 1

@@ -137,11 +137,16 @@ charge() {
   for q in $(rcli "$port" --scan --pattern 'dg:{t:ws-chaos}:q:*'); do
     quota=$((quota + $(rcli "$port" get "$q")))
   done
+  # Open reservations: the "#" count of each reservation window (lua/lib_reservation.lua).
+  local open=0
+  for w in $(rcli "$port" --scan --pattern 'dg:{t:ws-chaos}:r:*'); do
+    open=$((open + $(rcli "$port" hget "$w" '#')))
+  done
   python3 -c 'import json, sys
 tk = sys.argv[1]
 print(json.dumps({"tokens": round(1e9 - float(tk)) if tk else 0, "quota": int(sys.argv[2]),
                   "reservations": int(sys.argv[3]), "leases": int(sys.argv[4])}))' \
-    "$tk" "$quota" "$(rcli "$port" --scan --pattern 'dg:{t:ws-chaos}:r:*' | wc -l)" \
+    "$tk" "$quota" "$open" \
     "$(rcli "$port" zcard 'dg:{t:ws-chaos}:leases')" >"$work/charge.json"
 }
 
