@@ -10,6 +10,7 @@
 
 #include "common/id.h"
 #include "config/config.h"
+#include "control/json_writer.h"
 
 namespace dripgate::control::api {
 namespace {
@@ -156,17 +157,18 @@ bool is_whole(const std::string& gate) {
   return gate == "quota" || gate == "concurrency";
 }
 
-json remaining_json(const std::vector<Remaining>& remaining) {
-  json out = json::object();
+void write_remaining(JsonWriter& w, const std::vector<Remaining>& remaining) {
+  w.key("remaining").begin_object();
   for (const auto& r : remaining) {
+    w.key(r.gate);
     if (is_whole(r.gate)) {
-      out[r.gate] = static_cast<int64_t>(std::floor(r.value));
+      w.integer(static_cast<int64_t>(std::floor(r.value)));
     } else {
       // Four decimals: the fractional refill is meaningful, float noise is not.
-      out[r.gate] = std::round(r.value * 10000.0) / 10000.0;
+      w.number(std::round(r.value * 10000.0) / 10000.0);
     }
   }
-  return out;
+  w.end_object();
 }
 
 int64_t whole(double v) {
@@ -175,8 +177,17 @@ int64_t whole(double v) {
   return static_cast<int64_t>(v);
 }
 
-std::string json_response_body(const json& j) {
-  return j.dump() + "\n";
+// A response body: one JSON object, filled by fill(JsonWriter&), and a newline.
+template <class Fill>
+std::string json_body(Fill fill) {
+  std::string out;
+  out.reserve(256);
+  JsonWriter w(out);
+  w.begin_object();
+  fill(w);
+  w.end_object();
+  out += '\n';
+  return out;
 }
 
 }  // namespace
@@ -224,12 +235,14 @@ std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& o
 }
 
 std::string flow_json(const Flow& flow) {
-  json j = {{"src", flow.src},
-            {"sport", flow.sport},
-            {"dst", flow.dst},
-            {"dport", flow.dport},
-            {"proto", flow.proto}};
-  return j.dump();
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object();
+  w.key("src").string(flow.src).key("sport").integer(flow.sport);
+  w.key("dst").string(flow.dst).key("dport").integer(flow.dport);
+  w.key("proto").integer(flow.proto);
+  w.end_object();
+  return out;
 }
 
 int status_of(Outcome o) {
@@ -278,7 +291,7 @@ std::string ratelimit_header(const std::vector<Remaining>& remaining) {
 }
 
 Response render_error(int status, const std::string& message) {
-  return Response{status, {}, json_response_body(json{{"error", message}})};
+  return Response{status, {}, json_body([&](JsonWriter& w) { w.key("error").string(message); })};
 }
 
 Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
@@ -288,43 +301,45 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
   }
   Response resp;
   resp.status = status;
-  json j;
-  if (status == 200) {
-    j = {{"allowed", true},
-         {"request_id", r.request_id},
-         {"class", r.cls},
-         {"remaining", remaining_json(r.remaining)}};
-  } else {
-    j = {{"allowed", false},
-         {"gate", r.gate},
-         {"reason", r.reason},
-         {"retry_after_ms", r.retry_after_ms},
-         {"remaining", remaining_json(r.remaining)}};
+  resp.body = json_body([&](JsonWriter& w) {
+    if (status == 200) {
+      w.key("allowed").boolean(true).key("request_id").string(r.request_id);
+      w.key("class").string(r.cls);
+    } else {
+      w.key("allowed").boolean(false).key("gate").string(r.gate).key("reason").string(r.reason);
+      w.key("retry_after_ms").integer(r.retry_after_ms);
+    }
+    write_remaining(w, r.remaining);
+  });
+  if (status != 200)
     resp.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(r.retry_after_ms)));
-  }
   if (!r.remaining.empty()) {
     resp.headers.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
     resp.headers.emplace_back("RateLimit", ratelimit_header(r.remaining));
   }
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
-  resp.body = json_response_body(j);
   return resp;
 }
 
 Response render_settle(const SettleResult& r) {
   int status = status_of(r.outcome);
   if (status != 200) return render_error(status, r.error.empty() ? "settle failed" : r.error);
-  json j = {{"settled", r.settled},
-            {"charged", r.charged},
-            {"remaining", r.remaining < 0 ? json(nullptr) : json(r.remaining)},
-            {"detail", r.detail}};
-  return Response{200, {}, json_response_body(j)};
+  return Response{200, {}, json_body([&](JsonWriter& w) {
+                    w.key("settled").boolean(r.settled).key("charged").integer(r.charged);
+                    w.key("remaining");
+                    if (r.remaining < 0) {
+                      w.null();
+                    } else {
+                      w.integer(r.remaining);
+                    }
+                    w.key("detail").string(r.detail);
+                  })};
 }
 
 Response render_release(const ReleaseResult& r, const std::string& flow_tag) {
   int status = status_of(r.outcome);
   if (status != 200) return render_error(status, r.error.empty() ? "release failed" : r.error);
-  Response resp{200, {}, json_response_body(json{{"released", r.released}})};
+  Response resp{200, {}, json_body([&](JsonWriter& w) { w.key("released").boolean(r.released); })};
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
   return resp;
 }

@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
+#include "control/json_writer.h"
+
 namespace dripgate::control::api {
 namespace {
 
@@ -263,3 +267,34 @@ TEST(Render, ErrorsAndOtherOutcomes) {
 
 }  // namespace
 }  // namespace dripgate::control::api
+
+namespace dripgate::control {
+namespace {
+
+// What the writer makes reads back as what was written, for every kind of value, and strings
+// with quotes, backslashes, control characters and UTF-8 survive.
+TEST(JsonWriter, WritesWhatAParserReadsBack) {
+  std::string out;
+  JsonWriter w(out);
+  const std::string odd = "q\"b\\n\n\t\r\x01\x1f é";
+  w.begin_object();
+  w.key("s").string(odd).key("i").integer(-9007199254740993).key("d").number(19.5);
+  w.key("tiny").number(1e-300).key("nan").number(std::nan("")).key("t").boolean(true);
+  w.key("n").null().key("o").begin_object().key("x").integer(1).key("y").integer(2).end_object();
+  w.key("after").begin_object().end_object();
+  w.end_object();
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["s"], odd);
+  EXPECT_EQ(j["i"].get<int64_t>(), -9007199254740993);
+  EXPECT_EQ(j["d"].get<double>(), 19.5);
+  EXPECT_EQ(j["tiny"].get<double>(), 1e-300);
+  EXPECT_TRUE(j["nan"].is_null());
+  EXPECT_EQ(j["t"], true);
+  EXPECT_TRUE(j["n"].is_null());
+  EXPECT_EQ(j["o"], nlohmann::json::parse(R"({"x":1,"y":2})"));
+  EXPECT_TRUE(j["after"].is_object() && j["after"].empty());
+  EXPECT_EQ(out.find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dripgate::control
