@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -48,8 +49,9 @@ const redisReply* elem(const redisReply* r, size_t i) {
 int64_t as_int(const redisReply* r) {
   if (!r) return 0;
   if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-  if (r->type == REDIS_REPLY_STRING) return std::strtoll(r->str, nullptr, 10);
-  return 0;
+  int64_t v = 0;
+  if (r->type == REDIS_REPLY_STRING) std::from_chars(r->str, r->str + r->len, v);
+  return v;
 }
 std::string_view as_str(const redisReply* r) {
   if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)) return {};
@@ -57,7 +59,9 @@ std::string_view as_str(const redisReply* r) {
 }
 double as_double(const redisReply* r) {
   if (!r || r->type != REDIS_REPLY_STRING) return static_cast<double>(as_int(r));
-  return std::strtod(r->str, nullptr);  // hiredis NUL-terminates bulk strings
+  double v = 0;
+  std::from_chars(r->str, r->str + r->len, v);
+  return v;
 }
 
 // Why a reply is not usable, or empty when it is an array of at least n elements (n = 0: any

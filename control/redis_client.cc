@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <deque>
 
@@ -582,7 +583,7 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
                           std::span<const std::string_view> args, Callback cb, LateReply late,
                           WhenStalled stalled) {
   char numkeys[24];
-  int nk = snprintf(numkeys, sizeof numkeys, "%zu", keys.size());
+  auto nk = std::to_chars(numkeys, numkeys + sizeof numkeys, keys.size()).ptr - numkeys;
   ArgvBuf a(3 + keys.size() + args.size());
   a.add("EVALSHA");
   a.add(script.sha1);
