@@ -11,12 +11,17 @@ namespace dripgate::config {
 std::optional<std::string> Redis::set_url(std::string_view text) {
   common::RedisUrl parsed;
   if (auto why = common::parse_redis_url(text, parsed)) return why;
-  if (!password_file.empty()) {
-    if (!parsed.password.empty()) return "a password in the url and a password_file: give one";
+  const char* elsewhere = !password_file.empty()  ? "password_file"
+                          : !password_env.empty() ? "password_env"
+                                                  : nullptr;
+  if (elsewhere) {
+    if (!parsed.password.empty())
+      return std::string("a password in the url and a ") + elsewhere + ": give one";
     parsed.password = password;
   }
-  if (!parsed.user.empty() && parsed.password.empty() && password_file.empty())
-    return "user " + common::quote(parsed.user) + " has no password (add one, or password_file)";
+  if (!parsed.user.empty() && parsed.password.empty() && !elsewhere)
+    return "user " + common::quote(parsed.user) +
+           " has no password (add one, or password_file, or password_env)";
   static_cast<common::RedisUrl&>(*this) = std::move(parsed);
   url = std::string(text);
   return std::nullopt;
@@ -51,6 +56,9 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   if (!cfg.redis.password_file.empty())
     out << YAML::Key << "password_file" << YAML::Value << YAML::DoubleQuoted
         << cfg.redis.password_file;
+  if (!cfg.redis.password_env.empty())
+    out << YAML::Key << "password_env" << YAML::Value << YAML::DoubleQuoted
+        << cfg.redis.password_env;
   kv(out, "timeout_ms", int64_t{cfg.redis.timeout_ms});
   kv(out, "pool_size", int64_t{cfg.redis.pool_size});
   out << YAML::EndMap;
@@ -58,11 +66,14 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.listen;
   kv(out, "threads", int64_t{cfg.control.threads});
-  if (cfg.control.auth_token_file.empty())
-    out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
-  else
+  if (!cfg.control.auth_token_file.empty())
     out << YAML::Key << "auth_token_file" << YAML::Value << YAML::DoubleQuoted
         << cfg.control.auth_token_file;
+  else if (!cfg.control.auth_token_env.empty())
+    out << YAML::Key << "auth_token_env" << YAML::Value << YAML::DoubleQuoted
+        << cfg.control.auth_token_env;
+  else
+    out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
   kv(out, "max_connections", int64_t{cfg.control.max_connections});

@@ -64,11 +64,15 @@ struct Redis : common::RedisUrl {
   // A file whose first line is the password (instead of one in the url): the secret stays out
   // of the YAML, and out of `ps` when the url is given on the command line.
   std::string password_file;
+  // Or the name of an environment variable holding the password (a systemd Environment= or a
+  // container's secret), for the same reasons.
+  std::string password_env;
   int timeout_ms = 50;
   int pool_size = 4;  // connections per worker thread
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
-  // nothing. With password_file set, the password is the file's and the url must carry none.
+  // nothing. With password_file or password_env set, the password is the one read from there
+  // and the url must carry none.
   std::optional<std::string> set_url(std::string_view url);
 
   bool operator==(const Redis&) const = default;
@@ -79,6 +83,7 @@ struct Control {
   int threads = 2;
   std::string auth_token;       // empty: no bearer auth
   std::string auth_token_file;  // where auth_token was read from (first line), if not inline
+  std::string auth_token_env;   // or the environment variable it was read from
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
   // Open HTTP connections at most (all workers); a connection beyond it is closed at once.
   int max_connections = 10000;

@@ -2,9 +2,11 @@
 // `file:line:col: path.to.field: message` instead of stopping at the first one, so a user fixes
 // a file in one pass. Nothing here throws to the caller: any input gives a result.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -397,11 +399,44 @@ bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::stri
   return true;
 }
 
+// A secret in the environment: `key_env: NAME` names the variable. Sets `name` and `out`; the
+// secret itself never reaches a message. Refused when `other` (the file key) is given too.
+bool load_secret_env(Ctx& ctx, const Fields& f, std::string_view key, std::string_view other,
+                     std::string& name, std::string& out) {
+  const Entry* e = f.find(key);
+  if (!e) return false;
+  auto var = get_string(ctx, e->value, f.path(key));
+  if (!var) return false;
+  bool ok = !var->empty() && !std::isdigit(static_cast<unsigned char>((*var)[0]));
+  for (char c : *var) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ok) {
+    ctx.error(e->value, f.path(key),
+              "bad environment variable name " + quote(*var) + "; expected [A-Za-z_][A-Za-z0-9_]*");
+    return false;
+  }
+  if (f.find(other)) {
+    ctx.error(e->value, f.path(key),
+              std::string(other) + " is set too; give the secret in one place");
+    return false;
+  }
+  name = *var;
+  if (!ctx.read_secrets()) return true;
+  const char* value = std::getenv(var->c_str());
+  if (!value || !*value) {
+    ctx.error(e->value, f.path(key),
+              "environment variable " + *var + (value ? " is empty" : " is not set"));
+    return false;
+  }
+  out = value;
+  return true;
+}
+
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
-  Fields f(ctx, n, "redis", {"url", "password_file", "timeout_ms", "pool_size"});
+  Fields f(ctx, n, "redis", {"url", "password_file", "password_env", "timeout_ms", "pool_size"});
   if (!f.ok()) return;
-  // The file first: the url's checks (a user needs a password; not two passwords) see it.
+  // The secret first: the url's checks (a user needs a password; not two passwords) see it.
   load_secret_file(ctx, f, "password_file", r.password_file, r.password);
+  load_secret_env(ctx, f, "password_env", "password_file", r.password_env, r.password);
   if (const Entry* e = f.find("url")) {
     if (auto s = get_string(ctx, e->value, f.path("url"))) {
       if (auto why = r.set_url(*s))
@@ -431,8 +466,8 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
-           {"listen", "threads", "auth_token", "auth_token_file", "dataplane_socket",
-            "max_connections", "request_timeout_s"});
+           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env",
+            "dataplane_socket", "max_connections", "request_timeout_s"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("listen")) {
     if (auto s = get_string(ctx, e->value, f.path("listen"))) {
@@ -452,6 +487,11 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   if (load_secret_file(ctx, f, "auth_token_file", c.auth_token_file, c.auth_token) &&
       f.find("auth_token"))
     ctx.error(f.find("auth_token_file")->value, f.path("auth_token_file"),
+              "auth_token is set too; give the token in one place");
+  if (load_secret_env(ctx, f, "auth_token_env", "auth_token_file", c.auth_token_env,
+                      c.auth_token) &&
+      f.find("auth_token"))
+    ctx.error(f.find("auth_token_env")->value, f.path("auth_token_env"),
               "auth_token is set too; give the token in one place");
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
   set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);

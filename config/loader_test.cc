@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "config/config.h"
 
 namespace dripgate::config {
@@ -180,10 +182,9 @@ TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
 // each kind of error: exact message, line and column
 
 TEST(Errors, UnknownKeysNameTheAllowedOnes) {
-  EXPECT_EQ(
-      error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
-      "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, timeout_ms, "
-      "pool_size)");
+  EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
+            "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
+            "password_env, timeout_ms, pool_size)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -200,7 +201,8 @@ plans:
             "api_key)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
-            "auth_token_file, dataplane_socket, max_connections, request_timeout_s)");
+            "auth_token_file, auth_token_env, dataplane_socket, max_connections, "
+            "request_timeout_s)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -401,6 +403,51 @@ TEST(Redis, UrlIsParsedIntoItsParts) {
 
 // Secrets can stay out of the YAML: the first line of a file (systemd's LoadCredential= puts
 // one under /run/credentials/<unit>/). Messages never show the secret.
+// The same from environment variables, named in the YAML so that the file can be committed:
+// the secret never reaches a message or the round trip.
+TEST(Redis, PasswordAndTokenFromTheEnvironment) {
+  ::setenv("DG_TEST_REDIS_PW", "s3cret-env", 1);
+  ::setenv("DG_TEST_TOKEN", "t0ken-env", 1);
+  ::setenv("DG_TEST_EMPTY", "", 1);
+  ::unsetenv("DG_TEST_UNSET");
+  Config c = load_ok(
+      "redis: { url: \"redis://gateway@10.0.0.5:6380/1\", password_env: DG_TEST_REDIS_PW }\n"
+      "control: { auth_token_env: DG_TEST_TOKEN }\n");
+  EXPECT_EQ(c.redis.password, "s3cret-env");
+  EXPECT_EQ(c.redis.password_env, "DG_TEST_REDIS_PW");
+  EXPECT_EQ(c.control.auth_token, "t0ken-env");
+  EXPECT_EQ(c.redis.set_url("redis://gateway:other@10.0.0.6"),
+            "a password in the url and a password_env: give one");
+  std::string y = to_yaml(c);
+  EXPECT_EQ(y.find("s3cret"), std::string::npos) << y;
+  EXPECT_EQ(y.find("t0ken"), std::string::npos) << y;
+  EXPECT_EQ(load_ok(y), c);
+
+  EXPECT_EQ(error_of("redis: { password_env: DG_TEST_UNSET }"),
+            "t.yaml:1:24: redis.password_env: environment variable DG_TEST_UNSET is not set");
+  EXPECT_EQ(error_of("redis: { password_env: DG_TEST_EMPTY }"),
+            "t.yaml:1:24: redis.password_env: environment variable DG_TEST_EMPTY is empty");
+  EXPECT_EQ(error_of("redis: { password_env: \"1BAD-NAME\" }"),
+            "t.yaml:1:24: redis.password_env: bad environment variable name '1BAD-NAME'; expected "
+            "[A-Za-z_][A-Za-z0-9_]*");
+  char pw_tmpl[] = "/tmp/dg-pw-XXXXXX";
+  int fd = ::mkstemp(pw_tmpl);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "pw\n", 3), 3);
+  ::close(fd);
+  EXPECT_EQ(error_of("redis: { password_file: " + std::string(pw_tmpl) +
+                     ", password_env: DG_TEST_REDIS_PW }"),
+            "t.yaml:1:58: redis.password_env: password_file is set too; give the secret in one "
+            "place");
+  ::unlink(pw_tmpl);
+  EXPECT_EQ(error_of("control: { auth_token: x, auth_token_env: DG_TEST_TOKEN }"),
+            "t.yaml:1:43: control.auth_token_env: auth_token is set too; give the token in one "
+            "place");
+  ::unsetenv("DG_TEST_REDIS_PW");
+  ::unsetenv("DG_TEST_TOKEN");
+  ::unsetenv("DG_TEST_EMPTY");
+}
+
 TEST(Redis, PasswordAndTokenFromFiles) {
   char dir_tmpl[] = "/tmp/dg-secret-XXXXXX";
   std::string dir = mkdtemp(dir_tmpl);
@@ -436,7 +483,7 @@ TEST(Redis, PasswordAndTokenFromFiles) {
             "unix:///path");
   EXPECT_EQ(error_of("redis: { url: \"redis://gateway@h\" }"),
             "t.yaml:1:15: redis.url: bad redis URL 'redis://***@h': user 'gateway' has no "
-            "password (add one, or password_file); expected "
+            "password (add one, or password_file, or password_env); expected "
             "redis://[[user][:password]@]host[:port][/db] or unix:///path");
   EXPECT_EQ(error_of("control: { auth_token: x, auth_token_file: \"" + tok + "\" }"),
             "t.yaml:1:44: control.auth_token_file: auth_token is set too; give the token in one "
@@ -783,7 +830,7 @@ dataplane:
       "host:port or [v6-address]:port",
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
-      "auth_token_file, dataplane_socket, max_connections, request_timeout_s)",
+      "auth_token_file, auth_token_env, dataplane_socket, max_connections, request_timeout_s)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "

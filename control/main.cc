@@ -23,7 +23,8 @@ namespace {
 // token; files are named, not read out).
 Config masked(Config cfg) {
   cfg.redis.url = dripgate::common::redact_redis_url(cfg.redis.url);
-  if (!cfg.control.auth_token.empty() && cfg.control.auth_token_file.empty())
+  if (!cfg.control.auth_token.empty() && cfg.control.auth_token_file.empty() &&
+      cfg.control.auth_token_env.empty())
     cfg.control.auth_token = "***";
   return cfg;
 }
