@@ -16,11 +16,12 @@ wait_port() {
   return 1
 }
 
-# start_redis DIR: a private, non-persistent redis-server on a free port; sets redis_port.
+# start_redis DIR [OPTION...]: a private, non-persistent redis-server on a free port, with the
+# redis-server options given; sets redis_port.
 start_redis() {
   redis_port=$(free_port)
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$1" --logfile "$1/redis.log" &
+    --dir "$1" --logfile "$1/redis.log" "${@:2}" &
   pids+=($!)
   wait_port "$redis_port"
 }

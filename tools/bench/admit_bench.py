@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Rounds, figures and the summary of tools/bench/admit_bench.sh (which starts Redis and
+dripgate-control and passes their pids here). Not a test: figures only.
+
+Phases, all on the same Redis and the same daemon, the keyspace flushed before each window so
+every window starts from the same state (one tenant bucket, no reservations):
+  peak      N rounds, each: the daemon under wrk at --conns (POST /v1/admit), then
+            redis-benchmark -r at --conns sending the daemon's own admit call (captured with
+            MONITOR, the request id made new for every call), then redis-benchmark running the
+            minimal bucket script below. Per window: decisions/s, CONFIG RESETSTAT then
+            INFO commandstats (usec_per_call), and /proc/<pid>/stat utime+stime of the daemon and
+            of Redis over the window divided by the decisions.
+  half      N rounds of the daemon and redis-benchmark at the same low concurrency, the lowest
+            at which the daemon's closed-loop rate reaches half its median peak (2 s probes):
+            p50/p99. wrk2 (constant rate) is not in Debian; wrk's delay() paces in whole
+            milliseconds and fires connections in bursts that measure wrk, so this is closed
+            loop at low concurrency, the same for both sides.
+  memory    used_memory and DBSIZE before and after --memory-calls admit calls (the captured
+            call, new request ids): bytes and keys per open reservation.
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+# The baseline for the script's own cost: a textbook token bucket in one hash, what a
+# rate limiter without quota, reservations or undo does per call. TIME is its clock, as in
+# admit.lua (a caller-supplied clock cannot be varied by redis-benchmark).
+MIN_BUCKET = """
+local b = redis.call('HMGET', KEYS[1], 'tk', 'ts')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local cap, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tk = tonumber(b[1]) or cap
+local ts = tonumber(b[2]) or now
+tk = math.min(cap, tk + (now - ts) * rate / 1000000)
+local ok = tk >= 1
+if ok then tk = tk - 1 end
+redis.call('HSET', KEYS[1], 'tk', tk, 'ts', now)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return ok and 1 or 0
+"""
+# redis-benchmark -r N puts 12 digits (random below N) in place of each of these, anew in every
+# call and for every occurrence: the reservation key and the request_id argument get different
+# ids of the same length (the cost is the same). N is read as a C int: above 2^31 it wraps, and
+# above 2^32 it can become 0 (every call the same id, answered "live reservation").
+RAND = "__rand_int__"
+RAND_RANGE = "2000000000"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        where = ["-s", a.redis_socket] if a.redis_socket else ["-p", str(a.redis_port)]
+        self.cli = ["redis-cli"] + where
+        self.rb = ["redis-benchmark"] + where
+        self.url = f"http://127.0.0.1:{a.http_port}/v1/admit"
+
+    def redis(self, *args):
+        return subprocess.run(self.cli + list(args), check=True, capture_output=True,
+                              text=True).stdout
+
+    def info(self, section):
+        return dict(line.split(":", 1) for line in self.redis("info", section).splitlines()
+                    if ":" in line)
+
+    def cmdstat(self, cmd):
+        raw = self.info("commandstats").get(f"cmdstat_{cmd}", "")
+        stat = dict(kv.split("=") for kv in raw.strip().split(",") if "=" in kv)
+        return {k: float(v) for k, v in stat.items()}
+
+    def post(self, body):
+        s = socket.create_connection(("127.0.0.1", self.a.http_port))
+        s.sendall((f"POST /v1/admit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                   f"{body}").encode())
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        s.close()
+        text = reply.decode()
+        if '"allowed":true' not in text:
+            sys.exit(f"bench: admission failed:\n{text}")
+        return json.loads(text[text.index("{"):])
+
+    def capture(self):
+        """The daemon's Redis commands for one admission (after a warm-up one), as sent."""
+        self.post(self.a.body)
+        mon = subprocess.Popen(self.cli + ["monitor"], stdout=subprocess.PIPE, text=True)
+        mon.stdout.readline()  # "OK": MONITOR is on
+        rid = self.post(self.a.body)["request_id"]
+        time.sleep(0.3)
+        mon.terminate()
+        out = mon.communicate()[0]
+        # Commands a script runs show as client "lua": not the daemon's.
+        cmds = [[bytes(x, "utf-8").decode("unicode_escape")
+                 for x in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+                for line in out.splitlines() if not re.search(r"\[\d+ lua\]", line)]
+        cmds = [c for c in cmds if c]
+        calls = [c for c in cmds if c[0].lower() in ("evalsha", "eval", "fcall", "fcall_ro")]
+        if not calls:
+            sys.exit("bench: no script call seen in MONITOR output:\n" + out)
+        # Same length as the daemon's id, so the reservation key and record weigh the same.
+        new_rid = (rid[:-len(RAND)] if len(rid) > len(RAND) else rid + ".") + RAND
+        self.call = [x.replace(rid, new_rid) for x in calls[0]]
+        self.cmd = self.call[0].lower()
+        print(f"daemon's Redis commands for one admission: {len(cmds)} "
+              f"({', '.join(c[0].upper() for c in cmds)})")
+        print("admit call replayed by redis-benchmark: " + " ".join(self.call))
+        # The replay must do the daemon's work: admitted once per new id, not "live reservation".
+        once = [self.call[0]] + [x.replace(RAND, "9" * len(RAND)) for x in self.call[1:]]
+        if self.redis(*once).split()[:1] != ["1"] or self.redis(*once).split()[:1] != ["2"]:
+            sys.exit("bench: the replayed call does not admit once per request id")
+        self.min_sha = self.redis("script", "load", MIN_BUCKET).strip()
+        self.min_call = ["evalsha", self.min_sha, "1", "bench:{t:ws-bench}:min", "1000000000",
+                         "1000000000", "600"]
+
+    def cpu(self):
+        """CPU seconds (utime + stime, all threads) of the daemon and of Redis."""
+        def secs(pid):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return secs(self.a.daemon_pid), secs(self.a.redis_pid)
+
+    def window(self, run, cmd):
+        """Runs one load window from a flushed keyspace; adds Redis's and /proc's figures."""
+        self.redis("flushall")
+        self.redis("config", "resetstat")
+        d0, r0 = self.cpu()
+        res = run()
+        d1, r1 = self.cpu()
+        st = self.cmdstat(cmd)
+        n = max(res["decisions"], 1)
+        res.update(usec_per_call=st.get("usec_per_call", 0.0), calls=int(st.get("calls", 0)),
+                   failed=int(st.get("failed_calls", 0) + st.get("rejected_calls", 0)),
+                   daemon_us=(d1 - d0) * 1e6 / n, redis_us=(r1 - r0) * 1e6 / n)
+        return res
+
+    def wrk(self, conns, secs):
+        out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "-s", self.a.wrk_script,
+                              self.url], check=True, capture_output=True, text=True).stdout
+        line = next(l for l in out.splitlines() if l.startswith("WRK_RESULT"))
+        rps, p50, p99, reqs, bad = line.split()[1:]
+        ok = int(reqs) - int(bad)
+        return {"rate": float(rps) * ok / max(int(reqs), 1), "p50": float(p50),
+                "p99": float(p99), "decisions": ok, "errors": int(bad)}
+
+    def redis_benchmark(self, call, conns, n):
+        out = subprocess.run(self.rb + ["-c", str(conns), "-n", str(n), "-r", RAND_RANGE,
+                                        "--csv"] + call,
+                             check=True, capture_output=True, text=True).stdout
+        rows = list(csv.reader(io.StringIO(out)))
+        head, row = rows[0], rows[-1]
+        get = lambda k: float(row[head.index(k)])
+        return {"rate": get("rps"), "p50": get("p50_latency_ms") * 1000,
+                "p99": get("p99_latency_ms") * 1000, "decisions": n, "errors": 0}
+
+    def size(self, rate, secs):
+        return max(5000, int(rate * secs))
+
+    def run(self):
+        a = self.a
+        self.capture()
+        # Warm-up: first figures to size redis-benchmark's call counts (it takes -n, not time).
+        self.wrk(a.conns, 1)
+        raw_rate = self.redis_benchmark(self.call, a.conns, 20000)["rate"]
+        min_rate = self.redis_benchmark(self.min_call, a.conns, 20000)["rate"]
+        peak = []
+        for r in range(a.rounds):
+            d = self.window(lambda: self.wrk(a.conns, a.seconds), self.cmd)
+            raw = self.window(lambda: self.redis_benchmark(
+                self.call, a.conns, self.size(raw_rate, a.seconds)), self.cmd)
+            mn = self.window(lambda: self.redis_benchmark(
+                self.min_call, a.conns, self.size(min_rate, a.seconds / 2)), "evalsha")
+            raw_rate, min_rate = raw["rate"], mn["rate"]
+            peak.append((d, raw, mn))
+            print(f"peak round {r + 1}: decisions/s daemon {d['rate']:.0f}, redis-benchmark "
+                  f"{raw['rate']:.0f}, ratio {d['rate'] / raw['rate']:.2f}\n"
+                  f"  usec_per_call admit {raw['usec_per_call']:.2f} (in the daemon's window "
+                  f"{d['usec_per_call']:.2f}), minimal bucket {mn['usec_per_call']:.2f}, ratio "
+                  f"{raw['usec_per_call'] / mn['usec_per_call']:.2f}\n"
+                  f"  CPU us/decision daemon {d['daemon_us']:.1f}, Redis {d['redis_us']:.1f} "
+                  f"(in redis-benchmark's window {raw['redis_us']:.1f}), ratio "
+                  f"{d['daemon_us'] / d['redis_us']:.2f}", flush=True)
+            if abs(d["calls"] - d["decisions"]) > 0.02 * d["decisions"]:
+                print(f"  warning: {d['calls']} script calls for {d['decisions']} decisions")
+            for name, w in (("daemon", d), ("redis-benchmark admit", raw), ("minimal", mn)):
+                if w["failed"] or w["errors"]:
+                    print(f"  warning: {name} window: {w['failed']} failed Redis calls, "
+                          f"{w['errors']} HTTP errors")
+
+        half_target = statistics.median(d["rate"] for d, _, _ in peak) / 2
+        conns = a.half_conns
+        if not conns:
+            for c in (1, 2, 3, 4, 6, 8, 12, 16, 24):
+                conns = c
+                if self.wrk(c, 2)["rate"] >= half_target:
+                    break
+        half = []
+        for r in range(a.rounds):
+            d = self.window(lambda: self.wrk(conns, a.seconds), self.cmd)
+            rb_n = self.size(half[-1][1]["rate"] if half else raw_rate / 2, a.seconds)
+            raw = self.window(lambda: self.redis_benchmark(self.call, conns, rb_n), self.cmd)
+            half.append((d, raw))
+            print(f"half round {r + 1} ({conns} connections): daemon {d['rate']:.0f}/s p50 "
+                  f"{d['p50']:.0f} us p99 {d['p99']:.0f} us | redis-benchmark admit "
+                  f"{raw['rate']:.0f}/s p50 {raw['p50']:.0f} us p99 {raw['p99']:.0f} us",
+                  flush=True)
+
+        mem = self.memory(a.memory_calls, a.conns)
+        self.report(peak, half, conns, half_target, mem)
+
+    def memory(self, n, conns):
+        self.redis("flushall")
+        self.redis(self.call[0], *[x.replace(RAND, "0" * len(RAND)) for x in self.call[1:]])
+        m0, k0 = int(self.info("memory")["used_memory"]), int(self.redis("dbsize"))
+        self.redis_benchmark(self.call, conns, n)
+        m1, k1 = int(self.info("memory")["used_memory"]), int(self.redis("dbsize"))
+        self.redis("flushall")
+        return {"n": n, "bytes": (m1 - m0) / n, "keys": (k1 - k0) / n}
+
+    def report(self, peak, half, conns, half_target, mem):
+        a = self.a
+        med = lambda xs: statistics.median(list(xs))
+        ratios = [d["rate"] / raw["rate"] for d, raw, _ in peak]
+        upc = [raw["usec_per_call"] / mn["usec_per_call"] for _, raw, mn in peak]
+        cpu = [d["daemon_us"] / d["redis_us"] for d, _, _ in peak]
+        rows = [
+            (f"decisions/s, {a.conns} connections",
+             med(raw["rate"] for _, raw, _ in peak), med(d["rate"] for d, _, _ in peak),
+             med(ratios), ">= 0.8x", med(ratios) >= 0.8, "{:.0f}"),
+            (f"p50 us, {conns} connections", med(r["p50"] for _, r in half),
+             med(d["p50"] for d, _ in half),
+             med(d["p50"] / r["p50"] for d, r in half), "", None, "{:.0f}"),
+            (f"p99 us, {conns} connections", med(r["p99"] for _, r in half),
+             med(d["p99"] for d, _ in half),
+             med(d["p99"] / r["p99"] for d, r in half), "daemon <= 1000 us",
+             med(d["p99"] for d, _ in half) <= 1000, "{:.0f}"),
+            ("Redis usec_per_call (min bucket | admit)", med(mn["usec_per_call"] for *_, mn in peak),
+             med(raw["usec_per_call"] for _, raw, _ in peak), med(upc), "<= 2.0x",
+             med(upc) <= 2.0, "{:.2f}"),
+            ("CPU us/decision (Redis | daemon)", med(d["redis_us"] for d, _, _ in peak),
+             med(d["daemon_us"] for d, _, _ in peak), med(cpu), "<= 0.5x", med(cpu) <= 0.5,
+             "{:.1f}"),
+            (f"Redis bytes/open reservation, N={mem['n']}", None, mem["bytes"], None, "<= 100 B",
+             mem["bytes"] <= 100, "{:.0f}"),
+        ]
+        print(f"\nAdmission benchmark: {a.rounds} rounds of {a.seconds} s, daemon "
+              f"{a.threads} worker thread(s), Redis over "
+              f"{'a unix socket' if a.redis_socket else 'TCP'}; medians over the rounds, "
+              "ratio = median of the rounds' ratios")
+        print(f"({os.popen('uptime').read().strip()})")
+        head = f"| {'figure':<44} | {'baseline':>9} | {'dripgate':>9} | {'ratio':>6} | target"
+        print(head)
+        print("|" + "-" * 46 + "|" + "-" * 11 + "|" + "-" * 11 + "|" + "-" * 8 + "|" + "-" * 22)
+        for name, base, dg, ratio, target, met, fmt in rows:
+            cell = lambda v, f=fmt: f.format(v) if v is not None else "-"
+            mark = "" if met is None else (" (met)" if met else " (not met)")
+            print(f"| {name:<44} | {cell(base):>9} | {cell(dg):>9} | "
+                  f"{cell(ratio, '{:.2f}x'):>6} | {target}{mark}")
+        print()
+        print("decisions/s ratio by round: " + " ".join(f"{x:.2f}" for x in ratios))
+        print("usec_per_call ratio by round: " + " ".join(f"{x:.2f}" for x in upc))
+        print("CPU/decision ratio by round: " + " ".join(f"{x:.2f}" for x in cpu))
+        print(f"baselines: redis-benchmark -r sending the daemon's admit call (decisions/s, "
+              f"latency); the minimal bucket script (HMGET, TIME, HSET, EXPIRE) for "
+              f"usec_per_call; Redis's CPU in the daemon's windows for CPU/decision")
+        print(f"half peak: {half_target:.0f}/s wanted, closed loop at {conns} connections "
+              f"(wrk and redis-benchmark alike); memory: {mem['keys']:.2f} keys per admission")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--redis-port", type=int, default=0)
+    p.add_argument("--redis-socket", default="")
+    p.add_argument("--redis-pid", type=int, required=True)
+    p.add_argument("--daemon-pid", type=int, required=True)
+    p.add_argument("--http-port", type=int, required=True)
+    p.add_argument("--wrk-script", required=True)
+    p.add_argument("--body", default='{"tenant":"ws-bench","tokens":1}')
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--conns", type=int, default=32)
+    p.add_argument("--half-conns", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--memory-calls", type=int, default=100000)
+    Bench(p.parse_args()).run()
+
+
+if __name__ == "__main__":
+    main()
