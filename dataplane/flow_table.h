@@ -1,5 +1,8 @@
 // The dynamic flow table: flows tagged by the control plane (tag/untag over the control socket)
-// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout.
+// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout. IPv4 flows
+// live in a table of 16-byte keys (Ipv4Key: two CRC words to hash, one vector compare), IPv6
+// flows in their own table of 40-byte FiveTuple keys; both share the values and the RCU state,
+// and together hold at most `entries` flows.
 //
 // Concurrency: one or more reader lcores call lookup() lock-free (rte_hash with
 // RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF); writers (add/del/sweep, normally the main lcore) are
@@ -56,7 +59,7 @@ class FlowTable {
   // the entry's last-seen time (relaxed store) so busy flows do not idle out.
   int lookup(const FiveTuple& key, uint64_t now) noexcept;
 
-  // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe, prefetched):
+  // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe per family, prefetched):
   // classes[i] = class of *keys[i] or kNoMatch.
   static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
   void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
@@ -102,11 +105,22 @@ class FlowTable {
 
   FlowTable() = default;
   int hit(void* data, uint64_t now) noexcept;
+  void lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
+                      int* classes) noexcept;
+  // The table of key's family and key in that table's form (in *k4 for an IPv4 key).
+  struct Probe {
+    rte_hash* h;
+    const void* key;
+  };
+  Probe probe_of(const FiveTuple& key, Ipv4Key* k4) const noexcept;
   static void free_value(void* self, void* value);
+  bool create_hash(const FlowTableParams& params, const char* family, uint32_t key_len,
+                   rte_hash** out, std::string* error);
   bool alloc_slot(uint32_t* slot);
   void reclaim_retired();
 
-  rte_hash* hash_ = nullptr;
+  rte_hash* hash4_ = nullptr;
+  rte_hash* hash6_ = nullptr;
   rte_rcu_qsbr* rcu_ = nullptr;
   Value* values_ = nullptr;
   uint32_t entries_ = 0;

@@ -128,6 +128,52 @@ TEST(FlowTable, V4AndV6KeysWithTheSameBytesAreDistinct) {
   EXPECT_EQ(t->add(none, 1, 0, 0), -EINVAL);
 }
 
+FiveTuple v6_key(uint32_t i) {
+  auto t = dataplane::make_tuple("2001:db8::" + std::to_string(i % 10000), 1000, "2001:db8::ffff",
+                                 443, 17);
+  EXPECT_TRUE(t.has_value());
+  return *t;
+}
+
+// IPv4 and IPv6 flows sit in separate tables: one bulk lookup over both, each answer in its
+// key's place, and the same answers one by one.
+TEST(FlowTable, LookupBulkMixesFamilies) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 100; ++i) keys.push_back(i % 3 == 1 ? v6_key(i) : v4_key(i));
+  for (uint32_t i = 0; i < 100; i += 2)
+    ASSERT_EQ(t->add(keys[i], static_cast<uint16_t>(i), 0, 0), 0);
+  std::vector<const FiveTuple*> ptrs;
+  for (const FiveTuple& k : keys) ptrs.push_back(&k);
+  std::vector<int> classes(keys.size(), 12345);
+  t->lookup_bulk(ptrs.data(), static_cast<uint32_t>(ptrs.size()), 1, classes.data());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(classes[i], i % 2 == 0 ? static_cast<int>(i) : FlowTable::kNoMatch) << i;
+    EXPECT_EQ(classes[i], t->lookup(keys[i], 1)) << i;
+  }
+}
+
+// flow_table_size bounds the flows of both families together; a sweep walks both tables.
+TEST(FlowTable, FamiliesShareTheSizeAndTheSweep) {
+  auto t = make_table(16, 0);
+  ASSERT_TRUE(t);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 5, 0), 0);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t->add(v6_key(i), 2, i < 4 ? 5 : 0, 0), 0);
+  EXPECT_EQ(t->size(), 16u);
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 0), -ENOSPC);
+  EXPECT_EQ(t->add(v6_key(100), 1, 0, 0), -ENOSPC);
+  EXPECT_EQ(t->add(v6_key(0), 3, 5, 0), 0);  // a re-tag takes no room
+  EXPECT_EQ(t->lookup(v6_key(0), 1), 3);
+  EXPECT_EQ(t->sweep(5000), 12u);  // the 8 v4 and 4 v6 tags expire
+  EXPECT_EQ(t->size(), 4u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_FALSE(t->get(v4_key(i))) << i;
+    EXPECT_EQ(t->get(v6_key(i)).has_value(), i >= 4) << i;
+  }
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 0), 0);
+}
+
 TEST(FlowTable, RetagReplacesClassAndExpiry) {
   auto t = make_table(64);
   ASSERT_TRUE(t);
