@@ -203,6 +203,13 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
   }
 }
 
+void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, uint32_t n, uint64_t now,
+                                 int* classes) noexcept {
+  const void* ptrs[kMaxBulk];
+  for (uint32_t i = 0; i < n; ++i) ptrs[i] = &keys[i];
+  lookup_bulk_in(hash4_, ptrs, n, now, classes);
+}
+
 int FlowTable::register_reader(unsigned thread_id) {
   const int rc = rte_rcu_qsbr_thread_register(rcu_, thread_id);
   if (rc != 0) return -rte_errno;

@@ -63,6 +63,8 @@ class FlowTable {
   // classes[i] = class of *keys[i] or kNoMatch.
   static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
   void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
+  // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), n <= kMaxBulk.
+  void lookup_bulk_ipv4(const Ipv4Key* keys, uint32_t n, uint64_t now, int* classes) noexcept;
 
   // RCU reader registration; thread_id < max_readers (the lcore id for DPDK workers).
   int register_reader(unsigned thread_id);
