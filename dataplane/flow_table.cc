@@ -96,7 +96,7 @@ bool FlowTable::create_hash(const FlowTableParams& params, const char* family, u
   hp.name = hash_name.c_str();
   hp.entries = params.entries;
   hp.key_len = key_len;
-  hp.hash_func = rte_hash_crc;
+  hp.hash_func = rte_hash_crc;  // FlowTable::hash_ipv4 computes the same inline
   hp.hash_func_init_val = 0;
   hp.socket_id = params.socket_id;
   hp.extra_flag = RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF;
@@ -203,11 +203,19 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
   }
 }
 
-void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, uint32_t n, uint64_t now,
-                                 int* classes) noexcept {
+void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n,
+                                 uint64_t now, int* classes) noexcept {
+  if (n == 0) return;
   const void* ptrs[kMaxBulk];
-  for (uint32_t i = 0; i < n; ++i) ptrs[i] = &keys[i];
-  lookup_bulk_in(hash4_, ptrs, n, now, classes);
+  hash_sig_t sigs[kMaxBulk];
+  for (uint32_t i = 0; i < n; ++i) {
+    ptrs[i] = &keys[i];
+    sigs[i] = hashes[i];
+  }
+  uint64_t hits = 0;
+  void* data[kMaxBulk];
+  if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, n, &hits, data) < 0) hits = 0;
+  for (uint32_t i = 0; i < n; ++i) classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
 }
 
 int FlowTable::register_reader(unsigned thread_id) {

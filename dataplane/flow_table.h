@@ -12,6 +12,7 @@
 // quiescent() regularly (e.g. once per burst) outside any lookup.
 #pragma once
 
+#include <rte_hash_crc.h>
 #include <rte_rcu_qsbr.h>
 
 #include <atomic>
@@ -63,8 +64,14 @@ class FlowTable {
   // classes[i] = class of *keys[i] or kNoMatch.
   static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
   void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
-  // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), n <= kMaxBulk.
-  void lookup_bulk_ipv4(const Ipv4Key* keys, uint32_t n, uint64_t now, int* classes) noexcept;
+  // The IPv4 table's hash of a key (the table's own hash function, inline).
+  static uint32_t hash_ipv4(const Ipv4Key& key) noexcept {
+    return rte_hash_crc(&key, sizeof(key), 0);
+  }
+  // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), with their
+  // hash_ipv4() computed by the caller; n <= kMaxBulk.
+  void lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n, uint64_t now,
+                        int* classes) noexcept;
 
   // RCU reader registration; thread_id < max_readers (the lcore id for DPDK workers).
   int register_reader(unsigned thread_id);

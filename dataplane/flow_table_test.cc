@@ -154,6 +154,29 @@ TEST(FlowTable, LookupBulkMixesFamilies) {
   }
 }
 
+// The inline parser's path: IPv4 keys in the table's form, hashed by the caller.
+TEST(FlowTable, LookupBulkIpv4MatchesLookup) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 64; ++i) keys.push_back(v4_key(i, static_cast<uint16_t>(i)));
+  for (uint32_t i = 0; i < 64; i += 4)
+    ASSERT_EQ(t->add(keys[i], static_cast<uint16_t>(i), 0, 0), 0);
+  ASSERT_EQ(t->add(keys[8], 9, 1, 0), 0);  // expires at tick 1000
+  std::vector<Ipv4Key> k4;
+  std::vector<uint32_t> hashes;
+  for (const FiveTuple& k : keys) {
+    k4.push_back(to_ipv4_key(k));
+    hashes.push_back(FlowTable::hash_ipv4(k4.back()));
+  }
+  std::vector<int> classes(keys.size(), 12345);
+  t->lookup_bulk_ipv4(k4.data(), hashes.data(), 64, 1000, classes.data());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(classes[i], i % 4 == 0 && i != 8 ? static_cast<int>(i) : FlowTable::kNoMatch) << i;
+    EXPECT_EQ(classes[i], t->lookup(keys[i], 1000)) << i;
+  }
+}
+
 // flow_table_size bounds the flows of both families together; a sweep walks both tables.
 TEST(FlowTable, FamiliesShareTheSizeAndTheSweep) {
   auto t = make_table(16, 0);
