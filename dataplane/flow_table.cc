@@ -16,6 +16,14 @@ namespace {
 // DPDK object names are short (RTE_HASH_NAMESIZE, ring names with prefixes): keep ours so.
 constexpr size_t kMaxNameLen = 12;
 
+// The filter's size: 8 bits per entry (a full table leaves about 1 in 8 bits set), within
+// 2^12..2^24 bits (2 MiB of bitmap and 16 MiB of counts at most).
+uint32_t filter_bits(uint32_t entries) {
+  uint64_t bits = 1u << 12;
+  while (bits < 8ull * entries && bits < (1u << 24)) bits <<= 1;
+  return static_cast<uint32_t>(bits);
+}
+
 FiveTuple to_five_tuple(const Ipv4Key& k) {
   FiveTuple t;
   std::memset(&t, 0, sizeof(t));
@@ -80,6 +88,10 @@ std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std:
   for (uint32_t i = t->slots_; i > 0; --i) t->free_slots_.push_back(i - 1);
   t->retired_.resize(retire_cap);
   t->sweep_keys_.reserve(2 * (params.entries + 1));
+  const uint32_t bits = filter_bits(params.entries);
+  t->filter_mask_ = bits - 1;
+  t->filter_.reset(new std::atomic<uint64_t>[bits / 64]());
+  t->filter_counts_.assign(bits, 0);
   if (!t->create_hash(params, "4", sizeof(Ipv4Key), &t->hash4_, error) ||
       !t->create_hash(params, "6", sizeof(FiveTuple), &t->hash6_, error))
     return nullptr;
@@ -205,17 +217,41 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
 
 void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n,
                                  uint64_t now, int* classes) noexcept {
-  if (n == 0) return;
   const void* ptrs[kMaxBulk];
   hash_sig_t sigs[kMaxBulk];
+  uint8_t at[kMaxBulk];  // the probed keys' places in keys[]
+  uint32_t m = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    ptrs[i] = &keys[i];
-    sigs[i] = hashes[i];
+    classes[i] = kNoMatch;
+    if (!may_be_tagged(hashes[i])) continue;
+    ptrs[m] = &keys[i];
+    sigs[m] = hashes[i];
+    at[m++] = static_cast<uint8_t>(i);
   }
+  if (m == 0) return;
   uint64_t hits = 0;
   void* data[kMaxBulk];
-  if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, n, &hits, data) < 0) hits = 0;
-  for (uint32_t i = 0; i < n; ++i) classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
+  if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, m, &hits, data) < 0) hits = 0;
+  for (; hits != 0; hits &= hits - 1) {
+    const unsigned j = static_cast<unsigned>(__builtin_ctzll(hits));
+    classes[at[j]] = hit(data[j], now);
+  }
+}
+
+// Writer-side, under writer_mu_; k4 is an IPv4 key in the table's form.
+void FlowTable::filter_add(const void* k4) {
+  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+  uint8_t& c = filter_counts_[bit];
+  if (c == UINT8_MAX) return;
+  if (c++ == 0) filter_[bit >> 6].fetch_or(uint64_t{1} << (bit & 63), std::memory_order_release);
+}
+
+void FlowTable::filter_remove(const void* k4) {
+  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+  uint8_t& c = filter_counts_[bit];
+  if (c == UINT8_MAX) return;  // saturated: its true count is unknown, the bit stays set
+  if (--c == 0)
+    filter_[bit >> 6].fetch_and(~(uint64_t{1} << (bit & 63)), std::memory_order_release);
 }
 
 int FlowTable::register_reader(unsigned thread_id) {
@@ -287,8 +323,11 @@ int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t 
   }
   // Publishes the fully written value (release store inside rte_hash); readers that still hold
   // the old pointer keep reading valid memory until the grace period below has passed.
+  const bool ipv4 = p.h == hash4_;
+  if (ipv4 && !existed) filter_add(p.key);
   const int rc = rte_hash_add_key_data(p.h, p.key, &v);
   if (rc < 0) {
+    if (ipv4 && !existed) filter_remove(p.key);
     free_slots_.push_back(slot);
     return rc == -ENOSPC ? -ENOSPC : -EINVAL;
   }
@@ -308,6 +347,7 @@ bool FlowTable::del(const FiveTuple& key) {
   Ipv4Key k4;
   const Probe p = probe_of(key, &k4);
   if (rte_hash_del_key(p.h, p.key) < 0) return false;
+  if (p.h == hash4_) filter_remove(p.key);
   live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -335,7 +375,9 @@ size_t FlowTable::sweep(uint64_t now) {
   for (const FiveTuple& key : sweep_keys_) {
     Ipv4Key k4;
     const Probe p = probe_of(key, &k4);
-    if (rte_hash_del_key(p.h, p.key) >= 0) ++removed;
+    if (rte_hash_del_key(p.h, p.key) < 0) continue;
+    if (p.h == hash4_) filter_remove(p.key);
+    ++removed;
   }
   live_.fetch_sub(static_cast<uint32_t>(removed), std::memory_order_relaxed);
   return removed;

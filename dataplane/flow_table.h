@@ -69,7 +69,8 @@ class FlowTable {
     return rte_hash_crc(&key, sizeof(key), 0);
   }
   // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), with their
-  // hash_ipv4() computed by the caller; n <= kMaxBulk.
+  // hash_ipv4() computed by the caller; n <= kMaxBulk. Only keys whose hash some tagged key
+  // may share are probed (see filter_).
   void lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n, uint64_t now,
                         int* classes) noexcept;
 
@@ -145,6 +146,22 @@ class FlowTable {
   size_t retired_head_ = 0;
   size_t retired_count_ = 0;
   std::vector<FiveTuple> sweep_keys_;  // preallocated scratch for sweep()
+
+  // The hashes tagged IPv4 keys may have: bit (hash & filter_mask_) is set while a tagged IPv4
+  // key has that bit (filter_counts_ counts them, writer-side; a count that reached its
+  // maximum keeps its bit set for good). A clear bit spares the reader the probe: on a box
+  // that also classifies by rules most packets belong to untagged flows. A bit is set before
+  // its key is added and cleared after its last key is deleted, so no tagged key is missed;
+  // a key added during a burst is seen from a later one, as with the probe.
+  std::unique_ptr<std::atomic<uint64_t>[]> filter_;
+  uint32_t filter_mask_ = 0;
+  std::vector<uint8_t> filter_counts_;
+  bool may_be_tagged(uint32_t hash) const noexcept {
+    const uint32_t bit = hash & filter_mask_;
+    return (filter_[bit >> 6].load(std::memory_order_relaxed) >> (bit & 63)) & 1;
+  }
+  void filter_add(const void* k4);
+  void filter_remove(const void* k4);
 };
 
 }  // namespace dripgate::dataplane
