@@ -169,7 +169,8 @@ void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
 }
 
 // The tagged flows of a parsed burst: one bulk probe of each flow table (rte_hash prefetches
-// all the buckets). A tag added meanwhile is seen from the next burst on.
+// all the buckets), of the IPv4 table only for keys whose hash a tagged key may have. A tag
+// added meanwhile is seen from the next burst on.
 void Fastpath::find_tagged(unsigned n, uint64_t now, Burst& b) {
   if (flows_.size() == 0) {  // static rules alone, or no admitted flow yet
     for (unsigned i = 0; i < n; ++i) b.tagged[i] = FlowTable::kNoMatch;
