@@ -96,6 +96,17 @@ ClassifierCompileResult Classifier::compile(const std::vector<config::Rule>& rul
       out.dscp = *r.dscp;
     }
     c.rules_.push_back(out);
+    // A VLAN rule or an IPv6 prefix never matches an untagged IPv4 packet.
+    const bool v4_src = !(out.match & kSrc) || out.src.l3 == L3::kIpv4;
+    const bool v4_dst = !(out.match & kDst) || out.dst.l3 == L3::kIpv4;
+    if (!(out.match & kVlan) && v4_src && v4_dst) {
+      c.rules_ipv4_.push_back(CompiledIpv4{static_cast<uint32_t>(out.src.addr[0] >> 32),
+                                           static_cast<uint32_t>(out.src.mask[0] >> 32),
+                                           static_cast<uint32_t>(out.dst.addr[0] >> 32),
+                                           static_cast<uint32_t>(out.dst.mask[0] >> 32), out.dscp,
+                                           static_cast<uint8_t>(out.match & kDscp ? 0xFF : 0),
+                                           out.cls});
+    }
   }
   result.classifier = std::move(c);
   return result;
@@ -111,6 +122,19 @@ int Classifier::classify(const ParsedPacket& p) const noexcept {
     if ((r.match & kVlan) && (p.vlan_count == 0 || p.vlan != r.vlan)) continue;
     if ((r.match & kDscp) && p.dscp != r.dscp) continue;
     return r.cls;
+  }
+  return kNoMatch;
+}
+
+int Classifier::classify_ipv4(uint32_t src, uint32_t dst, uint8_t dscp) const noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    src = __builtin_bswap32(src);
+    dst = __builtin_bswap32(dst);
+  }
+  for (const CompiledIpv4& r : rules_ipv4_) {
+    if ((((src ^ r.src) & r.src_mask) | ((dst ^ r.dst) & r.dst_mask) |
+         ((dscp ^ r.dscp) & r.dscp_mask)) == 0)
+      return r.cls;
   }
   return kNoMatch;
 }

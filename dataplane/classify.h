@@ -45,6 +45,9 @@ class Classifier {
 
   // Index of the class of the first rule matching `p`, or kNoMatch. `p` must have status kOk.
   int classify(const ParsedPacket& p) const noexcept;
+  // classify() for an untagged IPv4 packet (a frame parse_ipv4_fast took), addresses as on the
+  // wire: the rules that can match such a packet, in their order, as 32-bit masks.
+  int classify_ipv4(uint32_t src, uint32_t dst, uint8_t dscp) const noexcept;
 
   size_t size() const noexcept { return rules_.size(); }
 
@@ -57,7 +60,14 @@ class Classifier {
     uint16_t vlan;
     uint16_t cls;
   };
+  struct CompiledIpv4 {
+    uint32_t src, src_mask;  // host byte order; mask 0: any
+    uint32_t dst, dst_mask;
+    uint8_t dscp, dscp_mask;  // mask 0: any
+    uint16_t cls;
+  };
   std::vector<Compiled> rules_;
+  std::vector<CompiledIpv4> rules_ipv4_;
 };
 
 struct ClassifierCompileResult {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,52 @@ TEST(Classify, FirstMatchWins) {
   EXPECT_EQ(c.classify(packet("2001:db8::1", "2001:db8::2")), 2);
   const Classifier reversed = compile_ok({wide, narrow}, cls);
   EXPECT_EQ(reversed.classify(packet("10.1.2.3", "1.1.1.1")), 0);
+}
+
+// classify_ipv4 (untagged IPv4 on the inline path) answers as classify() for every such packet:
+// rules with IPv6 prefixes or a VLAN are skipped, the others keep their order.
+TEST(Classify, Ipv4PathMatchesClassify) {
+  std::vector<config::Rule> rules;
+  auto add = [&](const char* cls_name, const char* src, const char* dst, int dscp, int vlan) {
+    config::Rule r = rule(cls_name);
+    if (src) r.src = src;
+    if (dst) r.dst = dst;
+    if (dscp >= 0) r.dscp = static_cast<uint8_t>(dscp);
+    if (vlan >= 0) r.vlan = static_cast<uint16_t>(vlan);
+    rules.push_back(r);
+  };
+  add("a", "2001:db8::/32", nullptr, -1, -1);
+  add("b", nullptr, nullptr, -1, 0);  // VLAN 0 never matches an untagged packet
+  add("a", "10.1.0.0/16", nullptr, -1, -1);
+  add("b", nullptr, "192.168.7.0/24", 46, -1);
+  add("c", "10.2.3.4", "10.9.0.0/16", -1, -1);
+  add("a", "0.0.0.0/0", "::/0", -1, -1);
+  add("b", "10.128.0.0/9", nullptr, 10, -1);
+  add("c", "0.0.0.0/1", nullptr, -1, -1);
+  const Classifier c = compile_ok(rules, classes({"a", "b", "c"}));
+  const char* srcs[] = {"10.1.2.3",  "10.2.3.4",    "10.200.0.1",
+                        "127.0.0.1", "192.168.7.9", "200.1.1.1"};
+  const char* dsts[] = {"192.168.7.1", "10.9.1.1", "8.8.8.8", "10.1.0.0"};
+  std::mt19937 rng(3);
+  for (const char* src : srcs) {
+    for (const char* dst : dsts) {
+      const uint8_t random_dscp = static_cast<uint8_t>(rng() % 64);
+      for (const uint8_t dscp : {uint8_t{0}, uint8_t{10}, uint8_t{46}, random_dscp}) {
+        const ParsedPacket p = packet(src, dst, 0, 0, dscp);
+        uint32_t s4, d4;
+        std::memcpy(&s4, p.tuple.src, 4);
+        std::memcpy(&d4, p.tuple.dst, 4);
+        EXPECT_EQ(c.classify_ipv4(s4, d4, dscp), c.classify(p))
+            << src << " " << dst << " " << int{dscp};
+      }
+    }
+  }
+  const ParsedPacket p = packet("10.1.2.3", "8.8.8.8");
+  uint32_t s4, d4;
+  std::memcpy(&s4, p.tuple.src, 4);
+  std::memcpy(&d4, p.tuple.dst, 4);
+  EXPECT_EQ(c.classify_ipv4(s4, d4, 0), 0);
+  EXPECT_EQ(Classifier().classify_ipv4(s4, d4, 0), Classifier::kNoMatch);
 }
 
 }  // namespace

@@ -139,6 +139,68 @@ void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
   rx_cost_per_pkt_ = rx_cost_per_pkt_ - (rx_cost_per_pkt_ >> 4) + (s >> 4);
 }
 
+// A received burst, parsed: the common frames by the inline parser (their keys packed in k4[]
+// in arrival order, at[i] = frame i's place there), the others by parse() (at[i] = kGeneral,
+// pp[i] and st[i]); tagged[i] is the flow table's class for frame i, or kNoMatch.
+struct Fastpath::Burst {
+  static constexpr uint8_t kGeneral = 0xFF;
+  uint8_t at[kBurst];
+  Ipv4Key k4[kBurst];
+  uint8_t dscp4[kBurst];
+  unsigned n4;
+  ParseStatus st[kBurst];
+  ParsedPacket pp[kBurst];
+  int tagged[kBurst];
+};
+
+void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
+  unsigned n4 = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+    const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
+    if (parse_ipv4_fast(data, len, &b.k4[n4], &b.dscp4[n4])) [[likely]] {
+      b.at[i] = static_cast<uint8_t>(n4++);
+    } else {
+      b.at[i] = Burst::kGeneral;
+      b.st[i] = parse(data, len, &b.pp[i]);
+    }
+  }
+  b.n4 = n4;
+}
+
+// The tagged flows of a parsed burst: one bulk probe of each flow table (rte_hash prefetches
+// all the buckets), of the IPv4 table only for keys whose hash a tagged key may have. A tag
+// added meanwhile is seen from the next burst on.
+void Fastpath::find_tagged(unsigned n, uint64_t now, Burst& b) {
+  if (flows_.size() == 0) {  // static rules alone, or no admitted flow yet
+    for (unsigned i = 0; i < n; ++i) b.tagged[i] = FlowTable::kNoMatch;
+    return;
+  }
+  // Each IPv4 key's hash once, here, handed to the probe.
+  uint32_t hashes[kBurst];
+  for (unsigned j = 0; j < b.n4; ++j) hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
+  int found4[kBurst];
+  flows_.lookup_bulk_ipv4(b.k4, hashes, b.n4, now, found4);
+  const FiveTuple* keys[kBurst];
+  unsigned idx[kBurst];
+  unsigned n_keys = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (b.at[i] != Burst::kGeneral) {
+      b.tagged[i] = found4[b.at[i]];
+      continue;
+    }
+    b.tagged[i] = FlowTable::kNoMatch;
+    if (b.st[i] == ParseStatus::kOk) {
+      keys[n_keys] = &b.pp[i].tuple;
+      idx[n_keys++] = i;
+    }
+  }
+  if (n_keys == 0) return;
+  int found[kBurst];
+  flows_.lookup_bulk(keys, n_keys, now, found);
+  for (unsigned k = 0; k < n_keys; ++k) b.tagged[idx[k]] = found[k];
+}
+
 void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   rte_mbuf* pkts[kBurst];
   const unsigned n = rte_eth_rx_burst(p_.client_port, 0, pkts, static_cast<uint16_t>(max));
@@ -154,40 +216,21 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
-  // While nothing is tagged (static rules alone, or no admitted flow yet) each packet is
-  // parsed and classified in one go. Otherwise the burst is parsed first and the tagged flows
-  // are found in one bulk probe of the flow table (rte_hash prefetches all the buckets), then
-  // the rules classify the rest. A tag added meanwhile is seen from the next burst on.
-  const bool bulk = flows_.size() != 0;
-  ParsedPacket pp[kBurst];
-  ParseStatus st[kBurst];
-  int tagged[kBurst];
-  if (bulk) {
-    const FiveTuple* keys[kBurst];
-    unsigned n_keys = 0;
-    for (unsigned i = 0; i < n; ++i) {
-      st[i] =
-          parse(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), &pp[i]);
-      if (st[i] == ParseStatus::kOk) keys[n_keys++] = &pp[i].tuple;
-    }
-    int found[kBurst];
-    flows_.lookup_bulk(keys, n_keys, now, found);
-    for (unsigned i = 0, k = 0; i < n; ++i)
-      tagged[i] = st[i] == ParseStatus::kOk ? found[k++] : FlowTable::kNoMatch;
-  }
+  Burst b;
+  parse_burst(pkts, n, b);
+  find_tagged(n, now, b);
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
-    ParsedPacket one;
-    const ParsedPacket* p = &pp[i];
-    ParseStatus s = bulk ? st[i] : ParseStatus::kOk;
-    int cls = bulk ? tagged[i] : FlowTable::kNoMatch;
-    if (!bulk) {
-      s = parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), &one);
-      p = &one;
+    int cls = b.tagged[i];
+    ParseStatus s = ParseStatus::kOk;
+    if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
+      if (cls < 0) cls = classifier_->classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+    } else {
+      s = b.st[i];
+      if (s == ParseStatus::kOk && cls < 0) cls = classifier_->classify(b.pp[i]);
     }
     bool pass = false;
     if (s == ParseStatus::kOk) [[likely]] {
-      if (cls < 0) cls = classifier_->classify(*p);
       if (cls < 0) {
         switch (unknown_) {
           case config::UnknownFlows::kDefault:

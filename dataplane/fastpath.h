@@ -71,6 +71,7 @@ class Fastpath {
   static constexpr unsigned kBurst = 32;
 
   struct RxOut;  // where one received burst goes
+  struct Burst;  // one received burst, parsed and looked up
   // Departures on their way to the cluster port: the mbufs as rte_eth_tx_burst takes them, and
   // runs of one class and one scheduled time, so the accounting is per run, not per packet.
   struct TxRun {
@@ -86,6 +87,8 @@ class Fastpath {
     unsigned n_runs = 0;
   };
   unsigned budget(uint64_t slack) const;
+  void parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b);
+  void find_tagged(unsigned n, uint64_t now, Burst& b);
   void rx_client(unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(unsigned max);
   void send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter& sent, Counter& dropped);

@@ -16,6 +16,26 @@ namespace {
 // DPDK object names are short (RTE_HASH_NAMESIZE, ring names with prefixes): keep ours so.
 constexpr size_t kMaxNameLen = 12;
 
+// The filter's size: 8 bits per entry (a full table leaves about 1 in 8 bits set), within
+// 2^12..2^24 bits (2 MiB of bitmap and 16 MiB of counts at most).
+uint32_t filter_bits(uint32_t entries) {
+  uint64_t bits = 1u << 12;
+  while (bits < 8ull * entries && bits < (1u << 24)) bits <<= 1;
+  return static_cast<uint32_t>(bits);
+}
+
+FiveTuple to_five_tuple(const Ipv4Key& k) {
+  FiveTuple t;
+  std::memset(&t, 0, sizeof(t));
+  std::memcpy(t.src, &k.src, 4);
+  std::memcpy(t.dst, &k.dst, 4);
+  t.sport = k.sport;
+  t.dport = k.dport;
+  t.proto = k.proto;
+  t.l3 = L3::kIpv4;
+  return t;
+}
+
 }  // namespace
 
 std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std::string* error) {
@@ -53,10 +73,10 @@ std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std:
   }
 
   // Every value slot is held by a live key, a deleted key awaiting its grace period (both
-  // bounded by the hash's entries + 1 key slots) or a replaced value awaiting its grace period
-  // (bounded by the retire ring), so this many slots never run out.
+  // bounded by each table's entries + 1 key slots) or a replaced value awaiting its grace
+  // period (bounded by the retire ring), so this many slots never run out.
   const size_t retire_cap = params.entries + 8;
-  t->slots_ = static_cast<uint32_t>(params.entries + 1 + retire_cap + 8);
+  t->slots_ = static_cast<uint32_t>(2 * (params.entries + 1) + retire_cap + 8);
   t->values_ = static_cast<Value*>(rte_zmalloc_socket("dg_flow_values", sizeof(Value) * t->slots_,
                                                       RTE_CACHE_LINE_SIZE, params.socket_id));
   if (t->values_ == nullptr) {
@@ -67,45 +87,58 @@ std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std:
   t->free_slots_.reserve(t->slots_);
   for (uint32_t i = t->slots_; i > 0; --i) t->free_slots_.push_back(i - 1);
   t->retired_.resize(retire_cap);
-  t->sweep_keys_.reserve(params.entries + 1);
+  t->sweep_keys_.reserve(2 * (params.entries + 1));
+  const uint32_t bits = filter_bits(params.entries);
+  t->filter_mask_ = bits - 1;
+  t->filter_.reset(new std::atomic<uint64_t>[bits / 64]());
+  t->filter_counts_.assign(bits, 0);
+  if (!t->create_hash(params, "4", sizeof(Ipv4Key), &t->hash4_, error) ||
+      !t->create_hash(params, "6", sizeof(FiveTuple), &t->hash6_, error))
+    return nullptr;
+  return t;
+}
 
+// One family's table: lock-free readers, deleted keys' values returned to free_slots_ through
+// the shared RCU state once no reader can hold them.
+bool FlowTable::create_hash(const FlowTableParams& params, const char* family, uint32_t key_len,
+                            rte_hash** out, std::string* error) {
   static std::atomic<unsigned> instance{0};
-  const std::string hash_name = params.name + "_" + std::to_string(instance.fetch_add(1));
+  const std::string hash_name = params.name + family + "_" + std::to_string(instance.fetch_add(1));
   rte_hash_parameters hp{};
   hp.name = hash_name.c_str();
   hp.entries = params.entries;
-  hp.key_len = sizeof(FiveTuple);
-  hp.hash_func = rte_hash_crc;
+  hp.key_len = key_len;
+  hp.hash_func = rte_hash_crc;  // FlowTable::hash_ipv4 computes the same inline
   hp.hash_func_init_val = 0;
   hp.socket_id = params.socket_id;
   hp.extra_flag = RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF;
-  t->hash_ = rte_hash_create(&hp);
-  if (t->hash_ == nullptr) {
+  *out = rte_hash_create(&hp);
+  if (*out == nullptr) {
     *error = "rte_hash_create(" + hash_name + ") failed: " + rte_strerror(rte_errno);
-    return nullptr;
+    return false;
   }
-
   rte_hash_rcu_config rc{};
-  rc.v = t->rcu_;
+  rc.v = rcu_;
   rc.mode = RTE_HASH_QSBR_MODE_DQ;  // deletes never wait for readers
   // Room for every key slot (entries + 1) to sit deleted in the queue: a full queue would leak
   // the slot of the delete that found it full.
   rc.dq_size = params.entries + 64;
   rc.trigger_reclaim_limit = 0;  // try to reclaim on every delete (non-blocking)
   rc.max_reclaim_size = 0;       // default batch
-  rc.key_data_ptr = t.get();
+  rc.key_data_ptr = this;
   rc.free_key_data_func = &FlowTable::free_value;
-  if (rte_hash_rcu_qsbr_add(t->hash_, &rc) != 0) {
+  if (rte_hash_rcu_qsbr_add(*out, &rc) != 0) {
     *error = std::string("rte_hash_rcu_qsbr_add failed: ") + rte_strerror(rte_errno);
-    return nullptr;
+    return false;
   }
-  return t;
+  return true;
 }
 
 FlowTable::~FlowTable() {
   // rte_hash_free drains the hash's defer queue, which calls free_value (and waits for any
   // registered reader to report quiescent): readers must have unregistered by now.
-  if (hash_ != nullptr) rte_hash_free(hash_);
+  if (hash4_ != nullptr) rte_hash_free(hash4_);
+  if (hash6_ != nullptr) rte_hash_free(hash6_);
   if (values_ != nullptr) {
     for (uint32_t i = 0; i < slots_; ++i) values_[i].~Value();
     rte_free(values_);
@@ -127,10 +160,28 @@ inline int FlowTable::hit(void* data, uint64_t now) noexcept {
   return static_cast<int>(v->cls);
 }
 
+FlowTable::Probe FlowTable::probe_of(const FiveTuple& key, Ipv4Key* k4) const noexcept {
+  if (key.l3 != L3::kIpv4) return Probe{hash6_, &key};
+  *k4 = to_ipv4_key(key);
+  return Probe{hash4_, k4};
+}
+
 int FlowTable::lookup(const FiveTuple& key, uint64_t now) noexcept {
+  Ipv4Key k4;
+  const Probe p = probe_of(key, &k4);
   void* data = nullptr;
-  if (rte_hash_lookup_data(hash_, &key, &data) < 0) return kNoMatch;
+  if (rte_hash_lookup_data(p.h, p.key, &data) < 0) return kNoMatch;
   return hit(data, now);
+}
+
+// n <= kMaxBulk keys of h's form.
+void FlowTable::lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
+                               int* classes) noexcept {
+  if (n == 0) return;
+  uint64_t hits = 0;
+  void* data[kMaxBulk];
+  if (rte_hash_lookup_bulk_data(h, keys, n, &hits, data) < 0) hits = 0;
+  for (uint32_t i = 0; i < n; ++i) classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
 }
 
 void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now,
@@ -138,20 +189,69 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
   static_assert(kMaxBulk == RTE_HASH_LOOKUP_BULK_MAX);
   while (n > 0) {
     const uint32_t m = n < kMaxBulk ? n : kMaxBulk;
-    uint64_t hits = 0;
-    void* data[kMaxBulk];
-    // rte_hash takes `const void**` though it never writes the array.
-    const void** key_ptrs = const_cast<const void**>(reinterpret_cast<const void* const*>(keys));
-    if (rte_hash_lookup_bulk_data(hash_, key_ptrs, m, &hits, data) < 0) {
-      hits = 0;
-    }
+    // Each family's keys in one probe of its table; at[i] is keys[i]'s place in its batch.
+    Ipv4Key k4[kMaxBulk];
+    const void* p4[kMaxBulk];
+    const void* p6[kMaxBulk];
+    uint8_t at[kMaxBulk];
+    uint32_t n4 = 0, n6 = 0;
     for (uint32_t i = 0; i < m; ++i) {
-      classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
+      if (keys[i]->l3 == L3::kIpv4) {
+        k4[n4] = to_ipv4_key(*keys[i]);
+        p4[n4] = &k4[n4];
+        at[i] = static_cast<uint8_t>(n4++);
+      } else {
+        p6[n6] = keys[i];
+        at[i] = static_cast<uint8_t>(n6++);
+      }
     }
+    int c4[kMaxBulk], c6[kMaxBulk];
+    lookup_bulk_in(hash4_, p4, n4, now, c4);
+    lookup_bulk_in(hash6_, p6, n6, now, c6);
+    for (uint32_t i = 0; i < m; ++i) classes[i] = keys[i]->l3 == L3::kIpv4 ? c4[at[i]] : c6[at[i]];
     keys += m;
     classes += m;
     n -= m;
   }
+}
+
+void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n,
+                                 uint64_t now, int* classes) noexcept {
+  const void* ptrs[kMaxBulk];
+  hash_sig_t sigs[kMaxBulk];
+  uint8_t at[kMaxBulk];  // the probed keys' places in keys[]
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    classes[i] = kNoMatch;
+    if (!may_be_tagged(hashes[i])) continue;
+    ptrs[m] = &keys[i];
+    sigs[m] = hashes[i];
+    at[m++] = static_cast<uint8_t>(i);
+  }
+  if (m == 0) return;
+  uint64_t hits = 0;
+  void* data[kMaxBulk];
+  if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, m, &hits, data) < 0) hits = 0;
+  for (; hits != 0; hits &= hits - 1) {
+    const unsigned j = static_cast<unsigned>(__builtin_ctzll(hits));
+    classes[at[j]] = hit(data[j], now);
+  }
+}
+
+// Writer-side, under writer_mu_; k4 is an IPv4 key in the table's form.
+void FlowTable::filter_add(const void* k4) {
+  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+  uint8_t& c = filter_counts_[bit];
+  if (c == UINT8_MAX) return;
+  if (c++ == 0) filter_[bit >> 6].fetch_or(uint64_t{1} << (bit & 63), std::memory_order_release);
+}
+
+void FlowTable::filter_remove(const void* k4) {
+  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+  uint8_t& c = filter_counts_[bit];
+  if (c == UINT8_MAX) return;  // saturated: its true count is unknown, the bit stays set
+  if (--c == 0)
+    filter_[bit >> 6].fetch_and(~(uint64_t{1} << (bit & 63)), std::memory_order_release);
 }
 
 int FlowTable::register_reader(unsigned thread_id) {
@@ -206,8 +306,15 @@ int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t 
   v.expires = ttl_s == 0 ? 0 : now + static_cast<uint64_t>(ttl_s) * tsc_hz_;
   v.last_seen.store(now, std::memory_order_relaxed);
 
+  Ipv4Key k4;
+  const Probe p = probe_of(key, &k4);
   void* old = nullptr;
-  const bool existed = rte_hash_lookup_data(hash_, &key, &old) >= 0;
+  const bool existed = rte_hash_lookup_data(p.h, p.key, &old) >= 0;
+  // The two families' tables share the one configured size.
+  if (!existed && live_.load(std::memory_order_relaxed) >= entries_) {
+    free_slots_.push_back(slot);
+    return -ENOSPC;
+  }
   if (existed && retired_count_ == retired_.size()) {
     // Every retire slot waits on a reader that has not reported quiescent for a whole table's
     // worth of re-tags: wait for it rather than fail the tag.
@@ -216,8 +323,11 @@ int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t 
   }
   // Publishes the fully written value (release store inside rte_hash); readers that still hold
   // the old pointer keep reading valid memory until the grace period below has passed.
-  const int rc = rte_hash_add_key_data(hash_, &key, &v);
+  const bool ipv4 = p.h == hash4_;
+  if (ipv4 && !existed) filter_add(p.key);
+  const int rc = rte_hash_add_key_data(p.h, p.key, &v);
   if (rc < 0) {
+    if (ipv4 && !existed) filter_remove(p.key);
     free_slots_.push_back(slot);
     return rc == -ENOSPC ? -ENOSPC : -EINVAL;
   }
@@ -234,7 +344,10 @@ int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t 
 
 bool FlowTable::del(const FiveTuple& key) {
   std::lock_guard lock(writer_mu_);
-  if (rte_hash_del_key(hash_, &key) < 0) return false;
+  Ipv4Key k4;
+  const Probe p = probe_of(key, &k4);
+  if (rte_hash_del_key(p.h, p.key) < 0) return false;
+  if (p.h == hash4_) filter_remove(p.key);
   live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -243,20 +356,28 @@ size_t FlowTable::sweep(uint64_t now) {
   std::lock_guard lock(writer_mu_);
   reclaim_retired();
   sweep_keys_.clear();
-  const void* k = nullptr;
-  void* d = nullptr;
-  uint32_t next = 0;
-  while (rte_hash_iterate(hash_, &k, &d, &next) >= 0) {
-    const Value* v = static_cast<const Value*>(d);
-    const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
-    const bool expired = v->expires != 0 && now >= v->expires;
-    const bool idle = idle_ticks_ != 0 && now > last && now - last >= idle_ticks_;
-    if (expired || idle) sweep_keys_.push_back(*static_cast<const FiveTuple*>(k));
+  for (rte_hash* h : {hash4_, hash6_}) {
+    const void* k = nullptr;
+    void* d = nullptr;
+    uint32_t next = 0;
+    while (rte_hash_iterate(h, &k, &d, &next) >= 0) {
+      const Value* v = static_cast<const Value*>(d);
+      const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
+      const bool expired = v->expires != 0 && now >= v->expires;
+      const bool idle = idle_ticks_ != 0 && now > last && now - last >= idle_ticks_;
+      if (!expired && !idle) continue;
+      sweep_keys_.push_back(h == hash4_ ? to_five_tuple(*static_cast<const Ipv4Key*>(k))
+                                        : *static_cast<const FiveTuple*>(k));
+    }
   }
-  // Deleting after the walk keeps rte_hash_iterate's cursor valid.
+  // Deleting after the walks keeps rte_hash_iterate's cursor valid.
   size_t removed = 0;
   for (const FiveTuple& key : sweep_keys_) {
-    if (rte_hash_del_key(hash_, &key) >= 0) ++removed;
+    Ipv4Key k4;
+    const Probe p = probe_of(key, &k4);
+    if (rte_hash_del_key(p.h, p.key) < 0) continue;
+    if (p.h == hash4_) filter_remove(p.key);
+    ++removed;
   }
   live_.fetch_sub(static_cast<uint32_t>(removed), std::memory_order_relaxed);
   return removed;
@@ -269,8 +390,10 @@ void FlowTable::set_idle_timeout(uint32_t idle_timeout_s) {
 
 std::optional<FlowTable::Entry> FlowTable::get(const FiveTuple& key) const {
   std::lock_guard lock(writer_mu_);
+  Ipv4Key k4;
+  const Probe p = probe_of(key, &k4);
   void* data = nullptr;
-  if (rte_hash_lookup_data(hash_, &key, &data) < 0) return std::nullopt;
+  if (rte_hash_lookup_data(p.h, p.key, &data) < 0) return std::nullopt;
   const Value* v = static_cast<const Value*>(data);
   return Entry{static_cast<uint16_t>(v->cls), v->expires,
                v->last_seen.load(std::memory_order_relaxed)};

@@ -1,5 +1,8 @@
 // The dynamic flow table: flows tagged by the control plane (tag/untag over the control socket)
-// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout.
+// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout. IPv4 flows
+// live in a table of 16-byte keys (Ipv4Key: two CRC words to hash, one vector compare), IPv6
+// flows in their own table of 40-byte FiveTuple keys; both share the values and the RCU state,
+// and together hold at most `entries` flows.
 //
 // Concurrency: one or more reader lcores call lookup() lock-free (rte_hash with
 // RTE_HASH_EXTRA_FLAGS_RW_CONCURRENCY_LF); writers (add/del/sweep, normally the main lcore) are
@@ -9,6 +12,7 @@
 // quiescent() regularly (e.g. once per burst) outside any lookup.
 #pragma once
 
+#include <rte_hash_crc.h>
 #include <rte_rcu_qsbr.h>
 
 #include <atomic>
@@ -56,10 +60,19 @@ class FlowTable {
   // the entry's last-seen time (relaxed store) so busy flows do not idle out.
   int lookup(const FiveTuple& key, uint64_t now) noexcept;
 
-  // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe, prefetched):
+  // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe per family, prefetched):
   // classes[i] = class of *keys[i] or kNoMatch.
   static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
   void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
+  // The IPv4 table's hash of a key (the table's own hash function, inline).
+  static uint32_t hash_ipv4(const Ipv4Key& key) noexcept {
+    return rte_hash_crc(&key, sizeof(key), 0);
+  }
+  // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), with their
+  // hash_ipv4() computed by the caller; n <= kMaxBulk. Only keys whose hash some tagged key
+  // may share are probed (see filter_).
+  void lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n, uint64_t now,
+                        int* classes) noexcept;
 
   // RCU reader registration; thread_id < max_readers (the lcore id for DPDK workers).
   int register_reader(unsigned thread_id);
@@ -102,11 +115,22 @@ class FlowTable {
 
   FlowTable() = default;
   int hit(void* data, uint64_t now) noexcept;
+  void lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
+                      int* classes) noexcept;
+  // The table of key's family and key in that table's form (in *k4 for an IPv4 key).
+  struct Probe {
+    rte_hash* h;
+    const void* key;
+  };
+  Probe probe_of(const FiveTuple& key, Ipv4Key* k4) const noexcept;
   static void free_value(void* self, void* value);
+  bool create_hash(const FlowTableParams& params, const char* family, uint32_t key_len,
+                   rte_hash** out, std::string* error);
   bool alloc_slot(uint32_t* slot);
   void reclaim_retired();
 
-  rte_hash* hash_ = nullptr;
+  rte_hash* hash4_ = nullptr;
+  rte_hash* hash6_ = nullptr;
   rte_rcu_qsbr* rcu_ = nullptr;
   Value* values_ = nullptr;
   uint32_t entries_ = 0;
@@ -122,6 +146,22 @@ class FlowTable {
   size_t retired_head_ = 0;
   size_t retired_count_ = 0;
   std::vector<FiveTuple> sweep_keys_;  // preallocated scratch for sweep()
+
+  // The hashes tagged IPv4 keys may have: bit (hash & filter_mask_) is set while a tagged IPv4
+  // key has that bit (filter_counts_ counts them, writer-side; a count that reached its
+  // maximum keeps its bit set for good). A clear bit spares the reader the probe: on a box
+  // that also classifies by rules most packets belong to untagged flows. A bit is set before
+  // its key is added and cleared after its last key is deleted, so no tagged key is missed;
+  // a key added during a burst is seen from a later one, as with the probe.
+  std::unique_ptr<std::atomic<uint64_t>[]> filter_;
+  uint32_t filter_mask_ = 0;
+  std::vector<uint8_t> filter_counts_;
+  bool may_be_tagged(uint32_t hash) const noexcept {
+    const uint32_t bit = hash & filter_mask_;
+    return (filter_[bit >> 6].load(std::memory_order_relaxed) >> (bit & 63)) & 1;
+  }
+  void filter_add(const void* k4);
+  void filter_remove(const void* k4);
 };
 
 }  // namespace dripgate::dataplane

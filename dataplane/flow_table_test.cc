@@ -128,6 +128,136 @@ TEST(FlowTable, V4AndV6KeysWithTheSameBytesAreDistinct) {
   EXPECT_EQ(t->add(none, 1, 0, 0), -EINVAL);
 }
 
+FiveTuple v6_key(uint32_t i) {
+  auto t = dataplane::make_tuple("2001:db8::" + std::to_string(i % 10000), 1000, "2001:db8::ffff",
+                                 443, 17);
+  EXPECT_TRUE(t.has_value());
+  return *t;
+}
+
+// IPv4 and IPv6 flows sit in separate tables: one bulk lookup over both, each answer in its
+// key's place, and the same answers one by one.
+TEST(FlowTable, LookupBulkMixesFamilies) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 100; ++i) keys.push_back(i % 3 == 1 ? v6_key(i) : v4_key(i));
+  for (uint32_t i = 0; i < 100; i += 2)
+    ASSERT_EQ(t->add(keys[i], static_cast<uint16_t>(i), 0, 0), 0);
+  std::vector<const FiveTuple*> ptrs;
+  for (const FiveTuple& k : keys) ptrs.push_back(&k);
+  std::vector<int> classes(keys.size(), 12345);
+  t->lookup_bulk(ptrs.data(), static_cast<uint32_t>(ptrs.size()), 1, classes.data());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(classes[i], i % 2 == 0 ? static_cast<int>(i) : FlowTable::kNoMatch) << i;
+    EXPECT_EQ(classes[i], t->lookup(keys[i], 1)) << i;
+  }
+}
+
+// The inline parser's path: IPv4 keys in the table's form, hashed by the caller.
+TEST(FlowTable, LookupBulkIpv4MatchesLookup) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 64; ++i) keys.push_back(v4_key(i, static_cast<uint16_t>(i)));
+  for (uint32_t i = 0; i < 64; i += 4)
+    ASSERT_EQ(t->add(keys[i], static_cast<uint16_t>(i), 0, 0), 0);
+  ASSERT_EQ(t->add(keys[8], 9, 1, 0), 0);  // expires at tick 1000
+  std::vector<Ipv4Key> k4;
+  std::vector<uint32_t> hashes;
+  for (const FiveTuple& k : keys) {
+    k4.push_back(to_ipv4_key(k));
+    hashes.push_back(FlowTable::hash_ipv4(k4.back()));
+  }
+  std::vector<int> classes(keys.size(), 12345);
+  t->lookup_bulk_ipv4(k4.data(), hashes.data(), 64, 1000, classes.data());
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(classes[i], i % 4 == 0 && i != 8 ? static_cast<int>(i) : FlowTable::kNoMatch) << i;
+    EXPECT_EQ(classes[i], t->lookup(keys[i], 1000)) << i;
+  }
+}
+
+// The probe is skipped for keys whose filter bit is clear: adds, deletes, re-adds and sweeps
+// keep every tagged key findable, and untagged keys stay untagged.
+TEST(FlowTable, LookupBulkIpv4FollowsTagsAndUntags) {
+  auto t = make_table(256, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  std::vector<Ipv4Key> k4;
+  std::vector<uint32_t> hashes;
+  for (uint32_t i = 0; i < 64; ++i) {
+    keys.push_back(v4_key(i));
+    k4.push_back(to_ipv4_key(keys.back()));
+    hashes.push_back(FlowTable::hash_ipv4(k4.back()));
+  }
+  auto check = [&](const char* stage) {
+    std::vector<int> classes(64, 12345);
+    t->lookup_bulk_ipv4(k4.data(), hashes.data(), 64, 1, classes.data());
+    for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(classes[i], t->lookup(keys[i], 1)) << stage << i;
+  };
+  for (uint32_t i = 0; i < 64; i += 2) ASSERT_EQ(t->add(keys[i], 1, i % 4 == 0 ? 5 : 0, 0), 0);
+  check("added ");
+  for (uint32_t i = 0; i < 64; i += 6) EXPECT_TRUE(t->del(keys[i]));
+  check("deleted ");
+  for (uint32_t i = 0; i < 64; i += 3) ASSERT_EQ(t->add(keys[i], 2, 0, 0), 0);
+  check("re-added ");
+  EXPECT_GT(t->sweep(5000), 0u);
+  check("swept ");
+  for (uint32_t i = 0; i < 64; ++i) t->del(keys[i]);
+  std::vector<int> classes(64, 12345);
+  t->lookup_bulk_ipv4(k4.data(), hashes.data(), 64, 1, classes.data());
+  for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(classes[i], FlowTable::kNoMatch) << i;
+}
+
+// More tagged keys share one filter bit than its count holds: the bit stays set for good, so
+// none of them is ever missed, whichever are deleted.
+TEST(FlowTable, FilterBitSharedByManyKeysNeverMissesOne) {
+  auto t = make_table(512, 0);  // 4096 filter bits
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  const uint32_t want = FlowTable::hash_ipv4(to_ipv4_key(v4_key(0, 1))) & 4095;
+  for (uint32_t i = 0; keys.size() < 300 && i < (1u << 24); ++i) {
+    const FiveTuple k = v4_key(i >> 12, static_cast<uint16_t>(i & 4095));
+    if ((FlowTable::hash_ipv4(to_ipv4_key(k)) & 4095) == want) keys.push_back(k);
+  }
+  ASSERT_EQ(keys.size(), 300u);
+  size_t added = 0;
+  for (const FiveTuple& k : keys) added += t->add(k, 3, 0, 0) == 0;
+  ASSERT_GT(added, 260u);  // past the count's 255
+  auto probe = [&](const FiveTuple& k) {
+    const Ipv4Key k4 = to_ipv4_key(k);
+    const uint32_t h = FlowTable::hash_ipv4(k4);
+    int cls = 12345;
+    t->lookup_bulk_ipv4(&k4, &h, 1, 1, &cls);
+    return cls;
+  };
+  for (const FiveTuple& k : keys) EXPECT_EQ(probe(k), t->lookup(k, 1));
+  for (size_t i = 0; i + 1 < keys.size(); ++i) t->del(keys[i]);
+  ASSERT_EQ(t->add(keys[0], 4, 0, 0), 0);
+  EXPECT_EQ(probe(keys[0]), 4);
+  EXPECT_EQ(probe(keys.back()), t->lookup(keys.back(), 1));
+}
+
+// flow_table_size bounds the flows of both families together; a sweep walks both tables.
+TEST(FlowTable, FamiliesShareTheSizeAndTheSweep) {
+  auto t = make_table(16, 0);
+  ASSERT_TRUE(t);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 5, 0), 0);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t->add(v6_key(i), 2, i < 4 ? 5 : 0, 0), 0);
+  EXPECT_EQ(t->size(), 16u);
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 0), -ENOSPC);
+  EXPECT_EQ(t->add(v6_key(100), 1, 0, 0), -ENOSPC);
+  EXPECT_EQ(t->add(v6_key(0), 3, 5, 0), 0);  // a re-tag takes no room
+  EXPECT_EQ(t->lookup(v6_key(0), 1), 3);
+  EXPECT_EQ(t->sweep(5000), 12u);  // the 8 v4 and 4 v6 tags expire
+  EXPECT_EQ(t->size(), 4u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_FALSE(t->get(v4_key(i))) << i;
+    EXPECT_EQ(t->get(v6_key(i)).has_value(), i >= 4) << i;
+  }
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 0), 0);
+}
+
 TEST(FlowTable, RetagReplacesClassAndExpiry) {
   auto t = make_table(64);
   ASSERT_TRUE(t);

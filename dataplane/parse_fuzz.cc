@@ -1,4 +1,5 @@
-// libFuzzer target over parse() + Classifier::classify() (+ the CIDR parser on the same bytes).
+// libFuzzer target over parse() + Classifier::classify() (+ the CIDR parser on the same bytes),
+// and over the inline IPv4 parser and classify_ipv4(), which must agree with them.
 // Run: tools/fuzz.sh parse 60 dataplane/parse_fuzz.cc dataplane/parse.cc dataplane/classify.cc
 // libFuzzer hands us a heap buffer of exactly `size` bytes, so ASan flags any overread.
 #include <cstdint>
@@ -60,6 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p.vlan_count > 2 || p.vlan > 4095 || p.dscp > 63) abort();
     const int c = classifier().classify(p);
     if (c < Classifier::kNoMatch || c > 2) abort();
+  }
+  dripgate::dataplane::Ipv4Key k;
+  uint8_t dscp = 0;
+  if (dripgate::dataplane::parse_ipv4_fast(data, static_cast<uint32_t>(size), &k, &dscp)) {
+    // Only frames parse() takes as untagged, unfragmented IPv4 with the same key.
+    if (s != ParseStatus::kOk || p.tuple.l3 != dripgate::dataplane::L3::kIpv4) abort();
+    if (p.vlan_count != 0 || p.fragment || p.dscp != dscp) abort();
+    const dripgate::dataplane::Ipv4Key want = dripgate::dataplane::to_ipv4_key(p.tuple);
+    if (std::memcmp(&k, &want, sizeof(k)) != 0) abort();
+    if (classifier().classify_ipv4(k.src, k.dst, dscp) != classifier().classify(p)) abort();
   }
   // The CIDR parser sees the same bytes as text.
   (void)dripgate::dataplane::parse_prefix(

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -540,6 +541,122 @@ TEST(Parse, MakeTupleMatchesParsedTuple) {
   EXPECT_FALSE(dataplane::make_tuple("10.1.2", 1, "10.1.2.4", 2, kUdp));
   EXPECT_FALSE(dataplane::make_tuple("", 1, "10.1.2.4", 2, kUdp));
   EXPECT_FALSE(dataplane::make_tuple(std::string(100, '1'), 1, "10.1.2.4", 2, kUdp));
+}
+
+// The inline parser on a heap copy of exactly `len` bytes (ASan sees any overread). When it
+// takes the frame, parse() must agree: kOk, untagged, unfragmented IPv4, the same key and DSCP.
+bool fast_exact(const Bytes& frame, size_t len) {
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);
+  if (len > 0) std::memcpy(buf.get(), frame.data(), len);
+  Ipv4Key k;
+  std::memset(&k, 0xCC, sizeof(k));
+  uint8_t dscp = 0xCC;
+  if (!parse_ipv4_fast(buf.get(), static_cast<uint32_t>(len), &k, &dscp)) return false;
+  const ParsedPacket p = parse_exact(frame, len);
+  EXPECT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.tuple.l3, L3::kIpv4);
+  EXPECT_EQ(p.vlan_count, 0);
+  EXPECT_FALSE(p.fragment);
+  EXPECT_EQ(p.dscp, dscp);
+  const Ipv4Key want = to_ipv4_key(p.tuple);
+  EXPECT_EQ(0, std::memcmp(&k, &want, sizeof(k)));
+  return true;
+}
+bool fast_all(const Bytes& frame) {
+  return fast_exact(frame, frame.size());
+}
+
+TEST(ParseFast, TakesUntaggedUnfragmentedIpv4UdpAndTcp) {
+  EXPECT_TRUE(fast_all(cat({eth(0x0800), ipv4({.proto = kTcp, .tos = 46 << 2}, tcp(40000, 443))})));
+  EXPECT_TRUE(fast_all(cat({eth(0x0800), ipv4({.proto = kUdp, .tos = 3}, udp(5353, 53))})));
+  EXPECT_TRUE(fast_all(cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2, 0))})));   // 8-byte UDP
+  EXPECT_TRUE(fast_all(cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2, 15))})));  // TCP options
+  EXPECT_TRUE(
+      fast_all(cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x4000}, tcp(1, 2))})));  // DF
+  // Ethernet padding after the IP packet.
+  EXPECT_TRUE(fast_all(cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2, 0)), Bytes(30, 0)})));
+  Ipv4Key k;
+  uint8_t dscp = 0;
+  const Bytes f = cat({eth(0x0800), ipv4({.proto = kTcp, .tos = 46 << 2}, tcp(40000, 443))});
+  ASSERT_TRUE(parse_ipv4_fast(f.data(), static_cast<uint32_t>(f.size()), &k, &dscp));
+  const auto t = dataplane::make_tuple("10.1.2.3", 40000, "10.9.8.7", 443, kTcp);
+  ASSERT_TRUE(t.has_value());
+  const Ipv4Key want = to_ipv4_key(*t);
+  EXPECT_EQ(0, std::memcmp(&k, &want, sizeof(k)));
+  EXPECT_EQ(dscp, 46);
+}
+
+// Options, fragments, VLAN tags, other protocols and families, and every malformation are the
+// general parser's: the inline one declines them (what parse() makes of them is tested above).
+TEST(ParseFast, LeavesEveryOtherFrameToParse) {
+  const std::vector<Bytes> frames = {
+      cat({eth(0x0800), ipv4({.proto = kTcp, .options = Bytes(4, 1)}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kUdp, .options = Bytes(40, 1)}, udp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x2000}, tcp(1, 2))}),  // first fragment
+      cat({eth(0x0800), ipv4({.proto = kTcp, .frag = 0x6000}, tcp(1, 2))}),  // DF + MF
+      cat({eth(0x0800), ipv4({.proto = kUdp, .frag = 99}, udp(1, 2))}),      // non-first
+      cat({eth(0x0800), ipv4({.proto = kUdp, .frag = 0x0100}, udp(1, 2))}),  // offset high bits
+      cat({eth(0x0800, {{0x8100, 10}}), ipv4({.proto = kUdp}, udp(1, 2))}),
+      cat({eth(0x0800, {{0x88A8, 10}, {0x8100, 20}}), ipv4({.proto = kTcp}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = 1}, Bytes(16, 0))}),  // ICMP
+      cat({eth(0x86DD), ipv6(kUdp, udp(1, 2))}),
+      cat({eth(0x0806), Bytes(28, 0)}),                         // ARP
+      cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2, 4))}),  // TCP data offset < 5
+      cat({eth(0x0800), ipv4({.proto = kTcp}, Bytes(19, 0))}),  // TCP cut by the IP length
+      cat({eth(0x0800), ipv4({.proto = kUdp}, Bytes(7, 0))}),   // UDP cut by the IP length
+  };
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_FALSE(fast_all(frames[i])) << "frame " << i;
+  }
+  // Header fields the general parser rejects: version, IHL, total length below the header or
+  // beyond the frame, a TCP data offset beyond the IP length.
+  const Bytes good = cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))});
+  auto with = [&](size_t at, uint8_t v) {
+    Bytes b = good;
+    b[at] = v;
+    return b;
+  };
+  EXPECT_FALSE(fast_all(with(14, 0x65)));
+  EXPECT_FALSE(fast_all(with(14, 0x44)));
+  Bytes b = good;
+  set16(b, 16, 19);
+  EXPECT_FALSE(fast_all(b));
+  set16(b, 16, static_cast<uint16_t>(good.size() - 14 + 1));
+  EXPECT_FALSE(fast_all(b));
+  EXPECT_FALSE(fast_all(with(14 + 20 + 12, 0x60)));  // 24-byte TCP header in 20 bytes
+}
+
+TEST(ParseFast, ShortFramesFallBack) {
+  const std::vector<Bytes> packets = {
+      cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2, 0))}),
+      cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2, 10))}),
+  };
+  for (size_t i = 0; i < packets.size(); ++i) {
+    ASSERT_TRUE(fast_all(packets[i])) << "packet " << i;
+    for (size_t len = 0; len < packets[i].size(); ++len)
+      EXPECT_FALSE(fast_exact(packets[i], len)) << "packet " << i << " cut at " << len;
+  }
+}
+
+// Random corruptions of the headers: whenever the inline parser takes a frame, parse() agrees.
+TEST(ParseFast, AgreesWithParseOnCorruptedHeaders) {
+  const std::vector<Bytes> bases = {
+      cat({eth(0x0800), ipv4({.proto = kTcp}, tcp(1, 2))}),
+      cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2, 0)), Bytes(6, 0)}),
+      cat({eth(0x0800), ipv4({.proto = kTcp, .options = Bytes(4, 1)}, tcp(1, 2))}),
+      cat({eth(0x0800, {{0x8100, 10}}), ipv4({.proto = kUdp}, udp(1, 2))}),
+  };
+  std::mt19937 rng(7);
+  unsigned taken = 0;
+  for (unsigned iter = 0; iter < 20000; ++iter) {
+    Bytes f = bases[iter % bases.size()];
+    for (unsigned flips = 1 + rng() % 3; flips > 0; --flips) {
+      f[12 + rng() % (f.size() - 12)] = static_cast<uint8_t>(rng());
+    }
+    taken += fast_exact(f, f.size() - rng() % 4);
+  }
+  EXPECT_GT(taken, 1000u);  // the corruptions leave many frames valid
 }
 
 }  // namespace
