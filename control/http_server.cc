@@ -313,7 +313,12 @@ struct HttpServer::Worker {
     evkeyvalq* h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", content_type);
     for (const auto& [k, v] : r.headers) evhttp_add_header(h, k.c_str(), v.c_str());
-    evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
+    // HEAD: the headers of the answer without its body. evhttp would send a body it was given
+    // (without a Content-Length) and adds no Content-Length of its own.
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+      evhttp_add_header(h, "Content-Length", std::to_string(r.body.size()).c_str());
+    else
+      evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
     // Taken before the reply: evhttp may free the request (and the connection) from there on.
     bufferevent* bev = nullptr;
     if (!in_evhttp_cb) {

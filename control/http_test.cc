@@ -742,4 +742,30 @@ TEST_F(HttpTest, OtherMethodsAre405WithAllowAndCloseIsHonoured) {
   EXPECT_EQ(http(daemon_->port(), "PATCH", "/nope").status, 404);
 }
 
+// HEAD gets the headers the answer would have, its Content-Length included, and no body: the
+// next answer on the connection starts right after them.
+TEST_F(HttpTest, HeadIsAnsweredWithHeadersOnly) {
+  start();
+  struct Case {
+    std::string path;
+    int status;
+    std::string allow;
+  };
+  RawConn c(daemon_->port());
+  for (const Case& k :
+       {Case{"/v1/admit", 405, "POST"}, Case{"/healthz", 405, "GET"}, Case{"/nope", 404, ""}}) {
+    ASSERT_TRUE(c.send("HEAD " + k.path + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto a = c.next(5s, /*head_only=*/true);
+    EXPECT_EQ(a.status, k.status) << k.path << ":\n" << a.head;
+    EXPECT_EQ(a.header("Allow"), k.allow) << k.path;
+    EXPECT_EQ(a.header("Content-Type"), "application/json") << k.path;
+    // The same answer to another method, with its body.
+    auto full = http(daemon_->port(), "PUT", k.path);
+    EXPECT_EQ(full.status, k.status);
+    EXPECT_EQ(a.header("Content-Length"), std::to_string(full.body.size())) << k.path;
+  }
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  EXPECT_EQ(c.answer(), 200) << "bytes after a HEAD answer's headers";
+}
+
 }  // namespace
