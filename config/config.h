@@ -85,7 +85,8 @@ struct Control {
   std::string auth_token_file;  // where auth_token was read from (first line), if not inline
   std::string auth_token_env;   // or the environment variable it was read from
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
-  // Open HTTP connections at most (all workers); a connection beyond it is closed at once.
+  // Open HTTP connections at most (all workers); beyond it the longest idle one is closed, or the
+  // newcomer when every one has a request in progress.
   int max_connections = 10000;
   // A connection must deliver a complete request within this long of being accepted or of its
   // previous answer, or it is closed (slow or idle clients cannot hold a connection).

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -114,14 +115,29 @@ int make_listener(const std::string& listen, int& port, std::string& error) {
 }  // namespace
 
 struct HttpServer::Worker {
-  // One accepted connection: its deadline for a complete request.
+  // One accepted connection: its deadline for a complete request and, while no request is in
+  // progress on it, its place in an eviction queue.
   struct Conn {
     Worker* worker = nullptr;
     evhttp_connection* evcon = nullptr;
     event* deadline = nullptr;
     bool closing = false;  // answered a client that asked to close: the deadline is now
+    // While idle: the worker's unused or kept queue and where in it. None while a request is
+    // in progress (complete, not yet answered).
+    std::list<Conn*>* queue = nullptr;
+    std::list<Conn*>::iterator at;
     ~Conn() {
+      leave_queue();
       if (deadline) event_free(deadline);
+    }
+    void leave_queue() {
+      if (queue) queue->erase(at);
+      queue = nullptr;
+    }
+    void enter_queue(std::list<Conn*>& q) {
+      leave_queue();
+      queue = &q;
+      at = q.insert(q.end(), this);
     }
   };
 
@@ -138,6 +154,10 @@ struct HttpServer::Worker {
   bool http_freed = false;
   bool in_evhttp_cb = false;  // inside evhttp's request callback: evhttp may not free the request
   Clock::time_point drain_deadline{};
+  int cap = 0;  // this worker's share of max_connections
+  // Idle connections, longest idle first (each joins at the back when it becomes idle): those
+  // that never completed a request, and kept-alive ones between requests.
+  std::list<Conn*> unused, kept;
   std::unordered_map<evhttp_connection*, std::unique_ptr<Conn>> conns;
   std::vector<bufferevent*> fresh;  // accepted since the last adopt_ev, each with a reference
   event* adopt_ev = nullptr;
@@ -159,8 +179,23 @@ struct HttpServer::Worker {
   // (its timeout restarts with every byte read). It lets us create each connection's
   // bufferevent, though: on_new_connection notes it, and adopt() (run right after, before any
   // byte is read) finds the evhttp_connection that evhttp made the bufferevent's callback
-  // argument, refuses it when max_connections are open, or arms its deadline and a close
-  // callback that counts it out.
+  // argument, makes room for it or refuses it, arms its deadline and a close callback that
+  // counts it out.
+  //
+  // Each worker keeps its own share of max_connections and decides alone, in the order it
+  // accepted: with one count for all workers, a worker could count in a connection accepted
+  // after one that another worker (preempted between accept() and adopt()) then refused, and a
+  // slot freed on one worker could go to a connection the other had already turned away.
+  //
+  // At its share, a worker closes the connection idle longest with no request in progress (one
+  // that never completed a request before a kept-alive one: a flood of silent connections then
+  // never pushes out a client that has been served) and refuses the newcomer only when every
+  // connection has a request in progress. A request in progress is never cut, and a flood of
+  // idle connections cannot lock real clients out until the request timeout frees slots. No
+  // time grace: a connection goes only after every idle one accepted before it, so a new client
+  // has until share - 1 more connections arrive to send its request, however fast they come; a
+  // grace of T would let a flood that reconnects faster than share / T keep every connection
+  // too young to evict, and real clients refused.
 
   static bufferevent* on_new_connection(event_base* base, void* arg) {
     auto* w = static_cast<Worker*>(arg);
@@ -192,12 +227,15 @@ struct HttpServer::Worker {
     bufferevent_getcb(bev, nullptr, nullptr, nullptr, &arg);
     auto* evcon = static_cast<evhttp_connection*>(arg);
     if (!evcon || evhttp_connection_get_bufferevent(evcon) != bev) return;  // freed meanwhile
-    if (server->open_connections_.fetch_add(1) >= server->opts_.max_connections) {
-      // The newest goes: the connections already open may be mid-request.
-      server->open_connections_.fetch_sub(1);
-      server->metrics_.http_connection_refused();
-      evhttp_connection_free(evcon);
-      return;
+    if (static_cast<int>(conns.size()) >= cap) {
+      Conn* victim = longest_idle();
+      if (!victim) {
+        server->metrics_.http_connection_refused();
+        evhttp_connection_free(evcon);
+        return;
+      }
+      server->metrics_.http_connection_evicted();
+      evhttp_connection_free(victim->evcon);  // on_closed frees victim
     }
     server->metrics_.http_connection_opened();
     auto c = std::make_unique<Conn>();
@@ -206,7 +244,14 @@ struct HttpServer::Worker {
     c->deadline = evtimer_new(base, &Worker::on_deadline, c.get());
     evhttp_connection_set_closecb(evcon, &Worker::on_closed, c.get());
     arm(*c, server->opts_.request_timeout_s);
+    c->enter_queue(unused);
     conns.emplace(evcon, std::move(c));
+  }
+
+  Conn* longest_idle() {
+    for (std::list<Conn*>* q : {&unused, &kept})
+      if (!q->empty()) return q->front();
+    return nullptr;
   }
 
   static void arm(Conn& c, int seconds) {
@@ -224,7 +269,6 @@ struct HttpServer::Worker {
 
   static void on_closed(evhttp_connection* evcon, void* arg) {
     Worker* w = static_cast<Conn*>(arg)->worker;
-    w->server->open_connections_.fetch_sub(1);
     w->server->metrics_.http_connection_closed();
     w->conns.erase(evcon);
   }
@@ -236,6 +280,7 @@ struct HttpServer::Worker {
     auto it = evcon ? conns.find(evcon) : conns.end();
     if (it == conns.end()) return;
     evtimer_del(it->second->deadline);
+    it->second->leave_queue();
     evhttp_request_set_on_complete_cb(req, &Worker::on_answered, it->second.get());
   }
 
@@ -244,6 +289,7 @@ struct HttpServer::Worker {
     // evhttp closes such a connection itself, except after a CONNECT.
     c->closing = asks_to_close(req);
     arm(*c, c->closing ? 0 : c->worker->server->opts_.request_timeout_s);
+    if (!c->closing) c->enter_queue(c->worker->kept);
   }
 
   // evconnlistener passes its accept callback's argument (evhttp's), so the worker is found by
@@ -267,7 +313,12 @@ struct HttpServer::Worker {
     evkeyvalq* h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", content_type);
     for (const auto& [k, v] : r.headers) evhttp_add_header(h, k.c_str(), v.c_str());
-    evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
+    // HEAD: the headers of the answer without its body. evhttp would send a body it was given
+    // (without a Content-Length) and adds no Content-Length of its own.
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+      evhttp_add_header(h, "Content-Length", std::to_string(r.body.size()).c_str());
+    else
+      evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
     // Taken before the reply: evhttp may free the request (and the connection) from there on.
     bufferevent* bev = nullptr;
     if (!in_evhttp_cb) {
@@ -464,6 +515,8 @@ bool HttpServer::start(std::string& error) {
     auto w = std::make_unique<Worker>();
     w->server = this;
     w->index = i;
+    // Split as evenly as it goes; a worker holds at least one.
+    w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));
     // The changelist folds the add/del pairs that evhttp and hiredis make within one loop
     // iteration into at most one epoll_ctl per fd (each base has its own epoll set, so the
     // per-worker dup of the listening socket is never in the same set twice).

@@ -4,7 +4,6 @@
 // client); all accept on one listening socket bound once.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -23,8 +22,10 @@ struct ServerOptions {
   int threads = 2;
   size_t max_body = 64 * 1024;  // larger bodies get 413 from evhttp
   int dataplane_timeout_ms = 100;
-  int max_connections = 10000;  // open at once, all workers; the newest beyond it is closed
-  int request_timeout_s = 10;   // to deliver a complete request, from accept or the last answer
+  // Open at once, all workers (split between them); beyond it a newcomer evicts the longest idle
+  // connection, or is closed when every one has a request in progress.
+  int max_connections = 10000;
+  int request_timeout_s = 10;  // to deliver a complete request, from accept or the last answer
 };
 
 class HttpServer {
@@ -52,7 +53,6 @@ class HttpServer {
   ServerOptions opts_;
   Metrics metrics_;
   FlowRegistry flows_;
-  std::atomic<int> open_connections_{0};  // every worker's, against opts_.max_connections
   std::mutex accept_log_mu_;
   std::chrono::steady_clock::time_point accept_logged_at_{};
   uint64_t accept_errors_unlogged_ = 0;

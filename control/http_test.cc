@@ -59,14 +59,22 @@ class TempDir {
   std::string path_;
 };
 
-// control_extra: more keys of the control map, e.g. ", max_connections: 4".
-std::string test_config(const std::string& dp_socket, const std::string& auth_token = "",
-                        const std::string& control_extra = "") {
-  std::string auth = auth_token.empty() ? "" : ", auth_token: \"" + auth_token + "\"";
-  auth += control_extra;
-  return R"(redis: { url: "redis://127.0.0.1:1/0", timeout_ms: 200 }
-control: { listen: "127.0.0.1:8080", threads: 2, dataplane_socket: ")" +
-         dp_socket + "\"" + auth + R"( }
+// What a test changes in the daemon's configuration and process.
+struct DaemonSetup {
+  std::string auth_token{};     // none when empty
+  std::string control_extra{};  // more keys of the control map, e.g. ", max_connections: 4"
+  int threads = 2;
+  int redis_timeout_ms = 200;
+  rlim_t nofile = 0;  // the daemon's open-file limit (0: this process's)
+};
+
+std::string test_config(const std::string& dp_socket, const DaemonSetup& s = {}) {
+  std::string extra = s.auth_token.empty() ? "" : ", auth_token: \"" + s.auth_token + "\"";
+  extra += s.control_extra;
+  return R"(redis: { url: "redis://127.0.0.1:1/0", timeout_ms: )" +
+         std::to_string(s.redis_timeout_ms) + R"( }
+control: { listen: "127.0.0.1:8080", threads: )" +
+         std::to_string(s.threads) + ", dataplane_socket: \"" + dp_socket + "\"" + extra + R"( }
 plans:
   small:
     class: gold
@@ -148,20 +156,20 @@ class Daemon {
   pid_t pid_ = -1;
 };
 
+// A metric's value in a /metrics answer (-1 when absent).
+int64_t metric_in(const std::string& exposition, const std::string& name) {
+  auto at = exposition.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stoll(exposition.substr(at + name.size() + 2));
+}
+
 class HttpTest : public ::testing::Test {
  protected:
   HttpTest() : dp_socket_(dir_.path() + "/dp.sock") {}
-  void start(const std::string& auth = "", const std::string& control_extra = "",
-             rlim_t nofile = 0) {
-    daemon_ = std::make_unique<Daemon>(redis_, dir_, test_config(dp_socket_, auth, control_extra),
-                                       nofile);
+  void start(const DaemonSetup& setup = {}) {
+    daemon_ = std::make_unique<Daemon>(redis_, dir_, test_config(dp_socket_, setup), setup.nofile);
   }
   // A metric's value as the daemon reports it (-1 when absent).
-  int64_t metric(const std::string& name) {
-    std::string m = metrics();
-    auto at = m.find("\n" + name + " ");
-    return at == std::string::npos ? -1 : std::stoll(m.substr(at + name.size() + 2));
-  }
+  int64_t metric(const std::string& name) { return metric_in(metrics(), name); }
   HttpResponse admit(const std::string& body, const std::vector<std::string>& extra = {}) {
     return http(daemon_->port(), "POST", "/v1/admit", body, extra);
   }
@@ -313,7 +321,7 @@ TEST_F(HttpTest, HealthzAndMetrics) {
 }
 
 TEST_F(HttpTest, BearerAuthWhenConfigured) {
-  start("s3cret");
+  start({.auth_token = "s3cret"});
   auto none = admit(R"({"tenant":"t-big"})");
   EXPECT_EQ(none.status, 401);
   EXPECT_TRUE(none.body_json().contains("error"));
@@ -494,24 +502,43 @@ class RawConn {
   bool send(const std::string& s) {
     return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
   }
-  // One answer on a kept-alive connection: the status, 0 when none came within `wait`.
-  int answer(std::chrono::milliseconds wait = 5s) {
-    std::string raw;
+  struct Answer {
+    int status = 0;  // 0: none came in time; -1: what came does not start with a status line
+    std::string head, body;
+    // A header's value ("" when absent), the name as the daemon writes it.
+    std::string header(const std::string& name) const {
+      auto at = head.find("\r\n" + name + ": ");
+      return at == std::string::npos ? ""
+                                     : head.substr(at + name.size() + 4, head.find("\r\n", at + 2) -
+                                                                             at - name.size() - 4);
+    }
+  };
+  // The next answer on a kept-alive connection, within `wait`. After a HEAD request
+  // (head_only) no body is read: whatever follows the headers is the start of the next answer.
+  Answer next(std::chrono::milliseconds wait = 5s, bool head_only = false) {
     auto deadline = std::chrono::steady_clock::now() + wait;
     while (std::chrono::steady_clock::now() < deadline) {
-      auto end = raw.find("\r\n\r\n");
-      auto cl = raw.find("Content-Length: ");
-      if (end != std::string::npos && cl != std::string::npos &&
-          raw.size() >= end + 4 + std::stoul(raw.substr(cl + 16)))
-        return std::atoi(raw.c_str() + 9);
+      auto end = raw_.find("\r\n\r\n");
+      Answer a;
+      if (end != std::string::npos) a.head = raw_.substr(0, end + 4);
+      std::string length = a.header("Content-Length");
+      size_t body = head_only || length.empty() ? 0 : std::stoul(length);
+      if (end != std::string::npos && (head_only || !length.empty()) &&
+          raw_.size() >= end + 4 + body) {
+        a.status = raw_.rfind("HTTP/1.", 0) == 0 ? std::atoi(raw_.c_str() + 9) : -1;
+        a.body = raw_.substr(end + 4, body);
+        raw_.erase(0, end + 4 + body);
+        return a;
+      }
       if (!readable(deadline)) break;
       char buf[4096];
       ssize_t n = recv(fd_, buf, sizeof buf, 0);
       if (n <= 0) break;
-      raw.append(buf, static_cast<size_t>(n));
+      raw_.append(buf, static_cast<size_t>(n));
     }
-    return 0;
+    return {};
   }
+  int answer(std::chrono::milliseconds wait = 5s) { return next(wait).status; }
   // True when the peer closed the connection (EOF or reset) within `wait`; data before is
   // skipped.
   bool closed_within(std::chrono::milliseconds wait) {
@@ -533,6 +560,7 @@ class RawConn {
   }
   int fd_;
   bool connected_ = false;
+  std::string raw_;  // received, not yet returned as an answer
 };
 
 // Polls `cond` every 50 ms for up to `limit`.
@@ -548,40 +576,89 @@ bool eventually(F cond, std::chrono::milliseconds limit = 10s) {
 
 constexpr char kKeepAliveGet[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 
-TEST_F(HttpTest, ConnectionCapRefusesTheNewestAndKeepsServingTheOthers) {
+// A metric as the daemon reports it, asked on a kept-alive connection (which needs no slot
+// of its own when the cap is held).
+int64_t metric_on(RawConn& c, const std::string& name) {
+  if (!c.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")) return -1;
+  auto a = c.next();
+  return a.status == 200 ? metric_in(a.body, name) : -1;
+}
+
+// At the cap, a newcomer takes the place of the connection idle longest that never completed a
+// request; a client that was served keeps its connection although it has been idle longer.
+TEST_F(HttpTest, ConnectionCapEvictsTheLongestIdleForANewClient) {
   constexpr int kCap = 4;
-  start("", ", max_connections: " + std::to_string(kCap));
+  // One worker: the one that accepts the newcomer holds all the idle connections.
+  start({.control_extra = ", max_connections: " + std::to_string(kCap), .threads = 1});
   // Only the scrape itself open: the readiness probes are gone.
   ASSERT_TRUE(eventually([&] { return metric("dripgate_http_connections") == 1; })) << metrics();
-  RawConn client(daemon_->port());  // established: one answer before the cap is reached
+  RawConn client(daemon_->port());  // served before the others come
   ASSERT_TRUE(client.send(kKeepAliveGet));
   ASSERT_EQ(client.answer(), 200);
   std::vector<std::unique_ptr<RawConn>> idle;
   for (int i = 1; i < kCap; ++i) idle.push_back(std::make_unique<RawConn>(daemon_->port()));
-  // The newest connections are closed at once, unanswered, while the cap is held.
-  for (int i = 0; i < 3; ++i) {
+  // The cap is held (asked on the client's connection, which stays the idle one served before).
+  ASSERT_TRUE(eventually([&] { return metric_on(client, "dripgate_http_connections") == kCap; }));
+  auto r = http(daemon_->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(idle[0]->closed_within(5s)) << "the longest idle connection was not evicted";
+  EXPECT_FALSE(idle[1]->closed_within(100ms));
+  // The served client still has its connection, and the cap was full: one eviction, no refusal.
+  EXPECT_EQ(metric_on(client, "dripgate_http_connections_evicted_total"), 1);
+  EXPECT_EQ(metric_on(client, "dripgate_http_connections_refused_total"), 0);
+}
+
+// Each worker holds its share of the cap and makes room in it alone: under a flood of idle
+// connections, however the workers took them, the open ones stay within the cap and a newcomer
+// is served.
+TEST_F(HttpTest, ConnectionCapIsSharedByTheWorkersAndAFloodLeavesRoom) {
+  constexpr int kCap = 4;
+  start({.control_extra = ", max_connections: " + std::to_string(kCap), .threads = 2});
+  std::vector<std::unique_ptr<RawConn>> flood;
+  for (int i = 0; i < 3 * kCap; ++i) flood.push_back(std::make_unique<RawConn>(daemon_->port()));
+  // Time for the workers to take them all (a bound for a loaded machine).
+  std::this_thread::sleep_for(1s);
+  auto m = http(daemon_->port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_LE(metric_in(m.body, "dripgate_http_connections"), kCap) << m.body;
+  EXPECT_GE(metric_in(m.body, "dripgate_http_connections_evicted_total"), 2 * kCap) << m.body;
+  EXPECT_EQ(metric_in(m.body, "dripgate_http_connections_refused_total"), 0) << m.body;
+}
+
+// When every connection has a request in progress, nothing is evicted: the newest is refused,
+// and the requests in progress are answered.
+TEST_F(HttpTest, ConnectionCapRefusesTheNewestWhenEveryConnectionIsBusy) {
+  constexpr int kCap = 3;
+  start({.control_extra = ", max_connections: " + std::to_string(kCap),
+         .threads = 1,
+         .redis_timeout_ms = 30000});
+  ASSERT_TRUE(eventually([&] { return metric("dripgate_http_connections") == 1; })) << metrics();
+  ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);  // Redis connected, scripts loaded
+  redis_.pause();  // each admission below waits for Redis: a request in progress
+  std::string body = R"({"tenant":"t-big"})";
+  std::vector<std::unique_ptr<RawConn>> busy;
+  for (int i = 0; i < kCap; ++i) {
+    busy.push_back(std::make_unique<RawConn>(daemon_->port()));
+    ASSERT_TRUE(busy.back()->send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  }
+  // Time for the daemon to read the requests (a bound for a loaded machine): a connection whose
+  // request it has not read yet has none in progress and could be evicted.
+  std::this_thread::sleep_for(1s);
+  for (int i = 0; i < 2; ++i) {
     RawConn extra(daemon_->port());
     ASSERT_TRUE(extra.connected());
     extra.send(kKeepAliveGet);
     EXPECT_TRUE(extra.closed_within(5s)) << "connection " << kCap + 1 + i << " was not refused";
   }
-  // The established client is still served, on the same connection.
-  ASSERT_TRUE(client.send(kKeepAliveGet));
-  EXPECT_EQ(client.answer(), 200);
-  // A slot freed is a slot for the next client.
-  idle.pop_back();
-  HttpResponse m;
-  ASSERT_TRUE(eventually([&] {
-    m = http(daemon_->port(), "GET", "/metrics");
-    return m.status == 200;
-  }));
-  EXPECT_NE(m.body.find("dripgate_http_connections_refused_total "), std::string::npos);
-  EXPECT_EQ(m.body.find("dripgate_http_connections_refused_total 0\n"), std::string::npos)
-      << m.body;
+  redis_.resume();
+  for (auto& b : busy) EXPECT_EQ(b->answer(10s), 200);
+  EXPECT_EQ(metric_on(*busy[0], "dripgate_http_connections_refused_total"), 2);
+  EXPECT_EQ(metric_on(*busy[0], "dripgate_http_connections_evicted_total"), 0);
 }
 
 TEST_F(HttpTest, SlowOrIdleClientIsCutAfterTheRequestTimeout) {
-  start("", ", request_timeout_s: 2");
+  start({.control_extra = ", request_timeout_s: 2"});
   // One byte every 300 ms would take 15 s for this request: cut after about 2 s.
   std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slow\r\n\r\n";
   RawConn slow(daemon_->port());
@@ -612,7 +689,7 @@ TEST_F(HttpTest, SlowOrIdleClientIsCutAfterTheRequestTimeout) {
 // accepting for a moment instead of spinning, logs about it once a second, keeps its open
 // connections served and accepts again once descriptors are free.
 TEST_F(HttpTest, OutOfFileDescriptorsNeitherSpinsNorFloodsTheLog) {
-  start("", "", /*nofile=*/128);
+  start({.nofile = 128});
   RawConn client(daemon_->port());
   ASSERT_TRUE(client.send(kKeepAliveGet));
   ASSERT_EQ(client.answer(), 200);
@@ -649,7 +726,7 @@ TEST_F(HttpTest, OutOfFileDescriptorsNeitherSpinsNorFloodsTheLog) {
 }
 
 TEST_F(HttpTest, OtherMethodsAre405WithAllowAndCloseIsHonoured) {
-  start("", ", request_timeout_s: 60");
+  start({.control_extra = ", request_timeout_s: 60"});
   for (const char* method : {"PATCH", "OPTIONS", "TRACE", "CONNECT", "FOO", "PUT", "DELETE"}) {
     auto t0 = std::chrono::steady_clock::now();
     auto r = http(daemon_->port(), method, "/v1/admit");  // Connection: close, read to EOF
@@ -663,6 +740,32 @@ TEST_F(HttpTest, OtherMethodsAre405WithAllowAndCloseIsHonoured) {
   EXPECT_EQ(r.status, 405);
   EXPECT_EQ(r.header("allow"), "GET");
   EXPECT_EQ(http(daemon_->port(), "PATCH", "/nope").status, 404);
+}
+
+// HEAD gets the headers the answer would have, its Content-Length included, and no body: the
+// next answer on the connection starts right after them.
+TEST_F(HttpTest, HeadIsAnsweredWithHeadersOnly) {
+  start();
+  struct Case {
+    std::string path;
+    int status;
+    std::string allow;
+  };
+  RawConn c(daemon_->port());
+  for (const Case& k :
+       {Case{"/v1/admit", 405, "POST"}, Case{"/healthz", 405, "GET"}, Case{"/nope", 404, ""}}) {
+    ASSERT_TRUE(c.send("HEAD " + k.path + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto a = c.next(5s, /*head_only=*/true);
+    EXPECT_EQ(a.status, k.status) << k.path << ":\n" << a.head;
+    EXPECT_EQ(a.header("Allow"), k.allow) << k.path;
+    EXPECT_EQ(a.header("Content-Type"), "application/json") << k.path;
+    // The same answer to another method, with its body.
+    auto full = http(daemon_->port(), "PUT", k.path);
+    EXPECT_EQ(full.status, k.status);
+    EXPECT_EQ(a.header("Content-Length"), std::to_string(full.body.size())) << k.path;
+  }
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  EXPECT_EQ(c.answer(), 200) << "bytes after a HEAD answer's headers";
 }
 
 }  // namespace

@@ -162,8 +162,12 @@ std::string Metrics::render() const {
   auto load = [](const auto& a) { return static_cast<int64_t>(a.load(std::memory_order_relaxed)); };
   scalar("dripgate_http_connections", "Open HTTP connections.", "gauge", load(http_open_));
   scalar("dripgate_http_connections_refused_total",
-         "HTTP connections closed at once because control.max_connections were open.", "counter",
-         load(http_refused_));
+         "HTTP connections closed at once because control.max_connections were open and none "
+         "of them was idle long enough to be evicted.",
+         "counter", load(http_refused_));
+  scalar("dripgate_http_connections_evicted_total",
+         "Idle HTTP connections closed to make room for a new one at control.max_connections.",
+         "counter", load(http_evicted_));
   scalar("dripgate_http_request_timeouts_total",
          "HTTP connections closed for not sending a complete request in time.", "counter",
          load(http_timeouts_));

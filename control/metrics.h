@@ -53,11 +53,13 @@ class Metrics : public RedisObserver {
   // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none.
   void admission(const std::string& tenant, const std::string& gate, const std::string& result);
   void http_request(int code) { http_requests_.inc({std::to_string(code)}); }
-  // The HTTP front's connections: open now, refused at control.max_connections, closed for not
-  // sending a complete request within control.request_timeout_s, and failed accept() calls.
+  // The HTTP front's connections: open now, refused or evicted (idle, to make room) at
+  // control.max_connections, closed for not sending a complete request within
+  // control.request_timeout_s, and failed accept() calls.
   void http_connection_opened() { http_open_.fetch_add(1, std::memory_order_relaxed); }
   void http_connection_closed() { http_open_.fetch_sub(1, std::memory_order_relaxed); }
   void http_connection_refused() { http_refused_.fetch_add(1, std::memory_order_relaxed); }
+  void http_connection_evicted() { http_evicted_.fetch_add(1, std::memory_order_relaxed); }
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
   // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
@@ -88,7 +90,8 @@ class Metrics : public RedisObserver {
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};
-  std::atomic<uint64_t> http_refused_{0}, http_timeouts_{0}, http_accept_errors_{0};
+  std::atomic<uint64_t> http_refused_{0}, http_evicted_{0}, http_timeouts_{0},
+      http_accept_errors_{0};
 };
 
 }  // namespace dripgate::control

@@ -13,8 +13,9 @@
 #              that password (CONFIG SET requirepass): Redis connections and daemon log lines
 #              while it was wrong, and how soon the daemon recovers;
 #   idle-tcp   --idle-conns (20,000) TCP connections to dripgate-control that never send a byte,
-#              the daemon under a 20,000-descriptor limit: its CPU time and log growth over
-#              10 s, and whether a legitimate POST /v1/admit (one a second) is answered;
+#              each one it closes opened again, the daemon under a 20,000-descriptor limit: its
+#              CPU time and log growth over 10 s, and whether a legitimate POST /v1/admit (one a
+#              second) is answered;
 #   idle-unix  100 idle clients on dripgate-dataplane's control socket (net_null vdevs, no
 #              hugepages): whether a new client still gets {"op":"stats"} answered, how long
 #              it waits.

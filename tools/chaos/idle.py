@@ -3,9 +3,10 @@
 
   idle.py tcp --port P --conns N --hold S --pid PID --log FILE
       opens N TCP connections to dripgate-control that never send a byte, then for S seconds
-      sends one POST /v1/admit a second on a new connection (each on its own thread, given until
-      the end of the hold to answer); measures the daemon's CPU time (PID) and the growth of its log (FILE)
-      over the hold.
+      keeps N open (each one the daemon closes is opened again, as a flood would) and sends one
+      POST /v1/admit a second on a new connection (each on its own thread, given until the end
+      of the hold to answer); measures the daemon's CPU time (PID) and the growth of its log
+      (FILE) over the hold.
   idle.py unix --path SOCK --conns N --hold S
       opens N idle clients on dripgate-dataplane's control socket, then a new client retries
       to connect and asks {"op":"stats"} until it is answered or the hold ends.
@@ -36,7 +37,8 @@ ADMIT = (b"POST /v1/admit HTTP/1.1\r\nHost: chaos\r\nConnection: close\r\n"
 def open_idle(family, address, n, wait_s):
     """n non-blocking connects at once; returns (connected sockets, failures by kind). A unix
     socket whose backlog is full (EAGAIN) is tried again every 10 ms; connects still pending
-    after wait_s count as timeouts."""
+    wait_s after the last one was made count as timeouts (making 20,000 connects can itself take
+    longer than that on a loaded machine)."""
     sel = selectors.DefaultSelector()
     failed = Counter()
     done, retry = [], []
@@ -65,6 +67,7 @@ def open_idle(family, address, n, wait_s):
     if todo:
         failed["EAGAIN until the end"] = todo
     pending = len(sel.get_map())
+    deadline = time.monotonic() + wait_s
     while pending and time.monotonic() < deadline:
         for key, _ in sel.select(timeout=max(0, deadline - time.monotonic())):
             s = key.fileobj
@@ -83,19 +86,42 @@ def open_idle(family, address, n, wait_s):
     return done, failed
 
 
-def closed_by_peer(socks):
-    """How many of socks the peer has closed (whatever it sent before is read and dropped)."""
-    n = 0
-    for s in socks:
-        try:
-            while s.recv(65536, socket.MSG_DONTWAIT):
-                pass
-            n += 1
-        except BlockingIOError:
+def peer_closed(s):
+    """Whether the peer has closed s (whatever it sent before is read and dropped)."""
+    try:
+        while s.recv(65536, socket.MSG_DONTWAIT):
             pass
-        except OSError:
-            n += 1
-    return n
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def closed_by_peer(socks):
+    """How many of socks the peer has closed."""
+    return sum(peer_closed(s) for s in socks)
+
+
+def keep_open(socks, address, until):
+    """Holds socks until until.value (time.time(); 0 while not yet known), opening a new idle
+    connection for each one the peer closes; returns how many the peer closed."""
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    closed = 0
+    while (left := (until.value or time.time() + 1) - time.time()) > 0:
+        gone = [key.fileobj for key, _ in sel.select(timeout=min(left, 0.2))
+                if peer_closed(key.fileobj)]
+        for s in gone:
+            sel.unregister(s)
+            s.close()
+        closed += len(gone)
+        if gone:
+            again, _ = open_idle(socket.AF_INET, address, len(gone), min(left, 1))
+            for s in again:
+                sel.register(s, selectors.EVENT_READ)
+    return closed + closed_by_peer([key.fileobj for key in sel.get_map().values()])
 
 
 def cpu_s(pid):
@@ -125,16 +151,15 @@ def probe_http(port, deadline):
 
 def hold_share(port, n, deadline, pipe_w):
     """A child's part of the idle connections: opens n, reports (opened, failures) on the pipe,
-    holds them until deadline, then reports how many the daemon closed."""
+    keeps n open until deadline, then reports how many the daemon closed."""
     # Dies with its parent (killed, Ctrl-C) instead of holding the connections forever.
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # A connect lost to a full accept queue is retried by the kernel (SYN after 1, 3, 7, 15 s).
     socks, failed = open_idle(socket.AF_INET, ("127.0.0.1", port), n, 20)
     os.write(pipe_w, (json.dumps({"opened": len(socks), "failed": failed}) + "\n").encode())
-    while not deadline.value:  # set by the parent once every share is open
-        time.sleep(0.05)
-    time.sleep(max(0, deadline.value - time.time()))
-    os.write(pipe_w, (json.dumps({"closed": closed_by_peer(socks)}) + "\n").encode())
+    # The deadline is set by the parent once every share is open; the flood is kept up until then.
+    closed = keep_open(socks, ("127.0.0.1", port), deadline)
+    os.write(pipe_w, (json.dumps({"closed": closed}) + "\n").encode())
 
 
 def tcp(args):
