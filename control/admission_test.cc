@@ -952,11 +952,12 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   ASSERT_TRUE(qk && qk->elements == 1);
   EXPECT_EQ(s.str({"GET", std::string(qk->element[0]->str, qk->element[0]->len)}), "0");
   freeReplyObject(qk);
-  // The second refund found no reservation of its attempt: it left a cancellation only.
+  // The second refund found no reservation of its attempt: it left a cancellation only, in the
+  // current reservation window and the next.
   std::string cancellations;
   for (const auto& [k, v] : s.dump())
     if (k.starts_with(keys::reservations("ws-acme"))) cancellations += v;
-  EXPECT_EQ(cancellations, "hash:x:" + ran.attempt + "=1;");
+  EXPECT_EQ(cancellations, "hash:x:" + ran.attempt + "=1;hash:x:" + ran.attempt + "=1;");
 
   // Undone before it ran (the call still sat in a stopped Redis's buffer): it refuses later.
   freeReplyObject(s.cmd({"FLUSHALL"}));
@@ -978,6 +979,61 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   EXPECT_NE(retry.attempt, late.attempt);
   EXPECT_EQ(code_of(run_call(s, AdmitCall(retry))), 1);
   EXPECT_EQ(code_of(run_call(s, GatesCall(retry))), 1);
+}
+
+// An idle bucket goes away once it would be full again, and not much later: its key lives
+// between capacity/refill (+1 s) and a quarter more. The expiry moves only when less than that
+// is left, so most admissions write the bucket without an EXPIRE.
+TEST_F(AdmissionTest, IdleBucketsExpireOnceFullAgain) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(400, 2);  // full again 200 s after a take: idle_s = 201
+  add_tenant(cfg, "ws-acme", plan);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  const std::string key = keys::bucket("ws-acme", "tenant");
+  ASSERT_EQ(h.admit(req("ws-acme", 0)).outcome, Outcome::kAllowed);
+  const int64_t ttl = std::stoll(s.str({"TTL", key}));
+  EXPECT_GE(ttl, 200);
+  EXPECT_LE(ttl, 201 + 51);
+  const std::string ex = s.str({"HGET", key, "ex"});
+  ASSERT_EQ(h.admit(req("ws-acme", 0)).outcome, Outcome::kAllowed);
+  EXPECT_EQ(s.str({"HGET", key, "ex"}), ex);  // plenty left: not moved
+  // Less than idle_s left (as if the last move was long ago): the next take moves it.
+  const int64_t soon = std::stoll(ex) - 100;
+  s.str({"HSET", key, "ex", std::to_string(soon)});
+  s.str({"EXPIREAT", key, std::to_string(soon)});
+  ASSERT_EQ(h.admit(req("ws-acme", 0)).outcome, Outcome::kAllowed);
+  EXPECT_GT(std::stoll(s.str({"HGET", key, "ex"})), soon);
+  EXPECT_GE(std::stoll(s.str({"TTL", key})), 200);
+}
+
+// The gateway passes its month to admit.lua as a hint only: when Redis TIME is outside it (the
+// gateway's clock is off, or the month turned between the two), the script finds the month
+// itself, so the quota key is always that of Redis's month.
+TEST_F(AdmissionTest, TheGatewaysMonthIsOnlyAHint) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 0);
+  plan.quota = config::Quota{1000, 600};
+  add_tenant(cfg, "ws-acme", plan);
+  Tables tables(cfg);
+  std::mt19937_64 rng(7);
+  Sync s(redis_.port());
+  Prepared p;
+  ASSERT_EQ(prepare(tables, req("ws-acme", 30), rng, p), "");
+  AdmitCall c(p);
+  const keys::Month wrong = keys::month_of(915148800);  // 1999-01
+  c.args.set(lua::admit::kArgMonth, wrong.name);
+  c.args.set(lua::admit::kArgMonthStart, wrong.start_s);
+  c.args.set(lua::admit::kArgMonthEnd, wrong.end_s);
+  EXPECT_EQ(code_of(run_call(s, c)), 1);
+  redisReply* t = s.cmd({"TIME"});
+  ASSERT_TRUE(t && t->elements == 2);
+  const keys::Month redis_month = keys::month_of(std::stoll(t->element[0]->str));
+  freeReplyObject(t);
+  EXPECT_EQ(s.str({"GET", keys::quota("ws-acme", redis_month.name)}), "30");
+  EXPECT_EQ(s.str({"EXISTS", keys::quota("ws-acme", wrong.name)}), "0");
 }
 
 // The month arithmetic inside admit.lua against the C++20 calendar, for every 9th day from
@@ -1022,6 +1078,11 @@ return out)";
                static_cast<unsigned>(ymd.month()), first);
       EXPECT_EQ(std::string(r->element[i - at]->str, r->element[i - at]->len), want)
           << "day " << days[i];
+      // And the gateway's hint (keys::month_of) agrees with both.
+      const keys::Month m = keys::month_of(int64_t{days[i]} * 86400 + 86399);
+      EXPECT_EQ(m.name + " " + std::to_string(m.start / 86400), want) << "day " << days[i];
+      EXPECT_EQ(m.end, keys::month_of(m.end).start);
+      EXPECT_LT(m.start, m.end);
     }
     freeReplyObject(r);
   }
@@ -1092,7 +1153,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 16u);
+  ASSERT_EQ(call->args.size(), 20u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
@@ -1100,9 +1161,16 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
       "dg:{t:ws-acme}:q:", "dg:{t:ws-acme}:r:", "dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
       "dg:{t:ws-acme}:tb:user:alice"};
   EXPECT_EQ(call->keys, keys);
-  std::vector<std::string> args = {"rq-1", attempt, "42",     "1000", "600", "-1",   "-1", "120",
-                                   "1",    "2",     "tenant", "20",   "5",   "user", "6",  "2"};
+  // The month is the gateway's clock's, as a hint (the script checks it against Redis TIME).
+  const keys::Month& m = keys::current_month();
+  std::vector<std::string> args = {"rq-1",   attempt, "0", "42",   "1000",    "600",   "-1",
+                                   "-1",     "120",   "1", m.name, m.start_s, m.end_s, "2",
+                                   "tenant", "20",    "5", "user", "6",       "2"};
   EXPECT_EQ(call->args, args);
+  // An id the engine generates is new: the script need not look for it in the older window.
+  r.request_id.clear();
+  EXPECT_EQ(admit_script_call(cfg, r)->args[2], "1");
+  r.request_id = "rq-1";
   EXPECT_NE(admit_script_call(cfg, r)->args[1], attempt);
   std::string err;
   r.tenant = "nobody";

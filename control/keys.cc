@@ -1,5 +1,8 @@
 #include "control/keys.h"
 
+#include <chrono>
+#include <cstdio>
+
 namespace dripgate::control::keys {
 
 namespace {
@@ -52,6 +55,33 @@ std::string_view tenant_of_request_id(std::string_view request_id) {
   auto dot = request_id.rfind('.');
   if (dot == std::string_view::npos) return {};
   return request_id.substr(0, dot);
+}
+
+Month month_of(int64_t unix_s) {
+  namespace chr = std::chrono;
+  auto day = chr::floor<chr::days>(chr::sys_seconds(chr::seconds(unix_s)));
+  chr::year_month_day ymd{day};
+  auto first = chr::sys_days(ymd.year() / ymd.month() / 1);
+  auto next = chr::sys_days((ymd.year() / ymd.month() + chr::months(1)) / 1);
+  Month m;
+  char name[16];
+  std::snprintf(name, sizeof name, "%04d-%02u", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()));
+  m.name = name;
+  m.start = chr::sys_seconds(first).time_since_epoch().count();
+  m.end = chr::sys_seconds(next).time_since_epoch().count();
+  m.start_s = std::to_string(m.start);
+  m.end_s = std::to_string(m.end);
+  return m;
+}
+
+const Month& current_month() {
+  thread_local Month m;
+  auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  if (now >= m.end || now < m.start) m = month_of(now);
+  return m;
 }
 
 }  // namespace dripgate::control::keys

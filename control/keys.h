@@ -3,6 +3,7 @@
 // validated ids only ([A-Za-z0-9._-]), so no input can name a key outside its tenant's slot.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -13,10 +14,19 @@ std::string tenant_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:tb:<gate>" for gate "tenant", "dg:{t:<tenant>}:tb:<gate>:<id>" otherwise
 // (gate "user" or "key" for api keys).
 std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
-// "dg:{t:<tenant>}:q:"; the script appends the UTC month "YYYY-MM" from Redis TIME.
+// "dg:{t:<tenant>}:q:"; the script appends the UTC month "YYYY-MM" of Redis TIME.
 std::string quota_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:q:<YYYY-MM>" (for tests and tools; the engine never builds it).
 std::string quota(std::string_view tenant, std::string_view month);
+// A UTC calendar month: "YYYY-MM", its first second and the next month's (unix s), as strings
+// for admit.lua, which takes them as a hint and keeps Redis TIME the judge of the month.
+struct Month {
+  std::string name, start_s, end_s;
+  int64_t start = 0, end = 0;
+};
+Month month_of(int64_t unix_s);
+// The month of the system clock, kept per thread until it ends (no formatting per request).
+const Month& current_month();
 // "dg:{t:<tenant>}:r:": the reservation windows' prefix; the scripts append "<ttl>:<window>"
 // (lua/lib_reservation.lua).
 std::string reservations(std::string_view tenant);

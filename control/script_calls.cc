@@ -131,8 +131,10 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   if (req.request_id.empty()) {
     p.rid.reserve(t.name.size() + 17);
     p.rid.append(t.name).append(".").append(hex_of(rng(), 16));
+    p.fresh = true;
   } else {
     p.rid = req.request_id;
+    p.fresh = false;
   }
   p.attempt = hex_of(rng(), 8);
   p.tokens = req.tokens;
@@ -212,6 +214,11 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
   args.set(s::kArgSnapshot, "1");
+  args.set(s::kArgFresh, p.fresh ? "1" : "0");
+  const keys::Month& m = keys::current_month();
+  args.set(s::kArgMonth, m.name);
+  args.set(s::kArgMonthStart, m.start_s);
+  args.set(s::kArgMonthEnd, m.end_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i) {
     keys.add(p.bucket_keys[i]);

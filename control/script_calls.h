@@ -63,6 +63,7 @@ struct Prepared {
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
   std::string attempt;      // 8 hex digits
   std::string attempt_key;  // keys::global_attempt of the attempt (with global gates only)
+  bool fresh = false;       // rid was generated here: it cannot be in use yet
   int64_t tokens = 0;
   std::array<const Gate*, 3> buckets{};
   std::array<std::string_view, 3> bucket_keys{};

@@ -6,13 +6,13 @@
 -- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
 --
 -- @keys quota_prefix reservations leases bucket...
--- @argv request_id attempt tokens budget reservation_ttl max_open max_streams lease_s snapshot
--- @argv bucket_count bucket...(gate capacity refill)
+-- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
+-- @argv snapshot month month_start month_end bucket_count bucket...(gate capacity refill)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
---   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, from TIME) is appended here
---                 because only Redis knows the month; the full key has the same {t:<tenant>}
---                 hash tag, so it lives in the slot of the declared keys (cluster-safe).
+--   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, of Redis TIME) is appended
+--                 here; the full key has the same {t:<tenant>} hash tag, so it lives in the slot
+--                 of the declared keys (cluster-safe).
 --   reservations  "dg:{t:<tenant>}:r:": the prefix of the reservation windows
 --                 (lib_reservation.lua), same hash tag, so cluster-safe like quota_prefix
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
@@ -22,6 +22,9 @@
 --   attempt       8 hex digits, new for every call: names this call apart from another one
 --                 with the same request_id (a client's retry), for refund.lua, which may have
 --                 cancelled it before it ran (its reply was lost), so it must not run now
+--   fresh         "1": request_id was generated for this call (random, so it cannot be in use
+--                 yet): the previous reservation window is not looked up unless max_open needs
+--                 its count. "0": the client's own request_id.
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
@@ -32,6 +35,10 @@
 --                 bucket states, pruned leases): the engine asks for it on every call, since a
 --                 global gate may refuse, or the reply may come after the request was answered
 --                 503. "0": no undo possible (replays, benchmarks).
+--   month         "YYYY-MM" of the gateway's clock, with its first second (month_start) and
+--   month_start   the next month's (month_end): a hint that spares the calendar arithmetic.
+--   month_end     Redis TIME decides: outside [month_start, month_end) the month is computed
+--                 here from TIME (lib_month.lua), so the gateway's clock never picks the month.
 --   bucket_count  n, the number of buckets
 --   bucket...     per bucket: gate name, capacity, refill per second
 --
@@ -56,12 +63,19 @@ local attempt = ARGV[A_ATTEMPT]
 local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
 
 -- @include lib_reservation.lua
--- One HMGET per window: a live reservation of request_id, the open count, a cancellation.
+-- The current window: a live reservation of request_id, the open count, a cancellation (looked
+-- up here only: refund.lua writes it into the window of its own time and the next one, and this
+-- call runs after it). The previous window: request_id and the open count, when they matter.
 local cur_key, prev_key, cur_expire = res_windows(KEYS[K_RESERVATIONS], res_ttl, sec)
 local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
-local prev = redis.call('HMGET', prev_key, rid, '#', 'x:' .. attempt)
-if cur[3] or prev[3] then return {3} end
-for _, v in ipairs({cur[1], prev[1]}) do
+if cur[3] then return {3} end
+local max_open = tonumber(ARGV[A_MAX_OPEN])
+local prev_rid, prev_open = false, false
+if ARGV[A_FRESH] ~= '1' or max_open >= 0 then
+  local p = redis.call('HMGET', prev_key, rid, '#')
+  prev_rid, prev_open = ARGV[A_FRESH] ~= '1' and p[1], p[2]
+end
+for _, v in ipairs({cur[1], prev_rid}) do
   if v then
     local _, _, created = res_parse(v)
     if created + res_ttl * 1000 > now_ms then return {2} end
@@ -70,7 +84,6 @@ end
 
 local tokens = tonumber(ARGV[A_TOKENS])
 local budget = tonumber(ARGV[A_BUDGET])
-local max_open = tonumber(ARGV[A_MAX_OPEN])
 local max_streams = tonumber(ARGV[A_MAX_STREAMS])
 local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
 local snapshot = ARGV[A_SNAPSHOT] == '1'
@@ -92,14 +105,20 @@ for i = 1, n do
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
   local key = KEYS[K_BUCKET + i - 1]
-  local cur, old_tk, old_ts = bucket_read(key, cap, rate, now_us)
-  buckets[i] = {key = key, cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts}
+  local cur, old_tk, old_ts, ex = bucket_read(key, cap, rate, now_us)
+  buckets[i] = {key = key, cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts,
+                ex = ex}
   if cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(cur, rate)) end
 end
 
--- Quota month from Redis time (utc_month, from lib_month.lua).
+-- Quota month: the gateway's, when Redis time is in it; else from Redis time (utc_month, from
+-- lib_month.lua, whose functions are created only on this path).
+local month = ARGV[A_MONTH]
+local month_start, next_month = tonumber(ARGV[A_MONTH_START]), tonumber(ARGV[A_MONTH_END])
+if sec < month_start or sec >= next_month then
 -- @include lib_month.lua
-local month, month_start, next_month = utc_month(sec)
+  month, month_start, next_month = utc_month(sec)
+end
 local qkey = KEYS[K_QUOTA_PREFIX] .. month
 local qraw = redis.call('GET', qkey)
 local used = tonumber(qraw or '0')
@@ -122,7 +141,7 @@ end
 
 -- Open reservations: the previous window's count goes when its hash expires.
 local open_cur = tonumber(cur[2] or '0')
-if max_open >= 0 and open_cur + tonumber(prev[2] or '0') >= max_open then
+if max_open >= 0 and open_cur + tonumber(prev_open or '0') >= max_open then
   refuse('reservations', (cur_expire - res_ttl) * 1000 - now_ms)
 end
 
@@ -137,7 +156,7 @@ end
 out[1] = 1
 for i = 1, n do
   local b = buckets[i]
-  local tk, ts = bucket_take(b.key, b.cur, b.cap, b.rate, now_us)
+  local tk, ts = bucket_take(b.key, b.cur, b.cap, b.rate, now_us, b.ex)
   out[9 + i] = tk
   if snapshot then
     local s = 9 + n + (i - 1) * 4

@@ -18,7 +18,7 @@
 -- @argv attempt_ttl bucket_count bucket...(gate capacity refill)
 --
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" (the first bucket's hash tag): the marker
---       bucket...  the bucket hashes (fields tk, ts as in admit.lua)
+--       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
 --
@@ -34,12 +34,13 @@ local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_bucket.lua
 local refused, retry = '', 0
-local cur = {}
+local cur, ex = {}, {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
-  cur[i] = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
+  local _
+  cur[i], _, _, ex[i] = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
   if cur[i] < 1 then
     local ms = bucket_wait_ms(cur[i], rate)
     if refused == '' or ms > retry then refused, retry = ARGV[a + A_BUCKET_GATE], ms end
@@ -56,7 +57,7 @@ out[1] = 1
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local cap, rate = tonumber(ARGV[a + A_BUCKET_CAPACITY]), tonumber(ARGV[a + A_BUCKET_REFILL])
-  out[3 + i] = bucket_take(KEYS[K_BUCKET + i - 1], cur[i], cap, rate, now_us)
+  out[3 + i] = bucket_take(KEYS[K_BUCKET + i - 1], cur[i], cap, rate, now_us, ex[i])
 end
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 return out

@@ -12,12 +12,18 @@
 --   field request_id  "<attempt> <reserved> <created_ms>" while open, "... <charged>" once
 --                     settled (the quota month is that of created_ms)
 --   field "#"         the number of open reservations of the window (not settled, not refunded)
---   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran
+--   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
+--                     window of that time and the next one)
 
 -- The current window's key, the previous one's, and the current window's expiry (unix s).
 local function res_windows(prefix, ttl, sec)
   local w = math.floor(sec / ttl)
   return prefix .. ttl .. ':' .. w, prefix .. ttl .. ':' .. (w - 1), (w + 2) * ttl + 1
+end
+
+-- The next window's key.
+local function res_window_after(prefix, ttl, sec)
+  return prefix .. ttl .. ':' .. (math.floor(sec / ttl) + 1)
 end
 
 -- A reservation's value: attempt, reserved, created_ms, and charged (nil while open).

@@ -53,8 +53,14 @@ local key, v = res_find(cur_key, prev_key, rid, ttl, now_ms)
 local attempt, reserved, created, charged
 if key then attempt, reserved, created, charged = res_parse(v) end
 if not key or attempt ~= ARGV[A_ATTEMPT] or charged then
-  redis.call('HSET', cur_key, 'x:' .. ARGV[A_ATTEMPT], 1)
+  -- In this window and the next: admit.lua, which runs after this if at all, looks in the
+  -- window of its own time only.
+  local next_key = res_window_after(KEYS[K_RESERVATIONS], ttl, sec)
+  for _, k in ipairs({cur_key, next_key}) do
+    redis.call('HSET', k, 'x:' .. ARGV[A_ATTEMPT], 1)
+  end
   redis.call('EXPIREAT', cur_key, cur_expire)
+  redis.call('EXPIREAT', next_key, cur_expire + ttl)
   return 0
 end
 
