@@ -345,10 +345,20 @@ void Engine::Impl::undo(const Op& op, UndoOf what, std::chrono::steady_clock::ti
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   const size_t nb = static_cast<size_t>(op->p.nb);
   const size_t at = kTokens + nb;
-  if (r->elements < at + 4 * nb) return false;
+  if (r->elements < at + nb + 1) return false;
+  // Per bucket "<old tk> <old ts>", then the new ts of all; the new tk are the tokens_i.
+  const std::string_view new_ts = as_str(elem(r, at + nb));
   op->undo.snapshot.reserve(4 * nb);
-  for (size_t i = 0; i < 4 * nb; ++i) op->undo.snapshot.emplace_back(as_str(elem(r, at + i)));
-  const size_t pruned_at = at + 4 * nb;
+  for (size_t i = 0; i < nb; ++i) {
+    std::string_view old = as_str(elem(r, at + i));
+    const size_t sp = old.find(' ');
+    if (sp == std::string_view::npos) return false;
+    op->undo.snapshot.emplace_back(old.substr(0, sp));
+    op->undo.snapshot.emplace_back(old.substr(sp + 1));
+    op->undo.snapshot.emplace_back(as_str(elem(r, kTokens + i)));
+    op->undo.snapshot.emplace_back(new_ts);
+  }
+  const size_t pruned_at = at + nb + 1;
   if (r->elements > pruned_at) {
     auto k = static_cast<size_t>(std::max<int64_t>(0, as_int(elem(r, pruned_at))));
     for (size_t i = 0; i < 2 * k && pruned_at + 1 + i < r->elements; ++i)

@@ -1100,8 +1100,8 @@ TEST_F(AdmissionTest, BucketResetMatchesTheLuaRefill) {
   // KEYS[1] bucket; ARGV: capacity, rate, seconds after the stored timestamp.
   std::string script = text.substr(b, e - b) + R"(
 local ts = tonumber(redis.call('HGET', KEYS[1], 'ts'))
-local cur = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ts + ARGV[3] * 1000000)
-return string.format('%.17g', cur))";
+local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ts + ARGV[3] * 1000000)
+return string.format('%.17g', b.cur))";
   struct Case {
     double cap, rate;
     int admits;

@@ -2,8 +2,9 @@
 --
 -- Evaluates every tenant-scoped gate (token buckets tenant/user/api_key, the monthly LLM-token
 -- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
--- writes nothing at all (not even a refreshed bucket timestamp, so later refill math and a
--- byte-level dump of the keys are unchanged). redis.call('TIME') is the only clock.
+-- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
+-- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
+-- taken back before the script ends). redis.call('TIME') is the only clock.
 --
 -- @keys quota_prefix reservations leases bucket...
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
@@ -49,9 +50,10 @@
 --   "reservations" refuses when max_open reservations are open. quota_used and live_leases are
 --   after the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
---   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket old tk, old ts
---   ("" when the key did not exist), new tk, new ts, exactly as stored; then, with a
---   concurrency gate, the number k of expired leases pruned and k pairs member, score.
+--   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket "<old tk> <old
+--   ts>" (" " when the key did not exist), then the new ts of every bucket (their new tk are
+--   tokens_i), exactly as stored; then, with a concurrency gate, the number k of expired leases
+--   pruned and k pairs member, score.
 
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -60,24 +62,28 @@ local now_ms = math.floor(now_us / 1000)
 
 local rid = ARGV[A_REQUEST_ID]
 local attempt = ARGV[A_ATTEMPT]
+local fresh = ARGV[A_FRESH] == '1'
 local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
 
 -- @include lib_reservation.lua
 -- The current window: a live reservation of request_id, the open count, a cancellation (looked
 -- up here only: refund.lua writes it into the window of its own time and the next one, and this
 -- call runs after it). The previous window: request_id and the open count, when they matter.
-local cur_key, prev_key, cur_expire = res_windows(KEYS[K_RESERVATIONS], res_ttl, sec)
+local w = math.floor(sec / res_ttl)
+local cur_key = res_key(KEYS[K_RESERVATIONS], ARGV[A_RESERVATION_TTL], w)
+local cur_expire = (w + 2) * res_ttl + 1
 local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 if cur[3] then return {3} end
 local max_open = tonumber(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
-if ARGV[A_FRESH] ~= '1' or max_open >= 0 then
-  local p = redis.call('HMGET', prev_key, rid, '#')
-  prev_rid, prev_open = ARGV[A_FRESH] ~= '1' and p[1], p[2]
+if not fresh or max_open >= 0 then
+  local p = redis.call('HMGET', res_key(KEYS[K_RESERVATIONS], ARGV[A_RESERVATION_TTL], w - 1),
+                       rid, '#')
+  prev_rid, prev_open = not fresh and p[1], p[2]
 end
-for _, v in ipairs({cur[1], prev_rid}) do
+for i, v in ipairs({cur[1], prev_rid}) do
   if v then
-    local _, _, created = res_parse(v)
+    local _, _, created = res_parse(v, w + 1 - i, res_ttl)
     if created + res_ttl * 1000 > now_ms then return {2} end
   end
 end
@@ -102,13 +108,10 @@ end
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
-  local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
-  local key = KEYS[K_BUCKET + i - 1]
-  local cur, old_tk, old_ts, ex = bucket_read(key, cap, rate, now_us)
-  buckets[i] = {key = key, cur = cur, cap = cap, rate = rate, old_tk = old_tk, old_ts = old_ts,
-                ex = ex}
-  if cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(cur, rate)) end
+  local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate, now_us)
+  buckets[i] = b
+  if b.cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate)) end
 end
 
 -- Quota month: the gateway's, when Redis time is in it; else from Redis time (utc_month, from
@@ -119,9 +122,19 @@ if sec < month_start or sec >= next_month then
 -- @include lib_month.lua
   month, month_start, next_month = utc_month(sec)
 end
+-- The reservation is charged first and taken back below if anything refuses (the key ends with
+-- the value and expiry it had, or gone if it was not there): one keyspace call instead of a read
+-- and a write. A key just created by INCRBY has no expiry yet; one that was there has one.
 local qkey = KEYS[K_QUOTA_PREFIX] .. month
-local qraw = redis.call('GET', qkey)
-local used = tonumber(qraw or '0')
+local used, q_created, q_existed
+if tokens > 0 then
+  used = redis.call('INCRBY', qkey, ARGV[A_TOKENS]) - tokens
+  q_created = used == 0 and redis.call('TTL', qkey) == -1
+  q_existed = not q_created
+else
+  local raw = redis.call('GET', qkey)
+  used, q_created, q_existed = tonumber(raw or '0'), false, raw ~= false
+end
 if budget >= 0 and used + tokens > budget then
   refuse('quota', next_month * 1000 - now_ms)
 end
@@ -146,32 +159,32 @@ if max_open >= 0 and open_cur + tonumber(prev_open or '0') >= max_open then
 end
 
 local out = {0, refused, retry, used, next_month - sec, next_month - month_start, live, first_ms,
-             qraw and 1 or 0}
+             q_existed and 1 or 0}
 if refused ~= '' then
+  if q_created then
+    redis.call('DEL', qkey)
+  elseif tokens > 0 then
+    redis.call('DECRBY', qkey, ARGV[A_TOKENS])
+  end
   for i = 1, n do out[9 + i] = string.format('%.17g', buckets[i].cur) end
   return out
 end
 
 -- Admitted: consume everything.
 out[1] = 1
+local ts = bucket_now_text(t)
 for i = 1, n do
   local b = buckets[i]
-  local tk, ts = bucket_take(b.key, b.cur, b.cap, b.rate, now_us, b.ex)
-  out[9 + i] = tk
-  if snapshot then
-    local s = 9 + n + (i - 1) * 4
-    out[s + 1], out[s + 2], out[s + 3], out[s + 4] = b.old_tk, b.old_ts, tk, ts
-  end
+  out[9 + i] = bucket_take(b, sec, ts)
+  if snapshot then out[9 + n + i] = b.tk .. ' ' .. b.ts end
 end
+if snapshot then out[10 + 2 * n] = ts end
 
--- Quota usage includes reservations; the key outlives its month by 32 days for reporting.
-local q_expire_at = next_month + 32 * 86400
+-- Quota usage includes reservations; the key outlives its month by 32 days for reporting. Its
+-- expiry is set once, by the month's first charge.
 if tokens > 0 then
-  used = redis.call('INCRBY', qkey, tokens)
-  -- The month's first charge created the key (or found it at 0 after refunds): its expiry is
-  -- set then, once, not on every call.
-  if used == tokens then redis.call('EXPIREAT', qkey, q_expire_at) end
-  out[4] = used
+  if q_created then redis.call('EXPIREAT', qkey, next_month + 32 * 86400) end
+  out[4] = used + tokens
 end
 
 if max_streams >= 0 then
@@ -180,7 +193,7 @@ if max_streams >= 0 then
     -- back when a global gate refuses (so the set stays bounded under steady traffic either way).
     local old = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms, 'WITHSCORES',
                            'LIMIT', 0, 16)
-    local s = 9 + n + 4 * n
+    local s = 10 + 2 * n
     out[s + 1] = #old / 2
     for j = 1, #old do out[s + 1 + j] = old[j] end
     for j = 1, #old, 2 do redis.call('ZREM', KEYS[K_LEASES], old[j]) end
@@ -199,8 +212,9 @@ end
 
 -- An expired reservation of the same request_id still open in this window is replaced, and was
 -- counted already.
-local replaced = cur[1] and select(4, res_parse(cur[1])) == nil
-redis.call('HSET', cur_key, rid, attempt .. ' ' .. ARGV[A_TOKENS] .. ' ' .. now_ms, '#',
+local replaced = cur[1] and select(4, res_parse(cur[1], w, res_ttl)) == nil
+redis.call('HSET', cur_key, rid,
+           attempt .. ' ' .. ARGV[A_TOKENS] .. ' ' .. (now_ms - w * res_ttl * 1000), '#',
            replaced and open_cur or open_cur + 1)
 if not cur[2] then redis.call('EXPIREAT', cur_key, cur_expire) end
 return out

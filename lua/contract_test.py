@@ -37,7 +37,7 @@ def main() -> int:
             ("ARGV[A_TOKENS]", "ARGV[A_TOKEN]", "A_TOKEN is not declared"),
             ("@argv request_id attempt", "@argv request_id spare attempt",
              "A_SPARE is declared but never used"),
-            ("KEYS[K_RESERVATIONS], res_ttl", "KEYS[A_TOKENS], res_ttl",
+            ("KEYS[K_RESERVATIONS], ARGV", "KEYS[A_TOKENS], ARGV",
              "index KEYS through its K_* names"),
             ("@keys quota_prefix", "@keys bucket... quota_prefix", "'quota_prefix' after a group"),
         ]

@@ -29,35 +29,33 @@
 if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
 local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local sec = tonumber(t[1])
+local now_us = sec * 1000000 + tonumber(t[2])
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_bucket.lua
 local refused, retry = '', 0
-local cur, ex = {}, {}
+local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
-  local _
-  cur[i], _, _, ex[i] = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
-  if cur[i] < 1 then
-    local ms = bucket_wait_ms(cur[i], rate)
+  local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
+  buckets[i] = b
+  if b.cur < 1 then
+    local ms = bucket_wait_ms(b.cur, rate)
     if refused == '' or ms > retry then refused, retry = ARGV[a + A_BUCKET_GATE], ms end
   end
 end
 
 local out = {0, refused, retry}
 if refused ~= '' then
-  for i = 1, n do out[3 + i] = string.format('%.17g', cur[i]) end
+  for i = 1, n do out[3 + i] = string.format('%.17g', buckets[i].cur) end
   return out
 end
 
 out[1] = 1
-for i = 1, n do
-  local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
-  local cap, rate = tonumber(ARGV[a + A_BUCKET_CAPACITY]), tonumber(ARGV[a + A_BUCKET_REFILL])
-  out[3 + i] = bucket_take(KEYS[K_BUCKET + i - 1], cur[i], cap, rate, now_us, ex[i])
-end
+local ts = bucket_now_text(t)
+for i = 1, n do out[3 + i] = bucket_take(buckets[i], sec, ts) end
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 return out

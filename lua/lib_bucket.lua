@@ -4,9 +4,8 @@
 -- A bucket is a hash {tk = tokens, ts = last update in microseconds, ex = the key's expiry in unix
 -- seconds}; a key never seen is a full bucket.
 
--- The level of the bucket at `key` at now_us: min(cap, tk + elapsed * rate). Also returns the
--- stored tk and ts as they were ('' when absent), for refund.lua to put back, and the stored
--- expiry (0 when absent), for bucket_take.
+-- The bucket at `key` at now_us: {key, cap, rate, cur = min(cap, tk + elapsed * rate), tk and ts
+-- as stored ('' when absent, for refund.lua to put back), ex (0 when absent)}.
 local function bucket_read(key, cap, rate, now_us)
   local b = redis.call('HMGET', key, 'tk', 'ts', 'ex')
   local tk, ts = tonumber(b[1]), tonumber(b[2])
@@ -16,7 +15,8 @@ local function bucket_read(key, cap, rate, now_us)
     if elapsed < 0 then elapsed = 0 end
     cur = math.min(cap, tk + elapsed * rate)
   end
-  return cur, b[1] or '', b[2] or '', tonumber(b[3]) or 0
+  return {key = key, cap = cap, rate = rate, cur = cur, tk = b[1] or '', ts = b[2] or '',
+          ex = tonumber(b[3]) or 0}
 end
 
 -- Milliseconds until a bucket at level `cur` holds a whole token; a day when it never refills.
@@ -25,24 +25,27 @@ local function bucket_wait_ms(cur, rate)
   return 86400000
 end
 
--- Takes one token from the bucket at `key`, at level `cur`, whose key expires at `ex` (from
--- bucket_read); returns tk and ts as stored (strings: Lua numbers would be truncated to integers
+-- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion.
+local function bucket_now_text(t)
+  return t[1] .. string.sub('00000' .. t[2], -6)
+end
+
+-- Takes one token from bucket b (from bucket_read) at second `sec`, stamping it ts (from
+-- bucket_now_text); returns tk as stored (a string: Lua numbers would be truncated to integers
 -- on the way out of a script). An idle bucket goes away: the key lives at least until the bucket
 -- would be full again (idle_s) and at most a quarter longer. The expiry is moved only when less
--- than idle_s is left, so that most takes are one keyspace call (an EXPIRE on every take cost
--- as much as the write itself).
-local function bucket_take(key, cur, cap, rate, now_us, ex)
-  local tk = string.format('%.17g', cur - 1)
-  local ts = string.format('%d', now_us)
+-- than idle_s is left, so that most takes are one keyspace call (an EXPIRE on every take cost as
+-- much as the write itself).
+local function bucket_take(b, sec, ts)
+  local tk = string.format('%.17g', b.cur - 1)
   local idle_s = 86400
-  if rate > 0 then idle_s = math.ceil(cap / rate) + 1 end
-  local sec = math.floor(now_us / 1000000)
-  if ex - sec < idle_s then
-    ex = sec + idle_s + math.ceil(idle_s / 4)
-    redis.call('HSET', key, 'tk', tk, 'ts', ts, 'ex', ex)
-    redis.call('EXPIREAT', key, ex)
+  if b.rate > 0 then idle_s = math.ceil(b.cap / b.rate) + 1 end
+  if b.ex - sec < idle_s then
+    local ex = sec + idle_s + math.ceil(idle_s / 4)
+    redis.call('HSET', b.key, 'tk', tk, 'ts', ts, 'ex', ex)
+    redis.call('EXPIREAT', b.key, ex)
   else
-    redis.call('HSET', key, 'tk', tk, 'ts', ts)
+    redis.call('HSET', b.key, 'tk', tk, 'ts', ts)
   end
-  return tk, ts
+  return tk
 end

@@ -9,36 +9,44 @@
 -- after the last of them. A reservation is live until created + ttl, read from its value, so its
 -- lifetime is exact; lookups read the current window and the previous one.
 --
---   field request_id  "<attempt> <reserved> <created_ms>" while open, "... <charged>" once
---                     settled (the quota month is that of created_ms)
+--   field request_id  "<attempt> <reserved> <created>" while open, "... <charged>" once
+--                     settled; created is in ms since the window began (fewer bytes than a unix
+--                     time; the quota month is that of the creation time)
 --   field "#"         the number of open reservations of the window (not settled, not refunded)
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
 --                     window of that time and the next one)
 
--- The current window's key, the previous one's, and the current window's expiry (unix s).
+-- Window w's key. ttl_s is reservation_ttl_s as a string: only w is turned into text here (Lua
+-- formats a number with sprintf, which costs as much as a keyspace call).
+local function res_key(prefix, ttl_s, w)
+  return prefix .. ttl_s .. ':' .. w
+end
+
+-- The current window's key, the previous one's, the current window's expiry (unix s) and the
+-- current window's number.
 local function res_windows(prefix, ttl, sec)
   local w = math.floor(sec / ttl)
-  return prefix .. ttl .. ':' .. w, prefix .. ttl .. ':' .. (w - 1), (w + 2) * ttl + 1
+  return res_key(prefix, ttl, w), res_key(prefix, ttl, w - 1), (w + 2) * ttl + 1, w
 end
 
--- The next window's key.
-local function res_window_after(prefix, ttl, sec)
-  return prefix .. ttl .. ':' .. (math.floor(sec / ttl) + 1)
-end
-
--- A reservation's value: attempt, reserved, created_ms, and charged (nil while open).
-local function res_parse(v)
+-- A reservation's value, found in window w: attempt, reserved, created (unix ms), and charged
+-- (nil while open). A created time above the window length is a unix time already (a value
+-- written before it was stored relative to its window).
+local function res_parse(v, w, ttl)
   local a, r, c, ch = string.match(v, '^(%S+) (%S+) (%S+) ?(%S*)$')
-  return a, tonumber(r), tonumber(c), tonumber(ch)
+  c = tonumber(c)
+  if c < ttl * 1000 then c = c + w * ttl * 1000 end
+  return a, tonumber(r), c, tonumber(ch)
 end
 
--- The reservation of request_id live at now_ms: its window key and value, or nil.
-local function res_find(cur_key, prev_key, rid, ttl, now_ms)
-  for _, k in ipairs({cur_key, prev_key}) do
+-- The reservation of request_id live at now_ms, with cur_key/prev_key the windows w and w - 1:
+-- its window key, value and parsed fields, or nil.
+local function res_find(cur_key, prev_key, w, rid, ttl, now_ms)
+  for i, k in ipairs({cur_key, prev_key}) do
     local v = redis.call('HGET', k, rid)
     if v then
-      local _, _, created = res_parse(v)
-      if created + ttl * 1000 > now_ms then return k, v end
+      local a, r, c, ch = res_parse(v, w + 1 - i, ttl)
+      if c + ttl * 1000 > now_ms then return k, v, a, r, c, ch end
     end
   end
   return nil

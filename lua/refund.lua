@@ -48,14 +48,13 @@ local sec = tonumber(t[1])
 local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
-local cur_key, prev_key, cur_expire = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
-local key, v = res_find(cur_key, prev_key, rid, ttl, now_ms)
-local attempt, reserved, created, charged
-if key then attempt, reserved, created, charged = res_parse(v) end
+local cur_key, prev_key, cur_expire, w = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
+local key, _, attempt, reserved, created, charged =
+    res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key or attempt ~= ARGV[A_ATTEMPT] or charged then
   -- In this window and the next: admit.lua, which runs after this if at all, looks in the
   -- window of its own time only.
-  local next_key = res_window_after(KEYS[K_RESERVATIONS], ttl, sec)
+  local next_key = res_key(KEYS[K_RESERVATIONS], ttl, w + 1)
   for _, k in ipairs({cur_key, next_key}) do
     redis.call('HSET', k, 'x:' .. ARGV[A_ATTEMPT], 1)
   end

@@ -26,14 +26,14 @@ local sec = tonumber(t[1])
 local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
-local cur_key, prev_key = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
-local key, v = res_find(cur_key, prev_key, rid, ttl, now_ms)
+local cur_key, prev_key, _, w = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
+local key, v, _, reserved, created, charged =
+    res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key then
   local used = tonumber(redis.call('GET', KEYS[K_QUOTA_PREFIX] .. utc_month(sec)) or '0')
   return {0, 'expired', 0, used}
 end
 
-local _, reserved, created, charged = res_parse(v)
 local month, _, next_month = utc_month(math.floor(created / 1000))
 local qkey = KEYS[K_QUOTA_PREFIX] .. month
 if charged then
