@@ -979,6 +979,25 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   EXPECT_NE(retry.attempt, late.attempt);
   EXPECT_EQ(code_of(run_call(s, AdmitCall(retry))), 1);
   EXPECT_EQ(code_of(run_call(s, GatesCall(retry))), 1);
+
+  // An id the engine generated names its call: its reservation holds no attempt, its undo finds
+  // it all the same, and a client's call that reuses the id is not taken for it.
+  freeReplyObject(s.cmd({"FLUSHALL"}));
+  r.request_id.clear();
+  Prepared gen;
+  ASSERT_EQ(prepare(tables, r, rng, gen), "");
+  ASSERT_TRUE(gen.fresh);
+  EXPECT_EQ(code_of(run_call(s, AdmitCall(gen))), 1);
+  EXPECT_EQ(s.reservations("ws-acme").at(gen.rid).substr(0, 5), "- 30 ");
+  Prepared reuse;
+  r.request_id = gen.rid;
+  ASSERT_EQ(prepare(tables, r, rng, reuse), "");
+  ASSERT_FALSE(reuse.fresh);
+  EXPECT_EQ(code_of(run_call(s, AdmitCall(reuse))), 2);  // in use
+  EXPECT_EQ(code_of(run_call(s, RefundCall(reuse, Undo{}))), 0);
+  EXPECT_EQ(s.reservations("ws-acme").count(gen.rid), 1u);
+  EXPECT_EQ(code_of(run_call(s, RefundCall(gen, Undo{}))), 1);
+  EXPECT_TRUE(s.reservations("ws-acme").empty());
 }
 
 // An idle bucket goes away once it would be full again, and not much later: its key lives

@@ -284,6 +284,7 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
   keys.set(s::kKeyLeases, p.t->leases_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
+  args.set(s::kArgFresh, p.fresh ? "1" : "0");
   args.set(s::kArgReservationTtl, p.t->res_ttl_s);
   // Without a snapshot (a lost reply) whether the quota key existed is unknown: keep it.
   args.set(s::kArgQuotaExisted, undo.quota_existed || undo.snapshot.empty() ? "1" : "0");

@@ -25,7 +25,8 @@
 --                 cancelled it before it ran (its reply was lost), so it must not run now
 --   fresh         "1": request_id was generated for this call (random, so it cannot be in use
 --                 yet): the previous reservation window is not looked up unless max_open needs
---                 its count. "0": the client's own request_id.
+--                 its count, and the reservation stores "-" for the attempt (the id names the
+--                 call). "0": the client's own request_id.
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
@@ -214,7 +215,8 @@ end
 -- counted already.
 local replaced = cur[1] and select(4, res_parse(cur[1], w, res_ttl)) == nil
 redis.call('HSET', cur_key, rid,
-           attempt .. ' ' .. ARGV[A_TOKENS] .. ' ' .. (now_ms - w * res_ttl * 1000), '#',
+           (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
+               (now_ms - w * res_ttl * 1000), '#',
            replaced and open_cur or open_cur + 1)
 if not cur[2] then redis.call('EXPIREAT', cur_key, cur_expire) end
 return out

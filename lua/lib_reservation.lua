@@ -10,8 +10,10 @@
 -- lifetime is exact; lookups read the current window and the previous one.
 --
 --   field request_id  "<attempt> <reserved> <created>" while open, "... <charged>" once
---                     settled; created is in ms since the window began (fewer bytes than a unix
---                     time; the quota month is that of the creation time)
+--                     settled; attempt is "-" for an id the engine generated (the id names the
+--                     call already), created is in ms since the window began (the quota month
+--                     is that of the creation time). Both keep a typical value within 14 bytes,
+--                     the largest that Redis stores in a 16-byte allocation.
 --   field "#"         the number of open reservations of the window (not settled, not refunded)
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
 --                     window of that time and the next one)

@@ -21,7 +21,7 @@
 -- reservation is gone.
 --
 -- @keys reservations quota_prefix leases bucket...
--- @argv request_id attempt reservation_ttl quota_existed bucket_count
+-- @argv request_id attempt fresh reservation_ttl quota_existed bucket_count
 -- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
 --
 -- KEYS: reservations  "dg:{t:<tenant>}:r:", the prefix of the reservation windows
@@ -30,6 +30,8 @@
 --       bucket...     the bucket hashes admit.lua consumed from
 -- ARGV: request_id
 --       attempt          the admit.lua call's attempt
+--       fresh            "1" when request_id was generated for that call (its reservation
+--                        holds "-" for the attempt: the id names the call)
 --       reservation_ttl  the plan's reservation_ttl_s
 --       quota_existed    "1" when the quota key existed before admit.lua
 --       bucket_count     n
@@ -51,7 +53,7 @@ local rid = ARGV[A_REQUEST_ID]
 local cur_key, prev_key, cur_expire, w = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
 local key, _, attempt, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
-if not key or attempt ~= ARGV[A_ATTEMPT] or charged then
+if not key or attempt ~= (ARGV[A_FRESH] == '1' and '-' or ARGV[A_ATTEMPT]) or charged then
   -- In this window and the next: admit.lua, which runs after this if at all, looks in the
   -- window of its own time only.
   local next_key = res_key(KEYS[K_RESERVATIONS], ttl, w + 1)
