@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -164,9 +166,24 @@ void ControlSocket::close_idle_clients() {
   });
 }
 
+void ControlSocket::answer_lines(Client& c) {
+  size_t start = 0;
+  for (size_t nl;
+       c.out.size() < kMaxPendingOut && (nl = c.in.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
+    std::string line = c.in.substr(start, nl - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    c.out += answer_line(line, handler_);
+  }
+  c.in.erase(0, start);
+}
+
 bool ControlSocket::read_client(Client& c) {
   char buf[4096];
-  for (;;) {
+  // Backpressure: past kMaxPendingOut bytes of unread answers the client's lines stay in the
+  // socket (its writes block) until it reads; it is not disconnected.
+  while (c.out.size() < kMaxPendingOut) {
     ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
     if (n == 0) {
       c.closing = true;  // answer what is complete, then close
@@ -179,21 +196,13 @@ bool ControlSocket::read_client(Client& c) {
     }
     c.last_active = options_.now();
     c.in.append(buf, static_cast<size_t>(n));
-    size_t start = 0;
-    for (size_t nl; (nl = c.in.find('\n', start)) != std::string::npos; start = nl + 1) {
-      std::string line = c.in.substr(start, nl - start);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      c.out += answer_line(line, handler_);
-    }
-    c.in.erase(0, start);
-    if (c.in.size() > kMaxLine) {
+    answer_lines(c);
+    if (c.out.size() < kMaxPendingOut && c.in.size() > kMaxLine) {  // no newline in reach
       c.out += "{\"ok\":false,\"error\":\"line longer than 65536 bytes\"}\n";
       c.in.clear();
       c.closing = true;
       break;
     }
-    if (c.out.size() > kMaxPendingOut) return false;  // a client that never reads
   }
   return true;
 }
@@ -209,7 +218,8 @@ bool ControlSocket::flush_client(Client& c) {
     c.last_active = options_.now();
     c.out.erase(0, static_cast<size_t>(n));
   }
-  return !c.closing;
+  // A client that closed its side is closed once every line it sent is answered.
+  return !c.closing || c.in.find('\n') != std::string::npos;
 }
 
 bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
@@ -217,8 +227,11 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
   fds.reserve(clients_.size() + 2);
   fds.push_back({listen_fd_, POLLIN, 0});
   fds.push_back({wake_fd, POLLIN, 0});  // poll ignores a negative fd
-  for (const auto& c : clients_)
-    fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+  for (const auto& c : clients_) {
+    short want = c.out.size() < kMaxPendingOut ? POLLIN : 0;  // backpressure
+    if (!c.out.empty()) want |= POLLOUT;
+    fds.push_back({c.fd, want, 0});
+  }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) {
     close_idle_clients();
     return false;
@@ -232,6 +245,11 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
     bool ok = true;
     if (ev & (POLLIN | POLLHUP | POLLERR)) ok = read_client(c);
     if (ok) ok = flush_client(c);
+    // Lines held back while answers piled up, now that the client has read some.
+    if (ok && !c.in.empty() && c.out.size() < kMaxPendingOut) {
+      answer_lines(c);
+      ok = flush_client(c);
+    }
     if (ok) {
       keep.push_back(std::move(c));
     } else {
@@ -275,7 +293,7 @@ int64_t get_int(const json& v, const std::string& path, int64_t lo, int64_t hi) 
   return x;
 }
 
-uint8_t get_proto(const json& v) {
+uint8_t get_proto(const json& v, const std::string& path) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
     if (s == "tcp") return 6;
@@ -283,38 +301,53 @@ uint8_t get_proto(const json& v) {
     if (s == "icmp") return 1;
     if (s == "icmpv6") return 58;
     if (s == "sctp") return 132;
-    bad("flow.proto: expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got '" + s + "'");
+    bad(path + ": expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got '" + s + "'");
   }
-  return static_cast<uint8_t>(get_int(v, "flow.proto", 0, 255));
+  return static_cast<uint8_t>(get_int(v, path, 0, 255));
 }
 
-FiveTuple get_flow(const json& req) {
-  const json& f = field(req, "flow", "");
-  if (!f.is_object()) bad("flow: must be an object {src, sport, dst, dport, proto}");
+// The flow object f, named `where` in errors ("flow", "flows[3]").
+FiveTuple get_flow(const json& f, const std::string& where) {
+  if (!f.is_object()) bad(where + ": must be an object {src, sport, dst, dport, proto}");
   for (auto it = f.begin(); it != f.end(); ++it) {
     static const char* const kKeys[] = {"src", "sport", "dst", "dport", "proto"};
     if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys))
-      bad("flow." + it.key() + ": unknown field (expected src, sport, dst, dport, proto)");
+      bad(where + "." + it.key() + ": unknown field (expected src, sport, dst, dport, proto)");
   }
-  std::string src = get_string(f, "src", "flow.");
-  std::string dst = get_string(f, "dst", "flow.");
+  const std::string prefix = where + ".";
+  std::string src = get_string(f, "src", prefix);
+  std::string dst = get_string(f, "dst", prefix);
   auto port = [&](const char* name) -> uint16_t {
     auto it = f.find(name);
-    return it == f.end()
-               ? 0
-               : static_cast<uint16_t>(get_int(*it, fmt::format("flow.{}", name), 0, 65535));
+    return it == f.end() ? 0 : static_cast<uint16_t>(get_int(*it, prefix + name, 0, 65535));
   };
   uint16_t sport = port("sport"), dport = port("dport");
-  uint8_t proto = get_proto(field(f, "proto", "flow."));
+  uint8_t proto = get_proto(field(f, "proto", prefix), prefix + "proto");
   std::optional<FiveTuple> t = dataplane::make_tuple(src, sport, dst, dport, proto);
   if (!t) {
     L3 l3;
     uint8_t addr[16];
-    if (!parse_address(src, &l3, addr)) bad("flow.src: not an IPv4 or IPv6 address: '" + src + "'");
-    if (!parse_address(dst, &l3, addr)) bad("flow.dst: not an IPv4 or IPv6 address: '" + dst + "'");
-    bad("flow: src and dst are of different address families");
+    if (!parse_address(src, &l3, addr))
+      bad(prefix + "src: not an IPv4 or IPv6 address: '" + src + "'");
+    if (!parse_address(dst, &l3, addr))
+      bad(prefix + "dst: not an IPv4 or IPv6 address: '" + dst + "'");
+    bad(where + ": src and dst are of different address families");
   }
   return *t;
+}
+
+// The flows of a tag request: "flow" (one) or "flows" (a list, all checked before any is
+// tagged, so a bad one tags nothing).
+std::vector<FiveTuple> get_flows(const json& req) {
+  auto many = req.find("flows");
+  if (many == req.end()) return {get_flow(field(req, "flow", ""), "flow")};
+  if (req.contains("flow")) bad("flow, flows: give one of them, not both");
+  if (!many->is_array() || many->empty()) bad("flows: must be a non-empty list of flow objects");
+  std::vector<FiveTuple> out;
+  out.reserve(many->size());
+  for (size_t i = 0; i < many->size(); ++i)
+    out.push_back(get_flow((*many)[i], fmt::format("flows[{}]", i)));
+  return out;
 }
 
 std::optional<double> get_rate(const json& req, const char* name) {
@@ -345,20 +378,30 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
     if (!opv.is_string()) bad("op: must be a string");
     const std::string op = opv.get<std::string>();
     if (op == "tag") {
-      FiveTuple key = get_flow(req);
+      const std::vector<FiveTuple> keys = get_flows(req);
       int cls = class_of(t, get_string(req, "class", ""), "class");
       uint32_t ttl = 0;
       if (auto it = req.find("ttl_s"); it != req.end())
         ttl = static_cast<uint32_t>(get_int(*it, "ttl_s", 0, 10 * 365 * 86400));
-      int rc = t.flows->add(key, static_cast<uint16_t>(cls), ttl, t.now());
-      if (rc != 0) bad(t.flows->add_error(rc));
-      return {{"ok", true},
-              {"flow", format_tuple(key)},
-              {"class", t.sched->class_name(cls)},
-              {"ttl_s", ttl}};
+      const uint64_t now = t.now();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        int rc = t.flows->add(keys[i], static_cast<uint16_t>(cls), ttl, now);
+        if (rc == 0) continue;
+        if (keys.size() == 1) bad(t.flows->add_error(rc));
+        // The ones before stay tagged: say how many.
+        return {{"ok", false},
+                {"error", fmt::format("flows[{}]: {}", i, t.flows->add_error(rc))},
+                {"tagged", i}};
+      }
+      json answer = {{"ok", true}, {"class", t.sched->class_name(cls)}, {"ttl_s", ttl}};
+      if (req.contains("flows"))
+        answer["tagged"] = keys.size();
+      else
+        answer["flow"] = format_tuple(keys[0]);
+      return answer;
     }
     if (op == "untag") {
-      FiveTuple key = get_flow(req);
+      FiveTuple key = get_flow(field(req, "flow", ""), "flow");
       bool removed = t.flows->del(key);
       return {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}};
     }

@@ -39,6 +39,8 @@ class ControlSocket {
   using Handler = std::function<nlohmann::json(const nlohmann::json&)>;
 
   static constexpr size_t kMaxLine = 64 * 1024;
+  // Answers waiting for a client to read them: past this, its further lines are not read (it
+  // gets backpressure, not a disconnection).
   static constexpr size_t kMaxPendingOut = 1 << 20;
 
   // Binds and listens; throws std::runtime_error when the path is taken by a live dataplane or
@@ -67,6 +69,7 @@ class ControlSocket {
   void accept_clients();
   void close_idle_clients();
   void evict_longest_idle();
+  void answer_lines(Client& c);  // the complete lines in c.in, while answers may pile up
   bool read_client(Client& c);   // false: close it
   bool flush_client(Client& c);  // false: close it
 

@@ -1,7 +1,8 @@
 // The control socket's framing on a real unix socket: one JSON object per line each way,
 // malformed input answered (never a crash), several clients at once, mode 0600, stale socket
-// files replaced, a live one refused, idle clients closed and never able to lock others out;
-// and the protocol's refusals that name the limit to raise.
+// files replaced, a live one refused, idle clients closed and never able to lock others out, a
+// client that does not read its answers held back rather than cut off; and the protocol's
+// refusals that name the limit to raise, and batched tags on a real flow table.
 #include "dataplane/control_socket.h"
 
 #include <fcntl.h>
@@ -23,8 +24,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "dataplane/flow_table.h"
 #include "dataplane/mailbox.h"
 #include "dataplane/scheduler.h"
+#include "tests/eal_environment.h"
 
 namespace dripgate::dataplane {
 namespace {
@@ -203,6 +206,46 @@ TEST(ControlSocket, OverlongLineGetsAnErrorAndTheConnectionCloses) {
   ::close(fd2);
 }
 
+// A client that pipelines faster than it reads gets backpressure: once 1 MB of answers waits,
+// its further lines stay unread (its writes block) until it reads; nothing is lost and the
+// connection stays up.
+TEST(ControlSocket, AClientThatReadsSlowlyIsHeldBackNotCutOff) {
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  Server srv(path);
+  int fd = connect_to(path);
+  ASSERT_GE(fd, 0);
+  constexpr int kLines = 20000;
+  const std::string pad(120, 'p');
+  std::atomic<bool> reading{false};
+  std::string got;
+  std::thread reader([&] {
+    while (!reading) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    got = read_lines(fd, kLines);
+  });
+  std::string batch;
+  for (int i = 0; i < kLines; ++i) batch += fmt::format("{{\"n\":{},\"pad\":\"{}\"}}\n", i, pad);
+  ASSERT_GT(batch.size(), 2 * ControlSocket::kMaxPendingOut);
+  // The reader starts only after more than 1 MB of answers could have piled up.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    reading = true;
+  });
+  send_all(fd, batch);
+  late.join();
+  reader.join();
+  ASSERT_EQ(std::count(got.begin(), got.end(), '\n'), kLines);
+  size_t at = 0;
+  for (int i = 0; i < kLines; ++i) {
+    size_t nl = got.find('\n', at);
+    const json a = json::parse(got.substr(at, nl - at));
+    ASSERT_EQ(a["echo"]["n"], i);
+    at = nl + 1;
+  }
+  EXPECT_TRUE(round_trip(fd, 7));  // still connected
+  ::close(fd);
+}
+
 TEST(ControlSocket, ReplacesStaleSocketButRefusesLiveOne) {
   TmpDir dir;
   const std::string path = dir.path + "/dp.sock";
@@ -352,6 +395,73 @@ TEST(ControlProtocol, SetRateAboveTheMaximumIsRefusedNamingFieldAndLimit) {
   EXPECT_EQ(sched.class_rate(0).rate_pps, 1e9);
   stop = true;
   owner.join();
+}
+
+// A real flow table needs the EAL.
+::testing::Environment* const kEal = ::testing::AddGlobalTestEnvironment(
+    new dripgate::testing::EalEnvironment("control_socket_test", 64));
+
+uint64_t zero_now() {
+  return 0;
+}
+
+// {"op":"tag","flows":[...]} tags many flows in one line: all are checked first (a bad one tags
+// nothing and is named), and a table that fills up says how many were tagged.
+TEST(ControlProtocol, TagsAListOfFlowsInOneRequest) {
+  FlowTableParams p;
+  p.name = "cs_tag_batch";
+  p.entries = 8;  // rte_hash may hold a few more than asked; filled below until it refuses
+  p.tsc_hz = 1000;
+  std::string error;
+  auto flows = FlowTable::create(p, &error);
+  ASSERT_NE(flows, nullptr) << error;
+  config::Drip drip;
+  config::Class gold;
+  gold.name = "gold";
+  Scheduler sched(drip, {gold}, 1'000'000'000);
+  const ControlSocket::Handler h = make_protocol({flows.get(), nullptr, nullptr, &sched, zero_now});
+  auto ask = [&](const json& req) {
+    return json::parse(ControlSocket::answer_line(req.dump(), h));
+  };
+  auto flow = [](int i) {
+    return json{{"src", fmt::format("10.0.0.{}", i)},
+                {"sport", 1000},
+                {"dst", "192.0.2.1"},
+                {"dport", 443},
+                {"proto", "udp"}};
+  };
+
+  json a = ask({{"op", "tag"}, {"class", "gold"}, {"ttl_s", 60}, {"flows", {flow(1), flow(2)}}});
+  EXPECT_EQ(a, json({{"ok", true}, {"class", "gold"}, {"ttl_s", 60}, {"tagged", 2}}));
+  for (int i : {1, 2}) {
+    auto key = dataplane::make_tuple(fmt::format("10.0.0.{}", i), 1000, "192.0.2.1", 443, 17);
+    EXPECT_EQ(flows->lookup(*key, 0), 0) << i;
+  }
+
+  json bad_one = flow(4);
+  bad_one["src"] = "10.0.0.999";
+  a = ask({{"op", "tag"}, {"class", "gold"}, {"flows", {flow(3), bad_one}}});
+  EXPECT_EQ(a["ok"], false);
+  EXPECT_EQ(a["error"], "flows[1].src: not an IPv4 or IPv6 address: '10.0.0.999'");
+  EXPECT_EQ(flows->size(), 2u);  // flows[0] was not tagged either
+  EXPECT_EQ(ask({{"op", "tag"}, {"class", "gold"}, {"flows", json::array()}})["error"],
+            "flows: must be a non-empty list of flow objects");
+  EXPECT_EQ(
+      ask({{"op", "tag"}, {"class", "gold"}, {"flow", flow(5)}, {"flows", {flow(6)}}})["error"],
+      "flow, flows: give one of them, not both");
+
+  // More flows than the table holds: those before the refusal stay tagged, and are counted.
+  json many = json::array();
+  for (int i = 10; i < 250; ++i) many.push_back(flow(i));
+  a = ask({{"op", "tag"}, {"class", "gold"}, {"flows", many}});
+  EXPECT_EQ(a["ok"], false);
+  ASSERT_TRUE(a.contains("tagged"));
+  const size_t tagged = a["tagged"].get<size_t>();
+  EXPECT_GT(tagged, 0u);
+  EXPECT_LT(tagged, many.size());
+  EXPECT_EQ(flows->size(), 2 + tagged);
+  EXPECT_EQ(a["error"].get<std::string>().rfind(fmt::format("flows[{}]: ", tagged), 0), 0u)
+      << a.dump();
 }
 
 }  // namespace

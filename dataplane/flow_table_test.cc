@@ -3,7 +3,6 @@
 #include "dataplane/flow_table.h"
 
 #include <gtest/gtest.h>
-#include <rte_eal.h>
 
 #include <atomic>
 #include <cerrno>
@@ -13,21 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/eal_environment.h"
+
 namespace dripgate::dataplane {
 namespace {
-
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::vector<std::string> args = {
-        "flow_table_test",          "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "-l", "0",
-        "--log-level=lib.eal:error"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    ASSERT_GE(rte_eal_init(static_cast<int>(argv.size()), argv.data()), 0) << "rte_eal_init failed";
-  }
-  void TearDown() override { rte_eal_cleanup(); }
-};
 
 constexpr uint64_t kHz = 1000;  // the injected clock ticks in milliseconds
 
@@ -463,6 +451,7 @@ TEST(FlowTable, TwoTablesCoexist) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new dripgate::dataplane::EalEnvironment);
+  ::testing::AddGlobalTestEnvironment(
+      new dripgate::testing::EalEnvironment("flow_table_test", 256));
   return RUN_ALL_TESTS();
 }
