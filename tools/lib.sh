@@ -72,6 +72,35 @@ need_dataplane() {
     { echo "build $1/dataplane/dripgate-dataplane first (meson compile -C $1 dripgate-dataplane)" >&2; exit 1; }
 }
 
+# dp_bench_yaml FILE PREFIX VDEV0 VDEV1 SOCKET SCENARIO: the benchmarks' dataplane config on lcores
+# 0-1 (one worker), ports 0 (client) and 1 (cluster), unlimited rates. SCENARIO ip-flows: classes
+# gold (weight 4) and default, a CIDR rule 10.1.0.0/16 -> gold; anything else: default only.
+dp_bench_yaml() {
+  local classes
+  if [[ $6 == ip-flows ]]; then
+    classes='    gold: { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
+    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
+  classify:
+    - { src: "10.1.0.0/16", class: gold }'
+  else
+    classes='    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }'
+  fi
+  cat >"$1" <<EOF
+dataplane:
+  eal: ["-l", "0-1", "--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--file-prefix=$2",
+        "--vdev=$3", "--vdev=$4"]
+  ports: { client: 0, cluster: 1 }
+  lcores: { rx: 1, drip: 1 }
+  mbufs: 16383
+  flow_table_size: ${DP_FLOW_TABLE_SIZE:-65536}
+  drip: { rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 8 }
+  classes:
+$classes
+  unknown_flows: default
+  control_socket: $5
+EOF
+}
+
 # tc_shaper_add NS DEV SHAPER BITS_PER_S FRAME_BYTES: a Linux tc shaper as DEV's root qdisc in
 # namespace NS, sized in frames of FRAME_BYTES so it can be set beside a packet pacer:
 #   tbf    burst = one frame: tokens for one packet at most, every departure waits for its timer;

@@ -61,30 +61,10 @@ measure_testpmd() {  # $1, $2 = vdevs of ports 0 and 1
 }
 
 measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scenario
-  local prefix="dgbd$$" classes extra=()
-  if [[ $4 == ip-flows ]]; then
-    classes='    gold: { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
-    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
-  classify:
-    - { src: "10.1.0.0/16", class: gold }'
-  else
-    classes='    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }'
-    extra=(--shape-non-ip default)
-  fi
+  local prefix="dgbd$$" extra=()
+  [[ $4 == ip-flows ]] || extra=(--shape-non-ip default)
   rm -f "$tmp/dp.sock"
-  cat >"$tmp/dp.yaml" <<EOF
-dataplane:
-  eal: ["-l", "0-1", "--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--file-prefix=$prefix",
-        "--vdev=$1", "--vdev=$2"]
-  ports: { client: 0, cluster: 1 }
-  lcores: { rx: 1, drip: 1 }
-  mbufs: 16383
-  drip: { rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 8 }
-  classes:
-$classes
-  unknown_flows: default
-  control_socket: $tmp/dp.sock
-EOF
+  dp_bench_yaml "$tmp/dp.yaml" "$prefix" "$1" "$2" "$tmp/dp.sock" "$4"
   "$3" --config "$tmp/dp.yaml" "${extra[@]}" --duration "$run_for" \
       >"$tmp/dp.out" 2>"$tmp/dp.err" &
   pids+=($!)
