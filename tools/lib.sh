@@ -66,6 +66,19 @@ bench_flag() {
   [[ -n "$2" ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
 }
 
+# bench_workdir NAME: tmp (a new directory /tmp/NAME.*), pids (the processes to stop, appended to
+# by the caller) and an EXIT trap that stops them and removes tmp.
+bench_workdir() {
+  tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+
 # need_dataplane DIR: exits 1 unless DIR (a build directory) holds dripgate-dataplane.
 need_dataplane() {
   [[ -x "$1/dataplane/dripgate-dataplane" ]] ||

@@ -24,14 +24,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 need_dataplane "$build"
-tmp=$(mktemp -d /tmp/dp_tagging.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_workdir dp_tagging
 
 prefix="dgtag$$"
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"

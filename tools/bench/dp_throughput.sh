@@ -35,14 +35,7 @@ need_dataplane "$build"
 dp="$build/dataplane/dripgate-dataplane"
 [[ -z "$baseline" ]] || need_dataplane "$baseline"
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (Debian package dpdk)" >&2; exit 1; }
-tmp=$(mktemp -d /tmp/dp_throughput.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_workdir dp_throughput
 eal=(-l 0-1 --no-huge --no-shconf -m 512 --no-pci)
 warmup=2
 run_for=$((seconds + warmup + 4))
