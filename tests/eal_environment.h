@@ -1,6 +1,6 @@
-// A gtest environment that brings up DPDK's EAL once per test program, as the machines that run
-// the tests have it: no hugepages, no shared config, no PCI, one lcore. For tests that need real
-// DPDK objects (rte_hash tables, mempools) but no ports.
+// DPDK's EAL brought up once per program as the machines that run the tests have it: no
+// hugepages, no shared config, no PCI, one lcore. For tests and benchmarks that need real DPDK
+// objects (rte_hash tables, mempools) but no ports.
 #pragma once
 
 #include <rte_eal.h>
@@ -12,24 +12,23 @@
 
 namespace dripgate::testing {
 
+// rte_eal_init's result (< 0: failed). memory_mb: the EAL's heap (-m).
+inline int init_eal_without_devices(std::string program, int memory_mb) {
+  std::vector<std::string> args = {std::move(program),         "--no-huge", "--no-shconf", "-m",
+                                   std::to_string(memory_mb),  "--no-pci",  "-l",          "0",
+                                   "--log-level=lib.eal:error"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return rte_eal_init(static_cast<int>(argv.size()), argv.data());
+}
+
+// The same as a gtest environment (::testing::AddGlobalTestEnvironment).
 class EalEnvironment : public ::testing::Environment {
  public:
-  // memory_mb: the EAL's heap (-m).
   EalEnvironment(std::string program, int memory_mb)
       : program_(std::move(program)), memory_mb_(memory_mb) {}
   void SetUp() override {
-    std::vector<std::string> args = {program_,
-                                     "--no-huge",
-                                     "--no-shconf",
-                                     "-m",
-                                     std::to_string(memory_mb_),
-                                     "--no-pci",
-                                     "-l",
-                                     "0",
-                                     "--log-level=lib.eal:error"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    ASSERT_GE(rte_eal_init(static_cast<int>(argv.size()), argv.data()), 0) << "rte_eal_init failed";
+    ASSERT_GE(init_eal_without_devices(program_, memory_mb_), 0) << "rte_eal_init failed";
   }
   void TearDown() override { rte_eal_cleanup(); }
 
