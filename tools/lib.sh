@@ -88,9 +88,12 @@ need_dataplane() {
 # dp_bench_yaml FILE PREFIX VDEV0 VDEV1 SOCKET SCENARIO: the benchmarks' dataplane config on lcores
 # 0-1 (one worker), ports 0 (client) and 1 (cluster), unlimited rates. SCENARIO ip-flows: classes
 # gold (weight 4) and default, a CIDR rule 10.1.0.0/16 -> gold; anything else: default only.
+# DP_CLASSES, when set, is the classes block instead (with its classify rules).
 dp_bench_yaml() {
   local classes
-  if [[ $6 == ip-flows ]]; then
+  if [[ -n ${DP_CLASSES-} ]]; then
+    classes=$DP_CLASSES
+  elif [[ $6 == ip-flows ]]; then
     classes='    gold: { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
     default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000 }
   classify:
