@@ -79,6 +79,28 @@ bench_cleanup() {
   rm -rf "$tmp"
 }
 
+# bench_parse "USAGE" NAME... -- "$@": the benchmarks' shared flags (bench_flag) and, for each NAME,
+# --NAME VALUE setting the variable NAME; anything else prints "usage: SCRIPT USAGE" and exits 2.
+bench_parse() {
+  local usage=$1 names=() n matched
+  shift
+  while [[ $1 != -- ]]; do names+=("$1"); shift; done
+  shift
+  while [[ $# -gt 0 ]]; do
+    bench_flag "$1" "${2-}" && { shift 2; continue; }
+    matched=0
+    for n in "${names[@]}"; do
+      [[ $1 == "--$n" ]] || continue
+      [[ -n ${2-} ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
+      printf -v "$n" '%s' "$2"
+      matched=1
+      shift 2
+      break
+    done
+    ((matched)) || { echo "usage: $0 $usage" >&2; exit 2; }
+  done
+}
+
 # need_dataplane DIR: exits 1 unless DIR (a build directory) holds dripgate-dataplane.
 need_dataplane() {
   [[ -x "$1/dataplane/dripgate-dataplane" ]] ||

@@ -12,13 +12,7 @@ set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 bench_defaults
 packets=100000000
-while [[ $# -gt 0 ]]; do
-  bench_flag "$1" "${2-}" && { shift 2; continue; }
-  case $1 in
-    --packets) packets=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--packets N]" >&2; exit 2 ;;
-  esac
-done
+bench_parse "[--build DIR] [--packets N]" packets -- "$@"
 need_dataplane "$build"
 bench_workdir dp_soak
 

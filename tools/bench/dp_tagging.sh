@@ -16,13 +16,7 @@ source "$(dirname "$0")/../lib.sh"
 bench_defaults
 seconds=5
 rate=20000
-while [[ $# -gt 0 ]]; do
-  bench_flag "$1" "${2-}" && { shift 2; continue; }
-  case $1 in
-    --rate) rate=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--seconds N] [--rounds N] [--rate N]" >&2; exit 2 ;;
-  esac
-done
+bench_parse "[--build DIR] [--seconds N] [--rounds N] [--rate N]" rate -- "$@"
 need_dataplane "$build"
 bench_workdir dp_tagging
 
