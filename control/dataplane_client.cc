@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -37,37 +38,81 @@ DataplaneClient::DataplaneClient(event_base* base, std::string socket_path, Metr
       path_(std::move(socket_path)),
       metrics_(metrics),
       timeout_(timeout_ms),
-      timer_(evtimer_new(base, &DataplaneClient::on_timer, this)) {}
+      timer_(evtimer_new(base, &DataplaneClient::on_timer, this)),
+      flush_ev_(event_new(base, -1, 0, &DataplaneClient::on_flush, this)) {}
 
 DataplaneClient::~DataplaneClient() {
   if (bev_) bufferevent_free(bev_);
   bev_ = nullptr;
   if (timer_) event_free(timer_);
+  if (flush_ev_) event_free(flush_ev_);
   // Callers still waiting hear "unavailable"; they must not outlive the client's loop anyway.
+  for (auto& b : batches_)
+    for (auto& d : b.dones)
+      if (d) d("unavailable");
   while (!pending_.empty()) {
     Pending p = std::move(pending_.front());
     pending_.pop_front();
-    if (p.done) p.done("unavailable");
+    for (auto& d : p.dones)
+      if (d) d("unavailable");
   }
 }
 
 void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s, Done done) {
-  json j = {{"op", "tag"}, {"flow", flow_object(flow)}, {"class", cls}, {"ttl_s", ttl_s}};
-  send("tag", j.dump(), std::move(done));
+  if (!ensure_connected()) {
+    finish(Pending{"tag", {std::move(done)}, {}}, "unavailable");
+    return;
+  }
+  auto it = std::find_if(batches_.begin(), batches_.end(),
+                         [&](const Batch& b) { return b.cls == cls && b.ttl_s == ttl_s; });
+  if (it == batches_.end()) it = batches_.insert(batches_.end(), Batch{cls, ttl_s, {}, {}});
+  it->flows.push_back(flow);
+  it->dones.push_back(std::move(done));
+  if (it->flows.size() >= kMaxBatch) {
+    Batch full = std::move(*it);
+    batches_.erase(it);
+    send_batch(full);
+    return;
+  }
+  if (batches_.size() == 1 && it->flows.size() == 1) event_active(flush_ev_, EV_TIMEOUT, 0);
+}
+
+void DataplaneClient::on_flush(int, short, void* arg) {
+  auto* self = static_cast<DataplaneClient*>(arg);
+  auto batches = std::move(self->batches_);
+  self->batches_.clear();
+  for (auto& b : batches) self->send_batch(b);
+}
+
+void DataplaneClient::send_batch(Batch& b) {
+  json j = {{"op", "tag"}, {"class", b.cls}, {"ttl_s", b.ttl_s}};
+  if (b.flows.size() == 1) {
+    j["flow"] = flow_object(b.flows[0]);
+  } else {
+    json flows = json::array();
+    for (const auto& f : b.flows) flows.push_back(flow_object(f));
+    j["flows"] = std::move(flows);
+  }
+  send("tag", j.dump(), std::move(b.dones));
 }
 
 void DataplaneClient::untag(const Flow& flow, Done done) {
   json j = {{"op", "untag"}, {"flow", flow_object(flow)}};
-  send("untag", j.dump(), std::move(done));
+  std::vector<Done> dones;
+  dones.push_back(std::move(done));
+  send("untag", j.dump(), std::move(dones));
 }
 
-void DataplaneClient::finish(Pending p, const std::string& result) {
-  if (metrics_) metrics_->dataplane(p.op, result);
-  if (p.done) p.done(result);
+void DataplaneClient::finish(Pending p, const std::string& result, size_t ok) {
+  for (size_t i = 0; i < p.dones.size(); ++i) {
+    const std::string& r = i < ok ? std::string("ok") : result;
+    if (metrics_) metrics_->dataplane(p.op, r);
+    if (p.dones[i]) p.dones[i](r);
+  }
 }
 
-void DataplaneClient::send(const std::string& op, std::string line, Done done) {
-  Pending p{op, std::move(done), std::chrono::steady_clock::now() + timeout_};
+void DataplaneClient::send(const std::string& op, std::string line, std::vector<Done> dones) {
+  Pending p{op, std::move(dones), std::chrono::steady_clock::now() + timeout_};
   if (!ensure_connected()) {
     finish(std::move(p), "unavailable");
     return;
@@ -168,12 +213,15 @@ void DataplaneClient::on_read(bufferevent* bev, void* arg) {
     self->pending_.pop_front();
     json j = json::parse(text, nullptr, false);
     bool ok = !j.is_discarded() && j.is_object() && j.value("ok", false) == true;
+    size_t tagged = 0;  // a batch the dataplane refused part way: the first ones are tagged
     if (!ok) {
       std::string err =
           (!j.is_discarded() && j.is_object() && j.contains("error")) ? j["error"].dump() : text;
       spdlog::warn("dataplane: {} refused: {}", p.op, err);
+      if (!j.is_discarded() && j.is_object() && j.contains("tagged") && j["tagged"].is_number())
+        tagged = j["tagged"].get<size_t>();
     }
-    self->finish(std::move(p), ok ? "ok" : "error");
+    self->finish(std::move(p), ok ? "ok" : "error", tagged);
     if (!self->bev_) return;  // a callback may not close us, but stay safe
   }
   if (evbuffer_get_length(in) > kMaxLine) {

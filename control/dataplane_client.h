@@ -1,7 +1,9 @@
 // Client of the dataplane's control socket (unix stream, one JSON object per line each way),
 // driven by one worker thread's libevent loop. Never blocks the loop: connects lazily (a unix
 // connect completes or fails at once), and when the dataplane is absent every call completes
-// with "unavailable" so admission goes on without it.
+// with "unavailable" so admission goes on without it. The tags asked for during one pass of the
+// loop leave as one line per class and ttl ({"op":"tag","flows":[...]}), so a burst of
+// admissions costs the dataplane one request, not one per flow.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "control/admission.h"
 
@@ -38,19 +41,31 @@ class DataplaneClient {
 
   // `done` may run before these return (when the dataplane is unavailable).
   void tag(const Flow& flow, const std::string& cls, int ttl_s, Done done);
+  // Flows per tag line at most: well inside the dataplane's 64 KiB line.
+  static constexpr size_t kMaxBatch = 256;
   void untag(const Flow& flow, Done done);
   bool connected() const { return bev_ != nullptr; }
 
  private:
   struct Pending {
     std::string op;
-    Done done;
+    std::vector<Done> dones;  // one per flow of the line
     std::chrono::steady_clock::time_point deadline;
   };
-  void send(const std::string& op, std::string line, Done done);
+  // Tags waiting for the end of this pass of the loop, for one class and ttl.
+  struct Batch {
+    std::string cls;
+    int ttl_s;
+    std::vector<Flow> flows;
+    std::vector<Done> dones;
+  };
+  void send(const std::string& op, std::string line, std::vector<Done> dones);
+  void send_batch(Batch& b);
+  static void on_flush(int fd, short what, void* arg);
   bool ensure_connected();
   void close_connection(const std::string& result_for_pending, const char* why);
-  void finish(Pending p, const std::string& result);
+  // The first `ok` flows of p succeeded, the others get `result`.
+  void finish(Pending p, const std::string& result, size_t ok = 0);
   void arm_timer();
   static void on_read(bufferevent* bev, void* arg);
   static void on_event(bufferevent* bev, short what, void* arg);
@@ -62,6 +77,8 @@ class DataplaneClient {
   std::chrono::milliseconds timeout_;
   bufferevent* bev_ = nullptr;
   event* timer_ = nullptr;
+  event* flush_ev_ = nullptr;
+  std::vector<Batch> batches_;
   std::deque<Pending> pending_;
   bool outage_logged_ = false;
   std::chrono::steady_clock::time_point next_attempt_{};

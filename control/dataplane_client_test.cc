@@ -87,6 +87,33 @@ TEST_F(DataplaneClientTest, TagAndUntagSpeakTheProtocol) {
   EXPECT_EQ(metrics_.dataplane_untags().value({"ok"}), 1u);
 }
 
+// The tags asked for in one pass of the loop leave as one line per class and ttl.
+TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  DataplaneClient c(base_, path_, &metrics_);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  Flow a = flow(), b = flow(), d = flow();
+  b.sport = 1235;
+  d.sport = 1236;
+  c.tag(a, "gold", 120, record);
+  c.tag(b, "gold", 120, record);
+  c.tag(d, "silver", 120, record);
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok"}));
+  auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["class"], "gold");
+  ASSERT_EQ(lines[0]["flows"].size(), 2u);
+  EXPECT_EQ(lines[0]["flows"][1]["sport"], 1235);
+  EXPECT_FALSE(lines[0].contains("flow"));
+  EXPECT_EQ(lines[1]["class"], "silver");
+  EXPECT_EQ(lines[1]["flow"]["sport"], 1236);  // one flow: the one-flow form
+  EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 3u);
+}
+
 TEST_F(DataplaneClientTest, RefusalIsAnError) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerError);
   DataplaneClient c(base_, path_, &metrics_);
