@@ -1,8 +1,27 @@
--- wrk script for tools/bench/admit_bench.sh: POST /v1/admit on the bench plan, and one
--- machine-readable result line: WRK_RESULT <req/s> <p50 us> <p99 us> <requests> <errors>.
+-- wrk script for tools/bench/admit_bench.sh and admit_tagging.sh: POST /v1/admit on the bench
+-- plan, and one machine-readable result line:
+-- WRK_RESULT <req/s> <p50 us> <p99 us> <requests> <errors>.
+-- With DG_FLOWS=1 in the environment every request carries a new flow (the source port counts
+-- up; each wrk thread has its own source address), which the daemon tags on the dataplane.
 wrk.method = "POST"
 wrk.body = '{"tenant":"ws-bench","tokens":1}'
 wrk.headers["Content-Type"] = "application/json"
+
+if os.getenv("DG_FLOWS") == "1" then
+  local counter = 0
+  local thread_no = 0
+  function setup(thread)
+    thread_no = thread_no + 1
+    thread:set("src", "10.3." .. thread_no .. ".1")
+  end
+  function request()
+    counter = counter + 1
+    local body = string.format('{"tenant":"ws-bench","tokens":1,"flow":{"src":"%s","sport":%d,' ..
+                               '"dst":"10.9.0.1","dport":8080,"proto":17}}',
+                               src, 1024 + counter % 60000)
+    return wrk.format(nil, nil, nil, body)
+  end
+end
 
 function done(summary, latency, requests)
   local secs = summary.duration / 1e6

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# What tagging costs admission: two dripgate-control daemons on the same Redis and the same plan
+# (admit_bench.yaml), one attached to a running dripgate-dataplane (every admitted request's flow
+# is tagged over the control socket before the answer), one without a dataplane; wrk sends
+# POST /v1/admit with a new flow per request (admit_bench.lua, DG_FLOWS=1) to each in alternating rounds.
+# Prints decisions/s of both, medians and every round's ratio, and how many flows the
+# dataplane holds at the end. Target: tagging costs at most 10 % of the decisions/s.
+#
+#   tools/bench/admit_tagging.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
+set -euo pipefail
+
+source "$(dirname "$0")/../lib.sh"
+bench_defaults
+conns=32
+bench_parse "[--build DIR] [--seconds N] [--rounds N] [--conns N]" conns -- "$@"
+need_dataplane "$build"
+cd "$root"
+BUILD=$build bootstrap dripgate-control
+bench_workdir admit_tagging
+
+start_redis "$tmp"
+prefix="dgat$$"
+DP_FLOW_TABLE_SIZE=1048576 dp_bench_yaml "$tmp/dp.yaml" "$prefix" net_null0 "net_null1,no-rx=1" \
+    "$tmp/dp.sock" one-way
+"$build/dataplane/dripgate-dataplane" --config "$tmp/dp.yaml" --shape-non-ip default \
+    >"$tmp/dp.out" 2>"$tmp/dp.err" &
+pids+=($!)
+for i in $(seq 100); do [[ -S $tmp/dp.sock ]] && break; sleep 0.1; done
+[[ -S $tmp/dp.sock ]] || { echo "dripgate-dataplane did not start:" >&2; cat "$tmp/dp.err" >&2; exit 1; }
+
+# daemon VAR SOCKET: starts a daemon whose dataplane socket is SOCKET; VAR = its HTTP port. (Not
+# in a $(...): the daemon must be a child of this shell, stopped by its cleanup.)
+daemon() {
+  local port yaml
+  port=$(free_port)
+  yaml="$tmp/control.$port.yaml"
+  sed "s|dataplane_socket: .*|dataplane_socket: $2|" "$here/admit_bench.yaml" >"$yaml"
+  "$build/control/dripgate-control" --config "$yaml" --redis "redis://127.0.0.1:$redis_port/0" \
+    --listen "127.0.0.1:$port" --threads 1 --log-level warn 2>"$tmp/control.$port.log" &
+  pids+=($!)
+  wait_port "$port"
+  printf -v "$1" '%s' "$port"
+}
+daemon with "$tmp/dp.sock"
+daemon without /nonexistent/dripgate-bench.sock
+
+run() {  # $1 = port: decisions/s over one window
+  DG_FLOWS=1 wrk -t2 "-c$conns" "-d${seconds}s" -s "$here/admit_bench.lua" "http://127.0.0.1:$1/v1/admit" |
+    awk '/^WRK_RESULT/ { if ($6 != 0) { print "wrk: " $6 " errors" > "/dev/stderr"; exit 1 } print $2 }'
+}
+for round in $(seq "$rounds"); do
+  w=$(run "$with")
+  wo=$(run "$without")
+  echo "round $round: with a dataplane $w/s, without $wo/s" >&2
+  echo "$w $wo" >>"$tmp/rounds"
+done
+flows=$(dp_control "$tmp/dp.sock" '{"op":"stats"}' |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"]["flows"])')
+tagged=$(curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }')
+
+python3 - "$tmp/rounds" "$flows" "${tagged:-0}" "$(uptime)" <<'EOF'
+import statistics, sys
+rounds = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+flows, tagged, up = sys.argv[2], sys.argv[3], sys.argv[4].strip()
+w = statistics.median(r[0] for r in rounds)
+wo = statistics.median(r[1] for r in rounds)
+ratios = [r[0] / r[1] for r in rounds]
+print(f"\nAdmission with and without flow tagging, {len(rounds)} rounds, medians ({up})")
+print("| with a dataplane /s | without /s | ratio (median of rounds) | rounds")
+print(f"| {w:>19.0f} | {wo:>10.0f} | {statistics.median(ratios):>24.2f} | " +
+      " ".join(f"{x:.2f}" for x in ratios))
+print(f"tags answered ok: {tagged}; flows in the dataplane's table at the end: {flows}")
+print("target: ratio >= 0.90 (tagging costs at most 10 % of the decisions/s)")
+EOF
