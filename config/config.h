@@ -50,8 +50,12 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+// The one tenant id that is not an id: `tenants: { "*": { plan: free } }` puts every tenant not
+// listed on that plan, each with buckets and a quota of its own.
+inline constexpr std::string_view kAnyTenant = "*";
+
 struct Tenant {
-  std::string name;
+  std::string name;  // an id, or kAnyTenant
   std::string plan;
 
   bool operator==(const Tenant&) const = default;
@@ -84,6 +88,11 @@ struct Control {
   std::string auth_token;       // empty: no bearer auth
   std::string auth_token_file;  // where auth_token was read from (first line), if not inline
   std::string auth_token_env;   // or the environment variable it was read from
+  // Protects /v1/admin/* (reload). Empty: the admin API answers 403. Read from a file or an
+  // environment variable as auth_token is.
+  std::string admin_token;
+  std::string admin_token_file;
+  std::string admin_token_env;
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
   // Open HTTP connections at most (all workers); beyond it the longest idle one is closed, or the
   // newcomer when every one has a request in progress.
