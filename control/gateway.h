@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "control/admission.h"
+#include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
 #include "control/metrics.h"
 
@@ -34,8 +35,9 @@ class Gateway {
   // How long a tagged flow stays in its class without a release, when the plan has no lease.
   static constexpr int kDefaultTagTtlS = 300;
 
-  // cfg, flows and metrics are shared by the workers and outlive the gateway.
-  Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
+  // store, flows and metrics are shared by the workers and outlive the gateway. Each request
+  // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
+  Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
           int dataplane_timeout_ms);
   ~Gateway();
   Gateway(const Gateway&) = delete;
@@ -52,9 +54,10 @@ class Gateway {
   bool redis_up() const { return engine_.redis_up(); }
   std::string_view redis_state() const { return engine_.redis_state(); }
   bool dataplane_connected() const { return dp_.connected(); }
+  // The configuration in force as this worker sees it.
+  const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
 
  private:
-  const config::Config& cfg_;
   FlowRegistry& flows_;
   Metrics& metrics_;
   Engine engine_;

@@ -56,7 +56,8 @@ class GatewayTest : public ::testing::Test {
   }
   Gateway& gateway() {
     if (!gateway_) {
-      gateway_.emplace(cfg_, loop_.base(), flows_, metrics_, 2000);
+      store_.emplace(cfg_);
+      gateway_.emplace(*store_, loop_.base(), flows_, metrics_, 2000);
       EXPECT_TRUE(loop_.wait_until([&] { return gateway_->redis_up(); }, 3000ms));
     }
     return *gateway_;
@@ -86,6 +87,7 @@ class GatewayTest : public ::testing::Test {
   testing::EventLoop loop_;
   FlowRegistry flows_;
   Metrics metrics_;
+  std::optional<ConfigStore> store_;
   std::optional<Gateway> gateway_;
 };
 
