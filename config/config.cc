@@ -88,6 +88,13 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
       << cfg.control.dataplane_socket;
   kv(out, "max_connections", int64_t{cfg.control.max_connections});
   kv(out, "request_timeout_s", int64_t{cfg.control.request_timeout_s});
+  if (!cfg.control.decision_log.path.empty()) {
+    out << YAML::Key << "decision_log" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted
+        << cfg.control.decision_log.path;
+    kv(out, "sample", cfg.control.decision_log.sample);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 }
 

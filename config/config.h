@@ -82,6 +82,14 @@ struct Redis : common::RedisUrl {
   bool operator==(const Redis&) const = default;
 };
 
+// One JSON line per sampled admission decision, appended to `path` (empty: off).
+struct DecisionLog {
+  std::string path;
+  double sample = 1.0;  // the share of decisions written, in (0, 1]
+
+  bool operator==(const DecisionLog&) const = default;
+};
+
 struct Control {
   std::string listen = "127.0.0.1:8080";
   int threads = 2;
@@ -100,6 +108,7 @@ struct Control {
   // A connection must deliver a complete request within this long of being accepted or of its
   // previous answer, or it is closed (slow or idle clients cannot hold a connection).
   int request_timeout_s = 10;
+  DecisionLog decision_log;
 
   bool operator==(const Control&) const = default;
 };

@@ -479,11 +479,33 @@ void load_token(Ctx& ctx, const Fields& f, const std::string& key, std::string& 
               key + " is set too; give the token in one place");
 }
 
+void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, DecisionLog& d) {
+  Fields f(ctx, n, path, {"path", "sample"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.require("path")) {
+    if (auto s = get_string(ctx, e->value, f.path("path"))) {
+      if (s->empty())
+        ctx.error(e->value, f.path("path"), "must not be empty (leave decision_log out for none)");
+      else
+        d.path = *s;
+    }
+  }
+  if (const Entry* e = f.find("sample")) {
+    if (auto v = get_double(ctx, e->value, f.path("sample"), {0, true})) {
+      if (*v > 1)
+        ctx.error(e->value, f.path("sample"),
+                  "must be at most 1 (every decision), got " + e->value.Scalar());
+      else
+        d.sample = *v;
+    }
+  }
+}
+
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
            {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
             "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-            "request_timeout_s"});
+            "request_timeout_s", "decision_log"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("listen")) {
     if (auto s = get_string(ctx, e->value, f.path("listen"))) {
@@ -503,6 +525,8 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
   set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
+  if (const Entry* e = f.find("decision_log"))
+    load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
 }
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {

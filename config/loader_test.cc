@@ -203,7 +203,7 @@ plans:
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
             "dataplane_socket, max_connections, "
-            "request_timeout_s)");
+            "request_timeout_s, decision_log)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -487,6 +487,23 @@ TEST(Control, AdminTokenInlineOrFromTheEnvironment) {
             "t.yaml:1:45: control.admin_token_env: admin_token is set too; give the token in one "
             "place");
   ::unsetenv("DG_TEST_ADMIN");
+}
+
+TEST(Control, DecisionLogIsOffByDefaultAndSampledInZeroToOne) {
+  EXPECT_EQ(load_ok("{}").control.decision_log, DecisionLog{});
+  EXPECT_EQ(to_yaml(load_ok("{}")).find("decision_log"), std::string::npos);
+  EXPECT_EQ(load_ok("control: { decision_log: { path: /tmp/d.jsonl } }").control.decision_log,
+            (DecisionLog{"/tmp/d.jsonl", 1.0}));
+  EXPECT_EQ(error_of("control: { decision_log: { sample: 0.5 } }"),
+            "t.yaml:1:26: control.decision_log.path: required field is missing");
+  EXPECT_EQ(error_of("control: { decision_log: { path: \"\" } }"),
+            "t.yaml:1:34: control.decision_log.path: must not be empty (leave decision_log out "
+            "for none)");
+  EXPECT_EQ(error_of("control: { decision_log: { path: /d, sample: 0 } }"),
+            "t.yaml:1:46: control.decision_log.sample: must be > 0, got 0");
+  EXPECT_EQ(
+      error_of("control: { decision_log: { path: /d, sample: 1.5 } }"),
+      "t.yaml:1:46: control.decision_log.sample: must be at most 1 (every decision), got 1.5");
 }
 
 TEST(Redis, PasswordAndTokenFromFiles) {
@@ -872,7 +889,7 @@ dataplane:
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
-      "dataplane_socket, max_connections, request_timeout_s)",
+      "dataplane_socket, max_connections, request_timeout_s, decision_log)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -901,7 +918,9 @@ control:
   listen: "[::1]:9090"
   threads: 6
   auth_token: "tok en"
+  admin_token: "adm in"
   dataplane_socket: /tmp/dp.sock
+  decision_log: { path: /tmp/decisions.jsonl, sample: 0.25 }
 plans:
   pro:
     class: gold
@@ -947,6 +966,8 @@ dataplane:
   EXPECT_EQ(c.control.threads, 6);
   EXPECT_EQ(c.control.auth_token, "tok en");
   EXPECT_EQ(c.control.dataplane_socket, "/tmp/dp.sock");
+  EXPECT_EQ(c.control.admin_token, "adm in");
+  EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
   const Plan& pro = c.plans.at("pro");
   EXPECT_EQ(pro.name, "pro");
   EXPECT_EQ(pro.cls, "gold");

@@ -12,6 +12,7 @@
 #include "control/admission.h"
 #include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
+#include "control/decision_log.h"
 #include "control/metrics.h"
 
 struct event_base;
@@ -37,8 +38,9 @@ class Gateway {
 
   // store, flows and metrics are shared by the workers and outlive the gateway. Each request
   // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
+  // decisions: the decision log's file (control.decision_log), or null for none.
   Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
-          int dataplane_timeout_ms);
+          int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -61,6 +63,7 @@ class Gateway {
   FlowRegistry& flows_;
   Metrics& metrics_;
   Engine engine_;
+  std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks
   // (kUnavailable) never reach the dataplane.
   DataplaneClient dp_;

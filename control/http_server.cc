@@ -542,6 +542,8 @@ bool HttpServer::start(std::string& error) {
   static std::once_flag threads_once;
   std::call_once(threads_once, [] { evthread_use_pthreads(); });
 
+  const std::string& log_path = store_.current()->cfg.control.decision_log.path;
+  if (!log_path.empty() && !(decisions_ = DecisionLogFile::open(log_path, error))) return false;
   listen_fd_ = make_listener(opts_.listen, port_, error);
   if (listen_fd_ < 0) return false;
   rlimit files{};
@@ -591,8 +593,8 @@ bool HttpServer::start(std::string& error) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
-    w->gateway =
-        std::make_unique<Gateway>(store_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms);
+    w->gateway = std::make_unique<Gateway>(store_, w->base, flows_, metrics_,
+                                           opts_.dataplane_timeout_ms, decisions_.get());
     evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(w->bound),
                                 &Worker::on_accept_error);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());

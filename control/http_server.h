@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
+#include "control/decision_log.h"
 #include "control/metrics.h"
 
 namespace dripgate::control {
@@ -60,6 +61,7 @@ class HttpServer {
   Metrics& metrics_;
   Reloader* reloader_;
   FlowRegistry flows_;
+  std::unique_ptr<DecisionLogFile> decisions_;  // control.decision_log, opened by start()
   std::mutex accept_log_mu_;
   std::chrono::steady_clock::time_point accept_logged_at_{};
   uint64_t accept_errors_unlogged_ = 0;

@@ -27,6 +27,17 @@ class JsonWriter {
     first_ = false;
     return *this;
   }
+  JsonWriter& begin_array() {
+    value_prefix();
+    out_ += '[';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& end_array() {
+    out_ += ']';
+    first_ = false;
+    return *this;
+  }
   JsonWriter& key(std::string_view k) {
     if (!first_) out_ += ',';
     string_literal(k);

@@ -72,6 +72,7 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.dataplane_socket != d.dataplane_socket, "control.dataplane_socket");
   differs(c.max_connections != d.max_connections, "control.max_connections");
   differs(c.request_timeout_s != d.request_timeout_s, "control.request_timeout_s");
+  differs(c.decision_log != d.decision_log, "control.decision_log");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
   // here as reloadable: the tokens are read per request.
   if (out.empty()) {
