@@ -50,6 +50,17 @@ void kv(YAML::Emitter& out, const char* key, int64_t value) {
   kv(out, key, std::to_string(value));
 }
 
+// A token as it was given: the file or variable it is read from, or inline.
+void token(YAML::Emitter& out, const std::string& key, const std::string& value,
+           const std::string& file, const std::string& env) {
+  if (!file.empty())
+    out << YAML::Key << key + "_file" << YAML::Value << YAML::DoubleQuoted << file;
+  else if (!env.empty())
+    out << YAML::Key << key + "_env" << YAML::Value << YAML::DoubleQuoted << env;
+  else
+    out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+}
+
 void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
@@ -66,18 +77,24 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.listen;
   kv(out, "threads", int64_t{cfg.control.threads});
-  if (!cfg.control.auth_token_file.empty())
-    out << YAML::Key << "auth_token_file" << YAML::Value << YAML::DoubleQuoted
-        << cfg.control.auth_token_file;
-  else if (!cfg.control.auth_token_env.empty())
-    out << YAML::Key << "auth_token_env" << YAML::Value << YAML::DoubleQuoted
-        << cfg.control.auth_token_env;
-  else
-    out << YAML::Key << "auth_token" << YAML::Value << YAML::DoubleQuoted << cfg.control.auth_token;
+  token(out, "auth_token", cfg.control.auth_token, cfg.control.auth_token_file,
+        cfg.control.auth_token_env);
+  // Only when set: the admin API is off without it, and older files have no such key.
+  if (!cfg.control.admin_token.empty() || !cfg.control.admin_token_file.empty() ||
+      !cfg.control.admin_token_env.empty())
+    token(out, "admin_token", cfg.control.admin_token, cfg.control.admin_token_file,
+          cfg.control.admin_token_env);
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
   kv(out, "max_connections", int64_t{cfg.control.max_connections});
   kv(out, "request_timeout_s", int64_t{cfg.control.request_timeout_s});
+  if (!cfg.control.decision_log.path.empty()) {
+    out << YAML::Key << "decision_log" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted
+        << cfg.control.decision_log.path;
+    kv(out, "sample", cfg.control.decision_log.sample);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 }
 
@@ -116,7 +133,12 @@ void write_admission(YAML::Emitter& out, const Config& cfg) {
 
   out << YAML::Key << "tenants" << YAML::Value << YAML::BeginMap;
   for (const auto& [name, tenant] : cfg.tenants) {
-    out << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    // A plain `*` would start an alias.
+    if (name == kAnyTenant)
+      out << YAML::Key << YAML::DoubleQuoted << name;
+    else
+      out << YAML::Key << name;
+    out << YAML::Value << YAML::Flow << YAML::BeginMap;
     kv(out, "plan", tenant.plan);
     out << YAML::EndMap;
   }

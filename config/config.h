@@ -50,8 +50,12 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+// The one tenant id that is not an id: `tenants: { "*": { plan: free } }` puts every tenant not
+// listed on that plan, each with buckets and a quota of its own.
+inline constexpr std::string_view kAnyTenant = "*";
+
 struct Tenant {
-  std::string name;
+  std::string name;  // an id, or kAnyTenant
   std::string plan;
 
   bool operator==(const Tenant&) const = default;
@@ -78,12 +82,25 @@ struct Redis : common::RedisUrl {
   bool operator==(const Redis&) const = default;
 };
 
+// One JSON line per sampled admission decision, appended to `path` (empty: off).
+struct DecisionLog {
+  std::string path;
+  double sample = 1.0;  // the share of decisions written, in (0, 1]
+
+  bool operator==(const DecisionLog&) const = default;
+};
+
 struct Control {
   std::string listen = "127.0.0.1:8080";
   int threads = 2;
   std::string auth_token;       // empty: no bearer auth
   std::string auth_token_file;  // where auth_token was read from (first line), if not inline
   std::string auth_token_env;   // or the environment variable it was read from
+  // Protects /v1/admin/* (reload). Empty: the admin API answers 403. Read from a file or an
+  // environment variable as auth_token is.
+  std::string admin_token;
+  std::string admin_token_file;
+  std::string admin_token_env;
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
   // Open HTTP connections at most (all workers); beyond it the longest idle one is closed, or the
   // newcomer when every one has a request in progress.
@@ -91,6 +108,7 @@ struct Control {
   // A connection must deliver a complete request within this long of being accepted or of its
   // previous answer, or it is closed (slow or idle clients cannot hold a connection).
   int request_timeout_s = 10;
+  DecisionLog decision_log;
 
   bool operator==(const Control&) const = default;
 };

@@ -464,10 +464,48 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
     out = *s;
 }
 
+// A bearer token (`key`), given inline, as `key_file` (its first line) or as `key_env` (a
+// variable's name): in one place only.
+void load_token(Ctx& ctx, const Fields& f, const std::string& key, std::string& token,
+                std::string& file, std::string& env) {
+  const std::string file_key = key + "_file", env_key = key + "_env";
+  if (const Entry* e = f.find(key))
+    if (auto s = get_string(ctx, e->value, f.path(key))) token = *s;
+  if (load_secret_file(ctx, f, file_key, file, token) && f.find(key))
+    ctx.error(f.find(file_key)->value, f.path(file_key),
+              key + " is set too; give the token in one place");
+  if (load_secret_env(ctx, f, env_key, file_key, env, token) && f.find(key))
+    ctx.error(f.find(env_key)->value, f.path(env_key),
+              key + " is set too; give the token in one place");
+}
+
+void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, DecisionLog& d) {
+  Fields f(ctx, n, path, {"path", "sample"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.require("path")) {
+    if (auto s = get_string(ctx, e->value, f.path("path"))) {
+      if (s->empty())
+        ctx.error(e->value, f.path("path"), "must not be empty (leave decision_log out for none)");
+      else
+        d.path = *s;
+    }
+  }
+  if (const Entry* e = f.find("sample")) {
+    if (auto v = get_double(ctx, e->value, f.path("sample"), {0, true})) {
+      if (*v > 1)
+        ctx.error(e->value, f.path("sample"),
+                  "must be at most 1 (every decision), got " + e->value.Scalar());
+      else
+        d.sample = *v;
+    }
+  }
+}
+
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
-           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env",
-            "dataplane_socket", "max_connections", "request_timeout_s"});
+           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
+            "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
+            "request_timeout_s", "decision_log"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("listen")) {
     if (auto s = get_string(ctx, e->value, f.path("listen"))) {
@@ -482,20 +520,13 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
     }
   }
   set_int(ctx, f, "threads", c.threads, 1, 1024);
-  if (const Entry* e = f.find("auth_token"))
-    if (auto s = get_string(ctx, e->value, f.path("auth_token"))) c.auth_token = *s;
-  if (load_secret_file(ctx, f, "auth_token_file", c.auth_token_file, c.auth_token) &&
-      f.find("auth_token"))
-    ctx.error(f.find("auth_token_file")->value, f.path("auth_token_file"),
-              "auth_token is set too; give the token in one place");
-  if (load_secret_env(ctx, f, "auth_token_env", "auth_token_file", c.auth_token_env,
-                      c.auth_token) &&
-      f.find("auth_token"))
-    ctx.error(f.find("auth_token_env")->value, f.path("auth_token_env"),
-              "auth_token is set too; give the token in one place");
+  load_token(ctx, f, "auth_token", c.auth_token, c.auth_token_file, c.auth_token_env);
+  load_token(ctx, f, "admin_token", c.admin_token, c.admin_token_file, c.admin_token_env);
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
   set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
+  if (const Entry* e = f.find("decision_log"))
+    load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
 }
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
@@ -854,7 +885,9 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
     if (auto es = entries(ctx, e->value, "tenants")) {
       for (const auto& te : *es) {
         std::string path = join("tenants", te.key);
-        bool id_ok = check_id(ctx, te.key_node, path, te.key);
+        // "*" is the default plan's entry: every tenant not listed gets its own buckets and
+        // quota on that plan.
+        bool id_ok = te.key == kAnyTenant || check_id(ctx, te.key_node, path, te.key);
         Fields tf(ctx, te.value, path, {"plan"});
         const Entry* pe = tf.require("plan");
         if (!pe) continue;

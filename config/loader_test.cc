@@ -201,8 +201,9 @@ plans:
             "api_key)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
-            "auth_token_file, auth_token_env, dataplane_socket, max_connections, "
-            "request_timeout_s)");
+            "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
+            "dataplane_socket, max_connections, "
+            "request_timeout_s, decision_log)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -317,6 +318,28 @@ tenants:
   // A plan with mistakes inside still exists: its tenants are not reported too.
   EXPECT_EQ(error_of("plans: { pro: { quota: 5 } }\ntenants: { ws-a: { plan: pro } }"),
             "t.yaml:1:24: plans.pro.quota: expected a mapping, got '5'");
+}
+
+TEST(Tenants, TheDefaultPlanEntry) {
+  Config c = load_ok(Y(R"(
+plans: { free: {}, pro: {} }
+tenants:
+  "*": { plan: free }
+  ws-a: { plan: pro }
+)"));
+  EXPECT_EQ(c.tenants.at("*"), (Tenant{"*", "free"}));
+  EXPECT_EQ(c.tenants.at("ws-a"), (Tenant{"ws-a", "pro"}));
+  // Written back quoted (a plain * starts an alias) and read back equal.
+  std::string y = to_yaml(c);
+  EXPECT_NE(y.find("\"*\": {plan: free}"), std::string::npos) << y;
+  EXPECT_EQ(load_ok(y), c);
+  // Its plan is checked as any tenant's; "*" is the only id that may be a wildcard.
+  EXPECT_EQ(error_of("plans: { pro: {} }\ntenants: { \"*\": { plan: gold } }"),
+            "t.yaml:2:25: tenants.*.plan: no plan named 'gold' (defined: pro)");
+  EXPECT_EQ(error_of("plans: { p: {} }\ntenants: { \"ws-*\": { plan: p } }"),
+            "t.yaml:2:12: tenants.ws-*: 'ws-*' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
+  EXPECT_EQ(error_of("plans: { p: {} }\ntenants: { \"**\": { plan: p } }"),
+            "t.yaml:2:12: tenants.**: '**' is not a valid id (1 to 64 of A-Z a-z 0-9 . _ -)");
 }
 
 TEST(Errors, BadIds) {
@@ -446,6 +469,41 @@ TEST(Redis, PasswordAndTokenFromTheEnvironment) {
   ::unsetenv("DG_TEST_REDIS_PW");
   ::unsetenv("DG_TEST_TOKEN");
   ::unsetenv("DG_TEST_EMPTY");
+}
+
+// The admin token is read as the API token is, and stays out of the round trip the same way.
+TEST(Control, AdminTokenInlineOrFromTheEnvironment) {
+  EXPECT_EQ(load_ok("{}").control.admin_token, "");
+  EXPECT_EQ(to_yaml(load_ok("{}")).find("admin_token"), std::string::npos);
+  EXPECT_EQ(load_ok("control: { admin_token: adm }").control.admin_token, "adm");
+  ::setenv("DG_TEST_ADMIN", "adm1n-env", 1);
+  Config c = load_ok("control: { admin_token_env: DG_TEST_ADMIN }");
+  EXPECT_EQ(c.control.admin_token, "adm1n-env");
+  EXPECT_EQ(c.control.admin_token_env, "DG_TEST_ADMIN");
+  std::string y = to_yaml(c);
+  EXPECT_EQ(y.find("adm1n"), std::string::npos) << y;
+  EXPECT_EQ(load_ok(y), c);
+  EXPECT_EQ(error_of("control: { admin_token: x, admin_token_env: DG_TEST_ADMIN }"),
+            "t.yaml:1:45: control.admin_token_env: admin_token is set too; give the token in one "
+            "place");
+  ::unsetenv("DG_TEST_ADMIN");
+}
+
+TEST(Control, DecisionLogIsOffByDefaultAndSampledInZeroToOne) {
+  EXPECT_EQ(load_ok("{}").control.decision_log, DecisionLog{});
+  EXPECT_EQ(to_yaml(load_ok("{}")).find("decision_log"), std::string::npos);
+  EXPECT_EQ(load_ok("control: { decision_log: { path: /tmp/d.jsonl } }").control.decision_log,
+            (DecisionLog{"/tmp/d.jsonl", 1.0}));
+  EXPECT_EQ(error_of("control: { decision_log: { sample: 0.5 } }"),
+            "t.yaml:1:26: control.decision_log.path: required field is missing");
+  EXPECT_EQ(error_of("control: { decision_log: { path: \"\" } }"),
+            "t.yaml:1:34: control.decision_log.path: must not be empty (leave decision_log out "
+            "for none)");
+  EXPECT_EQ(error_of("control: { decision_log: { path: /d, sample: 0 } }"),
+            "t.yaml:1:46: control.decision_log.sample: must be > 0, got 0");
+  EXPECT_EQ(
+      error_of("control: { decision_log: { path: /d, sample: 1.5 } }"),
+      "t.yaml:1:46: control.decision_log.sample: must be at most 1 (every decision), got 1.5");
 }
 
 TEST(Redis, PasswordAndTokenFromFiles) {
@@ -830,7 +888,8 @@ dataplane:
       "host:port or [v6-address]:port",
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
-      "auth_token_file, auth_token_env, dataplane_socket, max_connections, request_timeout_s)",
+      "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
+      "dataplane_socket, max_connections, request_timeout_s, decision_log)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -859,7 +918,9 @@ control:
   listen: "[::1]:9090"
   threads: 6
   auth_token: "tok en"
+  admin_token: "adm in"
   dataplane_socket: /tmp/dp.sock
+  decision_log: { path: /tmp/decisions.jsonl, sample: 0.25 }
 plans:
   pro:
     class: gold
@@ -905,6 +966,8 @@ dataplane:
   EXPECT_EQ(c.control.threads, 6);
   EXPECT_EQ(c.control.auth_token, "tok en");
   EXPECT_EQ(c.control.dataplane_socket, "/tmp/dp.sock");
+  EXPECT_EQ(c.control.admin_token, "adm in");
+  EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
   const Plan& pro = c.plans.at("pro");
   EXPECT_EQ(pro.name, "pro");
   EXPECT_EQ(pro.cls, "gold");

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "control/config_snapshot.h"
 #include "control/redis_client.h"
 #include "control/script_calls.h"
 #include "lua/lua_scripts.h"
@@ -107,20 +108,18 @@ void post_bad_request(RedisClient& redis, std::string error, std::function<void(
 }  // namespace
 
 struct Engine::Impl {
-  config::Config cfg;
-  Tables tables;
+  SnapshotView view;
   std::mt19937_64 rng;
   RedisObserver* observer;
   RedisClient redis;
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
 
-  Impl(const config::Config& c, event_base* base, RedisObserver* obs)
-      : cfg(c),
-        tables(cfg),
+  Impl(const ConfigStore& store, event_base* base, RedisObserver* obs)
+      : view(store),
         rng(std::random_device{}()),
         observer(obs),
-        redis(base, RedisOptions::from(cfg.redis),
+        redis(base, RedisOptions::from(view.get()->cfg.redis),
               std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs) {}
 
   // Shared by the callbacks of its calls: a call answered with a timeout may still reply late,
@@ -128,6 +127,7 @@ struct Engine::Impl {
   struct AdmitOp {
     std::function<void(AdmitResult)> done;
     AdmitResult res;
+    std::shared_ptr<const Snapshot> snap;  // what p points into, until the last callback
     Prepared p;
     // From the tenant-slot call, for the response and a refund.
     std::array<double, 3> tokens_after{};
@@ -142,7 +142,8 @@ struct Engine::Impl {
             RedisClient::WhenStalled stalled = RedisClient::WhenStalled::kFailFast) {
     redis.evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
   }
-  void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
+  void admit(AdmitRequest req, std::function<void(AdmitResult)> done,
+             std::shared_ptr<const Snapshot> snap);
   void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
   bool decode_undo(AdmitOp* op, const redisReply* r);
   void on_gates_reply(const Op& op, const redisReply* r, std::string_view error);
@@ -167,10 +168,12 @@ void Engine::Impl::finish(AdmitOp* op) {
   done(std::move(op->res));
 }
 
-void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
+void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done,
+                         std::shared_ptr<const Snapshot> snap) {
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
-  std::string err = prepare(tables, req, rng, op->p);
+  op->snap = snap ? std::move(snap) : view.get();
+  std::string err = prepare(op->snap->tables, req, rng, op->p);
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
@@ -404,8 +407,8 @@ void Engine::Impl::refund(const Op& op, std::function<void()> then) {
   undo(op, UndoOf::kAdmit, {}, std::move(then));
 }
 
-Engine::Engine(const config::Config& cfg, event_base* base, RedisObserver* observer)
-    : impl_(std::make_unique<Impl>(cfg, base, observer)) {}
+Engine::Engine(const ConfigStore& store, event_base* base, RedisObserver* observer)
+    : impl_(std::make_unique<Impl>(store, base, observer)) {}
 
 Engine::~Engine() = default;
 
@@ -417,8 +420,13 @@ std::string_view Engine::redis_state() const {
   return impl_->redis.state();
 }
 
-void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
-  impl_->admit(std::move(req), std::move(done));
+void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done,
+                   std::shared_ptr<const Snapshot> snap) {
+  impl_->admit(std::move(req), std::move(done), std::move(snap));
+}
+
+const std::shared_ptr<const Snapshot>& Engine::snapshot() {
+  return impl_->view.get();
 }
 
 // settle and release take no LateReply: a late one does what the client asked, and both are
@@ -429,8 +437,11 @@ void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done) {
 void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
                     std::function<void(SettleResult)> done) {
   Impl& im = *impl_;
+  // The call is packed and written before this returns: the snapshot need not outlive it.
+  std::shared_ptr<const Snapshot> snap = im.view.get();
   const TenantInfo* t = nullptr;
-  std::string err = resolve(im.tables, tenant, request_id, &t);
+  std::shared_ptr<const TenantInfo> unlisted;
+  std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
   if (err.empty()) err = check_tokens(tokens);
   if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
   std::optional<int64_t> budget;
@@ -455,8 +466,11 @@ void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
 void Engine::release(std::string tenant, std::string request_id,
                      std::function<void(ReleaseResult)> done) {
   Impl& im = *impl_;
+  // The call is packed and written before this returns: the snapshot need not outlive it.
+  std::shared_ptr<const Snapshot> snap = im.view.get();
   const TenantInfo* t = nullptr;
-  std::string err = resolve(im.tables, tenant, request_id, &t);
+  std::shared_ptr<const TenantInfo> unlisted;
+  std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
   if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
   im.send(ReleaseCall(*t, request_id),
           [done = std::move(done)](const redisReply* r, std::string_view e) {

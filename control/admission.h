@@ -18,7 +18,9 @@ struct event_base;
 
 namespace dripgate::control {
 struct RedisObserver;
-}
+struct Snapshot;
+class ConfigStore;
+}  // namespace dripgate::control
 
 namespace dripgate::control {
 
@@ -98,7 +100,10 @@ struct ReleaseResult {
 
 class Engine {
  public:
-  Engine(const config::Config& cfg, event_base* base, RedisObserver* observer = nullptr);
+  // The Redis settings are read from the store's snapshot now and kept (they change only on
+  // restart); every call runs on the snapshot in force when it is made. The store outlives
+  // the engine.
+  Engine(const ConfigStore& store, event_base* base, RedisObserver* observer = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -107,7 +112,13 @@ class Engine {
   // (errors found up front are posted to the loop). Input is validated here too (ids, tenant,
   // tokens), so the engine is safe to call with anything. Destroying the engine completes the
   // calls still in flight with kUnavailable.
-  void admit(AdmitRequest req, std::function<void(AdmitResult)> done);
+  // snap: the configuration to decide on (the caller's, read once per request); null: the
+  // store's current one.
+  void admit(AdmitRequest req, std::function<void(AdmitResult)> done,
+             std::shared_ptr<const Snapshot> snap = nullptr);
+  // The store's snapshot in force, as this engine's thread sees it (one atomic load when it
+  // has not changed).
+  const std::shared_ptr<const Snapshot>& snapshot();
   // tenant may be empty: it is then derived from a request_id the engine generated
   // ("<tenant>.<hex>"); otherwise kBadRequest naming "tenant".
   void settle(std::string tenant, std::string request_id, int64_t tokens,

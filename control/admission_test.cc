@@ -1,5 +1,6 @@
 // The admission engine against a real redis-server, driven on a real libevent loop.
 #include "control/admission.h"
+#include "control/config_snapshot.h"
 
 #include <event2/event.h>
 #include <gtest/gtest.h>
@@ -72,12 +73,13 @@ void add_tenant(config::Config& c, const std::string& tenant, config::Plan plan)
 class Harness {
  public:
   Harness(const config::Config& cfg, RedisObserver* obs = nullptr)
-      : engine_(std::make_unique<Engine>(cfg, loop_.base(), obs)) {
+      : store_(cfg), engine_(std::make_unique<Engine>(store_, loop_.base(), obs)) {
     // Let the pool connect, so the first call does not race the connect.
     wait_until([&] { return engine_->redis_up(); }, milliseconds(3000));
   }
   ~Harness() { engine_.reset(); }
   Engine& engine() { return *engine_; }
+  ConfigStore& store() { return store_; }
 
   template <class Pred>
   bool wait_until(Pred pred, milliseconds limit) {
@@ -102,6 +104,7 @@ class Harness {
 
  private:
   dripgate::testing::EventLoop loop_;
+  ConfigStore store_;
   std::unique_ptr<Engine> engine_;
 };
 
@@ -590,6 +593,96 @@ TEST_F(AdmissionTest, LeasesExpireByDeadline) {
   // The expired lease was pruned by that admission; only the new one is left.
   EXPECT_EQ(Sync(redis_.port()).str({"ZCARD", keys::leases("ws-acme")}), "1");
   EXPECT_FALSE(h.release("", a.request_id).released);  // past its deadline
+}
+
+// tenants: { "*": { plan } }: every tenant not listed gets buckets and a quota of its own on the
+// default plan, under keys named after it; listed tenants keep their own plan.
+TEST_F(AdmissionTest, UnlistedTenantsOnTheDefaultPlanHaveTheirOwnBuckets) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan free_plan;
+  free_plan.name = "free";
+  free_plan.cls = "bronze";
+  free_plan.tenant = bucket(2, 0.001);
+  free_plan.quota = config::Quota{100, 600, 0};
+  cfg.plans["free"] = free_plan;
+  cfg.tenants["*"] = config::Tenant{"*", "free"};
+  config::Plan pro;
+  pro.tenant = bucket(5, 0.001);
+  add_tenant(cfg, "ws-pro", pro);
+  Harness h(cfg);
+
+  for (const std::string t : {"anon-a", "anon-b"}) {
+    SCOPED_TRACE(t);
+    for (int i = 0; i < 2; ++i) {
+      AdmitResult r = h.admit(req(t, 10));
+      ASSERT_EQ(r.outcome, Outcome::kAllowed) << r.error;
+      EXPECT_EQ(r.cls, "bronze");
+      EXPECT_EQ(r.request_id.rfind(t + ".", 0), 0u);
+      EXPECT_NEAR(rem(r, "tenant"), 1 - i, 0.1);
+    }
+    AdmitResult refused = h.admit(req(t, 10));
+    ASSERT_EQ(refused.outcome, Outcome::kRefused);
+    EXPECT_EQ(refused.gate, "tenant");
+  }
+  // Each has its own keys: bucket and reservations under its own hash tag.
+  Sync redis(redis_.port());
+  for (const std::string t : {"anon-a", "anon-b"}) {
+    EXPECT_EQ(redis.str({"EXISTS", keys::bucket(t, "tenant")}), "1") << t;
+    EXPECT_EQ(redis.reservations(t).size(), 2u) << t;
+  }
+  EXPECT_EQ(redis.str({"EXISTS", keys::bucket("*", "tenant")}), "0");
+  // Settle derives the tenant from the request id and charges that tenant's quota.
+  AdmitResult c = h.admit(req("anon-c", 10));
+  ASSERT_EQ(c.outcome, Outcome::kAllowed) << c.error;
+  SettleResult settled = h.settle("", c.request_id, 7);
+  ASSERT_EQ(settled.outcome, Outcome::kAllowed) << settled.error;
+  EXPECT_TRUE(settled.settled);
+  EXPECT_EQ(settled.remaining, 93);
+  // A listed tenant keeps its plan.
+  AdmitResult pro_r = h.admit(req("ws-pro"));
+  ASSERT_EQ(pro_r.outcome, Outcome::kAllowed) << pro_r.error;
+  EXPECT_NEAR(rem(pro_r, "tenant"), 4, 0.1);
+  // "*" itself is not a tenant anyone can name.
+  EXPECT_EQ(h.admit(req("*")).outcome, Outcome::kBadRequest);
+
+  // Without the "*" entry an unlisted tenant is refused as before.
+  config::Config listed_only = base_config(redis_.port());
+  add_tenant(listed_only, "ws-pro", pro);
+  Harness h2(listed_only);
+  EXPECT_EQ(h2.admit(req("anon-a")).error, "tenant: unknown tenant 'anon-a'");
+}
+
+// A snapshot published while a request is in flight: that request finishes on the one it started
+// with; the next one runs on the new one.
+TEST_F(AdmissionTest, ARequestKeepsTheSnapshotItStartedWith) {
+  config::Config before = base_config(redis_.port());
+  config::Plan roomy;
+  roomy.cls = "gold";
+  roomy.tenant = bucket(100, 0.001);
+  add_tenant(before, "ws-acme", roomy);
+  config::Config after = before;
+  config::Plan tight = roomy;
+  tight.name = "plan-ws-acme";
+  tight.cls = "silver";
+  tight.tenant = bucket(1, 0.001);
+  after.plans["plan-ws-acme"] = tight;
+  Harness h(before);
+
+  std::optional<AdmitResult> first;
+  h.engine().admit(req("ws-acme"), [&](AdmitResult r) { first = std::move(r); });
+  // The call is on its way; the configuration changes under it.
+  h.store().publish(std::make_shared<const Snapshot>(after, "next"));
+  ASSERT_TRUE(h.wait_until([&] { return first.has_value(); }, milliseconds(10000)));
+  ASSERT_EQ(first->outcome, Outcome::kAllowed) << first->error;
+  EXPECT_EQ(first->cls, "gold");
+  EXPECT_NEAR(rem(*first, "tenant"), 99, 0.1);
+  EXPECT_EQ(h.engine().snapshot()->hash, "next");
+  // The bucket holds 99 tokens, the new capacity is 1: one more, then refused.
+  AdmitResult second = h.admit(req("ws-acme"));
+  ASSERT_EQ(second.outcome, Outcome::kAllowed) << second.error;
+  EXPECT_EQ(second.cls, "silver");
+  EXPECT_NEAR(rem(second, "tenant"), 0, 0.1);
+  EXPECT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kRefused);
 }
 
 TEST_F(AdmissionTest, BadInputNamesTheField) {

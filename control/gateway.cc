@@ -26,34 +26,45 @@ const char* result_label(Outcome o) {
 
 }  // namespace
 
-Gateway::Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
-                 int dataplane_timeout_ms)
-    : cfg_(cfg),
-      flows_(flows),
+Gateway::Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+                 int dataplane_timeout_ms, const DecisionLogFile* decisions)
+    : flows_(flows),
       metrics_(metrics),
-      engine_(cfg, base, &metrics),
-      dp_(base, cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {}
+      engine_(store, base, &metrics),
+      dp_(base, store.current()->cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {
+  if (decisions)
+    decisions_ = std::make_unique<DecisionLog>(base, *decisions,
+                                               store.current()->cfg.control.decision_log.sample);
+}
 
 Gateway::~Gateway() = default;
 
 void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
-  // Only configured tenants become label values: bad input must not grow the metrics.
-  std::string tenant = cfg_.tenants.count(req.tenant) ? req.tenant : "";
+  // Read once: the label and the decision come from the same configuration.
+  std::shared_ptr<const Snapshot> snap = engine_.snapshot();
+  std::string tenant(snap->tenant_label(req.tenant));
   std::optional<Flow> flow = req.flow;
-  engine_.admit(std::move(req), [this, tenant = std::move(tenant), flow = std::move(flow),
-                                 done = std::move(done)](AdmitResult r) mutable {
-    metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
-                       result_label(r.outcome));
-    if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
-    flows_.put(r.request_id, *flow);
-    // The flow stays in its class as long as the lease would, unless released earlier.
-    int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
-    std::string cls = r.cls;
-    dp_.tag(*flow, cls, ttl_s,
-            [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
-              done(AdmitDecision{std::move(r), tag});
-            });
-  });
+  std::optional<DecisionWho> who;
+  if (decisions_ && decisions_->sampled())
+    who = DecisionWho{req.tenant, req.user, req.model, req.tool};
+  engine_.admit(
+      std::move(req),
+      [this, tenant = std::move(tenant), flow = std::move(flow), who = std::move(who),
+       done = std::move(done)](AdmitResult r) mutable {
+        metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
+                           result_label(r.outcome));
+        if (who) decisions_->record(*who, r, result_label(r.outcome));
+        if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
+        flows_.put(r.request_id, *flow);
+        // The flow stays in its class as long as the lease would, unless released earlier.
+        int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
+        std::string cls = r.cls;
+        dp_.tag(*flow, cls, ttl_s,
+                [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
+                  done(AdmitDecision{std::move(r), tag});
+                });
+      },
+      std::move(snap));
 }
 
 void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) {

@@ -10,7 +10,9 @@
 
 #include "config/config.h"
 #include "control/admission.h"
+#include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
+#include "control/decision_log.h"
 #include "control/metrics.h"
 
 struct event_base;
@@ -34,9 +36,11 @@ class Gateway {
   // How long a tagged flow stays in its class without a release, when the plan has no lease.
   static constexpr int kDefaultTagTtlS = 300;
 
-  // cfg, flows and metrics are shared by the workers and outlive the gateway.
-  Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
-          int dataplane_timeout_ms);
+  // store, flows and metrics are shared by the workers and outlive the gateway. Each request
+  // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
+  // decisions: the decision log's file (control.decision_log), or null for none.
+  Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+          int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -52,12 +56,14 @@ class Gateway {
   bool redis_up() const { return engine_.redis_up(); }
   std::string_view redis_state() const { return engine_.redis_state(); }
   bool dataplane_connected() const { return dp_.connected(); }
+  // The configuration in force as this worker sees it.
+  const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
 
  private:
-  const config::Config& cfg_;
   FlowRegistry& flows_;
   Metrics& metrics_;
   Engine engine_;
+  std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks
   // (kUnavailable) never reach the dataplane.
   DataplaneClient dp_;

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -56,7 +58,8 @@ class GatewayTest : public ::testing::Test {
   }
   Gateway& gateway() {
     if (!gateway_) {
-      gateway_.emplace(cfg_, loop_.base(), flows_, metrics_, 2000);
+      store_.emplace(cfg_);
+      gateway_.emplace(*store_, loop_.base(), flows_, metrics_, 2000, decisions_.get());
       EXPECT_TRUE(loop_.wait_until([&] { return gateway_->redis_up(); }, 3000ms));
     }
     return *gateway_;
@@ -86,8 +89,73 @@ class GatewayTest : public ::testing::Test {
   testing::EventLoop loop_;
   FlowRegistry flows_;
   Metrics metrics_;
+  // Lines of the decision log, once the gateway wrote them.
+  std::vector<json> decision_lines() {
+    std::ifstream in(cfg_.control.decision_log.path);
+    std::vector<json> out;
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  }
+  // Turns the decision log on (before the first gateway() call).
+  void log_decisions(double sample) {
+    cfg_.control.decision_log = config::DecisionLog{dir_ + "/decisions.jsonl", sample};
+    std::string error;
+    decisions_ = DecisionLogFile::open(cfg_.control.decision_log.path, error);
+    ASSERT_TRUE(decisions_) << error;
+  }
+
+  std::unique_ptr<DecisionLogFile> decisions_;
+  std::optional<ConfigStore> store_;
   std::optional<Gateway> gateway_;
 };
+
+TEST_F(GatewayTest, DecisionLogWritesOneLinePerDecisionOffTheRequestPath) {
+  log_decisions(1.0);
+  AdmitRequest r;
+  r.tenant = "t-leased";
+  r.user = "u1";
+  r.model = "m1";
+  r.api_key = "secret-key";
+  ASSERT_EQ(run(&Gateway::admit, r).result.outcome, Outcome::kAllowed);
+  ASSERT_EQ(run(&Gateway::admit, r).result.outcome, Outcome::kRefused);  // the bucket of 1
+  ASSERT_EQ(admit("nobody", std::nullopt).result.outcome, Outcome::kBadRequest);
+  // Written by the worker's timer, without the gateway going away.
+  ASSERT_TRUE(loop_.wait_until([&] { return decision_lines().size() == 3; }, 5000ms));
+  std::vector<json> lines = decision_lines();
+  EXPECT_EQ(lines[0]["tenant"], "t-leased");
+  EXPECT_EQ(lines[0]["user"], "u1");
+  EXPECT_EQ(lines[0]["model"], "m1");
+  EXPECT_EQ(lines[0]["result"], "allowed");
+  EXPECT_EQ(lines[0]["gates"], json::array({"tenant", "concurrency"})) << lines[0];
+  EXPECT_NEAR(lines[0]["remaining"]["tenant"].get<double>(), 0, 0.1);
+  EXPECT_FALSE(lines[0].contains("gate"));
+  EXPECT_EQ(lines[1]["result"], "refused");
+  EXPECT_EQ(lines[1]["gate"], "tenant");
+  EXPECT_EQ(lines[1]["reason"], "rate");
+  EXPECT_EQ(lines[2]["tenant"], "nobody");
+  EXPECT_EQ(lines[2]["result"], "bad_request");
+  EXPECT_EQ(lines[2]["gates"], json::array());
+  // "2026-12-01T06:13:27.123Z"
+  std::string time = lines[0]["time"];
+  EXPECT_EQ(time.size(), 24u) << time;
+  EXPECT_EQ(time.back(), 'Z');
+  // API keys are never written.
+  std::ifstream in(cfg_.control.decision_log.path);
+  std::string all(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(all.find("secret-key"), std::string::npos);
+}
+
+TEST_F(GatewayTest, DecisionLogSamples) {
+  log_decisions(0.25);
+  constexpr int kDecisions = 400;
+  for (int i = 0; i < kDecisions; ++i)
+    ASSERT_EQ(admit("nobody", std::nullopt).result.outcome, Outcome::kBadRequest);
+  gateway_.reset();  // writes what is buffered
+  size_t n = decision_lines().size();
+  // Binomial(400, 0.25): mean 100, sd 8.7; these bounds are 5 sd away.
+  EXPECT_GT(n, 56u);
+  EXPECT_LT(n, 144u);
+}
 
 TEST_F(GatewayTest, TagLivesAsLongAsThePlansLeaseOrTheDefault) {
   AdmitDecision a = admit("t-leased", flow(1000));

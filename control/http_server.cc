@@ -26,6 +26,7 @@
 
 #include "control/api.h"
 #include "control/gateway.h"
+#include "control/reload.h"
 
 namespace dripgate::control {
 namespace {
@@ -56,6 +57,8 @@ const char* reason_phrase(int status) {
       return "Bad Request";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -400,8 +403,31 @@ struct HttpServer::Worker {
     json j = {{"status", draining ? "stopping" : "ok"},
               {"redis", gateway->redis_state()},
               {"dataplane", gateway->dataplane_connected() ? "connected" : "not connected"},
+              {"config_hash", gateway->snapshot()->hash},
               {"worker", index}};
     reply(req, api::Response{draining ? 503 : 200, {}, j.dump() + "\n"});
+  }
+
+  // For orchestrators: ready to decide admissions (Redis answers; a configuration is always in
+  // force once serving: the daemon does not start without one); 503 with the reasons otherwise.
+  void handle_readyz(evhttp_request* req) {
+    json why = json::array();
+    if (draining) why.push_back("stopping");
+    if (!gateway->redis_up())
+      why.push_back(std::string("redis: ") + std::string(gateway->redis_state()));
+    json j = {{"ready", why.empty()}, {"config_hash", gateway->snapshot()->hash}};
+    if (!why.empty()) j["why"] = why;
+    reply(req, api::Response{why.empty() ? 200 : 503, {}, j.dump() + "\n"});
+  }
+
+  // Runs on this worker's loop: a reload takes milliseconds (a few KiB of YAML), and the other
+  // workers keep serving meanwhile.
+  void handle_reload(evhttp_request* req) {
+    if (!server->reloader_) return reply(req, api::render_error(404, "no reload here"));
+    ReloadOutcome r = server->reloader_->reload();
+    json j = {{"status", r.ok ? "reloaded" : "refused"}, {"config_hash", r.hash}};
+    if (!r.ok) j["errors"] = r.errors;
+    reply(req, api::Response{r.ok ? 200 : 400, {}, j.dump() + "\n"});
   }
 
   void handle_metrics(evhttp_request* req) {
@@ -409,21 +435,45 @@ struct HttpServer::Worker {
           "text/plain; version=0.0.4; charset=utf-8");
   }
 
-  // The route table. The API (POST) needs the bearer token when one is configured; /healthz and
-  // /metrics stay open for probes and scrapers.
+  // The route table. The API (POST) needs the bearer token when one is configured; the admin
+  // API needs control.admin_token and is off (403) without one; /healthz, /readyz and /metrics
+  // stay open for probes and scrapers.
+  enum class Auth { kNone, kApi, kAdmin };
   struct Route {
     std::string_view path;
     evhttp_cmd_type method;
-    bool api;
+    Auth auth;
     void (Worker::*handle)(evhttp_request*);
   };
   static constexpr Route kRoutes[] = {
-      {"/v1/admit", EVHTTP_REQ_POST, true, &Worker::handle_admit},
-      {"/v1/settle", EVHTTP_REQ_POST, true, &Worker::handle_settle},
-      {"/v1/release", EVHTTP_REQ_POST, true, &Worker::handle_release},
-      {"/healthz", EVHTTP_REQ_GET, false, &Worker::handle_healthz},
-      {"/metrics", EVHTTP_REQ_GET, false, &Worker::handle_metrics},
+      {"/v1/admit", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_admit},
+      {"/v1/settle", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_settle},
+      {"/v1/release", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_release},
+      {"/v1/admin/reload", EVHTTP_REQ_POST, Auth::kAdmin, &Worker::handle_reload},
+      {"/healthz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_healthz},
+      {"/readyz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_readyz},
+      {"/metrics", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_metrics},
   };
+
+  // Whether the request may use the route; answers it when not. The tokens come from the
+  // configuration in force, so a reload rotates them.
+  bool authorized(evhttp_request* req, Auth auth) {
+    if (auth == Auth::kNone) return true;
+    const config::Control& c = gateway->snapshot()->cfg.control;
+    const std::string& token = auth == Auth::kAdmin ? c.admin_token : c.auth_token;
+    if (token.empty()) {
+      if (auth == Auth::kApi) return true;
+      reply(req, api::render_error(403, "the admin API is off: set control.admin_token"));
+      return false;
+    }
+    const char* got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (token_matches(token, got)) return true;
+    api::Response r = api::render_error(
+        401, got ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");
+    reply(req, r);
+    return false;
+  }
 
   static void on_request(evhttp_request* req, void* arg) {
     auto* w = static_cast<Worker*>(arg);
@@ -449,17 +499,7 @@ struct HttpServer::Worker {
       r.headers.emplace_back("Allow", want);
       return reply(req, r);
     }
-    const std::string& token = server->cfg_.control.auth_token;
-    if (route->api && !token.empty()) {
-      const char* auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-      if (!token_matches(token, auth)) {
-        api::Response r = api::render_error(
-            401, auth ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
-        r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");
-        return reply(req, r);
-      }
-    }
-    (this->*route->handle)(req);
+    if (authorized(req, route->auth)) (this->*route->handle)(req);
   }
 
   static void on_stop(evutil_socket_t, short, void* arg) {
@@ -488,8 +528,9 @@ struct HttpServer::Worker {
   }
 };
 
-HttpServer::HttpServer(const config::Config& cfg, ServerOptions opts)
-    : cfg_(cfg), opts_(std::move(opts)) {}
+HttpServer::HttpServer(const ConfigStore& store, Metrics& metrics, ServerOptions opts,
+                       Reloader* reloader)
+    : store_(store), opts_(std::move(opts)), metrics_(metrics), reloader_(reloader) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -501,6 +542,8 @@ bool HttpServer::start(std::string& error) {
   static std::once_flag threads_once;
   std::call_once(threads_once, [] { evthread_use_pthreads(); });
 
+  const std::string& log_path = store_.current()->cfg.control.decision_log.path;
+  if (!log_path.empty() && !(decisions_ = DecisionLogFile::open(log_path, error))) return false;
   listen_fd_ = make_listener(opts_.listen, port_, error);
   if (listen_fd_ < 0) return false;
   rlimit files{};
@@ -550,8 +593,8 @@ bool HttpServer::start(std::string& error) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
-    w->gateway =
-        std::make_unique<Gateway>(cfg_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms);
+    w->gateway = std::make_unique<Gateway>(store_, w->base, flows_, metrics_,
+                                           opts_.dataplane_timeout_ms, decisions_.get());
     evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(w->bound),
                                 &Worker::on_accept_error);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());

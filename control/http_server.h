@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
+#include "control/decision_log.h"
 #include "control/metrics.h"
 
 namespace dripgate::control {
@@ -28,9 +30,14 @@ struct ServerOptions {
   int request_timeout_s = 10;  // to deliver a complete request, from accept or the last answer
 };
 
+class Reloader;
+
 class HttpServer {
  public:
-  HttpServer(const config::Config& cfg, ServerOptions opts);
+  // store, metrics and reloader outlive the server. Requests run on the store's snapshot in
+  // force when they arrive. reloader: what POST /v1/admin/reload runs (null: 404).
+  HttpServer(const ConfigStore& store, Metrics& metrics, ServerOptions opts,
+             Reloader* reloader = nullptr);
   ~HttpServer();  // stops and joins if still running
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -49,10 +56,12 @@ class HttpServer {
   // Counts a failed accept() and logs at most one line a second (with how many failed since).
   void accept_failed(int err);
 
-  config::Config cfg_;
+  const ConfigStore& store_;
   ServerOptions opts_;
-  Metrics metrics_;
+  Metrics& metrics_;
+  Reloader* reloader_;
   FlowRegistry flows_;
+  std::unique_ptr<DecisionLogFile> decisions_;  // control.decision_log, opened by start()
   std::mutex accept_log_mu_;
   std::chrono::steady_clock::time_point accept_logged_at_{};
   uint64_t accept_errors_unlogged_ = 0;

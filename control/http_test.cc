@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -766,6 +767,194 @@ TEST_F(HttpTest, HeadIsAnsweredWithHeadersOnly) {
   }
   ASSERT_TRUE(c.send(kKeepAliveGet));
   EXPECT_EQ(c.answer(), 200) << "bytes after a HEAD answer's headers";
+}
+
+// ---- configuration reload: SIGHUP and POST /v1/admin/reload ----
+
+// What /healthz reports as config_hash: FNV-1a (64 bit) of the file's bytes.
+std::string fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+class ReloadHttpTest : public HttpTest {
+ protected:
+  std::string path() const { return dir_.path() + "/control.yaml"; }
+  // As an operator would: a new file renamed over the old one.
+  void write(const std::string& text) {
+    std::ofstream(path() + ".new") << text;
+    std::filesystem::rename(path() + ".new", path());
+  }
+  HttpResponse reload(const std::vector<std::string>& extra = {"Authorization: Bearer adm1n"}) {
+    return http(daemon_->port(), "POST", "/v1/admin/reload", "", extra);
+  }
+  std::string hash() { return http(daemon_->port(), "GET", "/healthz").body_json()["config_hash"]; }
+  int64_t reloads(const std::string& result) {
+    return metric("dripgate_config_reloads_total{result=\"" + result + "\"}");
+  }
+};
+
+TEST_F(ReloadHttpTest, AdminApiIsOffWithoutAnAdminTokenAndSighupReloads) {
+  start();
+  std::string text = test_config(dp_socket_);
+  EXPECT_EQ(hash(), fnv1a64(text));
+  auto r = reload();
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_NE(r.body.find("control.admin_token"), std::string::npos) << r.body;
+  EXPECT_EQ(reloads("ok"), 0);
+  // SIGHUP reloads (it used to end the daemon).
+  text += "  t-new: { plan: small }\n";
+  write(text);
+  ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return reloads("ok") == 1; })) << daemon_->log();
+  EXPECT_EQ(hash(), fnv1a64(text));
+  auto a = admit(R"({"tenant":"t-new"})");
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.body_json()["class"], "gold");
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+TEST_F(ReloadHttpTest, TheAdminTokenGuardsReloadAndABadFileIsRefused) {
+  DaemonSetup setup{.control_extra = ", admin_token: \"adm1n\""};
+  start(setup);
+  std::string good = test_config(dp_socket_, setup);
+  EXPECT_EQ(reload({}).status, 401);
+  EXPECT_EQ(reload({"Authorization: Bearer adm1"}).status, 401);
+  // The API token is not the admin token.
+  EXPECT_EQ(reload({"Authorization: Bearer s3cret"}).status, 401);
+  auto ok = reload();
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(ok.body_json()["status"], "reloaded");
+  EXPECT_EQ(ok.body_json()["config_hash"], fnv1a64(good));
+
+  // A file with errors: 400 naming each, the running configuration stays.
+  std::string bad = good;
+  bad.replace(bad.find("t-small: { plan: small }"), 24, "t-small: { plan: gold }");
+  bad.replace(bad.find("capacity: 2,"), 12, "capacity: 0,");
+  write(bad);
+  auto refused = reload();
+  ASSERT_EQ(refused.status, 400) << refused.body;
+  json j = refused.body_json();
+  EXPECT_EQ(j["status"], "refused");
+  EXPECT_EQ(j["config_hash"], fnv1a64(good));
+  ASSERT_EQ(j["errors"].size(), 2u) << refused.body;
+  EXPECT_EQ(j["errors"][0].get<std::string>().rfind(
+                path() + ":7:27: plans.small.gates.tenant.capacity: must be >= 1", 0),
+            0u)
+      << refused.body;
+  EXPECT_EQ(j["errors"][1],
+            path() + ":14:20: tenants.t-small.plan: no plan named 'gold' (defined: big, small)");
+  EXPECT_NE(daemon_->log().find(path() + ":14:20: tenants.t-small.plan: no plan named 'gold'"),
+            std::string::npos);
+  EXPECT_EQ(hash(), fnv1a64(good));
+  auto a = admit(R"({"tenant":"t-small"})");
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.body_json()["class"], "gold");
+
+  // A setting that changes only on a restart is named, and refused too.
+  std::string threads = good;
+  threads.replace(threads.find("threads: 2"), 10, "threads: 3");
+  write(threads);
+  refused = reload();
+  ASSERT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.body_json()["errors"][0].get<std::string>().rfind(
+                path() + ": control.threads: changes only on a restart", 0),
+            0u)
+      << refused.body;
+  EXPECT_EQ(reloads("ok"), 1);
+  EXPECT_EQ(reloads("error"), 2);
+}
+
+TEST_F(ReloadHttpTest, ReadyzFollowsRedis) {
+  start();
+  auto r = http(daemon_->port(), "GET", "/readyz");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body_json()["ready"], true);
+  redis_.stop();
+  // Every worker must see Redis go; one answer per worker's connection is not guaranteed, so
+  // wait for a 503 and check its reason.
+  HttpResponse down;
+  ASSERT_TRUE(eventually([&] {
+    down = http(daemon_->port(), "GET", "/readyz");
+    return down.status == 503;
+  }));
+  EXPECT_EQ(down.body_json()["ready"], false);
+  EXPECT_EQ(down.body_json()["why"][0], "redis: down") << down.body;
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  redis_.start();
+  EXPECT_TRUE(
+      eventually([&] { return http(daemon_->port(), "GET", "/readyz").status == 200; }, 15s))
+      << daemon_->log();
+}
+
+// Four clients admit at a steady rate while the configuration is reloaded 20 times, by turns
+// over HTTP and by SIGHUP, between two files: not one request fails, and every reload is in
+// force from the first request after it returned (HTTP) or was counted (SIGHUP).
+TEST_F(ReloadHttpTest, TwentyReloadsUnderLoadLoseNothing) {
+  DaemonSetup setup{.control_extra = ", admin_token: \"adm1n\""};
+  std::string base = test_config(dp_socket_, setup);
+  base.replace(base.find("plans:\n"), 7,
+               "plans:\n  capped:\n    class: bronze\n    quota: { tokens_per_month: 1 }\n");
+  const std::string open = base + "  t-flip: { plan: big }\n";
+  const std::string capped = base + "  t-flip: { plan: capped }\n";
+  write(open);
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, open);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> sent{0}, failed{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      std::string body = R"({"tenant":"t-big","user":"u)" + std::to_string(c) + R"("})";
+      while (!stop.load()) {
+        auto r = admit(body);
+        ++sent;
+        if (r.status != 200) {
+          ++failed;
+          std::lock_guard lock(mu);
+          if (failures.size() < 5) failures.push_back(std::to_string(r.status) + " " + r.body);
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    bool to_capped = i % 2 == 0;
+    const std::string& text = to_capped ? capped : open;
+    write(text);
+    if (i % 4 < 2) {
+      auto r = reload();
+      ASSERT_EQ(r.status, 200) << r.body;
+    } else {
+      ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
+      ASSERT_TRUE(eventually([&] { return reloads("ok") == i + 1; }, 10s)) << daemon_->log();
+    }
+    SCOPED_TRACE("reload " + std::to_string(i + 1));
+    EXPECT_EQ(hash(), fnv1a64(text));
+    auto a = admit(R"({"tenant":"t-flip","tokens":2})");
+    if (to_capped) {
+      EXPECT_EQ(a.status, 429) << a.body;
+      EXPECT_EQ(a.body_json()["gate"], "quota") << a.body;
+    } else {
+      EXPECT_EQ(a.status, 200) << a.body;
+      EXPECT_EQ(a.body_json()["class"], "silver") << a.body;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0) << ::testing::PrintToString(failures);
+  EXPECT_GT(sent.load(), 100);
+  std::printf("20 reloads under load: %lld requests, %lld failed\n",
+              static_cast<long long>(sent.load()), static_cast<long long>(failed.load()));
+  EXPECT_EQ(reloads("ok"), 20);
+  EXPECT_EQ(reloads("error"), 0);
+  EXPECT_EQ(daemon_->terminate(), 0);
 }
 
 }  // namespace

@@ -16,17 +16,10 @@ class JsonWriter {
  public:
   explicit JsonWriter(std::string& out) : out_(out) {}
 
-  JsonWriter& begin_object() {
-    value_prefix();
-    out_ += '{';
-    first_ = true;
-    return *this;
-  }
-  JsonWriter& end_object() {
-    out_ += '}';
-    first_ = false;
-    return *this;
-  }
+  JsonWriter& begin_object() { return open('{'); }
+  JsonWriter& end_object() { return close('}'); }
+  JsonWriter& begin_array() { return open('['); }
+  JsonWriter& end_array() { return close(']'); }
   JsonWriter& key(std::string_view k) {
     if (!first_) out_ += ',';
     string_literal(k);
@@ -60,6 +53,17 @@ class JsonWriter {
   }
 
  private:
+  JsonWriter& open(char bracket) {
+    value_prefix();
+    out_ += bracket;
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& close(char bracket) {
+    out_ += bracket;
+    first_ = false;
+    return *this;
+  }
   // Members after a key take no comma (the key had it); top-level and array values would.
   void value_prefix() {
     if (after_key_) {

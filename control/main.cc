@@ -1,5 +1,6 @@
 // dripgate-control: the admission daemon. Loads the config, serves the HTTP API until SIGTERM or
-// SIGINT, then stops accepting, finishes what is in flight and exits 0.
+// SIGINT, then stops accepting, finishes what is in flight and exits 0. SIGHUP reloads the
+// config file.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +15,7 @@
 #include "common/redis_url.h"
 #include "config/config.h"
 #include "control/http_server.h"
+#include "control/reload.h"
 
 using dripgate::config::Config;
 
@@ -26,6 +28,9 @@ Config masked(Config cfg) {
   if (!cfg.control.auth_token.empty() && cfg.control.auth_token_file.empty() &&
       cfg.control.auth_token_env.empty())
     cfg.control.auth_token = "***";
+  if (!cfg.control.admin_token.empty() && cfg.control.admin_token_file.empty() &&
+      cfg.control.admin_token_env.empty())
+    cfg.control.admin_token = "***";
   return cfg;
 }
 
@@ -51,32 +56,34 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("dripgate-control"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
-  auto loaded = config_file.empty() ? dripgate::config::load_default()
-                                    : dripgate::config::load_file(config_file);
+  // Applied at start and again to every reload, so a reloaded file keeps them.
+  auto overrides = [&](Config& cfg) -> std::optional<dripgate::config::Error> {
+    if (!redis_url.empty()) {
+      if (auto why = cfg.redis.set_url(redis_url))
+        return dripgate::config::Error{
+            "--redis", 0, 0, "",
+            "bad redis URL " +
+                dripgate::common::quote(dripgate::common::redact_redis_url(redis_url)) + ": " +
+                *why};
+    }
+    if (!listen.empty()) {
+      std::string host;
+      std::optional<int> port;
+      if (auto why = dripgate::common::split_host_port(listen, true, host, port))
+        return dripgate::config::Error{
+            "--listen", 0, 0, "",
+            "bad listen address " + dripgate::common::quote(listen) + ": " + *why};
+      cfg.control.listen = listen;
+    }
+    if (threads > 0) cfg.control.threads = threads;
+    return std::nullopt;
+  };
+  auto loaded = dripgate::control::load_config(config_file, overrides);
   if (!loaded.errors.empty()) {
     for (const auto& e : loaded.errors) std::fprintf(stderr, "%s\n", e.str().c_str());
     return 1;
   }
-  Config cfg = std::move(*loaded.config);
-  if (!redis_url.empty()) {
-    if (auto why = cfg.redis.set_url(redis_url)) {
-      std::fprintf(stderr, "--redis: bad redis URL %s: %s\n",
-                   dripgate::common::quote(dripgate::common::redact_redis_url(redis_url)).c_str(),
-                   why->c_str());
-      return 1;
-    }
-  }
-  if (!listen.empty()) {
-    std::string host;
-    std::optional<int> port;
-    if (auto why = dripgate::common::split_host_port(listen, true, host, port)) {
-      std::fprintf(stderr, "--listen: bad listen address %s: %s\n",
-                   dripgate::common::quote(listen).c_str(), why->c_str());
-      return 1;
-    }
-    cfg.control.listen = listen;
-  }
-  if (threads > 0) cfg.control.threads = threads;
+  const Config& cfg = *loaded.cfg;
   if (print_config) {
     std::fputs(dripgate::config::to_yaml(masked(cfg)).c_str(), stdout);
     return 0;
@@ -91,6 +98,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -99,17 +107,22 @@ int main(int argc, char** argv) {
   opts.threads = cfg.control.threads;
   opts.max_connections = cfg.control.max_connections;
   opts.request_timeout_s = cfg.control.request_timeout_s;
-  dripgate::control::HttpServer server(cfg, opts);
+  dripgate::control::ConfigStore store(
+      std::make_shared<const dripgate::control::Snapshot>(cfg, loaded.hash));
+  dripgate::control::Metrics metrics;
+  dripgate::control::Reloader reloader(config_file, overrides, store, metrics);
+  dripgate::control::HttpServer server(store, metrics, opts, &reloader);
   std::string err;
   if (!server.start(err)) {
     spdlog::critical("{}", err);
     return 1;
   }
-  spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {}", opts.listen,
-               server.port(), opts.threads, dripgate::common::redact_redis_url(cfg.redis.url),
-               cfg.source);
+  spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {} ({})",
+               opts.listen, server.port(), opts.threads,
+               dripgate::common::redact_redis_url(cfg.redis.url), cfg.source, loaded.hash);
   int sig = 0;
-  sigwait(&set, &sig);
+  // SIGHUP reloads the config file (reload.h) and serving goes on; the others stop.
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) reloader.reload();
   spdlog::info("{}: stopping (finishing requests in flight)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.stop();

@@ -127,6 +127,10 @@ Metrics::Metrics()
                      "Flow tag requests sent to the dataplane, by result.", {"result"}),
       dataplane_untag_("dripgate_dataplane_untag_total",
                        "Flow untag requests sent to the dataplane, by result.", {"result"}),
+      config_reloads_("dripgate_config_reloads_total",
+                      "Configuration reloads (SIGHUP or POST /v1/admin/reload) by result: ok "
+                      "(in force from the next request), error (refused; the old one stays).",
+                      {"result"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
@@ -134,6 +138,7 @@ Metrics::Metrics()
   for (const char* kind : {"connect", "disconnect", "timeout", "auth", "script_load", "noscript",
                            "reply", "late", "lost", "late_lost"})
     redis_errors_.inc({kind}, 0);
+  for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
 }
 
 void Metrics::admission(const std::string& tenant, const std::string& gate,
@@ -155,6 +160,7 @@ std::string Metrics::render() const {
   dataplane_tag_.render(out);
   dataplane_untag_.render(out);
   http_requests_.render(out);
+  config_reloads_.render(out);
   auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
     header(out, name, help, type);
     out += std::string(name) + ' ' + std::to_string(v) + '\n';

@@ -64,6 +64,8 @@ class Metrics : public RedisObserver {
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
   // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
   void dataplane(const std::string& op, const std::string& result);
+  // A configuration reload (SIGHUP or the admin API): applied, or refused with the old one kept.
+  void config_reload(bool ok) { config_reloads_.inc({ok ? "ok" : "error"}); }
 
   // RedisObserver
   void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
@@ -76,6 +78,7 @@ class Metrics : public RedisObserver {
   const CounterFamily& dataplane_untags() const { return dataplane_untag_; }
   const CounterFamily& redis_errors() const { return redis_errors_; }
   const CounterFamily& http_requests() const { return http_requests_; }
+  const CounterFamily& config_reloads() const { return config_reloads_; }
   const Histogram& redis_round_trip() const { return redis_rtt_; }
 
   // The Prometheus text exposition format, version 0.0.4.
@@ -87,6 +90,7 @@ class Metrics : public RedisObserver {
   CounterFamily redis_errors_;
   CounterFamily dataplane_tag_;
   CounterFamily dataplane_untag_;
+  CounterFamily config_reloads_;
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};

@@ -39,6 +39,22 @@ TEST(Metrics, CountersRenderWithLabels) {
   EXPECT_NE(m.render().find("dripgate_redis_up 0\n"), std::string::npos);
 }
 
+TEST(Metrics, ConfigReloadsByResultFromZero) {
+  Metrics m;
+  EXPECT_NE(m.render().find("dripgate_config_reloads_total{result=\"ok\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.render().find("dripgate_config_reloads_total{result=\"error\"} 0\n"),
+            std::string::npos);
+  m.config_reload(true);
+  m.config_reload(true);
+  m.config_reload(false);
+  EXPECT_EQ(m.config_reloads().value({"ok"}), 2u);
+  EXPECT_EQ(m.config_reloads().value({"error"}), 1u);
+  std::string text = m.render();
+  EXPECT_NE(text.find("# TYPE dripgate_config_reloads_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("dripgate_config_reloads_total{result=\"ok\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("dripgate_config_reloads_total{result=\"error\"} 1\n"), std::string::npos);
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   CounterFamily f("x_total", "help", {"k"});
   f.inc({"a\"b\\c\nd"});

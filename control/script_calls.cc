@@ -58,30 +58,47 @@ Gate::Gate(std::string n, const config::Bucket& b)
       cap_s(fmt_double(b.capacity)),
       rate_s(fmt_double(b.refill_per_s)) {}
 
+namespace {
+
+// A tenant's keys: every one carries the tenant's own hash tag.
+void set_keys(TenantInfo& ti, const std::string& name) {
+  ti.name = name;
+  ti.tenant_key = keys::bucket(name, "tenant");
+  ti.quota_prefix = keys::quota_prefix(name);
+  ti.reservations_prefix = keys::reservations(name);
+  ti.leases_key = keys::leases(name);
+}
+
+TenantInfo plan_info(const config::Plan& p) {
+  TenantInfo ti;
+  ti.plan = &p;
+  if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
+  if (p.user) ti.user.emplace("user", *p.user);
+  if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
+  config::Quota q = p.quota.value_or(config::Quota{});
+  if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
+  ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
+  if (p.quota && q.max_open_reservations > 0)
+    ti.max_open_s = std::to_string(q.max_open_reservations);
+  config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
+  if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
+  ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
+  if (p.concurrency) ti.lease_len_s = std::max<int64_t>(1, c.lease_s);
+  return ti;
+}
+
+}  // namespace
+
 Tables::Tables(const config::Config& cfg) {
   for (const auto& [name, t] : cfg.tenants) {
     auto pit = cfg.plans.find(t.plan);
     if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
-    const config::Plan& p = pit->second;
-    TenantInfo ti;
-    ti.name = name;
-    ti.plan = &p;
-    if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
-    if (p.user) ti.user.emplace("user", *p.user);
-    if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
-    ti.tenant_key = keys::bucket(name, "tenant");
-    ti.quota_prefix = keys::quota_prefix(name);
-    ti.reservations_prefix = keys::reservations(name);
-    ti.leases_key = keys::leases(name);
-    config::Quota q = p.quota.value_or(config::Quota{});
-    if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
-    ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
-    if (p.quota && q.max_open_reservations > 0)
-      ti.max_open_s = std::to_string(q.max_open_reservations);
-    config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
-    if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
-    ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
-    if (p.concurrency) ti.lease_len_s = std::max<int64_t>(1, c.lease_s);
+    TenantInfo ti = plan_info(pit->second);
+    if (name == config::kAnyTenant) {
+      any = std::move(ti);
+      continue;
+    }
+    set_keys(ti, name);
     tenants.emplace(name, std::move(ti));
   }
   for (const auto& [name, b] : cfg.global_gates.model) {
@@ -110,12 +127,22 @@ bool valid_request_id(std::string_view rid) {
   return dot != std::string_view::npos && id_ok(rid.substr(0, dot)) && hex16(rid.substr(dot + 1));
 }
 
+const TenantInfo* Tables::find(const std::string& name,
+                               std::shared_ptr<const TenantInfo>& unlisted) const {
+  if (auto it = tenants.find(name); it != tenants.end()) return &it->second;
+  if (!any) return nullptr;
+  auto ti = std::make_shared<TenantInfo>(*any);
+  set_keys(*ti, name);
+  unlisted = std::move(ti);
+  return unlisted.get();
+}
+
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p) {
   if (req.tenant.empty()) return "tenant: required";
   if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
-  auto it = tables.tenants.find(req.tenant);
-  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + req.tenant + "'";
+  const TenantInfo* found = tables.find(req.tenant, p.unlisted);
+  if (!found) return "tenant: unknown tenant '" + req.tenant + "'";
   for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &req.user},
                               {"api_key", &req.api_key},
                               {"model", &req.model},
@@ -126,7 +153,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     return std::string("request_id: ") + std::string(kIdRule);
   if (auto e = check_tokens(req.tokens); !e.empty()) return e;
 
-  const TenantInfo& t = it->second;
+  const TenantInfo& t = *found;
   p.t = &t;
   if (req.request_id.empty()) {
     p.rid.reserve(t.name.size() + 17);
@@ -167,7 +194,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
 }
 
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& rid,
-                    const TenantInfo** out) {
+                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted) {
   if (rid.empty()) return "request_id: required";
   if (!valid_request_id(rid)) return "request_id: " + std::string(kIdRule);
   if (tenant.empty()) {
@@ -176,9 +203,8 @@ std::string resolve(const Tables& tables, std::string& tenant, const std::string
       return "tenant: required (request_id '" + rid + "' does not name its tenant)";
   }
   if (!id_ok(tenant)) return "tenant: " + std::string(kIdRule);
-  auto it = tables.tenants.find(tenant);
-  if (it == tables.tenants.end()) return "tenant: unknown tenant '" + tenant + "'";
-  *out = &it->second;
+  *out = tables.find(tenant, unlisted);
+  if (!*out) return "tenant: unknown tenant '" + tenant + "'";
   return {};
 }
 

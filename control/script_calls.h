@@ -9,6 +9,7 @@
 #include <array>
 #include <cassert>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -47,17 +48,27 @@ struct TenantInfo {
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
 };
 
-// Everything derived from the config that a request needs, built once per engine.
+// Everything derived from the config that a request needs, built once per configuration.
+// Holds pointers into cfg's plans: cfg must outlive it.
 struct Tables {
   std::unordered_map<std::string, TenantInfo> tenants;
+  // The default plan's (tenants: "*"), with its keys unset: a copy named after an unlisted
+  // tenant is made per request.
+  std::optional<TenantInfo> any;
   std::unordered_map<std::string, Gate> models, tools;
 
   explicit Tables(const config::Config& cfg);
+
+  // A listed tenant's tables, or a copy of `any` with the keys of the unlisted tenant `name`,
+  // kept alive by `unlisted`; nullptr when the tenant is neither.
+  const TenantInfo* find(const std::string& name,
+                         std::shared_ptr<const TenantInfo>& unlisted) const;
 };
 
 // An admission being built: validated input, key names and the buckets it goes through.
 struct Prepared {
   const TenantInfo* t = nullptr;
+  std::shared_ptr<const TenantInfo> unlisted;  // t's owner for a tenant on the default plan
   std::string rid, user_key, api_key_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
@@ -79,7 +90,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
-                    const TenantInfo** out);
+                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted);
 // "tokens: ..." when tokens is out of range, else empty.
 std::string check_tokens(int64_t tokens);
 

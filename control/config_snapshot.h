@@ -1,0 +1,71 @@
+// The configuration in force, shared by the worker threads and replaced whole on a reload.
+// A request reads the snapshot once when it starts and keeps it (a shared_ptr) until it is
+// answered, so a reload never changes the plans, gates or tenants under a request in flight.
+// Workers find a new snapshot with one atomic load per request (the store's generation); only
+// when it moved do they take the store's lock to copy the pointer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/config.h"
+#include "control/script_calls.h"
+
+namespace dripgate::control {
+
+// One configuration and what the engine derives from it. Immutable once built.
+struct Snapshot {
+  Snapshot(config::Config c, std::string hash);
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
+  const config::Config cfg;
+  const Tables tables;     // points into cfg
+  const std::string hash;  // of the file it was loaded from (reload.h), empty when none
+
+  // The metrics label of a tenant: its id when listed, "*" when on the default plan, "" when
+  // unknown (bad input must not grow the metrics).
+  std::string_view tenant_label(const std::string& tenant) const;
+};
+
+class ConfigStore {
+ public:
+  explicit ConfigStore(std::shared_ptr<const Snapshot> first);
+  // A store of one fixed configuration (tests, tools).
+  explicit ConfigStore(config::Config cfg);
+
+  // Thread-safe. Every request that starts after publish() returns runs on `next`.
+  void publish(std::shared_ptr<const Snapshot> next);
+  // Takes the lock: for readers off the request path (reload, health); workers use a view.
+  std::shared_ptr<const Snapshot> current() const;
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Snapshot> snap_;
+  std::atomic<uint64_t> generation_{0};
+};
+
+// One thread's view of a store: the snapshot it read last, refreshed when the generation moved.
+class SnapshotView {
+ public:
+  explicit SnapshotView(const ConfigStore& store) : store_(store) {}
+  const std::shared_ptr<const Snapshot>& get() {
+    uint64_t g = store_.generation();
+    if (g != generation_ || !snap_) {
+      snap_ = store_.current();
+      generation_ = g;
+    }
+    return snap_;
+  }
+
+ private:
+  const ConfigStore& store_;
+  uint64_t generation_ = 0;
+  std::shared_ptr<const Snapshot> snap_;
+};
+
+}  // namespace dripgate::control
