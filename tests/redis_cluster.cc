@@ -121,7 +121,7 @@ std::string RedisCluster::call(size_t i, const std::vector<std::string>& argv) c
 }
 
 int RedisCluster::keyslot(std::string_view key) const {
-  return std::stoi(call(0, {"CLUSTER", "KEYSLOT", std::string(key)}));
+  return std::stoi(call(masters().front(), {"CLUSTER", "KEYSLOT", std::string(key)}));
 }
 
 size_t RedisCluster::index_of_port(long long port) const {
@@ -148,7 +148,9 @@ std::string RedisCluster::slot_view(size_t i) const {
 
 size_t RedisCluster::owner(int slot) const {
   size_t found = nodes_.size();
-  with_reply(0, {"CLUSTER", "SLOTS"}, [&](const redisReply& r) {
+  size_t ask = 0;
+  while (ask + 1 < nodes_.size() && !nodes_[ask]->running()) ++ask;
+  with_reply(ask, {"CLUSTER", "SLOTS"}, [&](const redisReply& r) {
     for (size_t k = 0; k < r.elements; ++k) {
       const redisReply& e = *r.element[k];
       if (slot >= e.element[0]->integer && slot <= e.element[1]->integer)
@@ -163,7 +165,7 @@ size_t RedisCluster::owner(int slot) const {
 std::vector<size_t> RedisCluster::masters() const {
   std::vector<size_t> out;
   for (size_t i = 0; i < nodes_.size(); ++i)
-    if (call(i, {"ROLE"}).starts_with("master")) out.push_back(i);
+    if (nodes_[i]->running() && call(i, {"ROLE"}).starts_with("master")) out.push_back(i);
   return out;
 }
 
@@ -176,10 +178,11 @@ void RedisCluster::wait_stable(int limit_ms) const {
       [&] {
         std::string first;
         for (size_t i = 0; i < nodes_.size(); ++i) {
+          if (!nodes_[i]->running()) continue;
           if (call(i, {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos)
             return false;
           std::string view = slot_view(i);
-          if (i == 0) first = view;
+          if (first.empty()) first = view;
           if (view != first) return false;
           std::string repl = call(i, {"INFO", "replication"});
           if (repl.find("role:slave") != std::string::npos &&
@@ -238,16 +241,32 @@ void RedisCluster::migrate_slot(int slot, size_t to) {
   finish_migration(slot);
 }
 
-size_t RedisCluster::failover(size_t master) {
+size_t RedisCluster::replica_of(size_t master) const {
   const std::string port = std::to_string(nodes_[master]->port());
-  size_t replica = nodes_.size();
-  for (size_t i = 0; i < nodes_.size() && replica == nodes_.size(); ++i) {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!nodes_[i]->running()) continue;
     // ROLE of a replica: slave, master ip, master port, state, offset.
-    std::string role = call(i, {"ROLE"});
-    if (role.starts_with("slave\n127.0.0.1\n" + port + "\n")) replica = i;
+    if (call(i, {"ROLE"}).starts_with("slave\n127.0.0.1\n" + port + "\n")) return i;
   }
-  if (replica == nodes_.size())
-    throw std::runtime_error("redis cluster: node " + std::to_string(master) + " has no replica");
+  throw std::runtime_error("redis cluster: node " + std::to_string(master) + " has no replica");
+}
+
+size_t RedisCluster::kill_master(size_t master) {
+  size_t replica = replica_of(master);
+  nodes_[master]->stop();
+  poll([&] { return call(replica, {"ROLE"}).starts_with("master"); }, 20000,
+       "the replica was not promoted");
+  wait_stable();
+  return replica;
+}
+
+void RedisCluster::restart(size_t i) {
+  nodes_[i]->start();
+  wait_stable();
+}
+
+size_t RedisCluster::failover(size_t master) {
+  size_t replica = replica_of(master);
   std::string r = call(replica, {"CLUSTER", "FAILOVER"});
   if (r != "OK") throw std::runtime_error("redis cluster: CLUSTER FAILOVER: " + r);
   poll([&] { return call(replica, {"ROLE"}).starts_with("master"); }, 20000,

@@ -61,8 +61,16 @@ class RedisCluster {
   // cluster is stable again. Returns the promoted node.
   size_t failover(size_t master);
 
-  // Until every node is ok, agrees on the slot owners and every replica's link is up; throws
-  // after `limit_ms`.
+  // SIGKILL on a master; returns once the cluster's own failure detection (node timeout 1 s)
+  // promoted its replica and the nodes still running are stable. Returns the promoted node.
+  // The killed node stays down until restart().
+  size_t kill_master(size_t master);
+  // Starts a stopped node again (same port, same nodes.conf: it rejoins, as a replica of the
+  // node that took its slots) and waits until the cluster is stable.
+  void restart(size_t i);
+
+  // Until every running node is ok, agrees on the slot owners and every replica's link is up;
+  // throws after `limit_ms`.
   void wait_stable(int limit_ms = 20000) const;
 
  private:
@@ -71,6 +79,7 @@ class RedisCluster {
   // node i's view of the slot owners: "start-end:port" per range, sorted.
   std::string slot_view(size_t i) const;
   size_t index_of_port(long long port) const;
+  size_t replica_of(size_t master) const;
 
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   std::vector<std::string> ids_;
