@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "control/redis_calls.h"
 #include "control/redis_client.h"
 
 struct event;
@@ -44,12 +45,8 @@ struct RedisClusterOptions {
   static RedisClusterOptions from(const config::Redis& r);
 };
 
-class RedisCluster {
+class RedisCluster final : public RedisCalls {
  public:
-  using Callback = RedisClient::Callback;
-  using LateReply = RedisClient::LateReply;
-  using WhenStalled = RedisClient::WhenStalled;
-
   // Counters for tests and metrics; read on the loop.
   struct Stats {
     uint64_t moved = 0;
@@ -60,7 +57,7 @@ class RedisCluster {
   // scripts: loaded on every connection of every node; must outlive the client.
   RedisCluster(event_base* base, RedisClusterOptions opts, std::vector<const lua::Script*> scripts,
                RedisObserver* observer = nullptr);
-  ~RedisCluster();  // pending callbacks get "redis: client shut down"
+  ~RedisCluster() override;  // pending callbacks get "redis: client shut down"
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
@@ -68,13 +65,13 @@ class RedisCluster {
   // any node). Every key of one call must share a slot (a hash tag), as Redis demands.
   void evalsha(const lua::Script& script, std::span<const std::string_view> keys,
                std::span<const std::string_view> args, Callback cb, LateReply late = {},
-               WhenStalled stalled = WhenStalled::kFailFast);
-  void command(std::span<const std::string_view> argv, Callback cb);
+               WhenStalled stalled = WhenStalled::kFailFast) override;
+  void command(std::span<const std::string_view> argv, Callback cb) override;
 
-  void post(std::function<void()> fn);
+  void post(std::function<void()> fn) override;
   // Every slot has an owner and every owner has a connection up. Readable from any thread.
-  bool up() const { return up_.load(std::memory_order_relaxed); }
-  std::string_view state() const { return up() ? "up" : "down"; }
+  bool up() const override { return up_.load(std::memory_order_relaxed); }
+  std::string_view state() const override { return up() ? "up" : "down"; }
   event_base* base() const { return base_; }
   const Stats& stats() const { return stats_; }
   // The node ("host:port") the map gives for slot; empty when none. For tests.
