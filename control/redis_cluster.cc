@@ -25,6 +25,11 @@ bool is_redirect(const redisReply* r) {
   return is_error(r, "MOVED ") || is_error(r, "ASK ");
 }
 
+// Refusals by the cluster, before the command ran: nothing for a LateReply to undo.
+bool not_run(const redisReply* r) {
+  return is_redirect(r) || is_error(r, "CLUSTERDOWN") || is_error(r, "TRYAGAIN");
+}
+
 timeval ms_timeval(long long ms) {
   if (ms < 0) ms = 0;
   return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
@@ -137,7 +142,7 @@ void RedisCluster::send(std::shared_ptr<Call> call, Node* node, bool asking) {
   LateReply late;
   if (call->late)
     late = [late = call->late](const redisReply* r) {
-      if (!is_redirect(r)) late(r);
+      if (!not_run(r)) late(r);
     };
   Callback cb = [this, call](const redisReply* r, std::string_view error) {
     on_reply(call, r, error);
@@ -211,9 +216,13 @@ void RedisCluster::refresh() {
     refreshing_ = false;
     if (r && r->type == REDIS_REPLY_ARRAY) {
       apply_slots(from, r);
+      refresh_failing_ = false;
     } else {
-      spdlog::warn("redis cluster: CLUSTER SLOTS from {} failed: {}", from->addr,
-                   r ? std::string(r->str, r->len) : std::string(error));
+      // Once per outage, not once per attempt (every min_refresh_gap_ms while it lasts).
+      if (!refresh_failing_)
+        spdlog::warn("redis cluster: CLUSTER SLOTS from {} failed: {}", from->addr,
+                     r ? std::string(r->str, r->len) : std::string(error));
+      refresh_failing_ = true;
       request_refresh();  // from the next node
     }
     update_up();

@@ -13,7 +13,14 @@
 //   once to that node behind an ASKING (RedisClient's `asking`), the map unchanged;
 // * at most max_redirects redirects per call, then "redis: too many redirects".
 // A MOVED or ASK reply means the command did not run, so following it never runs a script
-// twice; a redirect arriving as a late reply (after a timeout) is not handed to LateReply.
+// twice; such a refusal (or CLUSTERDOWN, TRYAGAIN) arriving as a late reply, after a timeout,
+// is not handed to LateReply. TRYAGAIN (a multi-key call during a migration, its keys split
+// between two nodes) and CLUSTERDOWN are answered as they are. Each attempt has the node's own
+// timeout, so a call is answered within (max_redirects + 1) timeouts.
+//
+// A WhenStalled::kQueue call held for a node that is down waits for that node (RedisClient's
+// holding): if the node comes back as a replica, the held call meets a MOVED there and follows
+// it; if it never comes back, the call is answered at shutdown.
 //
 // Before the first map, and for a slot with no known owner, a call goes to any node and
 // follows the MOVED it gets. Not thread-safe; callbacks run on the base.
@@ -102,7 +109,8 @@ class RedisCluster final : public RedisCalls {
   std::vector<Node*> slots_;                  // kClusterSlots entries; nullptr: unknown
   event* refresh_ev_ = nullptr;
   bool refreshing_ = false;
-  size_t next_source_ = 0;  // round robin over the nodes asked for CLUSTER SLOTS
+  bool refresh_failing_ = false;  // the last CLUSTER SLOTS got no map
+  size_t next_source_ = 0;        // round robin over the nodes asked for CLUSTER SLOTS
   std::chrono::steady_clock::time_point last_refresh_{};
   bool shutting_down_ = false;
   std::atomic<bool> up_{false};
