@@ -11,12 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 
 #include <event2/event.h>
 
+#include "control/admission.h"
 #include "control/slot.h"
 #include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
@@ -246,6 +248,37 @@ TEST_F(RedisClusterTest, TheConfigurationChoosesTheCluster) {
   EXPECT_EQ(dynamic_cast<RedisCluster*>(
                 make_redis_calls(loop_.base(), config::Redis{}, {}, nullptr).get()),
             nullptr);
+}
+
+// The admission engine on the cluster (its RedisCalls chosen by redis.cluster): a tenant bucket
+// of 3 admits 3 and refuses the 4th, with a model gate on another slot beside it.
+TEST_F(RedisClusterTest, TheEngineAdmitsOnTheCluster) {
+  config::Config cfg;
+  cfg.redis.cluster = {nodes_->seeds()[1]};
+  cfg.redis.timeout_ms = 1000;
+  cfg.redis.pool_size = 2;
+  config::Plan plan;
+  plan.name = "p";
+  plan.tenant = config::Bucket{3, 0.001};
+  cfg.plans["p"] = plan;
+  cfg.tenants["acme"] = config::Tenant{"acme", "p"};
+  cfg.global_gates.model["m1"] = config::Bucket{100, 0.001};
+  Engine engine(cfg, loop_.base());
+  ASSERT_TRUE(loop_.wait_until([&] { return engine.redis_up(); }, milliseconds(5000)));
+  ASSERT_NE(hash_slot("t:acme"), hash_slot("g:model:m1"));
+  std::vector<Outcome> outcomes;
+  for (int i = 0; i < 4; ++i) {
+    AdmitRequest req;
+    req.tenant = "acme";
+    req.model = "m1";
+    std::optional<AdmitResult> res;
+    engine.admit(req, [&](AdmitResult r) { res = std::move(r); });
+    ASSERT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(5000)));
+    EXPECT_EQ(res->error, "") << i;
+    outcomes.push_back(res->outcome);
+  }
+  EXPECT_EQ(outcomes, (std::vector<Outcome>{Outcome::kAllowed, Outcome::kAllowed, Outcome::kAllowed,
+                                            Outcome::kRefused}));
 }
 
 // Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
