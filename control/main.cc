@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
                    why->c_str());
       return 1;
     }
+    cfg.redis.cluster.clear();  // --redis names one node, in place of any cluster seeds
   }
   if (!listen.empty()) {
     std::string host;
@@ -106,7 +107,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {}", opts.listen,
-               server.port(), opts.threads, dripgate::common::redact_redis_url(cfg.redis.url),
+               server.port(), opts.threads,
+               cfg.redis.cluster.empty() ? dripgate::common::redact_redis_url(cfg.redis.url)
+                                         : "cluster (seed " + cfg.redis.cluster.front() + ")",
                cfg.source);
   int sig = 0;
   sigwait(&set, &sig);
