@@ -90,7 +90,8 @@ RedisCluster::RedisCluster(event_base* base, RedisClusterOptions opts,
   forward_->cluster = this;
   forward_->to = observer_;
   if (observer_) observer_->up(false);
-  for (const auto& s : opts_.seeds) node_at(s);
+  for (const auto& s : opts_.seeds)
+    if (!node_at(s)) throw std::invalid_argument("redis cluster: bad seed " + s);
   refresh_ev_ = evtimer_new(base_, &RedisCluster::on_refresh_timer, this);
   refresh();
 }
@@ -105,17 +106,24 @@ RedisCluster::~RedisCluster() {
   for (auto& n : nodes) n.reset();
 }
 
-RedisCluster::Node* RedisCluster::node_at(const std::string& addr) {
+RedisCluster::Node* RedisCluster::node_at(std::string_view where) {
+  // "host:port", "v6:address:port" (as Redis names nodes) or "[v6:address]:port" (a seed).
+  size_t colon = where.rfind(':');
+  int port = 0;
+  if (colon == std::string_view::npos || colon == 0 ||
+      std::from_chars(where.data() + colon + 1, where.data() + where.size(), port).ec !=
+          std::errc{} ||
+      port <= 0 || port > 65535)
+    return nullptr;
+  std::string_view host = where.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  std::string addr = std::string(host) + ":" + std::to_string(port);
   for (auto& n : nodes_)
     if (n->addr == addr) return n.get();
-  size_t colon = addr.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos ||
-      std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port).ec != std::errc{})
-    throw std::invalid_argument("redis cluster: bad node address " + addr);
   auto n = std::make_unique<Node>();
   n->addr = addr;
-  n->host = addr.substr(0, colon);
+  n->host = std::string(host);
   RedisOptions o = opts_.node;
   o.host = n->host;
   o.port = port;
@@ -180,8 +188,9 @@ bool RedisCluster::redirect(const std::shared_ptr<Call>& call, std::string_view 
     call->cb(nullptr, "redis: too many redirects");
     return true;
   }
+  Node* to = node_at(err.substr(space + 1));
+  if (!to) return false;
   ++call->redirects;
-  Node* to = node_at(std::string(err.substr(space + 1)));
   if (moved) {
     ++stats_.moved;
     if (observer_) observer_->error("moved");
@@ -259,6 +268,7 @@ void RedisCluster::apply_slots(const Node* from, const redisReply* r) {
     std::string host(m->element[0]->str, m->element[0]->len);
     if (host.empty() || host == "?") host = from->host;
     Node* n = node_at(host + ":" + std::to_string(m->element[1]->integer));
+    if (!n) continue;
     for (long long s = first; s <= last; ++s) fresh[static_cast<size_t>(s)] = n;
   }
   slots_ = std::move(fresh);

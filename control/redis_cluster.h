@@ -89,7 +89,8 @@ class RedisCluster final : public RedisCalls {
   struct Call;
   struct Forward;
 
-  Node* node_at(const std::string& addr);
+  // The node at `where`, its client made on first sight; nullptr for a malformed address.
+  Node* node_at(std::string_view where);
   Node* route(int slot);
   void send(std::shared_ptr<Call> call, Node* node, bool asking);
   void on_reply(const std::shared_ptr<Call>& call, const redisReply* r, std::string_view error);

@@ -62,9 +62,11 @@ class RedisClusterTest : public ::testing::Test {
   }
 
   // A client seeded with one node, up (a map read, every master connected).
-  std::unique_ptr<RedisCluster> client(int timeout_ms = 1000, std::vector<std::string> seeds = {}) {
+  std::unique_ptr<RedisCluster> client(int timeout_ms = 1000, std::vector<std::string> seeds = {},
+                                       int max_redirects = 5) {
     RedisClusterOptions o;
     o.seeds = seeds.empty() ? std::vector<std::string>{nodes_->seeds()[0]} : seeds;
+    o.max_redirects = max_redirects;
     o.node.timeout_ms = timeout_ms;
     o.node.pool_size = 2;
     auto c = std::make_unique<RedisCluster>(loop_.base(), o,
@@ -155,12 +157,12 @@ TEST_F(RedisClusterTest, MovedAfterAMigrationIsFollowedAndFixesTheMap) {
   nodes_->migrate_slot(slot, to);
   EXPECT_EQ(c->owner_of(slot), addr(from)) << "the client has not heard yet";
 
+  const uint64_t refreshes = c->stats().refreshes;
   Result r = call(*c, {"GET", key});
   EXPECT_EQ(r.str, "v1") << r.error;
   EXPECT_EQ(c->stats().moved, 1u);
   EXPECT_EQ(c->owner_of(slot), addr(to));
   // The next call goes straight to the new owner; the refresh the MOVED asked for comes too.
-  const uint64_t refreshes = c->stats().refreshes;
   EXPECT_EQ(incr(*c, "moved:{m1}:n").integer, 1);
   EXPECT_EQ(c->stats().moved, 1u);
   EXPECT_TRUE(
@@ -168,6 +170,22 @@ TEST_F(RedisClusterTest, MovedAfterAMigrationIsFollowedAndFixesTheMap) {
   EXPECT_EQ(c->owner_of(slot), addr(to));
   EXPECT_EQ(nodes_->call(to, {"GET", "moved:{m1}:n"}), "1");
   EXPECT_GE(obs_.errors["moved"], 1);
+}
+
+TEST_F(RedisClusterTest, RedirectsAreBounded) {
+  auto c = client(1000, {}, 0);
+  const std::string key = "bounded:{b1}";
+  ASSERT_EQ(call(*c, {"SET", key, "v"}).str, "OK");
+  const int slot = hash_slot(key);
+  nodes_->migrate_slot(slot, other_master(nodes_->owner(slot)));
+  Result r = call(*c, {"GET", key});
+  EXPECT_EQ(r.error, "redis: too many redirects");
+  EXPECT_EQ(r.type, 0);
+  EXPECT_EQ(obs_.errors["redirects"], 1);
+  // The periodic refresh catches up all the same.
+  EXPECT_TRUE(loop_.wait_until([&] { return c->owner_of(slot) == addr(nodes_->owner(slot)); },
+                               milliseconds(3000)));
+  EXPECT_EQ(call(*c, {"GET", key}).str, "v");
 }
 
 TEST_F(RedisClusterTest, AskDuringAMigrationGoesOnceToTheImportingNode) {
