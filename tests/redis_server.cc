@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,9 +99,14 @@ void RedisServer::start() {
     argv.push_back(bus.c_str());
   }
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
+    // A cluster's six nodes must not outlive a test that crashed before its destructors ran.
+    if (mode_ == Mode::kCluster &&
+        (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent))
+      _exit(127);
     ::execvp("redis-server", const_cast<char* const*>(argv.data()));
     _exit(127);
   }

@@ -16,7 +16,9 @@ class RedisServer {
   // durable production Redis does.
   enum class Durability { kNone, kAppendFsyncAlways };
   // Starts; throws std::runtime_error when redis-server cannot start.
-  // kCluster: `--cluster-enabled yes`, the cluster bus on a second free port (bus_port()).
+  // kCluster: `--cluster-enabled yes`, the cluster bus on a second free port (bus_port()); the
+  // node is killed when the thread that started it ends (PR_SET_PDEATHSIG), so start() such
+  // nodes from the test's main thread.
   enum class Mode { kStandalone, kCluster };
   explicit RedisServer(Durability durability = Durability::kNone, Mode mode = Mode::kStandalone);
   ~RedisServer();
