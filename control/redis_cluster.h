@@ -23,7 +23,9 @@
 // it; if it never comes back, the call is answered at shutdown.
 //
 // Before the first map, and for a slot with no known owner, a call goes to any node and
-// follows the MOVED it gets. Not thread-safe; callbacks run on the base.
+// follows the MOVED it gets. A node once seen keeps its client (a node gone for good is
+// reconnected to with backoff, quietly): clusters are small. Not thread-safe; callbacks run
+// on the base.
 #pragma once
 
 #include <atomic>
