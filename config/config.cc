@@ -63,7 +63,13 @@ void token(YAML::Emitter& out, const std::string& key, const std::string& value,
 
 void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
+  if (cfg.redis.cluster.empty()) {
+    out << YAML::Key << "url" << YAML::Value << YAML::DoubleQuoted << cfg.redis.url;
+  } else {
+    out << YAML::Key << "cluster" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& seed : cfg.redis.cluster) out << YAML::DoubleQuoted << seed;
+    out << YAML::EndSeq;
+  }
   if (!cfg.redis.password_file.empty())
     out << YAML::Key << "password_file" << YAML::Value << YAML::DoubleQuoted
         << cfg.redis.password_file;

@@ -73,6 +73,10 @@ struct Redis : common::RedisUrl {
   std::string password_env;
   int timeout_ms = 50;
   int pool_size = 4;  // connections per worker thread
+  // A Redis Cluster's seed nodes ("host:port"); the client reads the rest of the cluster from
+  // them. Set instead of `url` (a cluster has only db 0 and names its own nodes); the password
+  // then comes from password_file or password_env. Empty: the single node of `url`.
+  std::vector<std::string> cluster;
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
   // nothing. With password_file or password_env set, the password is the one read from there

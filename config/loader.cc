@@ -431,8 +431,40 @@ bool load_secret_env(Ctx& ctx, const Fields& f, std::string_view key, std::strin
   return true;
 }
 
+// redis.cluster: a non-empty list of host:port seeds, instead of a url.
+void load_cluster_seeds(Ctx& ctx, const Fields& f, Redis& r) {
+  const Entry* e = f.find("cluster");
+  if (!e) return;
+  if (f.find("url")) {
+    ctx.error(e->value, f.path("cluster"),
+              "redis.cluster and redis.url exclude each other: the cluster's seeds name its "
+              "nodes (give the password with password_file or password_env)");
+    return;
+  }
+  if (!e->value.IsSequence() || e->value.size() == 0) {
+    ctx.error(e->value, f.path("cluster"),
+              e->value.IsSequence()
+                  ? std::string("must list at least one host:port seed")
+                  : "expected a list of host:port seeds, got " + describe(e->value));
+    return;
+  }
+  for (size_t i = 0; i < e->value.size(); ++i) {
+    auto s = get_string(ctx, e->value[i], index(f.path("cluster"), i));
+    if (!s) continue;
+    std::string host;
+    std::optional<int> port;
+    if (auto why = split_host_port(*s, true, host, port))
+      ctx.error(
+          e->value[i], index(f.path("cluster"), i),
+          "bad seed " + quote(*s) + ": " + *why + "; expected host:port or [v6-address]:port");
+    else
+      r.cluster.push_back(*s);
+  }
+}
+
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
-  Fields f(ctx, n, "redis", {"url", "password_file", "password_env", "timeout_ms", "pool_size"});
+  Fields f(ctx, n, "redis",
+           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster"});
   if (!f.ok()) return;
   // The secret first: the url's checks (a user needs a password; not two passwords) see it.
   load_secret_file(ctx, f, "password_file", r.password_file, r.password);
@@ -447,6 +479,7 @@ void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
   }
   set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
   set_int(ctx, f, "pool_size", r.pool_size, 1);
+  load_cluster_seeds(ctx, f, r);
 }
 
 void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::string& out) {

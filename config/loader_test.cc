@@ -184,7 +184,7 @@ TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
 TEST(Errors, UnknownKeysNameTheAllowedOnes) {
   EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
             "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
-            "password_env, timeout_ms, pool_size)");
+            "password_env, timeout_ms, pool_size, cluster)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -422,6 +422,42 @@ TEST(Redis, UrlIsParsedIntoItsParts) {
   EXPECT_EQ(r.url, "redis://127.0.0.1:6379/0");
   EXPECT_EQ(r.host, "127.0.0.1");
   EXPECT_EQ(r.port, 6379);
+}
+
+TEST(Redis, ClusterSeedsInsteadOfAUrl) {
+  Redis r = load_ok(Y(R"(
+redis:
+  cluster: ["10.0.0.1:7000", "cache-2.example:7001", "[fd00::3]:7002"]
+  timeout_ms: 80
+)"))
+                .redis;
+  EXPECT_EQ(r.cluster,
+            (std::vector<std::string>{"10.0.0.1:7000", "cache-2.example:7001", "[fd00::3]:7002"}));
+  EXPECT_EQ(r.timeout_ms, 80);
+  // Written out, the seeds come back and no url appears beside them.
+  Config c = load_ok("redis: { cluster: [\"10.0.0.1:7000\"], pool_size: 2 }");
+  const std::string yaml = to_yaml(c);
+  EXPECT_EQ(yaml.find("url:"), std::string::npos) << yaml;
+  EXPECT_EQ(load_ok(yaml), c) << yaml;
+  EXPECT_TRUE(load_ok("{}").redis.cluster.empty());
+}
+
+TEST(Redis, ClusterErrorsSayWhere) {
+  EXPECT_EQ(error_of(Y(R"(
+redis:
+  url: "redis://10.0.0.1:6379/0"
+  cluster: ["10.0.0.1:7000"]
+)")),
+            "t.yaml:3:12: redis.cluster: redis.cluster and redis.url exclude each other: the "
+            "cluster's seeds name its nodes (give the password with password_file or "
+            "password_env)");
+  EXPECT_EQ(error_of("redis: { cluster: [\"10.0.0.1:7000\", \"10.0.0.2\"] }"),
+            "t.yaml:1:37: redis.cluster[1]: bad seed '10.0.0.2': missing ':port'; expected "
+            "host:port or [v6-address]:port");
+  EXPECT_EQ(error_of("redis: { cluster: [] }"),
+            "t.yaml:1:19: redis.cluster: must list at least one host:port seed");
+  EXPECT_EQ(error_of("redis: { cluster: \"10.0.0.1:7000\" }"),
+            "t.yaml:1:19: redis.cluster: expected a list of host:port seeds, got '10.0.0.1:7000'");
 }
 
 // Secrets can stay out of the YAML: the first line of a file (systemd's LoadCredential= puts

@@ -13,7 +13,7 @@
 #include <random>
 
 #include "control/config_snapshot.h"
-#include "control/redis_client.h"
+#include "control/redis_calls.h"
 #include "control/script_calls.h"
 #include "lua/lua_scripts.h"
 
@@ -96,7 +96,7 @@ constexpr int kUndoRetryS = kAttemptTtlS;
 
 // Answers a call that failed validation, on the loop (never inside the call itself).
 template <class Result>
-void post_bad_request(RedisClient& redis, std::string error, std::function<void(Result)> done) {
+void post_bad_request(RedisCalls& redis, std::string error, std::function<void(Result)> done) {
   redis.post([done = std::move(done), error = std::move(error)] {
     Result res;
     res.outcome = Outcome::kBadRequest;
@@ -111,7 +111,8 @@ struct Engine::Impl {
   SnapshotView view;
   std::mt19937_64 rng;
   RedisObserver* observer;
-  RedisClient redis;
+  // One node or a Redis Cluster, as cfg.redis says.
+  std::unique_ptr<RedisCalls> redis;
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
 
@@ -119,8 +120,9 @@ struct Engine::Impl {
       : view(store),
         rng(std::random_device{}()),
         observer(obs),
-        redis(base, RedisOptions::from(view.get()->cfg.redis),
-              std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs) {}
+        redis(make_redis_calls(
+            base, view.get()->cfg.redis,
+            std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs)) {}
 
   // Shared by the callbacks of its calls: a call answered with a timeout may still reply late,
   // after the request was answered, and its undo needs the request.
@@ -140,7 +142,7 @@ struct Engine::Impl {
 
   void send(const Call& c, RedisClient::Callback cb, RedisClient::LateReply late = {},
             RedisClient::WhenStalled stalled = RedisClient::WhenStalled::kFailFast) {
-    redis.evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
+    redis->evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
   }
   void admit(AdmitRequest req, std::function<void(AdmitResult)> done,
              std::shared_ptr<const Snapshot> snap);
@@ -177,7 +179,7 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
-    redis.post([this, op] { finish(op.get()); });
+    redis->post([this, op] { finish(op.get()); });
     return;
   }
   op->res.request_id = op->p.rid;
@@ -413,11 +415,11 @@ Engine::Engine(const ConfigStore& store, event_base* base, RedisObserver* observ
 Engine::~Engine() = default;
 
 bool Engine::redis_up() const {
-  return impl_->redis.up();
+  return impl_->redis->up();
 }
 
 std::string_view Engine::redis_state() const {
-  return impl_->redis.state();
+  return impl_->redis->state();
 }
 
 void Engine::admit(AdmitRequest req, std::function<void(AdmitResult)> done,
@@ -443,7 +445,7 @@ void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
   std::shared_ptr<const TenantInfo> unlisted;
   std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
   if (err.empty()) err = check_tokens(tokens);
-  if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
+  if (!err.empty()) return post_bad_request(*im.redis, std::move(err), std::move(done));
   std::optional<int64_t> budget;
   if (t->plan->quota) budget = t->plan->quota->tokens_per_month;
   im.send(SettleCall(*t, request_id, tokens),
@@ -471,7 +473,7 @@ void Engine::release(std::string tenant, std::string request_id,
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;
   std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
-  if (!err.empty()) return post_bad_request(im.redis, std::move(err), std::move(done));
+  if (!err.empty()) return post_bad_request(*im.redis, std::move(err), std::move(done));
   im.send(ReleaseCall(*t, request_id),
           [done = std::move(done)](const redisReply* r, std::string_view e) {
             ReleaseResult res;

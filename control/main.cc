@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
             "bad redis URL " +
                 dripgate::common::quote(dripgate::common::redact_redis_url(redis_url)) + ": " +
                 *why};
+      cfg.redis.cluster.clear();  // --redis names one node, in place of any cluster seeds
     }
     if (!listen.empty()) {
       std::string host;
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
   }
   spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {} ({})",
                opts.listen, server.port(), opts.threads,
-               dripgate::common::redact_redis_url(cfg.redis.url), cfg.source, loaded.hash);
+               cfg.redis.cluster.empty() ? dripgate::common::redact_redis_url(cfg.redis.url)
+                                         : "cluster (seed " + cfg.redis.cluster.front() + ")",
+               cfg.source, loaded.hash);
   int sig = 0;
   // SIGHUP reloads the config file (reload.h) and serving goes on; the others stop.
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP) reloader.reload();

@@ -102,6 +102,7 @@ struct RedisClient::Pending {
   bool answered = false;  // cb ran (timeout); the command is still on the wire
   bool setup = false;     // AUTH/SELECT/SCRIPT LOAD at connect: bounded by the connect deadline
   bool queue = false;     // WhenStalled::kQueue: held again when its connection never came up
+  bool asking = false;    // sent right behind an ASKING (a cluster's ASK redirect)
   Clock::time_point start;
   Clock::time_point deadline;
 
@@ -466,6 +467,20 @@ void RedisClient::send(Conn* c, Pending* p) {
     p->deadline = p->setup ? Clock::time_point::max()
                            : p->start + std::chrono::milliseconds(opts_.timeout_ms);
   }
+  if (p->asking) {
+    // No deadline of its own (the call behind it has one); its reply is dropped.
+    auto* asking = new Pending;
+    asking->setup = true;
+    std::string_view argv[] = {"ASKING"};
+    asking->len = format_command(&asking->cmd, argv);
+    asking->cb = [](const redisReply*, std::string_view) {};
+    asking->conn = c;
+    if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, asking, asking->cmd,
+                                   static_cast<size_t>(asking->len)) == REDIS_OK)
+      c->pending.push_back(asking);
+    else
+      delete asking;
+  }
   if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, p, p->cmd,
                                  static_cast<size_t>(p->len)) != REDIS_OK) {
     if (p->queue && !shutting_down_) return post([this, p] { dispatch(p, WhenStalled::kQueue); });
@@ -589,13 +604,14 @@ void RedisClient::dispatch(Pending* p, WhenStalled stalled) {
 
 void RedisClient::evalsha(const lua::Script& script, std::span<const std::string_view> keys,
                           std::span<const std::string_view> args, Callback cb, LateReply late,
-                          WhenStalled stalled) {
+                          WhenStalled stalled, bool asking) {
   char numkeys[24];
   auto nk = std::to_chars(numkeys, numkeys + sizeof numkeys, keys.size()).ptr - numkeys;
   auto* p = new Pending;
   p->script = &script;
   p->cb = std::move(cb);
   p->late = std::move(late);
+  p->asking = asking;
   p->len = format_command(&p->cmd, 3 + keys.size() + args.size(), [&](auto f) {
     f("EVALSHA");
     f(script.sha1);
@@ -606,9 +622,10 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
   dispatch(p, stalled);
 }
 
-void RedisClient::command(std::span<const std::string_view> argv, Callback cb) {
+void RedisClient::command(std::span<const std::string_view> argv, Callback cb, bool asking) {
   auto* p = new Pending;
   p->cb = std::move(cb);
+  p->asking = asking;
   p->len = format_command(&p->cmd, argv);
   dispatch(p, WhenStalled::kFailFast);
 }

@@ -93,12 +93,16 @@ class RedisClient {
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
+  // asking: for a Redis Cluster's ASK redirect (control/redis_cluster.h), the call goes out
+  // right behind an ASKING on the same connection (ASKING admits only the next command into a
+  // slot being imported), again so before a NOSCRIPT retry.
+  //
   // EVALSHA script numkeys keys... args...
   void evalsha(const lua::Script& script, std::span<const std::string_view> keys,
                std::span<const std::string_view> args, Callback cb, LateReply late = {},
-               WhenStalled stalled = WhenStalled::kFailFast);
+               WhenStalled stalled = WhenStalled::kFailFast, bool asking = false);
   // Any command, e.g. {"GET", key}.
-  void command(std::span<const std::string_view> argv, Callback cb);
+  void command(std::span<const std::string_view> argv, Callback cb, bool asking = false);
 
   // Runs fn on the event loop soon (not inside the caller).
   void post(std::function<void()> fn);

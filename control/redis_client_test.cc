@@ -17,6 +17,7 @@
 
 #include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
+#include "tests/redis_result.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -37,27 +38,12 @@ struct Observer : RedisObserver {
   void up(bool is_up) override { ups.push_back(is_up); }
 };
 
-struct Result {
-  bool done = false;
-  int type = 0;
-  std::string str;
-  long long integer = 0;
-  std::string error;
-};
+using Result = dripgate::testing::RedisResult;
 
 using Loop = dripgate::testing::EventLoop;
 
 RedisClient::Callback into(Result& out) {
-  return [&out](const redisReply* r, std::string_view error) {
-    out.done = true;
-    out.error = std::string(error);
-    if (!r) return;
-    out.type = r->type;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
-        r->type == REDIS_REPLY_ERROR)
-      out.str.assign(r->str, r->len);
-    if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
-  };
+  return out.into();
 }
 
 RedisOptions options(int port, int timeout_ms = 1000) {

@@ -61,6 +61,7 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   };
   const config::Redis &r = running.redis, &n = next.redis;
   differs(r.url != n.url, "redis.url");
+  differs(r.cluster != n.cluster, "redis.cluster");
   differs(r.password_file != n.password_file || r.password_env != n.password_env ||
               r.password != n.password,
           "redis.password");

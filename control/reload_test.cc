@@ -121,6 +121,11 @@ TEST_F(ReloadTest, RestartOnlySettingsAreRefusedByName) {
   EXPECT_EQ(out.errors, (std::vector<std::string>{path_ + ": redis.url" + why,
                                                   path_ + ": redis.pool_size" + why,
                                                   path_ + ": control.listen" + why}));
+  // A cluster in place of one node: named too.
+  write(std::string("redis: { cluster: [\"10.0.0.9:7000\"] }\n") + kA);
+  out = r.reload();
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.errors, (std::vector<std::string>{path_ + ": redis.cluster" + why}));
   EXPECT_EQ(store_->current(), before);
   // The tokens are read per request: they may change.
   write(std::string(kA).replace(0, 10, "control: { admin_token: a1, auth_token: t1,"));

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace dripgate::testing {
 
@@ -46,11 +48,15 @@ static bool can_connect(int port) {
   return ok;
 }
 
-RedisServer::RedisServer(Durability durability) : durability_(durability) {
+RedisServer::RedisServer(Durability durability, Mode mode) : durability_(durability), mode_(mode) {
   char tmpl[] = "/tmp/dripgate-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   port_ = free_port();
+  // The bus port is set explicitly: the default, port + 10000, may be taken or past 65535.
+  if (mode_ == Mode::kCluster) do
+      bus_port_ = free_port();
+    while (bus_port_ == port_);
   start();
 }
 
@@ -64,13 +70,44 @@ void RedisServer::start() {
   if (pid_ > 0) return;
   std::string port = std::to_string(port_);
   const bool aof = durability_ == Durability::kAppendFsyncAlways;
+  std::string bus = std::to_string(bus_port_);
+  std::vector<const char*> argv = {"redis-server",
+                                   "--port",
+                                   port.c_str(),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   aof ? "yes" : "no",
+                                   "--appendfsync",
+                                   aof ? "always" : "everysec",
+                                   "--dir",
+                                   dir_.c_str(),
+                                   "--loglevel",
+                                   "warning"};
+  if (mode_ == Mode::kCluster) {
+    // nodes.conf and the log (a cluster's chatter) land in --dir. A short node timeout so that a
+    // lost node is noticed within a test; a replica syncs at once (the diskless sync otherwise
+    // waits 5 s for more replicas); the masters still up keep serving their slots while a dead
+    // one's are not taken over yet (the setting a gateway's cluster wants).
+    for (const char* a :
+         {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+          "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0", "--logfile",
+          "redis.log", "--cluster-require-full-coverage", "no", "--cluster-port"})
+      argv.push_back(a);
+    argv.push_back(bus.c_str());
+  }
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", aof ? "yes" : "no", "--appendfsync",
-             aof ? "always" : "everysec", "--dir", dir_.c_str(), "--loglevel", "warning",
-             static_cast<char*>(nullptr));
+    // A cluster's six nodes must not outlive a test that crashed before its destructors ran.
+    if (mode_ == Mode::kCluster &&
+        (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent))
+      _exit(127);
+    ::execvp("redis-server", const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   pid_ = pid;

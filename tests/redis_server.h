@@ -1,5 +1,6 @@
 // A real redis-server for tests: started on a free loopback port, stopped (and restartable on
-// the same port, for "Redis went away" tests) by RAII.
+// the same port, for "Redis went away" tests) by RAII. Cluster-enabled nodes (for
+// tests/redis_cluster.h) keep their nodes.conf in the server's own folder, removed with it.
 #pragma once
 
 #include <sys/types.h>
@@ -15,12 +16,17 @@ class RedisServer {
   // durable production Redis does.
   enum class Durability { kNone, kAppendFsyncAlways };
   // Starts; throws std::runtime_error when redis-server cannot start.
-  explicit RedisServer(Durability durability = Durability::kNone);
+  // kCluster: `--cluster-enabled yes`, the cluster bus on a second free port (bus_port()); the
+  // node is killed when the thread that started it ends (PR_SET_PDEATHSIG), so start() such
+  // nodes from the test's main thread.
+  enum class Mode { kStandalone, kCluster };
+  explicit RedisServer(Durability durability = Durability::kNone, Mode mode = Mode::kStandalone);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
   int port() const { return port_; }
+  int bus_port() const { return bus_port_; }  // 0 unless Mode::kCluster
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
   void stop();
   void start();  // same port as before
@@ -35,8 +41,10 @@ class RedisServer {
 
  private:
   int port_ = 0;
+  int bus_port_ = 0;
   pid_t pid_ = -1;
   Durability durability_;
+  Mode mode_;
   std::string dir_;
 };
 

@@ -1,0 +1,449 @@
+// The cluster client against a real 3-master Redis Cluster with a replica each
+// (tests/redis_cluster.h), started once for this file: routing, MOVED after a migration, ASK
+// during one, a failover under load and NOSCRIPT on a node whose script cache was flushed. The
+// tests share the cluster and look its state up each time (a test may have moved slots or
+// promoted replicas before).
+#include "control/redis_cluster.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <event2/event.h>
+
+#include "control/admission.h"
+#include "control/config_snapshot.h"
+#include "control/slot.h"
+#include "lua/lua_scripts.h"
+#include "tests/event_loop.h"
+#include "tests/redis_cluster.h"
+#include "tests/redis_result.h"
+
+namespace dripgate::control {
+namespace {
+
+using std::chrono::milliseconds;
+using Loop = dripgate::testing::EventLoop;
+using Nodes = dripgate::testing::RedisCluster;
+
+struct Observer : RedisObserver {
+  std::map<std::string, int> errors;
+  std::vector<bool> ups;
+  void round_trip(double) override {}
+  void error(const std::string& kind) override { ++errors[kind]; }
+  void up(bool is_up) override { ups.push_back(is_up); }
+};
+
+using Result = dripgate::testing::RedisResult;
+
+RedisCluster::Callback into(Result& out) {
+  return out.into();
+}
+
+// INCRBY KEYS[1] ARGV[1]: a script of the test's own, so that the engine's scripts may change.
+constexpr std::string_view kIncrText = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
+
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    nodes_ = new Nodes(3, 1);
+    incr_sha_ = nodes_->call(0, {"SCRIPT", "LOAD", std::string(kIncrText)});
+    incr_ = lua::Script{"incr", incr_sha_, kIncrText};
+  }
+  static void TearDownTestSuite() {
+    delete nodes_;
+    nodes_ = nullptr;
+  }
+
+  // A client seeded with one node, up (a map read, every master connected).
+  std::unique_ptr<RedisCluster> client(int timeout_ms = 1000, std::vector<std::string> seeds = {},
+                                       int max_redirects = 5) {
+    RedisClusterOptions o;
+    o.seeds = seeds.empty() ? std::vector<std::string>{nodes_->seeds()[0]} : seeds;
+    o.max_redirects = max_redirects;
+    o.node.timeout_ms = timeout_ms;
+    o.node.pool_size = 2;
+    auto c = std::make_unique<RedisCluster>(loop_.base(), o,
+                                            std::vector<const lua::Script*>{&incr_}, &obs_);
+    EXPECT_TRUE(loop_.wait_until([&] { return c->up(); }, milliseconds(5000)));
+    return c;
+  }
+
+  Result call(RedisCluster& c, std::vector<std::string_view> argv) {
+    Result r;
+    c.command(argv, into(r));
+    EXPECT_TRUE(loop_.wait_until([&] { return r.done; }, milliseconds(5000)));
+    return r;
+  }
+
+  Result incr(RedisCluster& c, std::string_view key, std::string_view by = "1") {
+    Result r;
+    std::string_view keys[] = {key};
+    std::string_view args[] = {by};
+    c.evalsha(incr_, keys, args, into(r));
+    EXPECT_TRUE(loop_.wait_until([&] { return r.done; }, milliseconds(5000)));
+    return r;
+  }
+
+  std::string addr(size_t node) { return "127.0.0.1:" + std::to_string(nodes_->node(node).port()); }
+
+  // A master other than `not_this`.
+  size_t other_master(size_t not_this) {
+    for (size_t m : nodes_->masters())
+      if (m != not_this) return m;
+    ADD_FAILURE() << "no other master";
+    return not_this;
+  }
+
+  static Nodes* nodes_;
+  static std::string incr_sha_;
+  static lua::Script incr_;
+  Loop loop_;
+  Observer obs_;
+};
+
+Nodes* RedisClusterTest::nodes_ = nullptr;
+std::string RedisClusterTest::incr_sha_;
+lua::Script RedisClusterTest::incr_;
+
+TEST_F(RedisClusterTest, SlotsAgreeWithRedis) {
+  for (std::string key : {"foo", "dg:{t:acme}:bucket", "a{}b", "{user1000}.following", "x{y"})
+    EXPECT_EQ(hash_slot(key), nodes_->keyslot(key)) << key;
+}
+
+TEST_F(RedisClusterTest, EachCallGoesToTheMasterOfItsSlot) {
+  auto c = client();
+  std::set<size_t> owners;
+  for (int i = 0; i < 40; ++i) {
+    std::string key = "route:" + std::to_string(i);
+    std::string value = std::to_string(i * 7);
+    EXPECT_EQ(call(*c, {"SET", key, value}).str, "OK") << key;
+    int slot = hash_slot(key);
+    size_t owner = nodes_->owner(slot);
+    owners.insert(owner);
+    EXPECT_EQ(c->owner_of(slot), addr(owner));
+    // On its master, and nowhere else.
+    EXPECT_EQ(nodes_->call(owner, {"GET", key}), value) << key;
+    for (size_t m : nodes_->masters()) {
+      if (m == owner) continue;
+      EXPECT_EQ(nodes_->count_keys(m, slot), 0) << key;
+    }
+    // A script call with a hash-tagged key: its slot is the tag's.
+    std::string tagged = "route:{t" + std::to_string(i) + "}:n";
+    EXPECT_EQ(incr(*c, tagged, "5").integer, 5) << incr(*c, tagged, "0").str;
+    EXPECT_EQ(nodes_->call(nodes_->owner(hash_slot("t" + std::to_string(i))), {"GET", tagged}),
+              "5");
+  }
+  EXPECT_EQ(owners.size(), 3u) << "the keys should cover every master";
+  // Routed from the map: no redirect once it was read.
+  EXPECT_EQ(c->stats().moved, 0u);
+  EXPECT_EQ(c->stats().asked, 0u);
+  EXPECT_EQ(obs_.ups, std::vector<bool>({false, true}));
+}
+
+TEST_F(RedisClusterTest, MovedAfterAMigrationIsFollowedAndFixesTheMap) {
+  auto c = client();
+  const std::string key = "moved:{m1}";
+  const int slot = hash_slot(key);
+  ASSERT_EQ(call(*c, {"SET", key, "v1"}).str, "OK");
+  const size_t from = nodes_->owner(slot);
+  const size_t to = other_master(from);
+  nodes_->migrate_slot(slot, to);
+  EXPECT_EQ(c->owner_of(slot), addr(from)) << "the client has not heard yet";
+
+  const uint64_t refreshes = c->stats().refreshes;
+  Result r = call(*c, {"GET", key});
+  EXPECT_EQ(r.str, "v1") << r.error;
+  EXPECT_EQ(c->stats().moved, 1u);
+  EXPECT_EQ(c->owner_of(slot), addr(to));
+  // The next call goes straight to the new owner; the refresh the MOVED asked for comes too.
+  EXPECT_EQ(incr(*c, "moved:{m1}:n").integer, 1);
+  EXPECT_EQ(c->stats().moved, 1u);
+  EXPECT_TRUE(
+      loop_.wait_until([&] { return c->stats().refreshes > refreshes; }, milliseconds(3000)));
+  EXPECT_EQ(c->owner_of(slot), addr(to));
+  EXPECT_EQ(nodes_->call(to, {"GET", "moved:{m1}:n"}), "1");
+  EXPECT_GE(obs_.errors["moved"], 1);
+}
+
+TEST_F(RedisClusterTest, RedirectsAreBounded) {
+  auto c = client(1000, {}, 0);
+  const std::string key = "bounded:{b1}";
+  ASSERT_EQ(call(*c, {"SET", key, "v"}).str, "OK");
+  const int slot = hash_slot(key);
+  nodes_->migrate_slot(slot, other_master(nodes_->owner(slot)));
+  Result r = call(*c, {"GET", key});
+  EXPECT_EQ(r.error, "redis: too many redirects");
+  EXPECT_EQ(r.type, 0);
+  EXPECT_EQ(obs_.errors["redirects"], 1);
+  // The periodic refresh catches up all the same.
+  EXPECT_TRUE(loop_.wait_until([&] { return c->owner_of(slot) == addr(nodes_->owner(slot)); },
+                               milliseconds(3000)));
+  EXPECT_EQ(call(*c, {"GET", key}).str, "v");
+}
+
+TEST_F(RedisClusterTest, AskDuringAMigrationGoesOnceToTheImportingNode) {
+  auto c = client();
+  const int slot = hash_slot("ask");
+  ASSERT_EQ(call(*c, {"SET", "{ask}:a", "A"}).str, "OK");
+  ASSERT_EQ(call(*c, {"SET", "{ask}:b", "B"}).str, "OK");
+  const size_t from = nodes_->owner(slot);
+  const size_t to = other_master(from);
+  nodes_->begin_migration(slot, to);
+  nodes_->move_key("{ask}:a");
+  // A flushed script cache on the importing node: NOSCRIPT, SCRIPT LOAD, and the retry goes
+  // behind a fresh ASKING.
+  ASSERT_EQ(nodes_->call(to, {"SCRIPT", "FLUSH"}), "OK");
+
+  EXPECT_EQ(call(*c, {"GET", "{ask}:a"}).str, "A");  // moved already: ASK
+  EXPECT_EQ(c->stats().asked, 1u);
+  EXPECT_EQ(call(*c, {"GET", "{ask}:b"}).str, "B");  // still on the source
+  EXPECT_EQ(c->stats().asked, 1u);
+  // A new key of the slot is created on the importing node (the source sends ASK for it).
+  Result n = incr(*c, "{ask}:n", "3");
+  EXPECT_EQ(n.integer, 3) << n.str << n.error;
+  EXPECT_EQ(c->stats().asked, 2u);
+  EXPECT_GE(obs_.errors["noscript"], 1);
+  EXPECT_EQ(nodes_->count_keys(to, slot), 2);    // a and n
+  EXPECT_EQ(nodes_->count_keys(from, slot), 1);  // b
+  // An ASK changes no map entry.
+  EXPECT_EQ(c->owner_of(slot), addr(from));
+  EXPECT_EQ(c->stats().moved, 0u);
+
+  nodes_->finish_migration(slot);
+  EXPECT_EQ(call(*c, {"GET", "{ask}:b"}).str, "B");
+  EXPECT_EQ(c->stats().moved, 1u);
+  EXPECT_EQ(c->owner_of(slot), addr(to));
+}
+
+TEST_F(RedisClusterTest, NoscriptOnANodeThatNeverSawTheScript) {
+  auto c = client();
+  for (size_t m : nodes_->masters()) ASSERT_EQ(nodes_->call(m, {"SCRIPT", "FLUSH"}), "OK");
+  std::set<size_t> owners;
+  for (int i = 0; i < 12; ++i) {
+    std::string key = "noscript:" + std::to_string(i);
+    owners.insert(nodes_->owner(hash_slot(key)));
+    Result r = incr(*c, key, "2");
+    EXPECT_EQ(r.integer, 2) << r.str << r.error;
+  }
+  EXPECT_EQ(owners.size(), 3u);
+  // One NOSCRIPT per connection that met the flushed cache, at most.
+  EXPECT_GE(obs_.errors["noscript"], 3);
+  EXPECT_LE(obs_.errors["noscript"], 3 * 2);
+}
+
+TEST_F(RedisClusterTest, ASeedThatIsDownIsSkipped) {
+  auto c = client(
+      1000, {"127.0.0.1:" + std::to_string(dripgate::testing::free_port()), nodes_->seeds()[1]});
+  EXPECT_TRUE(c->up());
+  EXPECT_EQ(incr(*c, "seed:{s}").integer, 1);
+}
+
+TEST_F(RedisClusterTest, TheConfigurationChoosesTheCluster) {
+  config::Redis r;
+  r.cluster = {nodes_->seeds()[2]};
+  r.timeout_ms = 1000;
+  std::unique_ptr<RedisCalls> calls =
+      make_redis_calls(loop_.base(), r, std::vector<const lua::Script*>{&incr_}, &obs_);
+  ASSERT_NE(dynamic_cast<RedisCluster*>(calls.get()), nullptr);
+  ASSERT_TRUE(loop_.wait_until([&] { return calls->up(); }, milliseconds(5000)));
+  EXPECT_EQ(calls->state(), "up");
+  for (std::string key : {"config:a", "config:b", "config:c", "config:d"}) {
+    Result res;
+    std::string_view keys[] = {key};
+    std::string_view args[] = {"4"};
+    calls->evalsha(incr_, keys, args, into(res));
+    ASSERT_TRUE(loop_.wait_until([&] { return res.done; }, milliseconds(5000)));
+    EXPECT_EQ(res.integer, 4) << key << res.str << res.error;
+  }
+  // Without seeds: the single node of the url.
+  EXPECT_EQ(dynamic_cast<RedisCluster*>(
+                make_redis_calls(loop_.base(), config::Redis{}, {}, nullptr).get()),
+            nullptr);
+}
+
+// The admission engine on the cluster (its RedisCalls chosen by redis.cluster): a tenant bucket
+// of 3 admits 3 and refuses the 4th, with a model gate on another slot beside it.
+TEST_F(RedisClusterTest, TheEngineAdmitsOnTheCluster) {
+  config::Config cfg;
+  cfg.redis.cluster = {nodes_->seeds()[1]};
+  cfg.redis.timeout_ms = 1000;
+  cfg.redis.pool_size = 2;
+  config::Plan plan;
+  plan.name = "p";
+  plan.tenant = config::Bucket{3, 0.001};
+  cfg.plans["p"] = plan;
+  cfg.tenants["acme"] = config::Tenant{"acme", "p"};
+  cfg.global_gates.model["m1"] = config::Bucket{100, 0.001};
+  ConfigStore store(cfg);
+  Engine engine(store, loop_.base());
+  ASSERT_TRUE(loop_.wait_until([&] { return engine.redis_up(); }, milliseconds(5000)));
+  ASSERT_NE(hash_slot("t:acme"), hash_slot("g:model:m1"));
+  std::vector<Outcome> outcomes;
+  for (int i = 0; i < 4; ++i) {
+    AdmitRequest req;
+    req.tenant = "acme";
+    req.model = "m1";
+    std::optional<AdmitResult> res;
+    engine.admit(req, [&](AdmitResult r) { res = std::move(r); });
+    ASSERT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(5000)));
+    EXPECT_EQ(res->error, "") << i;
+    outcomes.push_back(res->outcome);
+  }
+  EXPECT_EQ(outcomes, (std::vector<Outcome>{Outcome::kAllowed, Outcome::kAllowed, Outcome::kAllowed,
+                                            Outcome::kRefused}));
+}
+
+// Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
+// succeeded and what failed. A failed call's slot is used again 5 ms later (a dead node
+// refuses at once; no busy loop).
+// It owns the client, destroyed first (the last member): the calls it still holds are answered
+// into a live Load.
+struct Load {
+  Load(std::unique_ptr<RedisCluster> client, const lua::Script& s, event_base* b,
+       std::vector<std::string> k)
+      : script(s),
+        base(b),
+        keys(std::move(k)),
+        ok(keys.size()),
+        failed(keys.size()),
+        c(std::move(client)) {}
+
+  const lua::Script& script;
+  event_base* base;
+  std::vector<std::string> keys;
+  std::vector<long long> ok, failed;
+  std::vector<std::string> errors;
+  int issued = 0, answered = 0;
+  bool stop = false;
+  std::unique_ptr<RedisCluster> c;
+
+  void start(int in_flight) {
+    for (int i = 0; i < in_flight; ++i) issue();
+  }
+  void issue() {
+    if (stop) return;
+    size_t k = static_cast<size_t>(issued++) % keys.size();
+    std::string_view ks[] = {keys[k]};
+    std::string_view args[] = {"1"};
+    c->evalsha(script, ks, args, [this, k](const redisReply* r, std::string_view error) {
+      ++answered;
+      if (r && r->type == REDIS_REPLY_INTEGER) {
+        ++ok[k];
+        return issue();
+      }
+      ++failed[k];
+      errors.push_back(r ? std::string(r->str, r->len) : std::string(error));
+      timeval later{0, 5000};
+      event_base_once(
+          base, -1, EV_TIMEOUT, [](int, short, void* self) { static_cast<Load*>(self)->issue(); },
+          this, &later);
+    });
+  }
+  long long failures() const {
+    long long n = 0;
+    for (long long f : failed) n += f;
+    return n;
+  }
+};
+
+// Runs `change` on a thread of its own (it blocks) while the load goes on, then 200 more calls,
+// then stops the load and waits for every answer.
+template <class Change>
+void under_load(Loop& loop, Load& load, Change change) {
+  ASSERT_TRUE(loop.wait_until([&] { return load.answered >= 200; }, milliseconds(10000)));
+  std::atomic<bool> changed{false};
+  std::thread t([&] {
+    change();
+    changed = true;
+  });
+  const bool done = loop.wait_until([&] { return changed.load(); }, milliseconds(30000));
+  t.join();
+  ASSERT_TRUE(done);
+  const int at_change = load.answered;
+  ASSERT_TRUE(
+      loop.wait_until([&] { return load.answered >= at_change + 200; }, milliseconds(10000)));
+  load.stop = true;
+  ASSERT_TRUE(loop.wait_until([&] { return load.answered == load.issued; }, milliseconds(5000)));
+}
+
+std::vector<std::string> numbered(const std::string& prefix, int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+// A manual failover of the master of some keys while 16 calls are in flight at all times. The
+// old master holds its clients while the replica catches up and takes over, then answers MOVED,
+// which is followed: no call is lost. The bound: a call fails only when that pause outlasts its
+// timeout, so at most the 16 calls in flight then, each with a timeout. Counters stay exact: a
+// success ran once; a timeout may have run or not.
+TEST_F(RedisClusterTest, AManualFailoverUnderLoadAnswersEveryCall) {
+  Load load{client(500), incr_, loop_.base(), numbered("failover:", 8)};
+  RedisCluster& c = *load.c;
+  const size_t victim = nodes_->owner(hash_slot(load.keys[0]));
+  load.start(16);
+  size_t promoted = victim;
+  under_load(loop_, load, [&] { promoted = nodes_->failover(victim); });
+
+  EXPECT_LE(load.failures(), 16);
+  for (const auto& e : load.errors) EXPECT_NE(e.find("timeout"), std::string::npos) << e;
+  EXPECT_EQ(c.owner_of(hash_slot(load.keys[0])), addr(promoted));
+  EXPECT_GE(c.stats().moved, 1u);
+  for (size_t k = 0; k < load.keys.size(); ++k) {
+    std::string v = call(c, {"GET", load.keys[k]}).str;
+    long long value = v.empty() ? 0 : std::stoll(v);
+    EXPECT_GE(value, load.ok[k]) << load.keys[k];
+    EXPECT_LE(value, load.ok[k] + load.failed[k]) << load.keys[k];
+  }
+  std::printf("manual failover: %d calls, %lld failed, %llu MOVED followed\n", load.issued,
+              load.failures(), static_cast<unsigned long long>(c.stats().moved));
+}
+
+// A master killed under load: the cluster notices (node timeout 1 s) and promotes its replica.
+// The bound is a window, not a count: only calls for the dead master's slots fail (refused at
+// once, or lost with its connection), and only until the client's map names the promoted
+// replica (the node timeout, the election, and one refresh, asked for by the first failure);
+// once it does, no call fails. (Replication is asynchronous: a write acknowledged just before
+// the kill may be lost with the node, so no counter is checked here.)
+TEST_F(RedisClusterTest, AKilledMasterIsReplacedAndOnlyItsSlotsFailMeanwhile) {
+  Load load{client(300), incr_, loop_.base(), numbered("killed:", 12)};
+  RedisCluster& c = *load.c;
+  const size_t victim = nodes_->owner(hash_slot(load.keys[0]));
+  load.start(16);
+  size_t promoted = victim;
+  under_load(loop_, load, [&] { promoted = nodes_->kill_master(victim); });
+  EXPECT_EQ(c.owner_of(hash_slot(load.keys[0])), addr(promoted));
+
+  for (size_t k = 0; k < load.keys.size(); ++k) {
+    const int slot = hash_slot(load.keys[k]);
+    if (nodes_->owner(slot) == promoted) continue;
+    EXPECT_EQ(load.failed[k], 0) << load.keys[k];
+  }
+  EXPECT_GT(load.failures(), 0) << "the dead master's keys were refused for a while";
+  std::map<std::string, int> why;
+  for (const auto& e : load.errors) ++why[e];
+  for (const auto& [e, n] : why) std::printf("  %d x %s\n", n, e.c_str());
+  // With the map caught up, a second round fails nothing.
+  const long long before = load.failures();
+  load.stop = false;
+  load.start(16);
+  const int target = load.answered + 300;
+  ASSERT_TRUE(loop_.wait_until([&] { return load.answered >= target; }, milliseconds(10000)));
+  load.stop = true;
+  ASSERT_TRUE(loop_.wait_until([&] { return load.answered == load.issued; }, milliseconds(5000)));
+  EXPECT_EQ(load.failures(), before);
+  std::printf("killed master: %d calls, %lld failed\n", load.issued, load.failures());
+
+  nodes_->restart(victim);  // back as a replica, for whatever runs next
+}
+
+}  // namespace
+}  // namespace dripgate::control
