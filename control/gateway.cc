@@ -27,10 +27,11 @@ const char* result_label(Outcome o) {
 }  // namespace
 
 Gateway::Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
-                 int dataplane_timeout_ms)
+                 int dataplane_timeout_ms, std::string front)
     : cfg_(cfg),
       flows_(flows),
       metrics_(metrics),
+      front_(std::move(front)),
       engine_(cfg, base, &metrics),
       dp_(base, cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {}
 
@@ -43,7 +44,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   engine_.admit(std::move(req), [this, tenant = std::move(tenant), flow = std::move(flow),
                                  done = std::move(done)](AdmitResult r) mutable {
     metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
-                       result_label(r.outcome));
+                       result_label(r.outcome), front_);
     if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
     flows_.put(r.request_id, *flow);
     // The flow stays in its class as long as the lease would, unless released earlier.

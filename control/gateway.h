@@ -35,8 +35,9 @@ class Gateway {
   static constexpr int kDefaultTagTtlS = 300;
 
   // cfg, flows and metrics are shared by the workers and outlive the gateway.
+  // front: the metrics' label for the API this gateway serves ("http", "grpc").
   Gateway(const config::Config& cfg, event_base* base, FlowRegistry& flows, Metrics& metrics,
-          int dataplane_timeout_ms);
+          int dataplane_timeout_ms, std::string front = "http");
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -57,6 +58,7 @@ class Gateway {
   const config::Config& cfg_;
   FlowRegistry& flows_;
   Metrics& metrics_;
+  std::string front_;
   Engine engine_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks
   // (kUnavailable) never reach the dataplane.
