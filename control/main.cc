@@ -1,5 +1,6 @@
-// dripgate-control: the admission daemon. Loads the config, serves the HTTP API until SIGTERM or
-// SIGINT, then stops accepting, finishes what is in flight and exits 0.
+// dripgate-control: the admission daemon. Loads the config, serves the HTTP API (and Envoy's
+// rate-limit service when control.grpc_listen is set) until SIGTERM or SIGINT, then stops
+// accepting, finishes what is in flight and exits 0.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +15,7 @@
 #include "common/redis_url.h"
 #include "config/config.h"
 #include "control/http_server.h"
+#include "control/rls_service.h"
 
 using dripgate::config::Config;
 
@@ -108,10 +110,22 @@ int main(int argc, char** argv) {
   spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {}", opts.listen,
                server.port(), opts.threads, dripgate::common::redact_redis_url(cfg.redis.url),
                cfg.source);
+  // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics.
+  std::optional<dripgate::control::RlsServer> rls;
+  if (!cfg.control.grpc_listen.empty()) {
+    rls.emplace(cfg, server.metrics(), opts.threads);
+    if (!rls->start(cfg.control.grpc_listen, err)) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    spdlog::info("Envoy rate-limit service (gRPC) on {} (port {})", cfg.control.grpc_listen,
+                 rls->port());
+  }
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("{}: stopping (finishing requests in flight)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (rls) rls->stop();
   server.stop();
   server.join();
   spdlog::info("stopped");
