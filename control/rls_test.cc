@@ -4,9 +4,14 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <future>
 #include <map>
 #include <string>
@@ -17,6 +22,7 @@
 #include "control/metrics.h"
 #include "control/rls_service.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "tests/http_client.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -404,6 +410,62 @@ TEST_F(RlsTest, WireBytesByEnvoysFieldNumbers) {
   }
   EXPECT_EQ(upstream["dripgate-class"], "gold");
   EXPECT_EQ(upstream["dripgate-request-id"].rfind("ws-acme.", 0), 0u);
+}
+
+// The daemon: control.grpc_listen starts the service beside the HTTP API, both count in one
+// /metrics, and SIGTERM stops both and exits 0.
+TEST(RlsDaemon, GrpcListenServesBesideHttpAndStopsOnSigterm) {
+  testing::RedisServer redis;
+  char dir_tmpl[] = "/tmp/dripgate-rls-test-XXXXXX";
+  std::string dir = mkdtemp(dir_tmpl);
+  int http_port = testing::free_port(), grpc_port = testing::free_port();
+  std::ofstream(dir + "/control.yaml")
+      << "control: { grpc_listen: \"127.0.0.1:" << grpc_port
+      << "\", dataplane_socket: /nonexistent/dg.sock }\n"
+         "plans: { p: { class: gold, gates: { tenant: { capacity: 5, refill_per_s: 1 } } } }\n"
+         "tenants: { ws-acme: { plan: p } }\n";
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string listen = "127.0.0.1:" + std::to_string(http_port), cfg = dir + "/control.yaml";
+    execl(DRIPGATE_CONTROL_BIN, DRIPGATE_CONTROL_BIN, "--config", cfg.c_str(), "--redis",
+          redis.url().c_str(), "--listen", listen.c_str(), "--log-level", "warn", nullptr);
+    _exit(127);
+  }
+  auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+  pb::RateLimitRequest req;
+  req.set_domain("dripgate");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("tenant");
+  e->set_value("ws-acme");
+  Response resp;
+  grpc::Status status;
+  for (int tries = 0; tries < 100; ++tries) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ctx.set_wait_for_ready(true);  // until the daemon listens
+    resp.Clear();
+    status = stub->ShouldRateLimit(&ctx, req, &resp);
+    if (status.ok()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.overall_code(), Response::OK);
+  EXPECT_EQ(resp.statuses(0).limit_remaining(), 4u);
+  std::string metrics = testing::http(http_port, "GET", "/metrics").body;
+  EXPECT_NE(
+      metrics.find("dripgate_admissions_total{tenant=\"ws-acme\",gate=\"\",result=\"allowed\","
+                   "front=\"grpc\"} 1\n"),
+      std::string::npos)
+      << metrics;
+  // A client that has gone (an Envoy reads the server's GOAWAY at once; an idle channel here
+  // would only every few seconds, and the daemon waits for it up to its drain limit).
+  stub.reset();
+  kill(pid, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace
