@@ -159,7 +159,8 @@ class RlsServer::Service final : public pb::RateLimitService::CallbackService {
     if (auto p = rls::map_request(server_.cfg_.control.rls_domains, from_message(*req), m)) {
       server_.metrics_.admission("", "", "bad_request", "grpc");
       // An unknown domain or key is an error, not an UNKNOWN code: Envoy reads every code but
-      // OVER_LIMIT as OK, while an error goes through its failure_mode_deny and error counter.
+      // OVER_LIMIT as OK (and asserts it never gets UNKNOWN), while an error goes through its
+      // failure_mode_deny and error counter.
       reactor->Finish({p->kind == rls::Problem::Kind::kUnknown ? grpc::StatusCode::NOT_FOUND
                                                                : grpc::StatusCode::INVALID_ARGUMENT,
                        p->str()});
