@@ -101,6 +101,15 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
     kv(out, "sample", cfg.control.decision_log.sample);
     out << YAML::EndMap;
   }
+  out << YAML::Key << "grpc_listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.grpc_listen;
+  out << YAML::Key << "rls" << YAML::Value << YAML::BeginMap << YAML::Key << "domains"
+      << YAML::Value << YAML::BeginMap;
+  for (const auto& [domain, keys] : cfg.control.rls_domains) {
+    out << YAML::Key << domain << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [key, gate] : keys) out << YAML::Key << key << YAML::Value << gate;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap;
 }
 

@@ -113,6 +113,16 @@ struct Control {
   // previous answer, or it is closed (slow or idle clients cannot hold a connection).
   int request_timeout_s = 10;
   DecisionLog decision_log;
+  // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
+  std::string grpc_listen;
+  // Per rate-limit domain, Envoy's descriptor key -> the gate it names (tenant, user, api_key,
+  // model, tool). Configured domains replace these as a whole.
+  std::map<std::string, std::map<std::string, std::string>> rls_domains = {{"dripgate",
+                                                                            {{"tenant", "tenant"},
+                                                                             {"user", "user"},
+                                                                             {"api_key", "api_key"},
+                                                                             {"model", "model"},
+                                                                             {"tool", "tool"}}}};
 
   bool operator==(const Control&) const = default;
 };

@@ -534,24 +534,67 @@ void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, D
   }
 }
 
+// A host:port to listen on; `off_when_empty`: "" turns the listener off.
+void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& out,
+                 bool off_when_empty = false) {
+  const Entry* e = f.find(key);
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path(key));
+  if (!s) return;
+  if (off_when_empty && s->empty()) {
+    out.clear();
+    return;
+  }
+  std::string host;
+  std::optional<int> port;
+  if (auto why = split_host_port(*s, true, host, port))
+    ctx.error(e->value, f.path(key),
+              "bad listen address " + quote(*s) + ": " + *why +
+                  "; expected host:port or [v6-address]:port");
+  else
+    out = *s;
+}
+
+// control.rls.domains: domain -> { Envoy descriptor key: gate }. Every domain names the tenant.
+void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
+              std::map<std::string, std::map<std::string, std::string>>& out) {
+  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "model", "tool"};
+  Fields f(ctx, n, path, {"domains"});
+  const Entry* d = f.find("domains");
+  if (!d) return;
+  auto domains = entries(ctx, d->value, f.path("domains"));
+  if (!domains) return;
+  std::map<std::string, std::map<std::string, std::string>> loaded;
+  for (const Entry& dom : *domains) {
+    std::string dpath = join(f.path("domains"), dom.key);
+    auto keys = entries(ctx, dom.value, dpath);
+    if (!keys) continue;
+    bool names_tenant = false;
+    for (const Entry& k : *keys) {
+      auto gate = get_string(ctx, k.value, join(dpath, k.key));
+      if (!gate) continue;
+      if (std::find(std::begin(kGates), std::end(kGates), *gate) == std::end(kGates)) {
+        ctx.error(k.value, join(dpath, k.key),
+                  "unknown gate " + quote(*gate) + " (allowed: " + list(kGates) + ")");
+        continue;
+      }
+      names_tenant = names_tenant || *gate == "tenant";
+      loaded[dom.key][k.key] = *gate;
+    }
+    if (!names_tenant) ctx.error(dom.key_node, dpath, "no descriptor key maps to the tenant gate");
+  }
+  out = std::move(loaded);
+}
+
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
            {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
             "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-            "request_timeout_s", "decision_log"});
+            "request_timeout_s", "decision_log", "grpc_listen", "rls"});
   if (!f.ok()) return;
-  if (const Entry* e = f.find("listen")) {
-    if (auto s = get_string(ctx, e->value, f.path("listen"))) {
-      std::string host;
-      std::optional<int> port;
-      if (auto why = split_host_port(*s, true, host, port))
-        ctx.error(e->value, f.path("listen"),
-                  "bad listen address " + quote(*s) + ": " + *why +
-                      "; expected host:port or [v6-address]:port");
-      else
-        c.listen = *s;
-    }
-  }
+  load_listen(ctx, f, "listen", c.listen);
+  load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
+  if (const Entry* e = f.find("rls")) load_rls(ctx, e->value, f.path("rls"), c.rls_domains);
   set_int(ctx, f, "threads", c.threads, 1, 1024);
   load_token(ctx, f, "auth_token", c.auth_token, c.auth_token_file, c.auth_token_env);
   load_token(ctx, f, "admin_token", c.admin_token, c.admin_token_file, c.admin_token_env);

@@ -203,7 +203,7 @@ plans:
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
             "dataplane_socket, max_connections, "
-            "request_timeout_s, decision_log)");
+            "request_timeout_s, decision_log, grpc_listen, rls)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -648,6 +648,30 @@ TEST(Errors, ListenAddress) {
   EXPECT_EQ(load_ok("control: { listen: 0.0.0.0:80 }").control.listen, "0.0.0.0:80");
 }
 
+// The gRPC front: off by default, a listen address like control.listen, and a domain map whose
+// values are gates and which always names the tenant.
+TEST(Errors, GrpcListenAndRlsDomains) {
+  Config d = load_ok("control: {}");
+  EXPECT_EQ(d.control.grpc_listen, "");
+  EXPECT_EQ(d.control.rls_domains.at("dripgate").at("api_key"), "api_key");
+  EXPECT_EQ(load_ok("control: { grpc_listen: \"\" }").control.grpc_listen, "");
+  EXPECT_EQ(load_ok("control: { grpc_listen: \"[::1]:0\" }").control.grpc_listen, "[::1]:0");
+  EXPECT_EQ(error_of("control: { grpc_listen: \"127.0.0.1\" }"),
+            "t.yaml:1:25: control.grpc_listen: bad listen address '127.0.0.1': missing ':port'; "
+            "expected host:port or [v6-address]:port");
+  EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-tenant: tenant, x-ip: client } } } }"),
+            "t.yaml:1:62: control.rls.domains.edge.x-ip: unknown gate 'client' (allowed: tenant, "
+            "user, api_key, model, tool)");
+  EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-model: model } } } }"),
+            "t.yaml:1:30: control.rls.domains.edge: no descriptor key maps to the tenant gate");
+  EXPECT_EQ(error_of("control: { rls: { domain: {} } }"),
+            "t.yaml:1:19: control.rls.domain: unknown key 'domain' (allowed: domains)");
+  // Configured domains replace the built-in one.
+  Config c = load_ok("control: { rls: { domains: { edge: { x-tenant-id: tenant } } } }");
+  EXPECT_EQ(c.control.rls_domains.size(), 1u);
+  EXPECT_EQ(c.control.rls_domains.at("edge").at("x-tenant-id"), "tenant");
+}
+
 TEST(Errors, StringsMustBeUtf8) {
   EXPECT_EQ(error_of("control: { auth_token: \"tok\xff\" }"),
             "t.yaml:1:24: control.auth_token: not valid UTF-8");
@@ -925,7 +949,7 @@ dataplane:
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
-      "dataplane_socket, max_connections, request_timeout_s, decision_log)",
+      "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, rls)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -957,6 +981,8 @@ control:
   admin_token: "adm in"
   dataplane_socket: /tmp/dp.sock
   decision_log: { path: /tmp/decisions.jsonl, sample: 0.25 }
+  grpc_listen: "127.0.0.1:8081"
+  rls: { domains: { edge: { x-tenant-id: tenant, x-model: model, tenant: tenant } } }
 plans:
   pro:
     class: gold
@@ -1004,6 +1030,12 @@ dataplane:
   EXPECT_EQ(c.control.dataplane_socket, "/tmp/dp.sock");
   EXPECT_EQ(c.control.admin_token, "adm in");
   EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
+  EXPECT_EQ(c.control.grpc_listen, "127.0.0.1:8081");
+  using KeyMap = std::map<std::string, std::string>;
+  EXPECT_EQ(c.control.rls_domains,
+            (std::map<std::string, KeyMap>{
+                {"edge",
+                 KeyMap{{"x-tenant-id", "tenant"}, {"x-model", "model"}, {"tenant", "tenant"}}}}));
   const Plan& pro = c.plans.at("pro");
   EXPECT_EQ(pro.name, "pro");
   EXPECT_EQ(pro.cls, "gold");

@@ -1,6 +1,7 @@
 #include "control/api.h"
 
 #include <arpa/inet.h>
+#include <strings.h>
 
 #include <cmath>
 #include <limits>
@@ -290,6 +291,29 @@ std::string ratelimit_header(const std::vector<Remaining>& remaining) {
   return out;
 }
 
+bool token_matches(const std::string& expected, const char* header) {
+  if (!header) return false;
+  static constexpr char kPrefix[] = "Bearer ";
+  if (strncasecmp(header, kPrefix, sizeof kPrefix - 1) != 0) return false;
+  std::string_view got(header + sizeof kPrefix - 1);
+  unsigned char diff = got.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i)
+    diff |= static_cast<unsigned char>(expected[i]) ^
+            static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  return diff == 0;
+}
+
+Headers ratelimit_headers(const AdmitResult& r) {
+  Headers h;
+  if (r.outcome == Outcome::kRefused)
+    h.emplace_back("Retry-After", std::to_string(retry_after_seconds(r.retry_after_ms)));
+  if (!r.remaining.empty()) {
+    h.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
+    h.emplace_back("RateLimit", ratelimit_header(r.remaining));
+  }
+  return h;
+}
+
 Response render_error(int status, const std::string& message) {
   return Response{status, {}, json_body([&](JsonWriter& w) { w.key("error").string(message); })};
 }
@@ -311,12 +335,7 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
     }
     write_remaining(w, r.remaining);
   });
-  if (status != 200)
-    resp.headers.emplace_back("Retry-After", std::to_string(retry_after_seconds(r.retry_after_ms)));
-  if (!r.remaining.empty()) {
-    resp.headers.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
-    resp.headers.emplace_back("RateLimit", ratelimit_header(r.remaining));
-  }
+  resp.headers = ratelimit_headers(r);
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
   return resp;
 }

@@ -29,9 +29,11 @@ std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& o
 // Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
 std::string flow_json(const Flow& flow);
 
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
 struct Response {
   int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type is added by the server
+  Headers headers;  // Content-Type is added by the server
   std::string body;
 };
 
@@ -47,7 +49,15 @@ int status_of(Outcome o);
 // draft-ietf-httpapi-ratelimit-headers-10 fields for a set of gates (empty when none).
 std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
 std::string ratelimit_header(const std::vector<Remaining>& remaining);
+// An allowed or refused admission's Retry-After (refused only), RateLimit-Policy and RateLimit
+// headers: the HTTP answer's, and the gRPC answer's response_headers_to_add.
+Headers ratelimit_headers(const AdmitResult& r);
 // Whole seconds, rounded up.
 int64_t retry_after_seconds(int64_t retry_after_ms);
+
+// Whether an Authorization value ("Bearer <token>", the scheme in any case; null: absent)
+// carries `expected`. Constant time in the length of the expected token, so timing does not
+// leak a prefix. Shared by the HTTP and the gRPC fronts.
+bool token_matches(const std::string& expected, const char* header);
 
 }  // namespace dripgate::control::api

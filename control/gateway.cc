@@ -27,9 +27,10 @@ const char* result_label(Outcome o) {
 }  // namespace
 
 Gateway::Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
-                 int dataplane_timeout_ms, const DecisionLogFile* decisions)
+                 int dataplane_timeout_ms, const DecisionLogFile* decisions, std::string front)
     : flows_(flows),
       metrics_(metrics),
+      front_(std::move(front)),
       engine_(store, base, &metrics),
       dp_(base, store.current()->cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {
   if (decisions)
@@ -52,7 +53,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
       [this, tenant = std::move(tenant), flow = std::move(flow), who = std::move(who),
        done = std::move(done)](AdmitResult r) mutable {
         metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
-                           result_label(r.outcome));
+                           result_label(r.outcome), front_);
         if (who) decisions_->record(*who, r, result_label(r.outcome));
         if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
         flows_.put(r.request_id, *flow);

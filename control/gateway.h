@@ -39,8 +39,10 @@ class Gateway {
   // store, flows and metrics are shared by the workers and outlive the gateway. Each request
   // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
   // decisions: the decision log's file (control.decision_log), or null for none.
+  // front: the metrics' label for the API this gateway serves ("http", "grpc").
   Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
-          int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr);
+          int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr,
+          std::string front = "http");
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -62,6 +64,7 @@ class Gateway {
  private:
   FlowRegistry& flows_;
   Metrics& metrics_;
+  std::string front_;
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks

@@ -214,10 +214,10 @@ TEST_F(GatewayTest, AdmissionsAreCountedWithConfiguredTenantsOnly) {
   admit("t-leased", std::nullopt);
   admit("nobody", std::nullopt);
   const CounterFamily& c = metrics_.admissions();
-  EXPECT_EQ(c.value({"t-leased", "", "allowed"}), 1u);
-  EXPECT_EQ(c.value({"t-leased", "tenant", "refused"}), 1u);
-  EXPECT_EQ(c.value({"", "", "bad_request"}), 1u);
-  EXPECT_EQ(c.value({"nobody", "", "bad_request"}), 0u);
+  EXPECT_EQ(c.value({"t-leased", "", "allowed", "http"}), 1u);
+  EXPECT_EQ(c.value({"t-leased", "tenant", "refused", "http"}), 1u);
+  EXPECT_EQ(c.value({"", "", "bad_request", "http"}), 1u);
+  EXPECT_EQ(c.value({"nobody", "", "bad_request", "http"}), 0u);
 }
 
 TEST_F(GatewayTest, SettlePassesThrough) {

@@ -74,19 +74,6 @@ const char* reason_phrase(int status) {
   }
 }
 
-// Constant time in the length of the expected token, so timing does not leak a prefix.
-bool token_matches(const std::string& expected, const char* header) {
-  if (!header) return false;
-  static constexpr char kPrefix[] = "Bearer ";
-  if (strncasecmp(header, kPrefix, sizeof kPrefix - 1) != 0) return false;
-  std::string_view got(header + sizeof kPrefix - 1);
-  unsigned char diff = got.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i)
-    diff |= static_cast<unsigned char>(expected[i]) ^
-            static_cast<unsigned char>(i < got.size() ? got[i] : 0);
-  return diff == 0;
-}
-
 int make_listener(const std::string& listen, int& port, std::string& error) {
   sockaddr_storage ss{};
   int len = sizeof ss;
@@ -467,7 +454,7 @@ struct HttpServer::Worker {
       return false;
     }
     const char* got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    if (token_matches(token, got)) return true;
+    if (api::token_matches(token, got)) return true;
     api::Response r = api::render_error(
         401, got ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");

@@ -256,10 +256,9 @@ TEST_F(HttpTest, RefusalCarriesRetryAfterAndRateLimitHeaders) {
       << r.header("ratelimit");
   // A refusal leaves no trace: the quota still shows 800.
   EXPECT_EQ(j["remaining"]["quota"], 800);
-  EXPECT_NE(
-      metrics().find(
-          "dripgate_admissions_total{tenant=\"t-small\",gate=\"tenant\",result=\"refused\"} 1"),
-      std::string::npos);
+  EXPECT_NE(metrics().find("dripgate_admissions_total{tenant=\"t-small\",gate=\"tenant\",result="
+                           "\"refused\",front=\"http\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(HttpTest, SettleReplacesTheReservation) {
@@ -313,7 +312,8 @@ TEST_F(HttpTest, HealthzAndMetrics) {
   ASSERT_EQ(m.status, 200);
   EXPECT_EQ(m.header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
   for (const char* want :
-       {"dripgate_admissions_total{tenant=\"t-big\",gate=\"\",result=\"allowed\"} 1\n",
+       {"dripgate_admissions_total{tenant=\"t-big\",gate=\"\",result=\"allowed\",front=\"http\"} "
+        "1\n",
         "# TYPE dripgate_redis_round_trip_seconds histogram\n",
         "dripgate_redis_round_trip_seconds_bucket{le=\"+Inf\"} ", "dripgate_redis_up 1\n",
         "dripgate_http_requests_total{code=\"200\"} "}) {

@@ -1,6 +1,6 @@
-// dripgate-control: the admission daemon. Loads the config, serves the HTTP API until SIGTERM or
-// SIGINT, then stops accepting, finishes what is in flight and exits 0. SIGHUP reloads the
-// config file.
+// dripgate-control: the admission daemon. Loads the config, serves the HTTP API (and Envoy's
+// rate-limit service when control.grpc_listen is set) until SIGTERM or SIGINT, then stops
+// accepting, finishes what is in flight and exits 0. SIGHUP reloads the config file.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "control/http_server.h"
 #include "control/reload.h"
+#include "control/rls_service.h"
 
 using dripgate::config::Config;
 
@@ -123,11 +124,23 @@ int main(int argc, char** argv) {
                cfg.redis.cluster.empty() ? dripgate::common::redact_redis_url(cfg.redis.url)
                                          : "cluster (seed " + cfg.redis.cluster.front() + ")",
                cfg.source, loaded.hash);
+  // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics.
+  std::optional<dripgate::control::RlsServer> rls;
+  if (!cfg.control.grpc_listen.empty()) {
+    rls.emplace(store, metrics, opts.threads);
+    if (!rls->start(cfg.control.grpc_listen, err)) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    spdlog::info("Envoy rate-limit service (gRPC) on {} (port {})", cfg.control.grpc_listen,
+                 rls->port());
+  }
   int sig = 0;
   // SIGHUP reloads the config file (reload.h) and serving goes on; the others stop.
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP) reloader.reload();
   spdlog::info("{}: stopping (finishing requests in flight)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (rls) rls->stop();
   server.stop();
   server.join();
   spdlog::info("stopped");

@@ -112,8 +112,9 @@ void Histogram::render(std::string& out) const {
 
 Metrics::Metrics()
     : admissions_("dripgate_admissions_total",
-                  "Admission decisions by tenant, refusing gate and result.",
-                  {"tenant", "gate", "result"}),
+                  "Admission decisions by tenant, refusing gate, result and front (http: "
+                  "POST /v1/admit; grpc: Envoy's ShouldRateLimit).",
+                  {"tenant", "gate", "result", "front"}),
       http_requests_("dripgate_http_requests_total", "HTTP requests answered, by status code.",
                      {"code"}),
       redis_errors_("dripgate_redis_errors_total",
@@ -142,8 +143,8 @@ Metrics::Metrics()
 }
 
 void Metrics::admission(const std::string& tenant, const std::string& gate,
-                        const std::string& result) {
-  admissions_.inc({tenant, gate, result});
+                        const std::string& result, const std::string& front) {
+  admissions_.inc({tenant, gate, result, front});
 }
 
 void Metrics::dataplane(const std::string& op, const std::string& result) {

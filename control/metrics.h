@@ -50,8 +50,10 @@ class Metrics : public RedisObserver {
  public:
   Metrics();
 
-  // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none.
-  void admission(const std::string& tenant, const std::string& gate, const std::string& result);
+  // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none;
+  // front: "http" | "grpc", the API the request came by.
+  void admission(const std::string& tenant, const std::string& gate, const std::string& result,
+                 const std::string& front = "http");
   void http_request(int code) { http_requests_.inc({std::to_string(code)}); }
   // The HTTP front's connections: open now, refused or evicted (idle, to make room) at
   // control.max_connections, closed for not sending a complete request within

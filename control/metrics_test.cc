@@ -20,13 +20,12 @@ TEST(Metrics, CountersRenderWithLabels) {
   m.up(true);
   std::string text = m.render();
   EXPECT_NE(text.find("# TYPE dripgate_admissions_total counter\n"), std::string::npos);
-  EXPECT_NE(
-      text.find("dripgate_admissions_total{tenant=\"ws-acme\",gate=\"\",result=\"allowed\"} 2\n"),
-      std::string::npos);
-  EXPECT_NE(
-      text.find(
-          "dripgate_admissions_total{tenant=\"ws-acme\",gate=\"tenant\",result=\"refused\"} 1\n"),
-      std::string::npos);
+  EXPECT_NE(text.find("dripgate_admissions_total{tenant=\"ws-acme\",gate=\"\",result=\"allowed\","
+                      "front=\"http\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("dripgate_admissions_total{tenant=\"ws-acme\",gate=\"tenant\",result="
+                      "\"refused\",front=\"http\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(text.find("dripgate_http_requests_total{code=\"200\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("dripgate_dataplane_tag_total{result=\"unavailable\"} 1\n"),
             std::string::npos);
@@ -94,7 +93,7 @@ TEST(Metrics, ConcurrentIncrementsAreNotLost) {
   for (auto& th : threads) th.join();
   uint64_t total = 0;
   for (int i = 0; i < 4; ++i)
-    total += m.admissions().value({"tenant-" + std::to_string(i), "", "allowed"});
+    total += m.admissions().value({"tenant-" + std::to_string(i), "", "allowed", "http"});
   EXPECT_EQ(total, uint64_t{kThreads} * kPerThread);
   EXPECT_EQ(m.redis_round_trip().count(), uint64_t{kThreads} * kPerThread);
   EXPECT_EQ(m.http_requests().value({"200"}) + m.http_requests().value({"429"}),

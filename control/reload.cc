@@ -74,13 +74,15 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.max_connections != d.max_connections, "control.max_connections");
   differs(c.request_timeout_s != d.request_timeout_s, "control.request_timeout_s");
   differs(c.decision_log != d.decision_log, "control.decision_log");
+  differs(c.grpc_listen != d.grpc_listen, "control.grpc_listen");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
-  // here as reloadable: the tokens are read per request.
+  // here as reloadable: the tokens and the rate-limit service's domains are read per request.
   if (out.empty()) {
     config::Control cr = c, cn = d;
     for (config::Control* x : {&cr, &cn}) {
       x->auth_token = x->auth_token_file = x->auth_token_env = "";
       x->admin_token = x->admin_token_file = x->admin_token_env = "";
+      x->rls_domains.clear();
     }
     differs(!(r == n), "redis");
     differs(!(cr == cn), "control");

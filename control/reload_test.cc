@@ -127,6 +127,19 @@ TEST_F(ReloadTest, RestartOnlySettingsAreRefusedByName) {
   EXPECT_FALSE(out.ok);
   EXPECT_EQ(out.errors, (std::vector<std::string>{path_ + ": redis.cluster" + why}));
   EXPECT_EQ(store_->current(), before);
+  // The rate-limit service's listener is restart-only; its domains are read per call.
+  std::string grpc = kA;
+  grpc.replace(grpc.find("8080\" }"), 7, "8080\", grpc_listen: \"127.0.0.1:9\" }");
+  write(grpc);
+  out = r.reload();
+  EXPECT_EQ(out.errors, (std::vector<std::string>{path_ + ": control.grpc_listen" + why}));
+  std::string domains = kA;
+  domains.replace(domains.find("8080\" }"), 7,
+                  "8080\", rls: { domains: { edge: { x-tenant-id: tenant } } } }");
+  write(domains);
+  out = r.reload();
+  EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  EXPECT_EQ(store_->current()->cfg.control.rls_domains.count("edge"), 1u);
   // The tokens are read per request: they may change.
   write(std::string(kA).replace(0, 10, "control: { admin_token: a1, auth_token: t1,"));
   out = r.reload();

@@ -278,8 +278,9 @@ class Bench:
               f"(wrk and redis-benchmark alike); memory: {mem['keys']:.2f} keys per admission")
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(doc):
+    """The flags Bench needs (the script starts Redis and the daemon and passes them on)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--redis-port", type=int, default=0)
     p.add_argument("--redis-socket", default="")
     p.add_argument("--redis-pid", type=int, required=True)
@@ -290,8 +291,13 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--conns", type=int, default=32)
-    p.add_argument("--half-conns", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    return p
+
+
+def main():
+    p = arguments(__doc__)
+    p.add_argument("--half-conns", type=int, default=0)
     p.add_argument("--memory-calls", type=int, default=100000)
     Bench(p.parse_args()).run()
 

@@ -47,14 +47,8 @@ done
 cd "$root"
 BUILD=$build bootstrap dripgate-control
 
-work=$(mktemp -d /tmp/dripgate-bench.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_workdir dripgate-bench
+work=$tmp
 trap 'exit 130' INT TERM
 
 start_redis "$work" --unixsocket "$work/redis.sock"
