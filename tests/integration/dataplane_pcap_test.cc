@@ -560,6 +560,51 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
   }
 }
 
+// RSS on a device that hashes (net_null offers RSS, so the ports are configured with it): two
+// RX lcores each take their share of the client port's two queues and the reverse path of the
+// cluster port's, and every frame is accounted for.
+TEST(DataplaneRss, NetNullQueuesAreSpreadOverTheRxLcores) {
+  TempDir dir;
+  std::vector<std::string> eal = test_eal_args();
+  eal[0] = "--lcores";
+  eal[1] = "0@0,1@0,2@1,3@0";
+  eal.push_back("--vdev=net_null0");
+  eal.push_back("--vdev=net_null1");
+  {
+    std::ofstream y(dir.file("dp.yaml"));
+    y << "dataplane:\n"
+      << "  eal: " << json(eal).dump() << "\n"
+      << "  ports: { client: 0, cluster: 1, rx_queues: 4 }\n"
+      << "  lcores: { rx: [1, 3], drip: 2 }\n"
+      << "  mbufs: 8191\n"
+      << "  drip: { rate_pps: 200000, rate_bps: 0, batch: 8, max_catchup: 8 }\n"
+      << "  classes:\n"
+      << "    default: { weight: 1, rate_pps: 0, queue_depth: 1024, ttl_ms: 100 }\n"
+      << "  unknown_flows: default\n"
+      << "  control_socket: " << dir.file("dp.sock") << "\n";
+  }
+  Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--shape-non-ip", "default",
+              "--duration", "2", "--drain-ms", "100"},
+             dir.file("stdout"), dir.file("stderr"));
+  ASSERT_EQ(dp.wait(60s), 0) << read_file(dir.file("stderr"));
+  const json fin = last_json_line(dir.file("stdout"));
+  ASSERT_TRUE(fin.is_object()) << read_file(dir.file("stdout"));
+  const json& per = fin.at("rx").at("per_lcore");
+  ASSERT_EQ(per.size(), 2u) << fin.dump();
+  uint64_t client = 0;
+  for (const json& l : per) {
+    EXPECT_GT(l.at("client").get<uint64_t>(), 0u) << fin.dump();
+    EXPECT_GT(l.at("cluster").get<uint64_t>(), 0u) << fin.dump();
+    client += l.at("client").get<uint64_t>();
+  }
+  EXPECT_EQ(client, u(fin, "rx", "client"));
+  EXPECT_EQ(accounted(fin), client) << fin.dump();
+  EXPECT_GT(u(fin, "tx", "shaped"), 0u);
+  EXPECT_EQ(u(fin, "rx", "cluster"), u(fin, "tx", "reverse") + u(fin, "drops", "reverse_tx_full"));
+  EXPECT_EQ(fin.at("mbufs_available").get<uint64_t>(), fin.at("mbufs_total").get<uint64_t>());
+  EXPECT_NE(read_file(dir.file("stderr")).find("rx lcores 1,3, 4 RX queues"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, DataplanePcap,
                          ::testing::Values(Layout::kSingle, Layout::kSplit, Layout::kRss),
                          [](const auto& info) {
