@@ -203,9 +203,12 @@ void write_dataplane(YAML::Emitter& out, const Dataplane& dp) {
   out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginMap;
   kv(out, "client", int64_t{dp.client_port});
   kv(out, "cluster", int64_t{dp.cluster_port});
+  if (dp.rx_queues) kv(out, "rx_queues", int64_t{dp.rx_queues});
   out << YAML::EndMap;
   out << YAML::Key << "lcores" << YAML::Value << YAML::Flow << YAML::BeginMap;
-  kv(out, "rx", int64_t{dp.rx_lcore});
+  out << YAML::Key << "rx" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (unsigned l : dp.rx_lcores) out << l;
+  out << YAML::EndSeq;
   kv(out, "drip", int64_t{dp.drip_lcore});
   out << YAML::EndMap;
   kv(out, "mbufs", int64_t{dp.mbufs});

@@ -182,7 +182,12 @@ struct Dataplane {
   std::vector<std::string> eal;
   uint16_t client_port = 0;
   uint16_t cluster_port = 1;
-  unsigned rx_lcore = 1;
+  // RX queues of the client port (and of the cluster port, for the reverse path), spread by
+  // RSS; RX lcore i polls queues i, i + n, i + 2n, ... 0: one per RX lcore.
+  uint16_t rx_queues = 0;
+  // One entry: the single layout when it equals drip_lcore, else split. Several: RSS, each RX
+  // lcore feeding the drip lcore through its own ring.
+  std::vector<unsigned> rx_lcores{1};
   unsigned drip_lcore = 1;
   uint32_t mbufs = 16383;
   Drip drip;

@@ -691,11 +691,18 @@ void load_eal(Ctx& ctx, const Fields& f, Dataplane& dp) {
     if (auto s = get_string(ctx, e->value[i], index(f.path("eal"), i))) dp.eal.push_back(*s);
 }
 
+// At most this many RX lcores: more than one per RX queue a NIC offers is rare, and the drip
+// lcore polls one ring per RX lcore between departures.
+constexpr size_t kMaxRxLcores = 16;
+
 void load_ports_and_lcores(Ctx& ctx, const Fields& f, Dataplane& dp) {
+  const Entry* queues = nullptr;
   if (const Entry* e = f.find("ports")) {
-    Fields p(ctx, e->value, f.path("ports"), {"client", "cluster"});
+    Fields p(ctx, e->value, f.path("ports"), {"client", "cluster", "rx_queues"});
     set_int(ctx, p, "client", dp.client_port, 0);
     set_int(ctx, p, "cluster", dp.cluster_port, 0);
+    set_int(ctx, p, "rx_queues", dp.rx_queues, 1, 1024);
+    queues = p.find("rx_queues");
     if (p.ok() && dp.client_port == dp.cluster_port) {
       const Entry* c = p.find("cluster");
       ctx.error(c ? c->value : p.node(), p.path("cluster"),
@@ -704,9 +711,50 @@ void load_ports_and_lcores(Ctx& ctx, const Fields& f, Dataplane& dp) {
   }
   if (const Entry* e = f.find("lcores")) {
     Fields l(ctx, e->value, f.path("lcores"), {"rx", "drip"});
-    set_int(ctx, l, "rx", dp.rx_lcore, 0, 1023);
     set_int(ctx, l, "drip", dp.drip_lcore, 0, 1023);
+    if (const Entry* rx = l.find("rx")) {
+      const std::string path = l.path("rx");
+      std::vector<unsigned> lcores;
+      bool ok = true;
+      auto one = [&](const YAML::Node& n, const std::string& at) {
+        auto v = get_int(ctx, n, at, 0, 1023);
+        if (!v) {
+          ok = false;
+          return;
+        }
+        const unsigned lc = static_cast<unsigned>(*v);
+        if (std::find(lcores.begin(), lcores.end(), lc) != lcores.end()) {
+          ctx.error(n, at, "lcore " + std::to_string(lc) + " is listed twice");
+          ok = false;
+        }
+        lcores.push_back(lc);
+      };
+      if (rx->value.IsSequence()) {
+        if (rx->value.size() == 0 || rx->value.size() > kMaxRxLcores) {
+          ctx.error(rx->value, path,
+                    "expected 1 to " + std::to_string(kMaxRxLcores) + " lcores, got " +
+                        std::to_string(rx->value.size()));
+          ok = false;
+        }
+        for (size_t i = 0; ok && i < rx->value.size(); ++i) one(rx->value[i], index(path, i));
+      } else {
+        one(rx->value, path);
+      }
+      if (ok) {
+        if (lcores.size() > 1 &&
+            std::find(lcores.begin(), lcores.end(), dp.drip_lcore) != lcores.end())
+          ctx.error(rx->value, path,
+                    "with several RX lcores the drip lcore (" + std::to_string(dp.drip_lcore) +
+                        ") must be another one");
+        else
+          dp.rx_lcores = std::move(lcores);
+      }
+    }
   }
+  if (queues && dp.rx_queues != 0 && dp.rx_queues < dp.rx_lcores.size())
+    ctx.error(queues->value, f.path("ports") + ".rx_queues",
+              "must be at least the number of RX lcores (" + std::to_string(dp.rx_lcores.size()) +
+                  "): each polls its own queues");
 }
 
 void load_drip(Ctx& ctx, const Fields& f, Drip& drip) {

@@ -770,6 +770,22 @@ TEST(Dataplane, PortsAndLcores) {
             "t.yaml:4:26: dataplane.lcores.drip: expected an integer, got '1.5'");
   EXPECT_EQ(error_of(kDp + "  lcores: { rx: 1, tx: 1 }\n"),
             "t.yaml:4:20: dataplane.lcores.tx: unknown key 'tx' (allowed: rx, drip)");
+  // RSS: several RX lcores, each its own, none the drip lcore; enough RX queues for them.
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: [1, 2, 1], drip: 3 }\n"),
+            "t.yaml:4:24: dataplane.lcores.rx[2]: lcore 1 is listed twice");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: [1, 2], drip: 2 }\n"),
+            "t.yaml:4:17: dataplane.lcores.rx: with several RX lcores the drip lcore (2) must be "
+            "another one");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: [], drip: 2 }\n"),
+            "t.yaml:4:17: dataplane.lcores.rx: expected 1 to 16 lcores, got 0");
+  EXPECT_EQ(error_of(kDp + "  lcores: { rx: [1, x], drip: 2 }\n"),
+            "t.yaml:4:21: dataplane.lcores.rx[1]: expected an integer, got 'x'");
+  EXPECT_EQ(error_of(kDp + "  ports: { client: 0, cluster: 1, rx_queues: 1 }\n" +
+                     "  lcores: { rx: [1, 2], drip: 3 }\n"),
+            "t.yaml:4:46: dataplane.ports.rx_queues: must be at least the number of RX lcores "
+            "(2): each polls its own queues");
+  EXPECT_EQ(error_of(kDp + "  ports: { client: 0, cluster: 1, rx_queues: 0 }\n"),
+            "t.yaml:4:46: dataplane.ports.rx_queues: must be between 1 and 1024, got 0");
   EXPECT_EQ(error_of(kDp + "  mbufs: 0\n"), "t.yaml:4:10: dataplane.mbufs: must be >= 1, got 0");
 }
 
@@ -1001,8 +1017,8 @@ global_gates:
   model: { llama-70b: { capacity: 201, refill_per_s: 101 } }
 dataplane:
   eal: ["-l", "2-3", "--vdev=net_ring0"]
-  ports: { client: 3, cluster: 2 }
-  lcores: { rx: 2, drip: 3 }
+  ports: { client: 3, cluster: 2, rx_queues: 4 }
+  lcores: { rx: [2, 4], drip: 3 }
   mbufs: 4095
   drip: { rate_pps: 12345.5, rate_bps: 1e9, batch: 4, max_catchup: 16 }
   classes:
@@ -1055,7 +1071,8 @@ dataplane:
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "2-3", "--vdev=net_ring0"}));
   EXPECT_EQ(dp.client_port, 3);
   EXPECT_EQ(dp.cluster_port, 2);
-  EXPECT_EQ(dp.rx_lcore, 2u);
+  EXPECT_EQ(dp.rx_lcores, (std::vector<unsigned>{2, 4}));
+  EXPECT_EQ(dp.rx_queues, 4);
   EXPECT_EQ(dp.drip_lcore, 3u);
   EXPECT_EQ(dp.mbufs, 4095u);
   EXPECT_EQ(dp.drip, (Drip{12345.5, 1e9, 4, 16}));

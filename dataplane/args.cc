@@ -44,7 +44,8 @@ ParseOutcome parse_args(int argc, char** argv) {
   app.add_option("--rate-bps", o.rate_bps, "Override dataplane.drip.rate_bps (0: unlimited)")
       ->check(CLI::Range(0.0, 1e12));
   app.add_option("--batch", o.batch, "Override dataplane.drip.batch")->check(CLI::Range(1, 64));
-  app.add_option("--rx-lcore", o.rx_lcore, "Override dataplane.lcores.rx");
+  app.add_option("--rx-lcore", o.rx_lcores, "Override dataplane.lcores.rx (a comma list: RSS)")
+      ->delimiter(',');
   app.add_option("--drip-lcore", o.drip_lcore, "Override dataplane.lcores.drip");
   app.add_option("--mbufs", o.mbufs, "Override dataplane.mbufs")
       ->check(CLI::Range(1023u, 1u << 24));
@@ -71,7 +72,7 @@ void apply_overrides(const Options& o, config::Dataplane& dp) {
   if (o.rate_pps) dp.drip.rate_pps = *o.rate_pps;
   if (o.rate_bps) dp.drip.rate_bps = *o.rate_bps;
   if (o.batch) dp.drip.batch = *o.batch;
-  if (o.rx_lcore) dp.rx_lcore = *o.rx_lcore;
+  if (!o.rx_lcores.empty()) dp.rx_lcores = o.rx_lcores;
   if (o.drip_lcore) dp.drip_lcore = *o.drip_lcore;
   if (o.mbufs) dp.mbufs = *o.mbufs;
 }

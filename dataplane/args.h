@@ -21,7 +21,8 @@ struct Options {
   std::optional<std::string> control_socket;
   std::optional<double> rate_pps, rate_bps;
   std::optional<uint32_t> batch;
-  std::optional<unsigned> rx_lcore, drip_lcore;
+  std::vector<unsigned> rx_lcores;  // empty: no override
+  std::optional<unsigned> drip_lcore;
   std::optional<uint32_t> mbufs;
   // Run control.
   double duration_s = 0;     // > 0: stop by itself after this long (benchmarks)

@@ -40,14 +40,14 @@ TEST(Args, EalReplaceDropsTheConfigList) {
 }
 
 TEST(Args, OverridesOnlyWhatIsGiven) {
-  auto r = parse(
-      {"--control-socket", "/tmp/x.sock", "--rx-lcore", "2", "--drip-lcore", "3", "--batch", "4"});
+  auto r = parse({"--control-socket", "/tmp/x.sock", "--rx-lcore", "2,4", "--drip-lcore", "3",
+                  "--batch", "4"});
   ASSERT_TRUE(r.options);
   config::Dataplane dp;
   dp.drip.rate_pps = 7;
   apply_overrides(*r.options, dp);
   EXPECT_EQ(dp.control_socket, "/tmp/x.sock");
-  EXPECT_EQ(dp.rx_lcore, 2u);
+  EXPECT_EQ(dp.rx_lcores, (std::vector<unsigned>{2, 4}));
   EXPECT_EQ(dp.drip_lcore, 3u);
   EXPECT_EQ(dp.drip.batch, 4u);
   EXPECT_EQ(dp.drip.rate_pps, 7);

@@ -42,38 +42,77 @@ struct Fastpath::RxOut {
   void reset() { n_shaped = n_pass = n_drop = n_rx = runs = 0; }
 };
 
+// One RX lcore's own state. Only that lcore touches it, but for the mailbox, which the main
+// lcore posts to.
+struct Fastpath::RxLane {
+  Fastpath* fp = nullptr;
+  unsigned lcore = 0;
+  std::vector<uint16_t> queues;                // the RX queues it polls, of both ports
+  uint16_t tx_queue = 0;                       // its own client-port TX queue (reverse path)
+  unsigned next_client = 0, next_cluster = 0;  // round robin over `queues`
+  rte_ring* ring = nullptr;                    // split layout: to the drip lcore
+  RxStats* stats = nullptr;
+  RxMailbox mailbox;
+  // Changed only through the mailbox.
+  const Classifier* classifier = nullptr;
+  config::UnknownFlows unknown = config::UnknownFlows::kDefault;
+};
+
+std::vector<std::vector<uint16_t>> rx_queues_by_lcore(uint16_t rx_queues, size_t n_lcores) {
+  std::vector<std::vector<uint16_t>> by(n_lcores);
+  for (uint16_t q = 0; q < rx_queues; ++q) by[q % n_lcores].push_back(q);
+  return by;
+}
+
 Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
                    const Classifier& classifier, Stats& stats)
-    : p_(p),
-      sched_(sched),
-      flows_(flows),
-      stats_(stats),
-      classifier_(&classifier),
-      unknown_(p.unknown) {
+    : p_(p), sched_(sched), flows_(flows), stats_(stats) {
   if (p_.unknown == config::UnknownFlows::kDefault &&
       (p_.default_cls < 0 || static_cast<unsigned>(p_.default_cls) >= sched_.num_classes()))
     throw std::invalid_argument("unknown_flows is 'default' but there is no class 'default'");
+  if (p_.rx_lcores.empty() || stats_.rx.size() != p_.rx_lcores.size())
+    throw std::invalid_argument("one RX counter block per RX lcore");
+  if (p_.rx_queues < p_.rx_lcores.size())
+    throw std::invalid_argument("fewer RX queues than RX lcores");
   margin_ticks_ = ns_to_ticks(150);
   prep_ticks_ = ns_to_ticks(250);
   rx_cost_fixed_ = ns_to_ticks(300);
   rx_cost_per_pkt_ = ns_to_ticks(60);
-  if (split()) {
-    std::string name = fmt::format("dg_handoff_{}", p_.rx_lcore);
-    ring_ = rte_ring_create_elem(name.c_str(), sizeof(Handoff), p_.ring_size, rte_socket_id(),
-                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (ring_ == nullptr)
-      throw std::runtime_error(
-          fmt::format("cannot create the hand-over ring: {}", rte_strerror(rte_errno)));
+  const auto queues = rx_queues_by_lcore(p_.rx_queues, p_.rx_lcores.size());
+  for (size_t i = 0; i < p_.rx_lcores.size(); ++i) {
+    auto lane = std::make_unique<RxLane>();
+    lane->fp = this;
+    lane->lcore = p_.rx_lcores[i];
+    lane->queues = queues[i];
+    lane->tx_queue = static_cast<uint16_t>(i);
+    lane->stats = &stats_.rx[i];
+    lane->classifier = &classifier;
+    lane->unknown = p_.unknown;
+    if (split()) {
+      std::string name = fmt::format("dg_handoff_{}", lane->lcore);
+      lane->ring = rte_ring_create_elem(name.c_str(), sizeof(Handoff), p_.ring_size,
+                                        rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
+      if (lane->ring == nullptr)
+        throw std::runtime_error(
+            fmt::format("cannot create the hand-over ring: {}", rte_strerror(rte_errno)));
+    }
+    lanes_.push_back(std::move(lane));
   }
 }
 
 Fastpath::~Fastpath() {
   if (launched_) stop_and_wait();
-  rte_ring_free(ring_);
+  for (auto& lane : lanes_) rte_ring_free(lane->ring);
+}
+
+std::vector<RxMailbox*> Fastpath::rx_mailboxes() {
+  std::vector<RxMailbox*> m;
+  for (auto& lane : lanes_) m.push_back(&lane->mailbox);
+  return m;
 }
 
 void Fastpath::launch() {
-  auto check = [](unsigned l, const char* what) {
+  auto check = [](unsigned l, const std::string& what) {
     if (l >= RTE_MAX_LCORE || !rte_lcore_is_enabled(l))
       throw std::runtime_error(fmt::format(
           "dataplane.lcores.{} = {} is not an lcore enabled in the EAL args (-l/--lcores)", what,
@@ -84,31 +123,59 @@ void Fastpath::launch() {
           "worker lcore",
           what, l));
   };
-  check(p_.rx_lcore, "rx");
+  // The loader checks these too; the command line's --rx-lcore/--drip-lcore are checked here.
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    const std::string what = lanes_.size() > 1 ? fmt::format("rx[{}]", i) : "rx";
+    check(lanes_[i]->lcore, what);
+    for (size_t j = 0; j < i; ++j)
+      if (lanes_[j]->lcore == lanes_[i]->lcore)
+        throw std::runtime_error(
+            fmt::format("dataplane.lcores.{}: lcore {} is listed twice", what, lanes_[i]->lcore));
+    if (lanes_.size() > 1 && lanes_[i]->lcore == p_.drip_lcore)
+      throw std::runtime_error(fmt::format(
+          "dataplane.lcores.{}: with several RX lcores the drip lcore ({}) must be another one",
+          what, p_.drip_lcore));
+  }
   check(p_.drip_lcore, "drip");
-  auto launch_one = [this](lcore_function_t* fn, unsigned l) {
-    if (int rc = rte_eal_remote_launch(fn, this, l); rc != 0)
+  auto launch_one = [](lcore_function_t* fn, void* arg, unsigned l) {
+    if (int rc = rte_eal_remote_launch(fn, arg, l); rc != 0)
       throw std::runtime_error(fmt::format("cannot launch lcore {}: {}", l, rte_strerror(-rc)));
   };
-  if (split()) {
-    launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_drip(); }, p_.drip_lcore);
+  if (!split()) {
+    launch_one(
+        [](void* a) {
+          auto* l = static_cast<RxLane*>(a);
+          return l->fp->run_single(*l);
+        },
+        lanes_[0].get(), lanes_[0]->lcore);
     launched_ = true;
+    return;
+  }
+  // Counted before any RX lcore runs, so the drip lcore cannot see zero too early.
+  rx_running_.store(static_cast<unsigned>(lanes_.size()), std::memory_order_release);
+  launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_drip(); }, this, p_.drip_lcore);
+  launched_ = true;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
     try {
-      launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_rx(); }, p_.rx_lcore);
+      launch_one(
+          [](void* a) {
+            auto* l = static_cast<RxLane*>(a);
+            return l->fp->run_rx(*l);
+          },
+          lanes_[i].get(), lanes_[i]->lcore);
     } catch (...) {
-      rx_done_.store(true, std::memory_order_release);  // lets the drip lcore finish
+      // The lanes not launched will never end by themselves: let the drip lcore finish.
+      rx_running_.fetch_sub(static_cast<unsigned>(lanes_.size() - i), std::memory_order_acq_rel);
+      running_.store(false, std::memory_order_release);
       throw;
     }
-  } else {
-    launch_one([](void* a) { return static_cast<Fastpath*>(a)->run_single(); }, p_.rx_lcore);
-    launched_ = true;
   }
 }
 
 void Fastpath::stop_and_wait() {
   running_.store(false, std::memory_order_release);
   if (!launched_) return;
-  rte_eal_wait_lcore(p_.rx_lcore);
+  for (auto& lane : lanes_) rte_eal_wait_lcore(lane->lcore);
   if (split()) rte_eal_wait_lcore(p_.drip_lcore);
   launched_ = false;
 }
@@ -201,12 +268,17 @@ void Fastpath::find_tagged(unsigned n, uint64_t now, Burst& b) {
   for (unsigned k = 0; k < n_keys; ++k) b.tagged[idx[k]] = found[k];
 }
 
-void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
+// One RX queue per call, in turn.
+void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   rte_mbuf* pkts[kBurst];
-  const unsigned n = rte_eth_rx_burst(p_.client_port, 0, pkts, static_cast<uint16_t>(max));
+  const uint16_t q = lane.queues[lane.next_client];
+  if (++lane.next_client == lane.queues.size()) lane.next_client = 0;
+  const unsigned n = rte_eth_rx_burst(p_.client_port, q, pkts, static_cast<uint16_t>(max));
   o.n_rx += n;
   if (n == 0) return;
-  stats_.rx.rx_client.add(n);
+  RxStats& st = *lane.stats;
+  const Classifier* const classifier = lane.classifier;
+  st.rx_client.add(n);
   const bool inline_pass = split();
   const unsigned first_shaped = o.n_shaped;
   // The counts in locals: o.shaped[] stores (uint32 fields) could alias o's counters and force
@@ -224,24 +296,24 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
     int cls = b.tagged[i];
     ParseStatus s = ParseStatus::kOk;
     if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
-      if (cls < 0) cls = classifier_->classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+      if (cls < 0) cls = classifier->classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
     } else {
       s = b.st[i];
-      if (s == ParseStatus::kOk && cls < 0) cls = classifier_->classify(b.pp[i]);
+      if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
     }
     bool pass = false;
     if (s == ParseStatus::kOk) [[likely]] {
       if (cls < 0) {
-        switch (unknown_) {
+        switch (lane.unknown) {
           case config::UnknownFlows::kDefault:
             cls = p_.default_cls;
             break;
           case config::UnknownFlows::kDrop:
-            stats_.rx.drop_unknown.add();
+            st.drop_unknown.add();
             o.drop[n_drop++] = m;
             continue;
           case config::UnknownFlows::kPass:
-            stats_.rx.pass_unknown.add();
+            st.pass_unknown.add();
             pass = true;
             break;
         }
@@ -249,11 +321,11 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
     } else if (s == ParseStatus::kNotIp) {
       cls = p_.non_ip_cls;
       if (cls < 0) {
-        stats_.rx.pass_non_ip.add();
+        st.pass_non_ip.add();
         pass = true;
       }
     } else {
-      stats_.rx.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
+      st.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
       o.drop[n_drop++] = m;
       continue;
     }
@@ -275,19 +347,19 @@ void Fastpath::rx_client(unsigned max, RxOut& o, uint64_t now) {
     const uint32_t cls = o.shaped[i].cls;
     unsigned j = i + 1;
     while (j < n_shaped && o.shaped[j].cls == cls) ++j;
-    if (cls != kPassCls) stats_.classes[cls].classified.add(j - i);
+    if (cls != kPassCls) st.classified[cls].add(j - i);
     ++o.runs;
     i = j;
   }
 }
 
-// Sends pkts on port's TX queue with up to kTxRetries retries, counts what left in `sent` and
+// Sends pkts on a port's TX queue with up to kTxRetries retries, counts what left in `sent` and
 // frees and counts the rest in `dropped`. Only the owner of that TX queue calls it.
-void Fastpath::send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter& sent_ctr,
-                            Counter& dropped) {
+void Fastpath::send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n,
+                            Counter& sent_ctr, Counter& dropped) {
   unsigned sent = 0;
   for (unsigned tries = 0; sent < n && tries <= kTxRetries; ++tries)
-    sent += rte_eth_tx_burst(port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
+    sent += rte_eth_tx_burst(port, queue, pkts + sent, static_cast<uint16_t>(n - sent));
   sent_ctr.add(sent);
   if (sent < n) {
     dropped.add(n - sent);
@@ -295,17 +367,21 @@ void Fastpath::send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter&
   }
 }
 
-void Fastpath::rx_reverse(unsigned max) {
+// One of the lane's cluster-port RX queues per call, in turn, to its own client-port TX queue.
+void Fastpath::rx_reverse(RxLane& lane, unsigned max) {
   rte_mbuf* pkts[kBurst];
-  const unsigned n = rte_eth_rx_burst(p_.cluster_port, 0, pkts, static_cast<uint16_t>(max));
+  const uint16_t q = lane.queues[lane.next_cluster];
+  if (++lane.next_cluster == lane.queues.size()) lane.next_cluster = 0;
+  const unsigned n = rte_eth_rx_burst(p_.cluster_port, q, pkts, static_cast<uint16_t>(max));
   if (n == 0) return;
-  stats_.rx.rx_cluster.add(n);
-  send_counted(p_.client_port, pkts, n, stats_.rx.reverse_tx, stats_.rx.reverse_drop_tx);
+  RxStats& st = *lane.stats;
+  st.rx_cluster.add(n);
+  send_counted(p_.client_port, lane.tx_queue, pkts, n, st.reverse_tx, st.reverse_drop_tx);
 }
 
 // Unshaped client->cluster frames; only ever called by the owner of the cluster TX queue.
 void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
-  send_counted(p_.cluster_port, pkts, n, stats_.rx.pass_tx, stats_.rx.pass_drop_tx);
+  send_counted(p_.cluster_port, 0, pkts, n, stats_.drip.pass_tx, stats_.drip.pass_drop_tx);
 }
 
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets
@@ -440,13 +516,13 @@ void Fastpath::check_drip_mailbox() {
 
 // Between bursts: no classify() is running, so the old classifier is no longer referenced once
 // this answers, and the main lcore may free it.
-void Fastpath::check_rx_mailbox() {
-  rx_mailbox_.poll([this](const RxChange& r) {
+void Fastpath::check_rx_mailbox(RxLane& lane) {
+  lane.mailbox.poll([this, &lane](const RxChange& r) {
     if (r.classifier == nullptr ||
         (r.unknown == config::UnknownFlows::kDefault && p_.default_cls < 0))
       return MailboxResult{false, "unknown_flows is 'default' but there is no class 'default'"};
-    classifier_ = r.classifier;
-    unknown_ = r.unknown;
+    lane.classifier = r.classifier;
+    lane.unknown = r.unknown;
     return MailboxResult{true, {}};
   });
 }
@@ -468,13 +544,13 @@ void Fastpath::drain_and_free() {
   sched_.drain([](const Item& it) { rte_pktmbuf_free(static_cast<rte_mbuf*>(it.pkt)); });
 }
 
-int Fastpath::run_single() {
+int Fastpath::run_single(RxLane& lane) {
   const unsigned lcore = rte_lcore_id();
   flows_.register_reader(lcore);
   RxOut out;
   while (running_.load(std::memory_order_relaxed)) {
     check_drip_mailbox();
-    check_rx_mailbox();
+    check_rx_mailbox(lane);
     uint64_t now = rte_rdtsc();
     const uint64_t nd = sched_.next_departure();
     unsigned max;
@@ -494,12 +570,12 @@ int Fastpath::run_single() {
       continue;
     }
     out.reset();
-    rx_client(max, out, now);
+    rx_client(lane, max, out, now);
     flows_.quiescent(lcore);
     enqueue_shaped(out.shaped, out.n_shaped, out.runs <= 1);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
-    rx_reverse(max);
+    rx_reverse(lane, max);
     const uint64_t after = rte_rdtsc();
     note_rx_cost(after - now, out.n_rx);
     // What was just queued is often due at once (always at unlimited rate): send it in this
@@ -513,29 +589,29 @@ int Fastpath::run_single() {
   return 0;
 }
 
-int Fastpath::run_rx() {
+int Fastpath::run_rx(RxLane& lane) {
   const unsigned lcore = rte_lcore_id();
   flows_.register_reader(lcore);
   RxOut out;
   while (running_.load(std::memory_order_relaxed)) {
-    check_rx_mailbox();
+    check_rx_mailbox(lane);
     const uint64_t now = rte_rdtsc();
     out.reset();
-    rx_client(kBurst, out, now);
+    rx_client(lane, kBurst, out, now);
     flows_.quiescent(lcore);
     if (out.n_shaped) {
-      const unsigned q =
-          rte_ring_sp_enqueue_burst_elem(ring_, out.shaped, sizeof(Handoff), out.n_shaped, nullptr);
+      const unsigned q = rte_ring_sp_enqueue_burst_elem(lane.ring, out.shaped, sizeof(Handoff),
+                                                        out.n_shaped, nullptr);
       for (unsigned i = q; i < out.n_shaped; ++i)
         out.drop[out.n_drop++] = static_cast<rte_mbuf*>(out.shaped[i].pkt);
-      stats_.rx.drop_ring.add(out.n_shaped - q);
+      lane.stats->drop_ring.add(out.n_shaped - q);
     }
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
-    rx_reverse(kBurst);
+    rx_reverse(lane, kBurst);
   }
   flows_.quiescent(lcore);
   flows_.unregister_reader(lcore);
-  rx_done_.store(true, std::memory_order_release);
+  rx_running_.fetch_sub(1, std::memory_order_acq_rel);
   return 0;
 }
 
@@ -557,8 +633,16 @@ int Fastpath::run_drip() {
       while (rte_rdtsc() + prep_ticks_ < nd) rte_pause();
       continue;
     }
-    const bool rx_finished = rx_done_.load(std::memory_order_acquire);
-    const unsigned n = rte_ring_sc_dequeue_burst_elem(ring_, h, sizeof(Handoff), max, nullptr);
+    // Read before the rings: once it is zero, whatever the RX lcores handed over is in them.
+    const bool rx_finished = rx_running_.load(std::memory_order_acquire) == 0;
+    // One ring per pass, the first non-empty one from next_lane_ on, which then moves past it:
+    // under overload every RX lcore gets its turn.
+    unsigned n = 0;
+    for (size_t k = 0; k < lanes_.size() && n == 0; ++k) {
+      RxLane& lane = *lanes_[next_lane_];
+      if (++next_lane_ == lanes_.size()) next_lane_ = 0;
+      n = rte_ring_sc_dequeue_burst_elem(lane.ring, h, sizeof(Handoff), max, nullptr);
+    }
     if (n) {
       enqueue_shaped(h, n);
       note_rx_cost(rte_rdtsc() - now, n);

@@ -1,16 +1,20 @@
 // The worker loops. Two layouts:
 //  * single: one worker lcore receives from both ports, parses, classifies, enqueues into the
 //    scheduler, drips toward the cluster port and forwards the reverse path;
-//  * split: an RX lcore receives, parses and classifies, and hands packets to the drip lcore
-//    through one single-producer/single-consumer rte_ring; the drip lcore owns the scheduler
-//    and is the only user of the cluster port's TX queue (unshaped client->cluster frames go
-//    through the ring too). The RX lcore owns the client port's TX queue (reverse path).
+//  * split: one or more RX lcores (RSS spreads the client port's flows over their RX queues)
+//    receive, parse and classify, and each hands packets to the drip lcore through its own
+//    single-producer/single-consumer rte_ring; the drip lcore owns the scheduler and is the
+//    only user of the cluster port's TX queue (unshaped client->cluster frames go through the
+//    rings too). Each RX lcore also forwards the reverse path from its cluster-port RX queues
+//    to its own client-port TX queue.
 // Per packet: no syscalls, locks, allocation or logging. Every mbuf is sent or freed, and counted.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "dataplane/classify.h"
@@ -27,14 +31,18 @@ namespace dripgate::dataplane {
 struct FastpathParams {
   uint16_t client_port = 0;
   uint16_t cluster_port = 1;
-  unsigned rx_lcore = 1;
+  std::vector<unsigned> rx_lcores{1};
   unsigned drip_lcore = 1;
+  uint16_t rx_queues = 1;  // per port; RX lcore i polls queues i, i + n, ... (n RX lcores)
   config::UnknownFlows unknown = config::UnknownFlows::kDefault;
   int default_cls = -1;  // for unknown_flows: default
   int non_ip_cls = -1;   // >= 0: shape non-IP frames in this class instead of passing them
   uint32_t drain_ms = 2000;
-  uint32_t ring_size = 4096;  // split layout hand-over ring
+  uint32_t ring_size = 4096;  // split layout: each RX lcore's hand-over ring
 };
+
+// RX queue q of a port belongs to RX lcore q % n_lcores: the queues each lcore polls, in order.
+std::vector<std::vector<uint16_t>> rx_queues_by_lcore(uint16_t rx_queues, size_t n_lcores);
 
 class Fastpath {
  public:
@@ -44,7 +52,7 @@ class Fastpath {
   Fastpath(const Fastpath&) = delete;
   Fastpath& operator=(const Fastpath&) = delete;
 
-  bool split() const { return p_.rx_lcore != p_.drip_lcore; }
+  bool split() const { return p_.rx_lcores.size() > 1 || p_.rx_lcores[0] != p_.drip_lcore; }
   // Starts the worker lcore(s); throws when an lcore cannot be launched.
   void launch();
   // Stops receiving; the drip side sends what is queued for up to drain_ms, then frees the rest
@@ -56,15 +64,17 @@ class Fastpath {
   // layout. The classifier passed to the constructor, and each one posted later, must live
   // until the RX lcore has answered the post that replaces it.
   DripMailbox& drip_mailbox() { return drip_mailbox_; }
-  RxMailbox& rx_mailbox() { return rx_mailbox_; }
+  // One per RX lcore, in dataplane.lcores.rx order; a reload posts to each.
+  std::vector<RxMailbox*> rx_mailboxes();
 
   // Implementation, public for the lcore entry points.
   // One received packet on its way to the scheduler (pkt is the rte_mbuf*; cls kPassCls: send
   // unshaped). The scheduler's own record, so a burst is queued with enqueue_burst, no copy.
   using Handoff = EnqueueReq;
   static constexpr uint32_t kPassCls = UINT32_MAX;
-  int run_single();
-  int run_rx();
+  struct RxLane;
+  int run_single(RxLane& lane);
+  int run_rx(RxLane& lane);
   int run_drip();
 
  private:
@@ -89,16 +99,17 @@ class Fastpath {
   unsigned budget(uint64_t slack) const;
   void parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b);
   void find_tagged(unsigned n, uint64_t now, Burst& b);
-  void rx_client(unsigned max, RxOut& out, uint64_t now);
-  void rx_reverse(unsigned max);
-  void send_counted(uint16_t port, rte_mbuf** pkts, unsigned n, Counter& sent, Counter& dropped);
+  void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
+  void rx_reverse(RxLane& lane, unsigned max);
+  void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
+                    Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
   // one_class: the caller knows in[] holds one class (no grouping needed).
   void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
   void check_drip_mailbox();
-  void check_rx_mailbox();
+  void check_rx_mailbox(RxLane& lane);
   void drain_and_free();
   void note_rx_cost(uint64_t ticks, unsigned pkts);
 
@@ -107,15 +118,12 @@ class Fastpath {
   FlowTable& flows_;
   Stats& stats_;
   DripMailbox drip_mailbox_;
-  RxMailbox rx_mailbox_;
-  // RX-owner state, changed only through rx_mailbox_.
-  const Classifier* classifier_;
-  config::UnknownFlows unknown_;
-  rte_ring* ring_ = nullptr;
+  std::vector<std::unique_ptr<RxLane>> lanes_;
   bool launched_ = false;
 
   alignas(64) std::atomic<bool> running_{true};
-  std::atomic<bool> rx_done_{false};
+  std::atomic<unsigned> rx_running_{0};  // RX lcores launched and not yet returned
+  unsigned next_lane_ = 0;               // drip lcore: the ring it dequeues from first
   // Drip-owner state: the cost of an RX pass per packet (ticks), a decaying maximum, so the
   // worker only receives when the next departure is far enough away.
   uint64_t rx_cost_per_pkt_ = 0;

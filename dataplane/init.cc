@@ -69,17 +69,33 @@ uint32_t MbufPool::available() const {
   return rte_mempool_avail_count(pool_);
 }
 
-Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_desc, uint16_t tx_desc) : id_(id) {
+Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_queues, uint16_t tx_queues, uint16_t rx_desc,
+           uint16_t tx_desc)
+    : id_(id) {
   if (!rte_eth_dev_is_valid_port(id))
     throw std::runtime_error(fmt::format(
         "port {} does not exist ({} ports available; add --vdev or a PCI device to dataplane.eal)",
         id, rte_eth_dev_count_avail()));
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(id, &info); rc != 0) fail(fmt::format("port {} info", id), rc);
+  if (rx_queues > info.max_rx_queues || tx_queues > info.max_tx_queues)
+    throw std::runtime_error(fmt::format(
+        "port {} ({}) has {} RX and {} TX queues; needed: {} RX (dataplane.ports.rx_queues) and "
+        "{} TX (one per RX lcore on the client port, for the reverse path)",
+        id, name(), info.max_rx_queues, info.max_tx_queues, rx_queues, tx_queues));
   rte_eth_conf conf{};
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
-  if (int rc = rte_eth_dev_configure(id, 1, 1, &conf); rc != 0)
+  if (rx_queues > 1) {
+    // The flow's addresses and ports, so one flow stays on one queue (one RX lcore: in order).
+    const uint64_t hf =
+        (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
+    if (hf != 0) {
+      conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+      conf.rx_adv_conf.rss_conf.rss_hf = hf;
+    }
+  }
+  if (int rc = rte_eth_dev_configure(id, rx_queues, tx_queues, &conf); rc != 0)
     fail(fmt::format("port {} configure", id), rc);
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(id, &rx_desc, &tx_desc); rc != 0)
     fail(fmt::format("port {} descriptors", id), rc);
@@ -87,13 +103,16 @@ Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_desc, uint16_t tx_desc) :
   if (socket < 0) socket = SOCKET_ID_ANY;
   rte_eth_rxconf rxq = info.default_rxconf;
   rxq.offloads = conf.rxmode.offloads;
-  if (int rc = rte_eth_rx_queue_setup(id, 0, rx_desc, static_cast<unsigned>(socket), &rxq, pool);
-      rc != 0)
-    fail(fmt::format("port {} rx queue", id), rc);
+  for (uint16_t q = 0; q < rx_queues; ++q)
+    if (int rc = rte_eth_rx_queue_setup(id, q, rx_desc, static_cast<unsigned>(socket), &rxq, pool);
+        rc != 0)
+      fail(fmt::format("port {} rx queue {}", id, q), rc);
   rte_eth_txconf txq = info.default_txconf;
   txq.offloads = conf.txmode.offloads;
-  if (int rc = rte_eth_tx_queue_setup(id, 0, tx_desc, static_cast<unsigned>(socket), &txq); rc != 0)
-    fail(fmt::format("port {} tx queue", id), rc);
+  for (uint16_t q = 0; q < tx_queues; ++q)
+    if (int rc = rte_eth_tx_queue_setup(id, q, tx_desc, static_cast<unsigned>(socket), &txq);
+        rc != 0)
+      fail(fmt::format("port {} tx queue {}", id, q), rc);
   if (int rc = rte_eth_dev_start(id); rc != 0) fail(fmt::format("port {} start", id), rc);
   started_ = true;
   // A bump in the wire forwards frames for any MAC; not every PMD supports it (net_null).

@@ -37,11 +37,14 @@ class MbufPool {
   rte_mempool* pool_ = nullptr;
 };
 
-// One ethdev with 1 RX and 1 TX queue, promiscuous, started. stop() is idempotent; the
+// One ethdev, promiscuous, started, with rx_queues RX queues (RSS over IPv4/IPv6 addresses and
+// ports when there are several and the device hashes; a device that does not, such as a
+// virtual one, spreads frames its own way) and tx_queues TX queues. stop() is idempotent; the
 // destructor stops and closes (which frees whatever the PMD still holds in its rings).
 class Port {
  public:
-  Port(uint16_t id, rte_mempool* pool, uint16_t rx_desc = 1024, uint16_t tx_desc = 1024);
+  Port(uint16_t id, rte_mempool* pool, uint16_t rx_queues = 1, uint16_t tx_queues = 1,
+       uint16_t rx_desc = 1024, uint16_t tx_desc = 1024);
   ~Port();
   Port(const Port&) = delete;
   Port& operator=(const Port&) = delete;

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 
+#include <fmt/ranges.h>
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -128,7 +129,9 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
 
   const uint64_t hz = rte_get_tsc_hz();
   sched = std::make_unique<dg::Scheduler>(dp.drip, dp.classes, hz);
-  stats = std::make_unique<dg::Stats>(sched.get(), cause_names(), hz, rte_rdtsc());
+  const auto n_rx = static_cast<uint16_t>(dp.rx_lcores.size());
+  const uint16_t rx_queues = dp.rx_queues ? dp.rx_queues : n_rx;
+  stats = std::make_unique<dg::Stats>(sched.get(), cause_names(), hz, rte_rdtsc(), n_rx);
   dg::register_telemetry(stats.get());
 
   dg::FlowTableParams fp;
@@ -144,16 +147,20 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
     throw std::runtime_error("dataplane.ports: client and cluster must be different ports");
   dg::MbufPool pool("dg_mbufs", dp.mbufs, static_cast<int>(rte_socket_id()));
   stats->mbufs_total = pool.size();
-  dg::Port client(dp.client_port, pool.get());
-  dg::Port cluster(dp.cluster_port, pool.get());
+  // The client port: RSS over rx_queues, one TX queue per RX lcore (the reverse path). The
+  // cluster port: as many RX queues (the reverse path, spread the same way), one TX queue (the
+  // drip lcore's).
+  dg::Port client(dp.client_port, pool.get(), rx_queues, n_rx);
+  dg::Port cluster(dp.cluster_port, pool.get(), rx_queues, 1);
   spdlog::info("ports: client {} ({}), cluster {} ({})", client.id(), client.name(), cluster.id(),
                cluster.name());
 
   dg::FastpathParams params;
   params.client_port = dp.client_port;
   params.cluster_port = dp.cluster_port;
-  params.rx_lcore = dp.rx_lcore;
+  params.rx_lcores = dp.rx_lcores;
   params.drip_lcore = dp.drip_lcore;
+  params.rx_queues = rx_queues;
   params.unknown = dp.unknown_flows;
   params.default_cls = sched->find_class("default");
   params.drain_ms = opt.drain_ms;
@@ -163,7 +170,7 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
       throw std::runtime_error("--shape-non-ip: no class named '" + opt.shape_non_ip + "'");
   }
   dg::Fastpath fastpath(params, *sched, *flows, *classifier, *stats);
-  dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailbox(), dp,
+  dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailboxes(), dp,
                         std::move(classifier));
 
   dg::ControlSocket control(dp.control_socket,
@@ -171,10 +178,10 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
                                                sched.get(), &tsc_now}));
   fastpath.launch();
   spdlog::info(
-      "running: {} layout (rx lcore {}, drip lcore {}), port rate {} pps / {} bps, "
-      "control socket {}",
-      fastpath.split() ? "split" : "single-worker", dp.rx_lcore, dp.drip_lcore, dp.drip.rate_pps,
-      dp.drip.rate_bps, dp.control_socket);
+      "running: {} layout (rx lcores {}, {} RX queues, drip lcore {}), port rate {} pps / {} "
+      "bps, control socket {}",
+      fastpath.split() ? "split" : "single-worker", fmt::join(dp.rx_lcores, ","), rx_queues,
+      dp.drip_lcore, dp.drip.rate_pps, dp.drip.rate_bps, dp.control_socket);
   std::fflush(stdout);
 
   using clock = std::chrono::steady_clock;

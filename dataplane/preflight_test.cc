@@ -39,7 +39,7 @@ class Tree {
 config::Dataplane appliance() {
   config::Dataplane dp;
   dp.eal = {"-l", "0,2,3", "-a", "0000:3b:00.0", "-a", "0000:3b:00.1", "--in-memory"};
-  dp.rx_lcore = 2;
+  dp.rx_lcores = {2};
   dp.drip_lcore = 3;
   return dp;
 }

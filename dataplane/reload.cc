@@ -35,8 +35,10 @@ std::vector<std::string> restart_fields(const config::Dataplane& a, const config
     if (d) f.push_back(std::move(name));
   };
   differ(a.eal != b.eal, "dataplane.eal");
-  differ(a.client_port != b.client_port || a.cluster_port != b.cluster_port, "dataplane.ports");
-  differ(a.rx_lcore != b.rx_lcore || a.drip_lcore != b.drip_lcore, "dataplane.lcores");
+  differ(a.client_port != b.client_port || a.cluster_port != b.cluster_port ||
+             a.rx_queues != b.rx_queues,
+         "dataplane.ports");
+  differ(a.rx_lcores != b.rx_lcores || a.drip_lcore != b.drip_lcore, "dataplane.lcores");
   differ(a.mbufs != b.mbufs, "dataplane.mbufs");
   differ(a.flow_table_size != b.flow_table_size, "dataplane.flow_table_size");
   differ(a.control_socket != b.control_socket, "dataplane.control_socket");
@@ -45,11 +47,11 @@ std::vector<std::string> restart_fields(const config::Dataplane& a, const config
   return f;
 }
 
-Reloader::Reloader(Scheduler& sched, DripMailbox& drip, RxMailbox& rx, config::Dataplane running,
-                   std::unique_ptr<Classifier> classifier)
+Reloader::Reloader(Scheduler& sched, DripMailbox& drip, std::vector<RxMailbox*> rx,
+                   config::Dataplane running, std::unique_ptr<Classifier> classifier)
     : sched_(sched),
       drip_(drip),
-      rx_(rx),
+      rx_(std::move(rx)),
       running_(std::move(running)),
       classifier_(std::move(classifier)) {}
 
@@ -62,7 +64,9 @@ Reloader::Outcome Reloader::reload(const config::Dataplane& next,
   if (!out.restart.empty()) return out;
   Judgement j = judge(next, sched_.tsc_hz());
   out.errors = std::move(j.errors);
-  if (!drip_.idle() || !rx_.idle())
+  bool idle = drip_.idle();
+  for (const RxMailbox* m : rx_) idle = idle && m->idle();
+  if (!idle)
     out.errors.push_back("a previous change is still pending (a worker lcore is not answering)");
   auto reconfig = std::make_unique<SchedulerReconfig>();
   if (out.errors.empty()) {
@@ -80,14 +84,22 @@ Reloader::Outcome Reloader::reload(const config::Dataplane& next,
     return out;
   }
   reconfig.reset();  // now holds the rings replaced by larger ones
-  const bool answered = rx_.post_and_wait({j.classifier.get(), next.unknown_flows}, &res, timeout);
-  if (!answered || !res.ok) {
-    if (!answered) unanswered_classifiers_.push_back(std::move(j.classifier));
-    out.errors.push_back("rx lcore: " + res.error +
-                         "; the drip part (rates, weights, depths, TTLs) was applied");
-    return out;
+  // Each RX lcore in turn: between two answers the lcores classify by different rules for a
+  // moment, as a single lcore does between two bursts.
+  for (size_t i = 0; i < rx_.size(); ++i) {
+    const bool answered =
+        rx_[i]->post_and_wait({j.classifier.get(), next.unknown_flows}, &res, timeout);
+    if (!answered || !res.ok) {
+      // Lcore i may still take the new rules, and those before it did: they stay alive (the
+      // old ones too, in classifier_, for the lcores after it).
+      if (!answered || i > 0) unanswered_classifiers_.push_back(std::move(j.classifier));
+      out.errors.push_back(
+          (rx_.size() > 1 ? "rx lcore " + std::to_string(i) : std::string("rx lcore")) + ": " +
+          res.error + "; the drip part (rates, weights, depths, TTLs) was applied");
+      return out;
+    }
   }
-  classifier_ = std::move(j.classifier);  // the RX lcore no longer uses the old one: freed
+  classifier_ = std::move(j.classifier);  // no RX lcore uses the old one now: freed
   running_ = next;
   out.applied = true;
   return out;

@@ -45,8 +45,9 @@ class Reloader {
   };
 
   // running: the configuration in force; classifier: the rules the RX side uses now.
-  Reloader(Scheduler& sched, DripMailbox& drip, RxMailbox& rx, config::Dataplane running,
-           std::unique_ptr<Classifier> classifier);
+  // rx: one mailbox per RX lcore.
+  Reloader(Scheduler& sched, DripMailbox& drip, std::vector<RxMailbox*> rx,
+           config::Dataplane running, std::unique_ptr<Classifier> classifier);
   ~Reloader();
   Reloader(const Reloader&) = delete;
   Reloader& operator=(const Reloader&) = delete;
@@ -55,7 +56,7 @@ class Reloader {
   const Classifier& classifier() const { return *classifier_; }
 
   // Applies `next` whole, or nothing of it: restart-only fields or any problem refuse it before
-  // anything is posted. Then the scheduler's owner takes its part, then the RX lcore the new
+  // anything is posted. Then the scheduler's owner takes its part, then each RX lcore the new
   // rules; the replaced classifier and queue rings are freed here, after the answers. Only a
   // worker lcore that does not answer within `timeout` can leave a change half done (said in
   // the errors; the objects it may still use are kept until this object goes).
@@ -64,7 +65,7 @@ class Reloader {
  private:
   Scheduler& sched_;
   DripMailbox& drip_;
-  RxMailbox& rx_;
+  std::vector<RxMailbox*> rx_;
   config::Dataplane running_;
   std::unique_ptr<Classifier> classifier_;
   // Posted but never answered: the owner may take them late, so they live on.

@@ -137,7 +137,7 @@ TEST(Reload, ValidReloadAppliesLiveAndLosesNoQueuedPacket) {
   for (uint64_t i = 1; i <= 20; ++i) ASSERT_TRUE(sched.enqueue(1, pkt(i), 100, 0));
   Judgement j = judge(dp, kHz);
   Worker w(sched, j.classifier.get());
-  Reloader reloader(sched, w.drip, w.rx, dp, std::move(j.classifier));
+  Reloader reloader(sched, w.drip, {&w.rx}, dp, std::move(j.classifier));
   const Classifier* before = &reloader.classifier();
   EXPECT_EQ(before->classify(packet("10.1.2.3")), Classifier::kNoMatch);
   std::thread lcore([&] { w.run(); });
@@ -176,7 +176,7 @@ TEST(Reload, RefusedReloadsChangeNothing) {
   Scheduler sched(dp.drip, dp.classes, kHz);
   Judgement j = judge(dp, kHz);
   Worker w(sched, j.classifier.get());
-  Reloader reloader(sched, w.drip, w.rx, dp, std::move(j.classifier));
+  Reloader reloader(sched, w.drip, {&w.rx}, dp, std::move(j.classifier));
   std::thread lcore([&] { w.run(); });
 
   // A live change together with a restart-only one: all or nothing, so nothing.
@@ -219,7 +219,7 @@ TEST(Reload, AWorkerThatDoesNotAnswerBlocksTheNextReload) {
   Scheduler sched(dp.drip, dp.classes, kHz);
   Judgement j = judge(dp, kHz);
   Worker w(sched, j.classifier.get());
-  Reloader reloader(sched, w.drip, w.rx, dp, std::move(j.classifier));
+  Reloader reloader(sched, w.drip, {&w.rx}, dp, std::move(j.classifier));
   config::Dataplane next = dp;
   next.drip.rate_pps = 4000;
   // Nobody polls: the drip part is not taken in time, and nothing else is posted.
@@ -241,6 +241,52 @@ TEST(Reload, AWorkerThatDoesNotAnswerBlocksTheNextReload) {
   w.stop = true;
   lcore.join();
   EXPECT_EQ(sched.port_rate().rate_pps, 2000);
+}
+
+// RSS: every RX lcore gets the new rules; one that does not answer in time keeps the reload
+// from completing, and the rules it may still take stay alive.
+TEST(Reload, EachRxLcoreTakesTheNewRules) {
+  const config::Dataplane dp = base();
+  Scheduler sched(dp.drip, dp.classes, kHz);
+  Judgement j = judge(dp, kHz);
+  Worker w(sched, j.classifier.get());
+  RxMailbox second;  // a second RX lcore's mailbox, polled by a thread of its own
+  const Classifier* second_uses = j.classifier.get();
+  std::atomic<bool> second_polls{true}, second_stop{false};
+  std::thread lcore([&] { w.run(); });
+  std::thread rx2([&] {
+    while (!second_stop.load()) {
+      if (second_polls.load())
+        second.poll([&](const RxChange& r) {
+          second_uses = r.classifier;
+          return MailboxResult{true, {}};
+        });
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  Reloader reloader(sched, w.drip, {&w.rx, &second}, dp, std::move(j.classifier));
+  config::Dataplane next = dp;
+  next.classify.push_back(rule("10.1.0.0/16", "gold"));
+  Reloader::Outcome o = reloader.reload(next, kWait);
+  EXPECT_TRUE(o.applied) << (o.errors.empty() ? "" : o.errors.front());
+  EXPECT_EQ(w.classifier, &reloader.classifier());
+  EXPECT_EQ(second_uses, &reloader.classifier());
+
+  second_polls = false;  // the second RX lcore stops answering
+  next.classify.push_back(rule("10.2.0.0/16", "gold"));
+  o = reloader.reload(next, 5ms);
+  EXPECT_FALSE(o.applied);
+  ASSERT_EQ(o.errors.size(), 1u);
+  EXPECT_NE(o.errors[0].find("rx lcore 1: "), std::string::npos) << o.errors[0];
+  EXPECT_NE(w.classifier, &reloader.classifier()) << "the first took the new rules";
+  EXPECT_EQ(second_uses, &reloader.classifier()) << "the second still has the old ones";
+  second_polls = true;  // it answers late, taking rules the reloader kept alive
+  while (!second.idle()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(second_uses, w.classifier);
+  second_stop = true;
+  rx2.join();
+  w.stop = true;
+  lcore.join();
 }
 
 }  // namespace

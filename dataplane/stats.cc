@@ -39,20 +39,45 @@ nlohmann::json hist_json(const LatencyHist& h) {
   return j;
 }
 
-Stats::Stats(const Scheduler* s, std::vector<std::string> causes, uint64_t hz, uint64_t start)
+Stats::Stats(const Scheduler* s, std::vector<std::string> causes, uint64_t hz, uint64_t start,
+             unsigned rx_lcores)
     : malformed_names(std::move(causes)),
       classes(s->num_classes()),
       sched(s),
+      rx(rx_lcores),
       drip(hz),
       tsc_hz(hz),
       start_tsc(start) {
   if (malformed_names.size() > static_cast<size_t>(RxStats::kMaxCauses))
     malformed_names.resize(RxStats::kMaxCauses);
+  for (RxStats& r : rx) r.classified = std::vector<Counter>(s->num_classes());
+}
+
+RxTotals Stats::rx_totals() const {
+  RxTotals t;
+  for (const RxStats& r : rx) {
+    t.rx_client += r.rx_client.get();
+    t.rx_cluster += r.rx_cluster.get();
+    t.pass_non_ip += r.pass_non_ip.get();
+    t.pass_unknown += r.pass_unknown.get();
+    t.drop_unknown += r.drop_unknown.get();
+    t.drop_ring += r.drop_ring.get();
+    t.reverse_tx += r.reverse_tx.get();
+    t.reverse_drop_tx += r.reverse_drop_tx.get();
+    for (size_t i = 0; i < t.malformed.size(); ++i) t.malformed[i] += r.malformed[i].get();
+  }
+  return t;
+}
+
+uint64_t Stats::classified(unsigned cls) const {
+  uint64_t n = 0;
+  for (const RxStats& r : rx) n += r.classified[cls].get();
+  return n;
 }
 
 uint64_t Stats::malformed_total() const {
   uint64_t n = 0;
-  for (const auto& c : rx.malformed) n += c.get();
+  for (uint64_t c : rx_totals().malformed) n += c;
   return n;
 }
 
@@ -60,7 +85,7 @@ Stats::Totals Stats::totals() const {
   Totals t;
   for (unsigned i = 0; i < classes.size(); ++i) {
     ClassStats s = sched->class_stats(i);
-    t.classified += classes[i].classified.get();
+    t.classified += classified(i);
     t.enqueued += s.enq_packets;
     t.tx += classes[i].tx_pkts.get();
     t.tx_bytes += classes[i].tx_bytes.get();
@@ -86,7 +111,7 @@ nlohmann::json Stats::class_json(unsigned cls) const {
   const ClassStats s = sched->class_stats(cls);
   const config::DripRate rate = sched->class_rate(cls);
   return {{"name", sched->class_name(cls)},
-          {"classified", c.classified.get()},
+          {"classified", classified(cls)},
           {"enqueued", s.enq_packets},
           {"released", s.tx_packets},
           {"tx_pkts", c.tx_pkts.get()},
@@ -107,26 +132,33 @@ nlohmann::json Stats::to_json() const {
   for (unsigned cls = 0; cls < classes.size(); ++cls)
     by_class[sched->class_name(cls)] = class_json(cls);
   Totals t = totals();
+  const RxTotals rt = rx_totals();
   nlohmann::json malformed = nlohmann::json::object();
   for (size_t i = 0; i < malformed_names.size(); ++i) {
     if (malformed_names[i].empty()) continue;
-    malformed[malformed_names[i]] = rx.malformed[i].get();
+    malformed[malformed_names[i]] = rt.malformed[i];
   }
   j["classes"] = std::move(by_class);
-  j["rx"] = {{"client", rx.rx_client.get()}, {"cluster", rx.rx_cluster.get()}};
+  j["rx"] = {{"client", rt.rx_client}, {"cluster", rt.rx_cluster}};
+  if (rx.size() > 1) {  // RSS: what each RX lcore received (how evenly RSS spreads)
+    nlohmann::json per = nlohmann::json::array();
+    for (const RxStats& r : rx)
+      per.push_back({{"client", r.rx_client.get()}, {"cluster", r.rx_cluster.get()}});
+    j["rx"]["per_lcore"] = std::move(per);
+  }
   j["tx"] = {{"shaped", t.tx},
              {"shaped_bytes", t.tx_bytes},
-             {"pass_non_ip", rx.pass_non_ip.get()},
-             {"pass_unknown", rx.pass_unknown.get()},
-             {"pass_sent", rx.pass_tx.get()},
-             {"reverse", rx.reverse_tx.get()}};
+             {"pass_non_ip", rt.pass_non_ip},
+             {"pass_unknown", rt.pass_unknown},
+             {"pass_sent", drip.pass_tx.get()},
+             {"reverse", rt.reverse_tx}};
   j["drops"] = {{"depth", t.depth},
                 {"ttl", t.ttl},
                 {"tx_full", t.drop_tx},
-                {"pass_tx_full", rx.pass_drop_tx.get()},
-                {"reverse_tx_full", rx.reverse_drop_tx.get()},
-                {"unknown", rx.drop_unknown.get()},
-                {"ring", rx.drop_ring.get()},
+                {"pass_tx_full", drip.pass_drop_tx.get()},
+                {"reverse_tx_full", rt.reverse_drop_tx},
+                {"unknown", rt.drop_unknown},
+                {"ring", rt.drop_ring},
                 {"shutdown", t.drained},
                 {"malformed", malformed_total()},
                 {"malformed_by_cause", std::move(malformed)}};
@@ -159,18 +191,19 @@ int tel_stats(const char*, const char*, rte_tel_data* d) {
   if (g_stats == nullptr) return -EAGAIN;
   const Stats& s = *g_stats;
   Stats::Totals t = s.totals();
+  const RxTotals rx = s.rx_totals();
   rte_tel_data_start_dict(d);
-  add_u64(d, "rx_client", s.rx.rx_client.get());
-  add_u64(d, "rx_cluster", s.rx.rx_cluster.get());
+  add_u64(d, "rx_client", rx.rx_client);
+  add_u64(d, "rx_cluster", rx.rx_cluster);
   add_u64(d, "tx_shaped", t.tx);
-  add_u64(d, "tx_pass_non_ip", s.rx.pass_non_ip.get());
-  add_u64(d, "tx_pass_unknown", s.rx.pass_unknown.get());
-  add_u64(d, "tx_reverse", s.rx.reverse_tx.get());
+  add_u64(d, "tx_pass_non_ip", rx.pass_non_ip);
+  add_u64(d, "tx_pass_unknown", rx.pass_unknown);
+  add_u64(d, "tx_reverse", rx.reverse_tx);
   add_u64(d, "drop_depth", t.depth);
   add_u64(d, "drop_ttl", t.ttl);
-  add_u64(d, "drop_tx_full", t.drop_tx + s.rx.pass_drop_tx.get() + s.rx.reverse_drop_tx.get());
-  add_u64(d, "drop_unknown", s.rx.drop_unknown.get());
-  add_u64(d, "drop_ring", s.rx.drop_ring.get());
+  add_u64(d, "drop_tx_full", t.drop_tx + s.drip.pass_drop_tx.get() + rx.reverse_drop_tx);
+  add_u64(d, "drop_unknown", rx.drop_unknown);
+  add_u64(d, "drop_ring", rx.drop_ring);
   add_u64(d, "drop_shutdown", t.drained);
   add_u64(d, "drop_malformed", s.malformed_total());
   for (size_t i = 0; i < s.malformed_names.size(); ++i) {
@@ -178,7 +211,7 @@ int tel_stats(const char*, const char*, rte_tel_data* d) {
     std::string name = "malformed_" + s.malformed_names[i];
     for (char& ch : name)
       if (ch == '-') ch = '_';  // telemetry names: alphanumerics, '_' and '/'
-    add_u64(d, name, s.rx.malformed[i].get());
+    add_u64(d, name, rx.malformed[i]);
   }
   add_u64(d, "queue_len", t.queue_len);
   add_u64(d, "departures", s.drip.departures.get());
@@ -211,7 +244,7 @@ int tel_classes(const char*, const char* params, rte_tel_data* d) {
   const config::DripRate rate = s.sched->class_rate(static_cast<unsigned>(cls));
   rte_tel_data_start_dict(d);
   rte_tel_data_add_dict_string(d, "name", params);
-  add_u64(d, "classified", c.classified.get());
+  add_u64(d, "classified", s.classified(static_cast<unsigned>(cls)));
   add_u64(d, "enqueued", cs.enq_packets);
   add_u64(d, "tx_pkts", c.tx_pkts.get());
   add_u64(d, "tx_bytes", c.tx_bytes.get());

@@ -29,34 +29,43 @@ class Counter {
 
 class Scheduler;
 
-// Per class, beside the scheduler's own counters (enqueued, depth/TTL drops, queue length).
+// Per class, beside the scheduler's own counters (enqueued, depth/TTL drops, queue length) and
+// the RX lcores' `classified`.
 struct alignas(64) ClassCounters {
-  Counter classified;           // assigned to this class by the RX side (written by the RX lcore)
-  alignas(64) Counter tx_pkts;  // handed to the port (written by the drip lcore)
+  Counter tx_pkts;  // handed to the port (written by the drip lcore)
   Counter tx_bytes;
   Counter drop_tx;  // tx_full: released by the scheduler, refused by the port after retries
 };
 
-// Written by the lcore doing RX (the single worker, or the RX lcore of the split layout).
+// Written by one lcore doing RX (the single worker, or one RX lcore of the split layout): one
+// block per RX lcore, so each counter keeps its single writer; readers add them up.
 struct alignas(64) RxStats {
   static constexpr int kMaxCauses = 32;
   Counter rx_client, rx_cluster;
-  Counter pass_non_ip;            // client->cluster non-IP frames, sent unshaped
-  Counter pass_unknown;           // unknown_flows: pass
-  Counter drop_unknown;           // unknown_flows: drop
-  Counter drop_ring;              // split layout: hand-over ring full
-  Counter reverse_tx;             // cluster->client, unshaped
-  Counter reverse_drop_tx;        // cluster->client, the client port refused it
-  Counter pass_tx, pass_drop_tx;  // unshaped client->cluster sent / refused
+  Counter pass_non_ip;      // client->cluster non-IP frames, sent unshaped
+  Counter pass_unknown;     // unknown_flows: pass
+  Counter drop_unknown;     // unknown_flows: drop
+  Counter drop_ring;        // split layout: hand-over ring full
+  Counter reverse_tx;       // cluster->client, unshaped
+  Counter reverse_drop_tx;  // cluster->client, the client port refused it
   std::array<Counter, kMaxCauses> malformed{};
+  std::vector<Counter> classified;  // per class: assigned to it by this lcore
+};
+
+// The RX blocks added up, for readers.
+struct RxTotals {
+  uint64_t rx_client = 0, rx_cluster = 0, pass_non_ip = 0, pass_unknown = 0, drop_unknown = 0,
+           drop_ring = 0, reverse_tx = 0, reverse_drop_tx = 0;
+  std::array<uint64_t, RxStats::kMaxCauses> malformed{};
 };
 
 // Written by the drip lcore: departures and the error of each against its schedule.
 struct alignas(64) DripStats {
   Counter departures;
   Counter tx_retries;
-  Counter first_tsc, last_tsc;  // TSC of the first / latest departure (long-run rate)
-  Counter rate_updates;         // set_rate requests applied
+  Counter first_tsc, last_tsc;    // TSC of the first / latest departure (long-run rate)
+  Counter rate_updates;           // set_rate requests applied
+  Counter pass_tx, pass_drop_tx;  // unshaped client->cluster sent / refused (cluster TX owner)
   LatencyHist error;
   explicit DripStats(uint64_t tsc_hz) : error(tsc_hz) {}
 };
@@ -67,7 +76,7 @@ struct Stats {
   std::vector<std::string> malformed_names;  // parse causes, index = cause value
   std::vector<ClassCounters> classes;        // index = the scheduler's class index
   const Scheduler* sched = nullptr;
-  RxStats rx;
+  std::vector<RxStats> rx;  // one per RX lcore, in dataplane.lcores.rx order
   DripStats drip;
   uint64_t tsc_hz = 0;
   uint64_t start_tsc = 0;
@@ -76,10 +85,13 @@ struct Stats {
   uint64_t mbufs_total = 0;
   std::atomic<int64_t> mbufs_available{-1};  // set after the ports are closed
 
-  Stats(const Scheduler* sched, std::vector<std::string> causes, uint64_t hz, uint64_t start);
+  Stats(const Scheduler* sched, std::vector<std::string> causes, uint64_t hz, uint64_t start,
+        unsigned rx_lcores = 1);
   Stats(const Stats&) = delete;
   Stats& operator=(const Stats&) = delete;
 
+  RxTotals rx_totals() const;
+  uint64_t classified(unsigned cls) const;  // over the RX lcores
   uint64_t malformed_total() const;
   // Totals over the classes of the scheduler's and our own counters.
   struct Totals {

@@ -110,9 +110,12 @@ need_dataplane() {
 # dp_bench_yaml FILE PREFIX VDEV0 VDEV1 SOCKET SCENARIO: the benchmarks' dataplane config on lcores
 # 0-1 (one worker), ports 0 (client) and 1 (cluster), unlimited rates. SCENARIO ip-flows: classes
 # gold (weight 4) and default, a CIDR rule 10.1.0.0/16 -> gold; anything else: default only.
-# DP_CLASSES, when set, is the classes block instead (with its classify rules).
+# DP_CLASSES, when set, is the classes block instead (with its classify rules). DP_LCORES and
+# DP_EAL_LCORES, when set, replace `lcores: { rx: 1, drip: 1 }` and the EAL's `"-l", "0-1"`.
 dp_bench_yaml() {
-  local classes
+  local classes lcores=${DP_LCORES-} eal_lcores=${DP_EAL_LCORES-}
+  [[ -n $lcores ]] || lcores='{ rx: 1, drip: 1 }'
+  [[ -n $eal_lcores ]] || eal_lcores='"-l", "0-1"'
   if [[ -n ${DP_CLASSES-} ]]; then
     classes=$DP_CLASSES
   elif [[ $6 == ip-flows ]]; then
@@ -125,10 +128,10 @@ dp_bench_yaml() {
   fi
   cat >"$1" <<EOF
 dataplane:
-  eal: ["-l", "0-1", "--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--file-prefix=$2",
+  eal: [$eal_lcores, "--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--file-prefix=$2",
         "--vdev=$3", "--vdev=$4"]
   ports: { client: 0, cluster: 1 }
-  lcores: { rx: 1, drip: 1 }
+  lcores: $lcores
   mbufs: 16383
   flow_table_size: ${DP_FLOW_TABLE_SIZE:-65536}
   drip: { rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 8 }

@@ -2,7 +2,8 @@
 // ARP) goes in on the client port; the cluster port writes what it sends to out.pcap. Checks
 // that every packet is accounted for, classes are separated and share the port by weight, each
 // class keeps its order, the mean departure interval matches the configured rate, and every
-// mbuf is back in the pool after the drain. Runs in both lcore layouts.
+// mbuf is back in the pool after the drain. Runs in each lcore layout: single, split, and RSS
+// (two RX lcores, each with its own RX queue of the client port, one drip lcore).
 #include <arpa/inet.h>
 #include <pcap/pcap.h>
 #include <unistd.h>
@@ -195,14 +196,56 @@ uint64_t u(const json& j, const char* a, const char* b) {
   return j.at(a).at(b).get<uint64_t>();
 }
 
+enum class Layout { kSingle, kSplit, kRss };
+
+// RSS: the frames of `in` on two RX queues, as a NIC's RSS would spread them (by flow): gold
+// flows and ARP in in0, the default flows and the malformed frames in in1. Each class keeps its
+// order within its queue.
+void split_input(const std::string& in, const std::string& in0, const std::string& in1) {
+  char err[PCAP_ERRBUF_SIZE];
+  pcap_t* p = pcap_open_offline(in.c_str(), err);
+  if (p == nullptr) throw std::runtime_error(err);
+  pcap_t* dead = pcap_open_dead(DLT_EN10MB, 65535);
+  pcap_dumper_t* d0 = pcap_dump_open(dead, in0.c_str());
+  pcap_dumper_t* d1 = pcap_dump_open(dead, in1.c_str());
+  if (d0 == nullptr || d1 == nullptr) throw std::runtime_error(pcap_geterr(dead));
+  pcap_pkthdr* h;
+  const u_char* data;
+  while (pcap_next_ex(p, &h, &data) == 1) {
+    const bool arp = h->caplen >= 14 && data[12] == 0x08 && data[13] == 0x06;
+    const bool gold = h->caplen >= 14 + 20 + 8 + 4 && data[12] == 0x08 && data[13] == 0x00 &&
+                      (data[14] & 0x0f) == 5 && data[14 + 20 + 8 + 3] == 'g';
+    pcap_dump(reinterpret_cast<u_char*>(arp || gold ? d0 : d1), h, data);
+  }
+  pcap_dump_close(d0);
+  pcap_dump_close(d1);
+  pcap_close(dead);
+  pcap_close(p);
+}
+
 // EAL arguments for net_pcap ports: the client port reads `in`, the cluster port writes `out`.
 // split: three lcores on a 2-CPU box (the main lcore sleeps in poll(), so it can share a CPU).
+// RSS: four, the two RX lcores sharing a CPU; the client port reads in.pcap's two halves on two
+// RX queues and has a TX queue per RX lcore; the cluster port has two (empty) RX queues.
 std::vector<std::string> pcap_eal(const TempDir& dir, const std::string& in, const std::string& out,
-                                  bool split) {
+                                  Layout layout) {
   std::vector<std::string> eal = test_eal_args();
-  if (split) {
+  if (layout != Layout::kSingle) {
     eal[0] = "--lcores";
-    eal[1] = "0@0,1@0,2@1";
+    eal[1] = layout == Layout::kSplit ? "0@0,1@0,2@1" : "0@0,1@0,2@1,3@0";
+  }
+  if (layout == Layout::kRss) {
+    const std::string in0 = dir.file("in0.pcap"), in1 = dir.file("in1.pcap");
+    const std::string none = dir.file("none.pcap");
+    split_input(in, in0, in1);
+    pcap_t* dead = pcap_open_dead(DLT_EN10MB, 65535);
+    pcap_dump_close(pcap_dump_open(dead, none.c_str()));
+    pcap_close(dead);
+    eal.push_back(fmt::format("--vdev=net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}", in0,
+                              in1, dir.file("client_tx0.pcap"), dir.file("client_tx1.pcap")));
+    eal.push_back(
+        fmt::format("--vdev=net_pcap1,rx_pcap={},rx_pcap={},tx_pcap={}", none, none, out));
+    return eal;
   }
   eal.push_back(
       fmt::format("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", in, dir.file("client_tx.pcap")));
@@ -210,15 +253,27 @@ std::vector<std::string> pcap_eal(const TempDir& dir, const std::string& in, con
   return eal;
 }
 
+const char* lcores_yaml(Layout layout) {
+  switch (layout) {
+    case Layout::kSingle:
+      return "{ rx: 1, drip: 1 }";
+    case Layout::kSplit:
+      return "{ rx: 1, drip: 2 }";
+    case Layout::kRss:
+      return "{ rx: [1, 3], drip: 2 }";
+  }
+  return "";
+}
+
 // The dataplane YAML of these tests: two classes (gold for 10.1/16, default for the rest);
 // `drip` and `classes` are the flow-style bodies of those two keys.
-void write_yaml(const TempDir& dir, const std::vector<std::string>& eal, bool split,
+void write_yaml(const TempDir& dir, const std::vector<std::string>& eal, Layout layout,
                 const std::string& drip, const std::string& gold, const std::string& def) {
   std::ofstream y(dir.file("dp.yaml"));
   y << "dataplane:\n"
     << "  eal: " << json(eal).dump() << "\n"
     << "  ports: { client: 0, cluster: 1 }\n"
-    << "  lcores: { rx: 1, drip: " << (split ? 2 : 1) << " }\n"
+    << "  lcores: " << lcores_yaml(layout) << "\n"
     << "  mbufs: 8191\n"
     << "  drip: { " << drip << " }\n"
     << "  classes:\n"
@@ -244,10 +299,10 @@ void wait_for_stats(const std::string& sock, Done&& done) {
   }
 }
 
-class DataplanePcap : public ::testing::TestWithParam<bool> {};  // param: split layout
+class DataplanePcap : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
-  const bool split = GetParam();
+  const Layout layout = GetParam();
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in);
@@ -259,7 +314,7 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
   // box an RX lcore that is preempted would otherwise let the queue run dry, and idle time
   // is (rightly) not made up. The catch-up of up to 100 ms keeps the long-run rate when the
   // drip lcore itself is preempted; pacing precision is the benchmark's job.
-  write_yaml(dir, pcap_eal(dir, in, out, split), split,
+  write_yaml(dir, pcap_eal(dir, in, out, layout), layout,
              "rate_pps: 1, rate_bps: 0, batch: 1, max_catchup: 1000",
              "weight: 3, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
              "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000");
@@ -342,6 +397,15 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
   EXPECT_EQ(fin.at("port_rate_pps").get<double>(), kRatePps);
   // No leak: after the drain and port close every mbuf is back in the pool.
   EXPECT_EQ(fin.at("mbufs_available").get<uint64_t>(), fin.at("mbufs_total").get<uint64_t>());
+  if (layout == Layout::kRss) {
+    // Each RX lcore read its own queue: gold and ARP on the first, the rest on the second.
+    const json& per = fin.at("rx").at("per_lcore");
+    ASSERT_EQ(per.size(), 2u) << fin.dump();
+    EXPECT_EQ(per[0].at("client").get<int>(), kShaped / 2 + kArp) << fin.dump();
+    EXPECT_EQ(per[1].at("client").get<int>(), kShaped / 2 + n_malformed) << fin.dump();
+  } else {
+    EXPECT_FALSE(fin.at("rx").contains("per_lcore")) << fin.dump();
+  }
 
   // What the cluster port really sent.
   const std::vector<OutPacket> pk = read_output(out);
@@ -388,21 +452,21 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
   EXPECT_NEAR(mean_ns, want_ns, 0.02 * want_ns);
   RecordProperty("mean_interval_ns", std::to_string(mean_ns));
   std::printf(
-      "layout %s: mean departure interval %.1f ns (first to last: %.1f ns; configured %.1f ns), "
+      "layout %d: mean departure interval %.1f ns (first to last: %.1f ns; configured %.1f ns), "
       "gold share %.4f\n",
-      split ? "split" : "single", mean_ns, naive_ns, want_ns, share);
+      static_cast<int>(layout), mean_ns, naive_ns, want_ns, share);
 }
 
 // An unlimited port: the uncapped class leaves as it arrives (the empty-queue bypass), the
 // capped one on its own timeline, and the books balance the same way as when everything queues.
 // The classes alternate packet by packet, so each received burst is split between the two.
 TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTimeline) {
-  const bool split = GetParam();
+  const Layout layout = GetParam();
   constexpr double kCapPps = 5000;
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in, /*interleave=*/true);
-  write_yaml(dir, pcap_eal(dir, in, out, split), split,
+  write_yaml(dir, pcap_eal(dir, in, out, layout), layout,
              "rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 1000",
              "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
              fmt::format("weight: 1, rate_pps: {}, queue_depth: 4096, ttl_ms: 60000", kCapPps));
@@ -455,7 +519,7 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
   TempDir dir;
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in);
-  write_yaml(dir, pcap_eal(dir, in, out, false), false,
+  write_yaml(dir, pcap_eal(dir, in, out, Layout::kSingle), Layout::kSingle,
              "rate_pps: 1000, rate_bps: 0, batch: 1, max_catchup: 8",
              "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 100",
              "weight: 1, rate_pps: 0, queue_depth: 1500, ttl_ms: 60000");
@@ -496,8 +560,64 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DataplanePcap, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "split" : "single"; });
+// RSS on a device that hashes (net_null offers RSS, so the ports are configured with it): two
+// RX lcores each take their share of the client port's two queues and the reverse path of the
+// cluster port's, and every frame is accounted for.
+TEST(DataplaneRss, NetNullQueuesAreSpreadOverTheRxLcores) {
+  TempDir dir;
+  std::vector<std::string> eal = test_eal_args();
+  eal[0] = "--lcores";
+  eal[1] = "0@0,1@0,2@1,3@0";
+  eal.push_back("--vdev=net_null0");
+  eal.push_back("--vdev=net_null1");
+  {
+    std::ofstream y(dir.file("dp.yaml"));
+    y << "dataplane:\n"
+      << "  eal: " << json(eal).dump() << "\n"
+      << "  ports: { client: 0, cluster: 1, rx_queues: 4 }\n"
+      << "  lcores: { rx: [1, 3], drip: 2 }\n"
+      << "  mbufs: 8191\n"
+      << "  drip: { rate_pps: 200000, rate_bps: 0, batch: 8, max_catchup: 8 }\n"
+      << "  classes:\n"
+      << "    default: { weight: 1, rate_pps: 0, queue_depth: 1024, ttl_ms: 100 }\n"
+      << "  unknown_flows: default\n"
+      << "  control_socket: " << dir.file("dp.sock") << "\n";
+  }
+  Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--shape-non-ip", "default",
+              "--duration", "2", "--drain-ms", "100"},
+             dir.file("stdout"), dir.file("stderr"));
+  ASSERT_EQ(dp.wait(60s), 0) << read_file(dir.file("stderr"));
+  const json fin = last_json_line(dir.file("stdout"));
+  ASSERT_TRUE(fin.is_object()) << read_file(dir.file("stdout"));
+  const json& per = fin.at("rx").at("per_lcore");
+  ASSERT_EQ(per.size(), 2u) << fin.dump();
+  uint64_t client = 0;
+  for (const json& l : per) {
+    EXPECT_GT(l.at("client").get<uint64_t>(), 0u) << fin.dump();
+    EXPECT_GT(l.at("cluster").get<uint64_t>(), 0u) << fin.dump();
+    client += l.at("client").get<uint64_t>();
+  }
+  EXPECT_EQ(client, u(fin, "rx", "client"));
+  EXPECT_EQ(accounted(fin), client) << fin.dump();
+  EXPECT_GT(u(fin, "tx", "shaped"), 0u);
+  EXPECT_EQ(u(fin, "rx", "cluster"), u(fin, "tx", "reverse") + u(fin, "drops", "reverse_tx_full"));
+  EXPECT_EQ(fin.at("mbufs_available").get<uint64_t>(), fin.at("mbufs_total").get<uint64_t>());
+  EXPECT_NE(read_file(dir.file("stderr")).find("rx lcores 1,3, 4 RX queues"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DataplanePcap,
+                         ::testing::Values(Layout::kSingle, Layout::kSplit, Layout::kRss),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Layout::kSingle:
+                               return "single";
+                             case Layout::kSplit:
+                               return "split";
+                             case Layout::kRss:
+                               return "rss";
+                           }
+                           return "";
+                         });
 
 }  // namespace
 }  // namespace dripgate::testing
