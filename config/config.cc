@@ -137,6 +137,12 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     kv(out, "lease_s", plan.concurrency->lease_s);
     out << YAML::EndMap;
   }
+  if (plan.degrade) {
+    out << YAML::Key << "degrade" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    if (!plan.degrade->model.empty()) kv(out, "model", plan.degrade->model);
+    if (!plan.degrade->upgrade_url.empty()) kv(out, "upgrade_url", plan.degrade->upgrade_url);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 }
 

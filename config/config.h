@@ -40,12 +40,22 @@ struct Concurrency {
   bool operator==(const Concurrency&) const = default;
 };
 
+// What a client refused for quota (or by a model's gate) is told to do instead: a cheaper
+// model, and/or where to upgrade the plan. At least one of the two is set.
+struct Degrade {
+  std::string model;        // an id; empty: none
+  std::string upgrade_url;  // http(s) URL; empty: none
+
+  bool operator==(const Degrade&) const = default;
+};
+
 struct Plan {
   std::string name;
   std::string cls = "default";  // dataplane class for admitted flows (`class:` in YAML)
   std::optional<Bucket> tenant, user, api_key;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
+  std::optional<Degrade> degrade;
 
   bool operator==(const Plan&) const = default;
 };

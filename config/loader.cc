@@ -605,8 +605,47 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
     load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
 }
 
+// A URL a client is sent to: http(s), printable ASCII without spaces or quotes (it goes into
+// JSON and into a human sentence as is), at most 2,048 bytes.
+bool valid_upgrade_url(const std::string& u) {
+  if (u.size() > 2048 || !(u.starts_with("https://") || u.starts_with("http://"))) return false;
+  const size_t host = u.find("://") + 3;
+  if (host >= u.size() || u[host] == '/') return false;
+  for (unsigned char ch : u)
+    if (ch <= ' ' || ch >= 0x7f || ch == '"' || ch == '\\' || ch == '<' || ch == '>') return false;
+  return true;
+}
+
+void load_degrade(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& p) {
+  Fields d(ctx, n, path, {"model", "upgrade_url"});
+  if (!d.ok()) return;
+  Degrade out;
+  bool ok = true;
+  if (const Entry* m = d.find("model")) {
+    auto s = get_string(ctx, m->value, d.path("model"));
+    ok = s && check_id(ctx, m->value, d.path("model"), *s);
+    if (ok) out.model = *s;
+  }
+  if (const Entry* u = d.find("upgrade_url")) {
+    auto s = get_string(ctx, u->value, d.path("upgrade_url"));
+    if (s && !valid_upgrade_url(*s)) {
+      ctx.error(u->value, d.path("upgrade_url"),
+                "expected an http:// or https:// URL (printable, no spaces or quotes, at most "
+                "2048 bytes)");
+      s.reset();
+    }
+    ok = ok && s.has_value();
+    if (s) out.upgrade_url = *s;
+  }
+  if (ok && out.model.empty() && out.upgrade_url.empty()) {
+    ctx.error(n, path, "needs model, upgrade_url or both");
+    ok = false;
+  }
+  if (ok) p.degrade = std::move(out);
+}
+
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
-  Fields f(ctx, pe.value, path, {"class", "gates", "quota", "concurrency"});
+  Fields f(ctx, pe.value, path, {"class", "gates", "quota", "concurrency", "degrade"});
   if (!f.ok()) return;
   if (const Entry* e = f.find("class")) {
     if (auto s = get_string(ctx, e->value, f.path("class"))) {
@@ -654,6 +693,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
       if (ok) p.concurrency = conc;
     }
   }
+  if (const Entry* e = f.find("degrade")) load_degrade(ctx, e->value, f.path("degrade"), p);
 }
 
 void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {

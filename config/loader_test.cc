@@ -206,6 +206,30 @@ plans:
             "request_timeout_s, decision_log, grpc_listen, rls)");
 }
 
+// A plan's degrade: a model id and/or an http(s) URL, at least one of them.
+TEST(Errors, Degrade) {
+  Config c = load_ok(
+      "plans: { pro: { degrade: { model: llama-8b, upgrade_url: \"https://x.example/up?p=1\" } } "
+      "}\n");
+  EXPECT_EQ(c.plans.at("pro").degrade, (Degrade{"llama-8b", "https://x.example/up?p=1"}));
+  EXPECT_EQ(load_ok("plans: { pro: { degrade: { model: m } } }\n").plans.at("pro").degrade,
+            (Degrade{"m", ""}));
+  EXPECT_EQ(error_of("plans: { pro: { degrade: {} } }\n"),
+            "t.yaml:1:27: plans.pro.degrade: needs model, upgrade_url or both");
+  EXPECT_EQ(error_of("plans: { pro: { degrade: { model: \"a b\" } } }\n"),
+            "t.yaml:1:36: plans.pro.degrade.model: 'a b' is not a valid id (1 to 64 of A-Z a-z 0-9 "
+            ". _ -)");
+  EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"ftp://x\" } } }\n"),
+            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "(printable, no spaces or quotes, at most 2048 bytes)");
+  EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"https://x/a b\" } } }\n"),
+            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "(printable, no spaces or quotes, at most 2048 bytes)");
+  EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"https:///x\" } } }\n"),
+            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "(printable, no spaces or quotes, at most 2048 bytes)");
+}
+
 TEST(Errors, WrongTypes) {
   EXPECT_EQ(error_of("plans: [pro]\n"), "t.yaml:1:8: plans: expected a mapping, got a list");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tenant: { capacity: abc, refill_per_s: 1 } } } }"),

@@ -166,8 +166,21 @@ struct Engine::Impl {
 };
 
 void Engine::Impl::finish(AdmitOp* op) {
+  AdmitResult& r = op->res;
+  // What the client can do instead (guidance.h): only refusals carry it, so the common path
+  // copies nothing.
+  if (r.outcome == Outcome::kRefused && (r.reason == "quota" || r.gate == "model")) {
+    if (const auto& d = op->p.t->plan->degrade) {
+      r.degrade_model = d->model;
+      r.upgrade_url = d->upgrade_url;
+    }
+    if (r.reason == "quota")
+      for (const Remaining& q : r.remaining)
+        if (q.gate == "quota")
+          r.tokens_missing = std::max<int64_t>(0, op->p.tokens - static_cast<int64_t>(q.value));
+  }
   auto done = std::move(op->done);
-  done(std::move(op->res));
+  done(std::move(r));
 }
 
 void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done,

@@ -81,6 +81,10 @@ struct AdmitResult {
   int64_t retry_after_ms = 0;
   std::vector<Remaining> remaining;
   std::string error;  // for 400/409/503: "field: message"
+  // Refusals only (guidance.h): the tokens the quota lacks for this request, and the plan's
+  // `degrade` (for a quota or model refusal).
+  int64_t tokens_missing = 0;
+  std::string degrade_model, upgrade_url;
 };
 
 struct SettleResult {

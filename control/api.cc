@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <strings.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "common/id.h"
 #include "config/config.h"
+#include "control/guidance.h"
 #include "control/json_writer.h"
 
 namespace dripgate::control::api {
@@ -318,7 +320,11 @@ Response render_error(int status, const std::string& message) {
   return Response{status, {}, json_body([&](JsonWriter& w) { w.key("error").string(message); })};
 }
 
-Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
+Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s) {
+  if (now_s == 0 && r.outcome == Outcome::kRefused)
+    now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
   int status = status_of(r.outcome);
   if (status != 200 && status != 429) {
     return render_error(status, r.error.empty() ? "admission failed" : r.error);
@@ -334,6 +340,7 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag) {
       w.key("retry_after_ms").integer(r.retry_after_ms);
     }
     write_remaining(w, r.remaining);
+    if (status == 429) guidance::write(w, r, now_s);
   });
   resp.headers = ratelimit_headers(r);
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);

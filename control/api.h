@@ -39,7 +39,9 @@ struct Response {
 
 // flow_tag: the dataplane's answer for the request's flow, sent as Dripgate-Flow-Tag when not
 // empty.
-Response render_admit(const AdmitResult& r, const std::string& flow_tag = {});
+// A 429 carries `guidance` (guidance.h), its quota reset time said from now_s (unix seconds;
+// 0: the system clock).
+Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0);
 Response render_settle(const SettleResult& r);
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "control/guidance.h"
 #include "control/json_writer.h"
 
 namespace dripgate::control::api {
@@ -212,6 +213,87 @@ TEST(Render, RefusedCarriesRetryAfterRoundedUp) {
   EXPECT_EQ(header(r, "Retry-After"), "2");
   EXPECT_EQ(header(r, "RateLimit-Policy"), "\"tool\";q=2;w=4");
   EXPECT_EQ(header(r, "RateLimit"), "\"tool\";r=0;t=4");
+}
+
+// Each refusal says what to do: back off, stop (with what is missing, when the quota resets and
+// the plan's fallback), skip the tool, wait for a stream, settle.
+TEST(Render, RefusalsCarryGuidanceByReason) {
+  const int64_t now = 1796083200 - 3600;  // 2026-11-30T23:00:00Z, an hour before December
+  auto advice = [&](AdmitResult a) {
+    a.outcome = Outcome::kRefused;
+    Response r = render_admit(a, {}, now);
+    EXPECT_EQ(r.status, 429);
+    return json::parse(r.body).at("guidance");
+  };
+  AdmitResult rate;
+  rate.gate = "user";
+  rate.reason = "rate";
+  rate.retry_after_ms = 250;
+  json g = advice(rate);
+  EXPECT_EQ(g["action"], "backoff");
+  EXPECT_EQ(g["retry"], true);
+  EXPECT_EQ(g["backoff"], json::parse(R"({"initial_ms":250,"multiplier":2,"max_ms":60000,
+                                           "jitter":"full"})"));
+  EXPECT_EQ(g["message"],
+            "The user rate limit is reached: wait 250 ms before retrying, then, if refused "
+            "again, back off exponentially (doubling, full jitter, at most 60 s).");
+  EXPECT_FALSE(g.contains("fallback_model"));
+
+  AdmitResult quota;
+  quota.gate = "quota";
+  quota.reason = "quota";
+  quota.tokens_missing = 1500;
+  quota.degrade_model = "llama-8b";
+  quota.upgrade_url = "https://example.com/upgrade";
+  quota.remaining = {{"quota", 500, 100000, 2592000, 3600 - 7}};  // Redis 7 s ahead
+  g = advice(quota);
+  EXPECT_EQ(g["action"], "stop");
+  EXPECT_EQ(g["retry"], false);
+  EXPECT_FALSE(g.contains("backoff"));
+  EXPECT_EQ(g["tokens_missing"], 1500);
+  EXPECT_EQ(g["resets_at"], "2026-12-01T00:00:00Z");
+  EXPECT_EQ(g["resets_in_s"], 3600);
+  EXPECT_EQ(g["fallback_model"], "llama-8b");
+  EXPECT_EQ(g["upgrade_url"], "https://example.com/upgrade");
+  EXPECT_EQ(g["message"],
+            "The plan's monthly LLM-token quota is spent: this request needs 1500 tokens more "
+            "than are left, and retrying will not help before the quota resets at "
+            "2026-12-01T00:00:00Z. Use model llama-8b instead. Upgrade the plan at "
+            "https://example.com/upgrade.");
+
+  AdmitResult tool;
+  tool.gate = "tool";
+  tool.reason = "rate";
+  tool.retry_after_ms = 1200;
+  g = advice(tool);
+  EXPECT_EQ(g["action"], "skip_tool");
+  EXPECT_EQ(g["retry"], true);
+  EXPECT_NE(g["message"].get<std::string>().find("use another tool or go on without it"),
+            std::string::npos);
+
+  AdmitResult streams;
+  streams.gate = "concurrency";
+  streams.reason = "concurrency";
+  streams.retry_after_ms = 30000;
+  g = advice(streams);
+  EXPECT_EQ(g["action"], "wait_for_stream");
+  EXPECT_NE(g["message"].get<std::string>().find("in 30000 ms"), std::string::npos);
+
+  AdmitResult open;
+  open.gate = "reservations";
+  open.reason = "reservations";
+  g = advice(open);
+  EXPECT_EQ(g["action"], "settle_open_requests");
+  EXPECT_EQ(g["backoff"], nullptr);
+
+  AdmitResult model = rate;
+  model.gate = "model";
+  model.degrade_model = "llama-8b";
+  g = advice(model);
+  EXPECT_EQ(g["fallback_model"], "llama-8b");
+  EXPECT_NE(g["message"].get<std::string>().find("Or use model llama-8b."), std::string::npos);
+
+  EXPECT_EQ(guidance::utc_iso8601(0), "1970-01-01T00:00:00Z");
 }
 
 TEST(Render, RetryAfterSeconds) {

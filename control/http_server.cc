@@ -423,8 +423,9 @@ struct HttpServer::Worker {
   }
 
   // The route table. The API (POST) needs the bearer token when one is configured; the admin
-  // API needs control.admin_token and is off (403) without one; /healthz, /readyz and /metrics
-  // stay open for probes and scrapers.
+  // API needs control.admin_token and is off without one (404, as if it did not exist: a box
+  // that never configured it shows no admin surface); /healthz, /readyz and /metrics stay open
+  // for probes and scrapers.
   enum class Auth { kNone, kApi, kAdmin };
   struct Route {
     std::string_view path;
@@ -450,7 +451,7 @@ struct HttpServer::Worker {
     const std::string& token = auth == Auth::kAdmin ? c.admin_token : c.auth_token;
     if (token.empty()) {
       if (auth == Auth::kApi) return true;
-      reply(req, api::render_error(403, "the admin API is off: set control.admin_token"));
+      reply(req, api::render_error(404, "the admin API is off: set control.admin_token"));
       return false;
     }
     const char* got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");

@@ -82,6 +82,7 @@ plans:
     gates:
       tenant: { capacity: 2, refill_per_s: 0.5 }
     quota: { tokens_per_month: 1000 }
+    degrade: { model: small-model, upgrade_url: "https://billing.example/up" }
   big:
     class: silver
     gates:
@@ -229,6 +230,32 @@ TEST_F(HttpTest, BadInputIs400NamingTheFieldAndTheDaemonKeepsServing) {
   EXPECT_TRUE(j["remaining"].contains("tenant"));
 }
 
+// A spent quota: retrying does not help; the client is told what is missing, when the quota
+// resets and the plan's fallback.
+TEST_F(HttpTest, QuotaRefusalSaysStopWithWhatIsMissingAndTheFallback) {
+  start();
+  auto r = admit(R"({"tenant":"t-small","tokens":1300})");
+  ASSERT_EQ(r.status, 429) << r.body;
+  auto j = r.body_json();
+  EXPECT_EQ(j["reason"], "quota");
+  const auto& g = j["guidance"];
+  EXPECT_EQ(g["action"], "stop") << r.body;
+  EXPECT_EQ(g["retry"], false);
+  EXPECT_EQ(g["tokens_missing"], 300);
+  EXPECT_EQ(g["fallback_model"], "small-model");
+  EXPECT_EQ(g["upgrade_url"], "https://billing.example/up");
+  // The month ends within 31 days, on the hour, at 00:00 on the first (UTC).
+  EXPECT_GT(g["resets_in_s"].get<int64_t>(), 0);
+  EXPECT_LE(g["resets_in_s"].get<int64_t>(), 31 * 86400);
+  EXPECT_EQ(g["resets_at"].get<std::string>().substr(7), "-01T00:00:00Z") << r.body;
+  EXPECT_NE(g["message"].get<std::string>().find("Use model small-model instead."),
+            std::string::npos);
+  // Nothing was charged: the whole quota is still there.
+  auto ok = admit(R"({"tenant":"t-small","tokens":1000})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_FALSE(ok.body_json().contains("guidance"));
+}
+
 TEST_F(HttpTest, RefusalCarriesRetryAfterAndRateLimitHeaders) {
   start();
   auto a1 = admit(R"({"tenant":"t-small","tokens":100})");
@@ -256,6 +283,8 @@ TEST_F(HttpTest, RefusalCarriesRetryAfterAndRateLimitHeaders) {
       << r.header("ratelimit");
   // A refusal leaves no trace: the quota still shows 800.
   EXPECT_EQ(j["remaining"]["quota"], 800);
+  EXPECT_EQ(j["guidance"]["action"], "backoff") << r.body;
+  EXPECT_EQ(j["guidance"]["backoff"]["initial_ms"], ms) << r.body;
   EXPECT_NE(metrics().find("dripgate_admissions_total{tenant=\"t-small\",gate=\"tenant\",result="
                            "\"refused\",front=\"http\"} 1"),
             std::string::npos);
@@ -802,7 +831,7 @@ TEST_F(ReloadHttpTest, AdminApiIsOffWithoutAnAdminTokenAndSighupReloads) {
   std::string text = test_config(dp_socket_);
   EXPECT_EQ(hash(), fnv1a64(text));
   auto r = reload();
-  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(r.status, 404) << r.body;
   EXPECT_NE(r.body.find("control.admin_token"), std::string::npos) << r.body;
   EXPECT_EQ(reloads("ok"), 0);
   // SIGHUP reloads (it used to end the daemon).
@@ -846,8 +875,8 @@ TEST_F(ReloadHttpTest, TheAdminTokenGuardsReloadAndABadFileIsRefused) {
             0u)
       << refused.body;
   EXPECT_EQ(j["errors"][1],
-            path() + ":14:20: tenants.t-small.plan: no plan named 'gold' (defined: big, small)");
-  EXPECT_NE(daemon_->log().find(path() + ":14:20: tenants.t-small.plan: no plan named 'gold'"),
+            path() + ":15:20: tenants.t-small.plan: no plan named 'gold' (defined: big, small)");
+  EXPECT_NE(daemon_->log().find(path() + ":15:20: tenants.t-small.plan: no plan named 'gold'"),
             std::string::npos);
   EXPECT_EQ(hash(), fnv1a64(good));
   auto a = admit(R"({"tenant":"t-small"})");
