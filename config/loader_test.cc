@@ -215,18 +215,18 @@ TEST(Errors, Degrade) {
   EXPECT_EQ(load_ok("plans: { pro: { degrade: { model: m } } }\n").plans.at("pro").degrade,
             (Degrade{"m", ""}));
   EXPECT_EQ(error_of("plans: { pro: { degrade: {} } }\n"),
-            "t.yaml:1:27: plans.pro.degrade: needs model, upgrade_url or both");
+            "t.yaml:1:26: plans.pro.degrade: needs model, upgrade_url or both");
   EXPECT_EQ(error_of("plans: { pro: { degrade: { model: \"a b\" } } }\n"),
-            "t.yaml:1:36: plans.pro.degrade.model: 'a b' is not a valid id (1 to 64 of A-Z a-z 0-9 "
+            "t.yaml:1:35: plans.pro.degrade.model: 'a b' is not a valid id (1 to 64 of A-Z a-z 0-9 "
             ". _ -)");
   EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"ftp://x\" } } }\n"),
-            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "t.yaml:1:41: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
             "(printable, no spaces or quotes, at most 2048 bytes)");
   EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"https://x/a b\" } } }\n"),
-            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "t.yaml:1:41: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
             "(printable, no spaces or quotes, at most 2048 bytes)");
   EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"https:///x\" } } }\n"),
-            "t.yaml:1:42: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
+            "t.yaml:1:41: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
             "(printable, no spaces or quotes, at most 2048 bytes)");
 }
 
