@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -736,13 +737,15 @@ void load_eal(Ctx& ctx, const Fields& f, Dataplane& dp) {
 constexpr size_t kMaxRxLcores = 16;
 
 void load_ports_and_lcores(Ctx& ctx, const Fields& f, Dataplane& dp) {
-  const Entry* queues = nullptr;
+  // The rx_queues node, kept by value: the ports mapping's Fields end with their block, and the
+  // check against the RX lcores needs both sections read.
+  std::optional<YAML::Node> queues;
   if (const Entry* e = f.find("ports")) {
     Fields p(ctx, e->value, f.path("ports"), {"client", "cluster", "rx_queues"});
     set_int(ctx, p, "client", dp.client_port, 0);
     set_int(ctx, p, "cluster", dp.cluster_port, 0);
     set_int(ctx, p, "rx_queues", dp.rx_queues, 1, 1024);
-    queues = p.find("rx_queues");
+    if (const Entry* q = p.find("rx_queues")) queues = q->value;
     if (p.ok() && dp.client_port == dp.cluster_port) {
       const Entry* c = p.find("cluster");
       ctx.error(c ? c->value : p.node(), p.path("cluster"),
@@ -792,7 +795,7 @@ void load_ports_and_lcores(Ctx& ctx, const Fields& f, Dataplane& dp) {
     }
   }
   if (queues && dp.rx_queues != 0 && dp.rx_queues < dp.rx_lcores.size())
-    ctx.error(queues->value, f.path("ports") + ".rx_queues",
+    ctx.error(*queues, f.path("ports") + ".rx_queues",
               "must be at least the number of RX lcores (" + std::to_string(dp.rx_lcores.size()) +
                   "): each polls its own queues");
 }
