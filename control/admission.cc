@@ -88,8 +88,18 @@ enum AdmitReply : size_t {
   kQuotaExisted,
   kTokens
 };
-// gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n}.
+// gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}.
 constexpr size_t kGatesTokens = 3;
+
+// A bucket's snapshot entry "<old tk> <old ts>" (" " when the key did not exist) appended to out
+// as two strings; false when it is malformed.
+bool split_old(std::string_view old, std::vector<std::string>& out) {
+  const size_t sp = old.find(' ');
+  if (sp == std::string_view::npos) return false;
+  out.emplace_back(old.substr(0, sp));
+  out.emplace_back(old.substr(sp + 1));
+  return true;
+}
 
 // How long an undo whose own reply was lost is sent again: as long as gates.lua's marker lives.
 constexpr int kUndoRetryS = kAttemptTtlS;
@@ -124,18 +134,29 @@ struct Engine::Impl {
             base, view.get()->cfg.redis,
             std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs)) {}
 
+  // Where one call of an admission stands.
+  enum class Part : uint8_t { kPending, kAdmitted, kRefused };
+
   // Shared by the callbacks of its calls: a call answered with a timeout may still reply late,
-  // after the request was answered, and its undo needs the request.
+  // after the request was answered, and its undo needs the request. An admission is one call per
+  // hash slot, all sent at once: admit.lua in the tenant's slot, gates.lua in each global gate's.
   struct AdmitOp {
     std::function<void(AdmitResult)> done;
-    AdmitResult res;
+    AdmitResult res;  // gate/retry_after_ms: the refusal with the longest wait so far
     std::shared_ptr<const Snapshot> snap;  // what p points into, until the last callback
     Prepared p;
+    int pending = 0;        // calls not answered yet
+    std::string error;      // the first failure: the request is answered 503
+    bool conflict = false;  // the request_id has a live reservation: 409
     // From the tenant-slot call, for the response and a refund.
+    Part tenant_part = Part::kPending;
     std::array<double, 3> tokens_after{};
     int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
     Undo undo;
+    std::array<Part, 2> global_parts{};
     std::array<double, 2> global_tokens{};
+    // Per global gate, what its ungates.lua needs (gates.lua's snapshot); empty: one token back.
+    std::array<std::vector<std::string>, 2> global_undo;
   };
 
   using Op = std::shared_ptr<AdmitOp>;
@@ -148,13 +169,17 @@ struct Engine::Impl {
              std::shared_ptr<const Snapshot> snap);
   void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
   bool decode_undo(AdmitOp* op, const redisReply* r);
-  void on_gates_reply(const Op& op, const redisReply* r, std::string_view error);
+  void on_gates_reply(const Op& op, int i, const redisReply* r, std::string_view error);
+  void part_done(const Op& op);
+  void refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms);
+  void failed(AdmitOp* op, std::string error);
   void on_late_admit(const Op& op, const redisReply* r);
-  void on_late_gates(const Op& op, const redisReply* r);
-  void refund(const Op& op, std::function<void()> then);
+  void on_late_gates(const Op& op, int i, const redisReply* r);
+  void decode_gates_undo(AdmitOp* op, int i, const redisReply* r);
+  // Undoes the tenant-slot call (kAdmit) or global gate `gate`'s call (kGates).
   enum class UndoOf { kAdmit, kGates };
-  void undo(const Op& op, UndoOf what, std::chrono::steady_clock::time_point since = {},
-            std::function<void()> then = {});
+  void undo(const Op& op, UndoOf what, int gate = 0,
+            std::chrono::steady_clock::time_point since = {}, std::function<void()> then = {});
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
   void add_global_remaining(AdmitOp* op);
@@ -198,10 +223,16 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
   op->res.request_id = op->p.rid;
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
+  op->pending = 1 + op->p.ng;
   send(
       AdmitCall(op->p),
       [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); },
       [this, op](const redisReply* r) { on_late_admit(op, r); });
+  for (int i = 0; i < op->p.ng; ++i)
+    send(
+        GatesCall(op->p, i),
+        [this, op, i](const redisReply* r, std::string_view e) { on_gates_reply(op, i, r, e); },
+        [this, op, i](const redisReply* r) { on_late_gates(op, i, r); });
 }
 
 void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
@@ -237,63 +268,140 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
 }
 
 void Engine::Impl::add_global_remaining(AdmitOp* op) {
-  for (int i = 0; i < op->p.ng; ++i)
-    op->res.remaining.push_back(
-        bucket_remaining(*op->p.globals[i], op->global_tokens[static_cast<size_t>(i)]));
+  for (int i = 0; i < op->p.ng; ++i) {
+    const auto at = static_cast<size_t>(i);
+    double v = op->global_tokens[at];
+    // ungates.lua gave the token back: the level before this admission.
+    if (op->global_parts[at] == Part::kAdmitted && op->res.outcome != Outcome::kAllowed)
+      v = std::min(op->p.globals[i]->capacity, v + 1);
+    op->res.remaining.push_back(bucket_remaining(*op->p.globals[i], v));
+  }
+}
+
+// A part refused: the answer names the refusing gate with the longest wait over all parts.
+void Engine::Impl::refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms) {
+  if (op->res.gate.empty() || retry_ms > op->res.retry_after_ms) {
+    op->res.gate = std::string(gate);
+    op->res.retry_after_ms = retry_ms;
+  }
+}
+
+void Engine::Impl::failed(AdmitOp* op, std::string error) {
+  if (op->error.empty()) op->error = std::move(error);
 }
 
 void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::string_view error) {
   AdmitOp* op = op_ptr.get();
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 2) {
-    op->res.outcome = Outcome::kConflict;
-    op->res.error = "request_id: '" + op->p.rid + "' is already in use";
-    finish(op);
-    return;
-  }
-  // Cancelled: only an undo of this very call does that, sent once its reply was lost, so the
-  // reply cannot be read here; answered like any failure should it come all the same.
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 3)
-    return fail(op, Outcome::kUnavailable, "redis: call cancelled");
-  const Prepared& p = op->p;
-  const size_t nb = static_cast<size_t>(p.nb);
+  const int64_t code =
+      r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? as_int(elem(r, kCode)) : -1;
+  const size_t nb = static_cast<size_t>(op->p.nb);
   std::string bad = bad_reply(r, error, kTokens + nb);
-  if (!bad.empty()) return fail(op, Outcome::kUnavailable, std::move(bad));
-  int64_t code = as_int(elem(r, kCode));
-  op->used = as_int(elem(r, kQuotaUsed));
-  op->month_left = as_int(elem(r, kMonthLeft));
-  op->month_len = as_int(elem(r, kMonthLen));
-  op->live = as_int(elem(r, kLive));
-  op->first_ms = as_int(elem(r, kFirstLeaseMs));
-  op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
-  for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
-
-  if (code != 1) {
-    op->res.outcome = Outcome::kRefused;
-    op->res.gate = std::string(as_str(elem(r, kGate)));
-    op->res.reason = std::string(reason_of(op->res.gate));
-    op->res.retry_after_ms = as_int(elem(r, kRetryAfterMs));
-    fill_tenant_remaining(op, false);
-    finish(op);
-    return;
+  if (code == 2) {
+    op->conflict = true;  // nothing was written
+  } else if (code == 3) {
+    // Cancelled: only an undo of this very call does that, sent once its reply was lost, so the
+    // reply cannot be read here; answered like any failure should it come all the same.
+    failed(op, "redis: call cancelled");
+  } else if (!bad.empty()) {
+    failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_admit
+  } else {
+    op->used = as_int(elem(r, kQuotaUsed));
+    op->month_left = as_int(elem(r, kMonthLeft));
+    op->month_len = as_int(elem(r, kMonthLen));
+    op->live = as_int(elem(r, kLive));
+    op->first_ms = as_int(elem(r, kFirstLeaseMs));
+    op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
+    for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
+    op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
+    if (code != 1) {
+      refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+    } else if (op->p.ng > 0 && !decode_undo(op, r)) {
+      // Admitted without the snapshot a refund needs: cannot happen with our script; refund.lua
+      // then gives one token back per bucket.
+      op->undo.snapshot.clear();
+      failed(op, "redis: unexpected reply");
+    }
   }
-  if (p.ng == 0) {
+  part_done(op_ptr);
+}
+
+void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
+                                  std::string_view error) {
+  AdmitOp* op = op_ptr.get();
+  const auto at = static_cast<size_t>(i);
+  std::string bad = bad_reply(r, error, kGatesTokens + 1);
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 3) {
+    failed(op, "redis: call cancelled");
+  } else if (!bad.empty()) {
+    failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_gates
+  } else {
+    op->global_tokens[at] = as_double(elem(r, kGatesTokens));
+    if (as_int(elem(r, kCode)) == 1) {
+      op->global_parts[at] = Part::kAdmitted;
+      decode_gates_undo(op, i, r);
+    } else {
+      op->global_parts[at] = Part::kRefused;
+      refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+    }
+  }
+  part_done(op_ptr);
+}
+
+// Every part answered: admitted when all admitted; otherwise every part that admitted is undone
+// (refund.lua, ungates.lua), so that a request not admitted is charged nothing. A 503 or 409 is
+// answered at once (the undos reach Redis whenever it answers); a 429 waits for its undos, so
+// that the Remaining values it reports are the levels after them.
+void Engine::Impl::part_done(const Op& op_ptr) {
+  AdmitOp* op = op_ptr.get();
+  if (--op->pending > 0) return;
+  const Prepared& p = op->p;
+  if (op->error.empty() && !op->conflict && op->res.gate.empty()) {
     op->res.outcome = Outcome::kAllowed;
     fill_tenant_remaining(op, false);
+    add_global_remaining(op);
     finish(op);
     return;
   }
-  // Admitted but without the snapshot a refund needs: cannot happen with our script.
-  if (!decode_undo(op, r)) return fail(op, Outcome::kUnavailable, "redis: unexpected reply");
-  // Global gates: one call with the model and tool buckets (single-node Redis; see gates.lua).
-  send(
-      GatesCall(p),
-      [this, op_ptr](const redisReply* r, std::string_view e) { on_gates_reply(op_ptr, r, e); },
-      [this, op_ptr](const redisReply* r) { on_late_gates(op_ptr, r); });
+  const bool answer_now = !op->error.empty() || op->conflict;
+  auto left = std::make_shared<int>(1);  // the undos to wait for, +1 until all are sent
+  auto answer = [this, op_ptr, left] {
+    if (--*left > 0) return;
+    AdmitOp* op = op_ptr.get();
+    op->res.outcome = Outcome::kRefused;
+    op->res.reason = std::string(reason_of(op->res.gate));
+    if (op->tenant_part != Part::kPending)
+      fill_tenant_remaining(op, op->tenant_part == Part::kAdmitted);
+    add_global_remaining(op);
+    finish(op);
+  };
+  std::function<void()> then;
+  if (!answer_now) then = answer;
+  if (op->tenant_part == Part::kAdmitted) {
+    ++*left;
+    undo(op_ptr, UndoOf::kAdmit, 0, {}, then);
+  }
+  for (int i = 0; i < p.ng; ++i) {
+    if (op->global_parts[static_cast<size_t>(i)] != Part::kAdmitted) continue;
+    ++*left;
+    undo(op_ptr, UndoOf::kGates, i, {}, then);
+  }
+  op->res.remaining.clear();
+  if (!op->error.empty()) {
+    op->res.gate.clear();
+    return fail(op, Outcome::kUnavailable, std::move(op->error));
+  }
+  if (op->conflict) {
+    op->res.outcome = Outcome::kConflict;
+    op->res.gate.clear();
+    op->res.error = "request_id: '" + p.rid + "' is already in use";
+    return finish(op);
+  }
+  answer();  // the +1: answers now when no undo was needed
 }
 
 // A request answered 503 is charged nothing. Its admit.lua call may still have run (it was
 // written, and Redis was only slow or stopped, or went away before replying): a late reply is
-// recognised here and undone exactly by refund.lua, as a global gate's refusal is; a lost one
+// recognised here and undone exactly by refund.lua, as a refusal by another part is; a lost one
 // (reply == nullptr) by refund.lua too, which finds out from the reservation whether this
 // attempt ran, and if it has not, cancels it so that it refuses should it run later. The
 // alternative, scripts refusing work past a deadline the gateway gives them, would put the
@@ -311,21 +419,36 @@ void Engine::Impl::on_late_admit(const Op& op, const redisReply* r) {
   undo(op, UndoOf::kAdmit);
 }
 
-// The same for a gates.lua call answered 503: the tenant part was refunded when the request
-// failed; the global buckets get their token back if the call ran and admitted (ungates.lua
-// reads gates.lua's marker), and a call that has not run is cancelled.
-void Engine::Impl::on_late_gates(const Op& op, const redisReply* r) {
-  if (r && !bad_reply(r, {}, kGatesTokens + static_cast<size_t>(op->p.ng)).empty()) return;
-  if (r && as_int(elem(r, kCode)) != 1) return;
-  undo(op, UndoOf::kGates);
+// The same for a global gate's gates.lua call answered 503: its bucket gets the token back if
+// the call ran and admitted (ungates.lua reads gates.lua's marker), and a call that has not run
+// is cancelled.
+void Engine::Impl::on_late_gates(const Op& op, int i, const redisReply* r) {
+  op->global_undo[static_cast<size_t>(i)].clear();
+  if (r) {
+    if (!bad_reply(r, {}, kGatesTokens + 1).empty()) return;
+    if (as_int(elem(r, kCode)) != 1) return;
+    decode_gates_undo(op.get(), i, r);
+  }
+  undo(op, UndoOf::kGates, i);
+}
+
+// gates.lua's snapshot of its one bucket: "<old tk> <old ts>", then the new ts; the new tk is
+// its tokens_1. Left empty when the reply has none (ungates.lua then gives one token back).
+void Engine::Impl::decode_gates_undo(AdmitOp* op, int i, const redisReply* r) {
+  auto& out = op->global_undo[static_cast<size_t>(i)];
+  out.clear();
+  if (r->elements < kGatesTokens + 3) return;
+  if (!split_old(as_str(elem(r, kGatesTokens + 1)), out)) return out.clear();
+  out.emplace_back(as_str(elem(r, kGatesTokens)));
+  out.emplace_back(as_str(elem(r, kGatesTokens + 2)));
 }
 
 // An undo for a request already answered: written even on a stalled connection, held while no
 // connection is up (it must reach Redis once it answers again), sent again when its own reply is
 // lost (both scripts are idempotent per attempt) for as long as gates.lua's marker lives. Its
 // outcome is only logged when Redis refused it; then, when given, runs once it was answered.
-void Engine::Impl::undo(const Op& op, UndoOf what, std::chrono::steady_clock::time_point since,
-                        std::function<void()> then) {
+void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
+                        std::chrono::steady_clock::time_point since, std::function<void()> then) {
   auto now = std::chrono::steady_clock::now();
   if (since == std::chrono::steady_clock::time_point{}) since = now;
   std::string_view name = what == UndoOf::kAdmit ? "refund" : "global-gate refund";
@@ -336,7 +459,7 @@ void Engine::Impl::undo(const Op& op, UndoOf what, std::chrono::steady_clock::ti
       spdlog::warn("{} of {} failed: {}", name, op->p.rid, std::string_view(r->str, r->len));
     if (then) then();
   };
-  auto on_lost = [this, op, what, since](const redisReply* r) {
+  auto on_lost = [this, op, what, gate, since](const redisReply* r) {
     if (r) return;
     auto now = std::chrono::steady_clock::now();
     if (now - since > std::chrono::seconds(kUndoRetryS)) {
@@ -350,14 +473,14 @@ void Engine::Impl::undo(const Op& op, UndoOf what, std::chrono::steady_clock::ti
       }
       return;
     }
-    undo(op, what, since);
+    undo(op, what, gate, since);
   };
   if (what == UndoOf::kAdmit)
     send(RefundCall(op->p, op->undo), std::move(on_reply), std::move(on_lost),
          RedisClient::WhenStalled::kQueue);
   else
-    send(UngatesCall(op->p), std::move(on_reply), std::move(on_lost),
-         RedisClient::WhenStalled::kQueue);
+    send(UngatesCall(op->p, gate, op->global_undo[static_cast<size_t>(gate)]), std::move(on_reply),
+         std::move(on_lost), RedisClient::WhenStalled::kQueue);
 }
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
@@ -368,11 +491,7 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   const std::string_view new_ts = as_str(elem(r, at + nb));
   op->undo.snapshot.reserve(4 * nb);
   for (size_t i = 0; i < nb; ++i) {
-    std::string_view old = as_str(elem(r, at + i));
-    const size_t sp = old.find(' ');
-    if (sp == std::string_view::npos) return false;
-    op->undo.snapshot.emplace_back(old.substr(0, sp));
-    op->undo.snapshot.emplace_back(old.substr(sp + 1));
+    if (!split_old(as_str(elem(r, at + i)), op->undo.snapshot)) return false;
     op->undo.snapshot.emplace_back(as_str(elem(r, kTokens + i)));
     op->undo.snapshot.emplace_back(new_ts);
   }
@@ -383,43 +502,6 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
       op->undo.pruned.emplace_back(as_str(elem(r, pruned_at + 1 + i)));
   }
   return true;
-}
-
-void Engine::Impl::on_gates_reply(const Op& op_ptr, const redisReply* r, std::string_view error) {
-  AdmitOp* op = op_ptr.get();
-  const Prepared& p = op->p;
-  std::string bad = bad_reply(r, error, kGatesTokens + static_cast<size_t>(p.ng));
-  if (!bad.empty()) {
-    // The tenant part was admitted: give it back, and answer 503 now (the deadline is the
-    // request's; the refund reaches Redis whenever it answers again).
-    undo(op_ptr, UndoOf::kAdmit);
-    return fail(op, Outcome::kUnavailable, std::move(bad));
-  }
-  int64_t code = as_int(elem(r, kCode));
-  for (size_t i = 0; i < static_cast<size_t>(p.ng); ++i)
-    op->global_tokens[i] = as_double(elem(r, kGatesTokens + i));
-  if (code == 1) {
-    op->res.outcome = Outcome::kAllowed;
-    fill_tenant_remaining(op, false);
-    add_global_remaining(op);
-    finish(op);
-    return;
-  }
-  op->res.gate = std::string(as_str(elem(r, kGate)));
-  op->res.reason = "rate";
-  op->res.retry_after_ms = as_int(elem(r, kRetryAfterMs));
-  refund(op_ptr, [this, op] {
-    op->res.outcome = Outcome::kRefused;
-    fill_tenant_remaining(op, true);
-    add_global_remaining(op);
-    finish(op);
-  });
-}
-
-// After a global gate refused: the answer waits for the refund, so that the Remaining values
-// it reports are the levels after it.
-void Engine::Impl::refund(const Op& op, std::function<void()> then) {
-  undo(op, UndoOf::kAdmit, {}, std::move(then));
 }
 
 Engine::Engine(const ConfigStore& store, event_base* base, RedisObserver* observer)

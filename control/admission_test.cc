@@ -1032,10 +1032,10 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   Prepared ran;
   ASSERT_EQ(prepare(tables, r, rng, ran), "");
   EXPECT_EQ(code_of(run_call(s, AdmitCall(ran))), 1);
-  EXPECT_EQ(code_of(run_call(s, GatesCall(ran))), 1);
+  EXPECT_EQ(code_of(run_call(s, GatesCall(ran, 0))), 1);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(code_of(run_call(s, RefundCall(ran, Undo{}))), i == 0 ? 1 : 0);
-    EXPECT_EQ(code_of(run_call(s, UngatesCall(ran))), i == 0 ? 1 : 0);
+    EXPECT_EQ(code_of(run_call(s, UngatesCall(ran, 0, {}))), i == 0 ? 1 : 0);
   }
   EXPECT_EQ(s.str({"HGET", keys::bucket("ws-acme", "tenant"), "tk"}), "100");
   EXPECT_EQ(s.str({"HGET", keys::global_bucket("model", "m1"), "tk"}), "50");
@@ -1058,11 +1058,11 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   r.request_id = "rq-2";
   ASSERT_EQ(prepare(tables, r, rng, late), "");
   EXPECT_EQ(code_of(run_call(s, RefundCall(late, Undo{}))), 0);
-  EXPECT_EQ(code_of(run_call(s, UngatesCall(late))), 0);
+  EXPECT_EQ(code_of(run_call(s, UngatesCall(late, 0, {}))), 0);
   EXPECT_EQ(code_of(run_call(s, AdmitCall(late))), 3);
-  EXPECT_EQ(code_of(run_call(s, GatesCall(late))), 3);
+  EXPECT_EQ(code_of(run_call(s, GatesCall(late, 0))), 3);
   for (const auto& [k, v] : s.dump())
-    EXPECT_TRUE(k.starts_with(keys::reservations("ws-acme")) || k == late.attempt_key)
+    EXPECT_TRUE(k.starts_with(keys::reservations("ws-acme")) || k == late.attempt_keys[0])
         << k << " = " << v;
   EXPECT_TRUE(s.reservations("ws-acme").empty());
 
@@ -1071,7 +1071,7 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   ASSERT_EQ(prepare(tables, r, rng, retry), "");
   EXPECT_NE(retry.attempt, late.attempt);
   EXPECT_EQ(code_of(run_call(s, AdmitCall(retry))), 1);
-  EXPECT_EQ(code_of(run_call(s, GatesCall(retry))), 1);
+  EXPECT_EQ(code_of(run_call(s, GatesCall(retry, 0))), 1);
 
   // An id the engine generated names its call: its reservation holds no attempt, its undo finds
   // it all the same, and a client's call that reuses the id is not taken for it.

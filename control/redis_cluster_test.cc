@@ -301,6 +301,58 @@ TEST_F(RedisClusterTest, TheEngineAdmitsOnTheCluster) {
                                             Outcome::kRefused}));
 }
 
+// A request naming a model and a tool is one call per slot (the tenant's, the model's, the
+// tool's), sent together: a refusal by the tool gives the tenant and model buckets their token
+// back, so a later request finds them where the two admitted requests left them. (Names of its
+// own: the cluster is shared by the tests.)
+TEST_F(RedisClusterTest, OneCallPerSlotAndARefusalRefundsTheOthers) {
+  config::Config cfg;
+  cfg.redis.cluster = {nodes_->seeds()[0]};
+  cfg.redis.timeout_ms = 1000;
+  config::Plan plan;
+  plan.name = "p";
+  plan.tenant = config::Bucket{10, 0.001};
+  cfg.plans["p"] = plan;
+  cfg.tenants["per-slot"] = config::Tenant{"per-slot", "p"};
+  cfg.global_gates.model["m-per-slot"] = config::Bucket{10, 0.001};
+  cfg.global_gates.tool["x-per-slot"] = config::Bucket{2, 0.001};
+  ConfigStore store(cfg);
+  Engine engine(store, loop_.base());
+  ASSERT_TRUE(loop_.wait_until([&] { return engine.redis_up(); }, milliseconds(5000)));
+  const std::set<int> slots = {hash_slot("t:per-slot"), hash_slot("g:model:m-per-slot"),
+                               hash_slot("g:tool:x-per-slot")};
+  ASSERT_EQ(slots.size(), 3u);
+  auto admit = [&](const std::string& tool) {
+    AdmitRequest req;
+    req.tenant = "per-slot";
+    req.model = "m-per-slot";
+    req.tool = tool;
+    std::optional<AdmitResult> res;
+    engine.admit(req, [&](AdmitResult r) { res = std::move(r); });
+    EXPECT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(5000)));
+    return res.value_or(AdmitResult{});
+  };
+  auto level = [](const AdmitResult& r, std::string_view gate) {
+    for (const Remaining& rem : r.remaining)
+      if (rem.gate == gate) return rem.value;
+    return -1.0;
+  };
+  for (int i = 0; i < 2; ++i) {
+    AdmitResult r = admit("x-per-slot");
+    EXPECT_EQ(r.outcome, Outcome::kAllowed) << i << " " << r.error;
+  }
+  AdmitResult refused = admit("x-per-slot");
+  EXPECT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "tool");
+  EXPECT_NEAR(level(refused, "tenant"), 8, 0.1);
+  EXPECT_NEAR(level(refused, "model"), 8, 0.1);
+  // What Redis holds, not what the engine computed: the third admitted request finds 7 left.
+  AdmitResult third = admit("");
+  EXPECT_EQ(third.outcome, Outcome::kAllowed) << third.error;
+  EXPECT_NEAR(level(third, "tenant"), 7, 0.1);
+  EXPECT_NEAR(level(third, "model"), 7, 0.1);
+}
+
 // Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
 // succeeded and what failed. A failed call's slot is used again 5 ms later (a dead node
 // refuses at once; no busy loop).

@@ -188,8 +188,8 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     auto g = tables.tools.find(req.tool);
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
-  if (p.ng > 0)
-    p.attempt_key = keys::global_attempt(p.globals[0]->name, p.globals[0]->id, p.attempt);
+  for (int i = 0; i < p.ng; ++i)
+    p.attempt_keys[i] = keys::global_attempt(p.globals[i]->name, p.globals[i]->id, p.attempt);
   return {};
 }
 
@@ -256,48 +256,41 @@ AdmitCall::AdmitCall(const Prepared& p)
   }
 }
 
-namespace {
-
-// The model and tool buckets of p into c: each key, and the ARGV group fill(gate) makes for it.
-template <class Fill>
-void add_globals(Call& c, const Prepared& p, Fill fill) {
-  for (int i = 0; i < p.ng; ++i) {
-    c.keys.add(p.globals[i]->key);
-    c.args.add(fill(*p.globals[i]));
-  }
-}
-
-}  // namespace
-
-GatesCall::GatesCall(const Prepared& p)
-    : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + 2, lua::gates::kArgsFixed,
-           lua::gates::kArgsFixed + 2 * lua::gates::kArgBucketStride) {
+GatesCall::GatesCall(const Prepared& p, int i)
+    : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + 1, lua::gates::kArgsFixed,
+           lua::gates::kArgsFixed + lua::gates::kArgBucketStride) {
   namespace s = lua::gates;
-  keys.set(s::kKeyAttempt, p.attempt_key);
+  const Gate& gate = *p.globals[i];
+  keys.set(s::kKeyAttempt, p.attempt_keys[i]);
+  keys.add(gate.key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
-  args.set(s::kArgBucketCount, kCounts[p.ng]);
-  add_globals(*this, p, [](const Gate& gate) {
-    std::array<std::string_view, s::kArgBucketStride> g;
-    g[s::kArgBucketGate] = gate.name;
-    g[s::kArgBucketCapacity] = gate.cap_s;
-    g[s::kArgBucketRefill] = gate.rate_s;
-    return g;
-  });
+  args.set(s::kArgBucketCount, kCounts[1]);
+  std::array<std::string_view, s::kArgBucketStride> g;
+  g[s::kArgBucketGate] = gate.name;
+  g[s::kArgBucketCapacity] = gate.cap_s;
+  g[s::kArgBucketRefill] = gate.rate_s;
+  args.add(g);
 }
 
-UngatesCall::UngatesCall(const Prepared& p)
-    : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 2,
-           lua::ungates::kArgsFixed,
-           lua::ungates::kArgsFixed + 2 * lua::ungates::kArgBucketStride) {
+UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot)
+    : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 1,
+           lua::ungates::kArgsFixed, lua::ungates::kArgsFixed + lua::ungates::kArgBucketStride) {
   namespace s = lua::ungates;
-  keys.set(s::kKeyAttempt, p.attempt_key);
+  const Gate& gate = *p.globals[i];
+  keys.set(s::kKeyAttempt, p.attempt_keys[i]);
+  keys.add(gate.key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
-  args.set(s::kArgBucketCount, kCounts[p.ng]);
-  add_globals(*this, p, [](const Gate& gate) {
-    std::array<std::string_view, s::kArgBucketStride> g;
-    g[s::kArgBucketCapacity] = gate.cap_s;
-    return g;
-  });
+  args.set(s::kArgBucketCount, kCounts[1]);
+  std::array<std::string_view, s::kArgBucketStride> g;
+  g.fill("");
+  g[s::kArgBucketCapacity] = gate.cap_s;
+  if (snapshot.size() == 4) {
+    g[s::kArgBucketOldTk] = snapshot[0];
+    g[s::kArgBucketOldTs] = snapshot[1];
+    g[s::kArgBucketNewTk] = snapshot[2];
+    g[s::kArgBucketNewTs] = snapshot[3];
+  }
+  args.add(g);
 }
 
 RefundCall::RefundCall(const Prepared& p, const Undo& undo)

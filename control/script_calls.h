@@ -72,9 +72,11 @@ struct Prepared {
   std::string rid, user_key, api_key_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
-  std::string attempt;      // 8 hex digits
-  std::string attempt_key;  // keys::global_attempt of the attempt (with global gates only)
-  bool fresh = false;       // rid was generated here: it cannot be in use yet
+  std::string attempt;  // 8 hex digits
+  // Per global gate, keys::global_attempt of the attempt: each gate's gates.lua call leaves its
+  // marker in that gate's own hash slot.
+  std::array<std::string, 2> attempt_keys;
+  bool fresh = false;  // rid was generated here: it cannot be in use yet
   int64_t tokens = 0;
   std::array<const Gate*, 3> buckets{};
   std::array<std::string_view, 3> bucket_keys{};
@@ -141,15 +143,19 @@ struct AdmitCall : Call {
 // admission writes one.
 inline constexpr int kAttemptTtlS = 60;
 
-// gates.lua: the model and tool buckets of p.
+// gates.lua for p's global gate i (model or tool): one call per gate, since each gate's bucket
+// has its own hash tag and so, on a Redis Cluster, its own slot.
 struct GatesCall : Call {
-  explicit GatesCall(const Prepared& p);
+  GatesCall(const Prepared& p, int i);
 };
 
-// ungates.lua: gives back the tokens p's gates.lua call took, when its request was answered 503
-// (its reply came late, or never), or cancels the call if it has not run.
+// ungates.lua: gives back the token the gates.lua call of p's global gate i took, when the
+// admission did not go through (another part refused or failed, or its reply came late or
+// never), or cancels that call if it has not run.
 struct UngatesCall : Call {
-  explicit UngatesCall(const Prepared& p);
+  // snapshot: gates.lua's old tk, old ts, new tk, new ts of the bucket; empty when its reply was
+  // lost (ungates.lua then gives one token back).
+  UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot);
 };
 
 // What admit.lua returned that refund.lua needs to undo the admission exactly. Empty when its

@@ -1,13 +1,12 @@
--- gates.lua: the global gates (model and tool token buckets, shared by every tenant).
+-- gates.lua: a global gate (a model or tool token bucket, shared by every tenant).
 --
--- Called only when a request names a model or tool that has a configured gate, after admit.lua
--- admitted the tenant-scoped part; when this refuses, the engine runs refund.lua. All-or-nothing
--- across the buckets given: a refusal writes nothing. Same bucket math as admit.lua
--- (lib_bucket.lua).
---
--- The keys ("dg:{g:model:<name>}:tb", "dg:{g:tool:<name>}:tb") carry their own hash tags, so on
--- Redis Cluster they may live in different slots; this engine targets single-node Redis (or a
--- proxy that routes per call) and passes both in one call to keep admission at two round trips.
+-- Called when a request names a model or tool that has a configured gate, at the same time as
+-- admit.lua (the tenant-scoped part) and the request's other global gate: each global bucket
+-- ("dg:{g:model:<name>}:tb", "dg:{g:tool:<name>}:tb") carries its own hash tag, so on a Redis
+-- Cluster it has its own slot, and one call per slot keeps every script's keys in one slot. When
+-- any part refuses, the engine undoes the parts that admitted (refund.lua, ungates.lua).
+-- All-or-nothing across the buckets given (the engine gives one): a refusal writes nothing. Same
+-- bucket math as admit.lua (lib_bucket.lua).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
 -- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
@@ -22,9 +21,11 @@
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
 --
--- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n}: code 1 admitted, 0 refused by
--- gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as strings,
--- after the decision.
+-- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}: code 1 admitted, 0
+-- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
+-- strings, after the decision. snapshot (admitted): per bucket "<old tk> <old ts>" (" " when the
+-- key did not exist), then the new ts of every bucket, for ungates.lua to restore them byte for
+-- byte when another part of the admission refuses.
 
 if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
@@ -56,6 +57,11 @@ end
 
 out[1] = 1
 local ts = bucket_now_text(t)
-for i = 1, n do out[3 + i] = bucket_take(buckets[i], sec, ts) end
+for i = 1, n do
+  local b = buckets[i]
+  out[3 + i] = bucket_take(b, sec, ts)
+  out[3 + n + i] = b.tk .. ' ' .. b.ts
+end
+out[4 + 2 * n] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 return out

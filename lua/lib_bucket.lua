@@ -1,4 +1,5 @@
--- lib_bucket.lua: the token-bucket math of admit.lua and gates.lua. Not a script of its own:
+-- lib_bucket.lua: the token-bucket math of admit.lua and gates.lua, and its undo (refund.lua,
+-- ungates.lua). Not a script of its own:
 -- tools/embed.py puts this text in place of a `-- @include lib_bucket.lua` line of a script.
 --
 -- A bucket is a hash {tk = tokens, ts = last update in microseconds, ex = the key's expiry in unix
@@ -48,4 +49,26 @@ local function bucket_take(b, sec, ts)
     redis.call('HSET', b.key, 'tk', tk, 'ts', ts)
   end
   return tk
+end
+
+-- Gives back the token one take took from the bucket at key k: byte for byte (tk and ts as they
+-- were, or the key deleted when it did not exist) when nobody touched the bucket since the take
+-- stored new_tk/new_ts; otherwise tk + 1, capped at cap, which is the level the bucket would have
+-- had without the take (refill is computed from ts when read). old_tk is '' when the key did not
+-- exist; new_ts is '' without a snapshot (the take's reply was lost). A key that is gone expired
+-- because the bucket was full again: nothing to give back (returns 0, else 1).
+local function bucket_untake(k, cap, old_tk, old_ts, new_tk, new_ts)
+  local b = redis.call('HMGET', k, 'tk', 'ts')
+  if new_ts ~= '' and b[1] == new_tk and b[2] == new_ts then
+    if old_tk == '' then
+      redis.call('DEL', k)
+    else
+      redis.call('HSET', k, 'tk', old_tk, 'ts', old_ts)
+    end
+  elseif b[1] then
+    redis.call('HSET', k, 'tk', string.format('%.17g', math.min(cap, tonumber(b[1]) + 1)))
+  else
+    return 0
+  end
+  return 1
 end

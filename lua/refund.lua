@@ -44,6 +44,7 @@
 
 -- @include lib_month.lua
 -- @include lib_reservation.lua
+-- @include lib_bucket.lua
 
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -71,17 +72,7 @@ for i = 1, n do
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local old_tk, old_ts = ARGV[a + A_BUCKET_OLD_TK], ARGV[a + A_BUCKET_OLD_TS]
   local new_tk, new_ts = ARGV[a + A_BUCKET_NEW_TK], ARGV[a + A_BUCKET_NEW_TS]
-  local k = KEYS[K_BUCKET + i - 1]
-  local b = redis.call('HMGET', k, 'tk', 'ts')
-  if new_ts ~= '' and b[1] == new_tk and b[2] == new_ts then
-    if old_tk == '' then
-      redis.call('DEL', k)
-    else
-      redis.call('HSET', k, 'tk', old_tk, 'ts', old_ts)
-    end
-  elseif b[1] then
-    redis.call('HSET', k, 'tk', string.format('%.17g', math.min(cap, tonumber(b[1]) + 1)))
-  end
+  bucket_untake(KEYS[K_BUCKET + i - 1], cap, old_tk, old_ts, new_tk, new_ts)
 end
 
 -- Put the pruned leases back before removing ours, so the set (and its TTL) never vanishes.

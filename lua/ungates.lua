@@ -1,25 +1,24 @@
--- ungates.lua: undoes one gates.lua call (one attempt) whose request was answered 503: its reply
--- came after the request's deadline, or never (the connection went away after the call was
--- written, so it may or may not have run). A request the client was told failed is charged
--- nothing.
+-- ungates.lua: undoes one gates.lua call (one attempt) whose request was not admitted: another
+-- part of the admission refused or failed, or its own reply came after the request's deadline or
+-- never (the connection went away after the call was written, so it may or may not have run). A
+-- request the client was told failed or refused is charged nothing.
 --
--- gates.lua's marker tells: "ran" gives the token back to each bucket and becomes "undone"
--- (running this twice gives back once); no marker means the call has not run (it was refused,
--- or it may still run from a buffer of a stopped Redis): it becomes "cancelled", and gates.lua
--- refuses the call should it ever run.
---
--- Exact in tokens: what bucket_take stores is at most capacity - 1, and refill is computed from
--- ts when read, so tk + 1 is the level the bucket would have had without the take, whatever
--- other admissions did since (each took its own token). A bucket key that is gone expired because
--- the bucket was full again: nothing to give back.
+-- gates.lua's marker tells: "ran" gives the token back to each bucket (lib_bucket.lua's
+-- bucket_untake: byte for byte from gates.lua's snapshot when nobody touched the bucket since,
+-- else tk + 1) and removes the marker, so that a refused admission leaves no key behind; running
+-- this again finds no marker and only writes "cancelled", giving nothing back twice. No marker
+-- means the call has not run (it may still run from a buffer of a stopped Redis): it becomes
+-- "cancelled", and gates.lua refuses the call should it ever run.
 --
 -- @keys attempt bucket...
--- @argv attempt_ttl bucket_count bucket...(capacity)
+-- @argv attempt_ttl bucket_count bucket...(capacity old_tk old_ts new_tk new_ts)
 --
 -- KEYS: attempt    gates.lua's marker for the call
 --       bucket...  the bucket hashes gates.lua took from
 -- ARGV: attempt_ttl   seconds a "cancelled" marker is kept
---       bucket_count  n; bucket...  per bucket: its capacity
+--       bucket_count  n; bucket...  per bucket: its capacity, then old tk, old ts ("" = no
+--                     key), new tk, new ts from gates.lua's snapshot; all but capacity "" when
+--                     there is none (its reply was lost)
 --
 -- Returns the number of buckets given a token back.
 
@@ -29,18 +28,14 @@ if not mark then
   return 0
 end
 if mark ~= 'ran' then return 0 end
-redis.call('SET', KEYS[K_ATTEMPT], 'undone', 'KEEPTTL')
-
+redis.call('DEL', KEYS[K_ATTEMPT])
+-- @include lib_bucket.lua
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 local given = 0
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
-  local k = KEYS[K_BUCKET + i - 1]
-  local tk = redis.call('HGET', k, 'tk')
-  if tk then
-    local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
-    redis.call('HSET', k, 'tk', string.format('%.17g', math.min(cap, tonumber(tk) + 1)))
-    given = given + 1
-  end
+  given = given + bucket_untake(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
+                ARGV[a + A_BUCKET_OLD_TK], ARGV[a + A_BUCKET_OLD_TS], ARGV[a + A_BUCKET_NEW_TK],
+                ARGV[a + A_BUCKET_NEW_TS])
 end
 return given
