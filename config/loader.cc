@@ -673,7 +673,9 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
           ok = true;
         }
       }
-      set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1);
+      // At most 28 days: a reservation's month is then always the settle's or the one before,
+      // among the quota months the gateway declares to the scripts (lua/lib_month.lua).
+      set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1, 28 * 86400);
       set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
       if (ok) p.quota = quota;
     }

@@ -305,7 +305,11 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
   EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 0 } } }"),
             "t.yaml:1:42: plans.p.quota.tokens_per_month: must be >= 1, got 0");
   EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 5, reservation_ttl_s: 0 } } }"),
-            "t.yaml:1:64: plans.p.quota.reservation_ttl_s: must be >= 1, got 0");
+            "t.yaml:1:64: plans.p.quota.reservation_ttl_s: must be between 1 and 2419200, got 0");
+  // At most 28 days: a reservation's quota month is then among those the gateway declares.
+  EXPECT_EQ(
+      error_of("plans: { p: { quota: { tokens_per_month: 5, reservation_ttl_s: 2419201 } } }"),
+      "t.yaml:1:64: plans.p.quota.reservation_ttl_s: must be between 1 and 2419200, got 2419201");
   EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 5, max_open_reservations: 0 } } }"),
             "t.yaml:1:68: plans.p.quota.max_open_reservations: must be >= 1, got 0");
   EXPECT_EQ(error_of("plans: { p: { concurrency: { max_streams: -1 } } }"),

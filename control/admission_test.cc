@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -1120,10 +1121,11 @@ TEST_F(AdmissionTest, IdleBucketsExpireOnceFullAgain) {
   EXPECT_GE(std::stoll(s.str({"TTL", key})), 200);
 }
 
-// The gateway passes its month to admit.lua as a hint only: when Redis TIME is outside it (the
-// gateway's clock is off, or the month turned between the two), the script finds the month
-// itself, so the quota key is always that of Redis's month.
-TEST_F(AdmissionTest, TheGatewaysMonthIsOnlyAHint) {
+// The quota month is Redis TIME's, among the three the gateway declares around its clock: a
+// gateway a month ahead still charges Redis's month (its "previous" month); one further off, or
+// off by more than a reservation window, makes the call fail with an error that says so, and
+// nothing is written.
+TEST_F(AdmissionTest, RedisTimePicksAmongTheDeclaredMonthsAndWindows) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant = bucket(100, 0);
@@ -1132,71 +1134,57 @@ TEST_F(AdmissionTest, TheGatewaysMonthIsOnlyAHint) {
   Tables tables(cfg);
   std::mt19937_64 rng(7);
   Sync s(redis_.port());
-  Prepared p;
-  ASSERT_EQ(prepare(tables, req("ws-acme", 30), rng, p), "");
-  AdmitCall c(p);
-  const keys::Month wrong = keys::month_of(915148800);  // 1999-01
-  c.args.set(lua::admit::kArgMonth, wrong.name);
-  c.args.set(lua::admit::kArgMonthStart, wrong.start_s);
-  c.args.set(lua::admit::kArgMonthEnd, wrong.end_s);
-  EXPECT_EQ(code_of(run_call(s, c)), 1);
   redisReply* t = s.cmd({"TIME"});
   ASSERT_TRUE(t && t->elements == 2);
-  const keys::Month redis_month = keys::month_of(std::stoll(t->element[0]->str));
+  const int64_t now = std::stoll(t->element[0]->str);
   freeReplyObject(t);
+  const keys::Month redis_month = keys::month_of(now);
+  const TenantInfo& ti = tables.tenants.at("ws-acme");
+  auto admit_with = [&](int64_t window_clock, int64_t month_clock) {
+    Prepared p;
+    EXPECT_EQ(prepare(tables, req("ws-acme", 30), rng, p), "");
+    p.time_keys.build(ti.quota_prefix, ti.reservations_prefix, ti.res_ttl_s, ti.res_ttl,
+                      window_clock, keys::months_around(month_clock));
+    return run_call(s, AdmitCall(p));
+  };
+  auto error_of = [](redisReply* r) {
+    std::string e = r && r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "<none>";
+    freeReplyObject(r);
+    return e;
+  };
+  // A month ahead: Redis's month is the declared previous one.
+  EXPECT_EQ(code_of(admit_with(now, keys::months_around(now).next.start + 86400)), 1);
   EXPECT_EQ(s.str({"GET", keys::quota("ws-acme", redis_month.name)}), "30");
-  EXPECT_EQ(s.str({"EXISTS", keys::quota("ws-acme", wrong.name)}), "0");
+  auto before = s.dump();
+  // Three months off (1999-01): no declared month is Redis's.
+  EXPECT_EQ(error_of(admit_with(now, 915148800)).rfind("ERR clock:", 0), 0u);
+  // Three reservation windows off.
+  EXPECT_EQ(error_of(admit_with(now + 3 * 600, now)).rfind("ERR clock:", 0), 0u);
+  EXPECT_EQ(s.dump(), before);
+  // One window off either way is within reach.
+  EXPECT_EQ(code_of(admit_with(now + 600, now)), 1);
+  EXPECT_EQ(code_of(admit_with(now - 600, now)), 1);
 }
 
-// The month arithmetic inside admit.lua against the C++20 calendar, for every 9th day from
-// 1970 to 2200 plus the days around each new year (Redis TIME cannot be moved, so the Lua
-// functions are run directly, cut out of the embedded script).
-TEST_F(AdmissionTest, QuotaMonthArithmeticMatchesTheCalendar) {
-  const std::string& text = admit_script_text();
-  auto b = text.find("-- civil:begin");
-  auto e = text.find("-- civil:end");
-  ASSERT_NE(b, std::string::npos);
-  ASSERT_NE(e, std::string::npos);
-  std::string script = text.substr(b, e - b) + R"(
-local out = {}
-for i = 1, #ARGV do
-  local z = tonumber(ARGV[i])
-  local y, m = civil_from_days(z)
-  out[i] = string.format('%04d-%02d %d', y, m, days_from_civil(y, m))
-end
-return out)";
+// The months the gateway declares, checked against plain year/month arithmetic over 1970..2200:
+// consecutive, each the one after the other, and the clock inside the current one.
+TEST(Months, AroundAnyDayAreTheThreeConsecutiveMonths) {
   namespace chr = std::chrono;
-  std::vector<int> days;
-  for (int d = 0; d < 84000; d += 9) days.push_back(d);
-  for (int y = 1970; y < 2200; ++y) {
-    int ny = chr::sys_days(chr::year(y) / 1 / 1).time_since_epoch().count();
-    days.push_back(ny - 1);
-    days.push_back(ny);
-  }
-  Sync s(redis_.port());
-  for (size_t at = 0; at < days.size(); at += 1000) {
-    std::vector<std::string> argv = {"EVAL", script, "0"};
-    size_t end = std::min(days.size(), at + 1000);
-    for (size_t i = at; i < end; ++i) argv.push_back(std::to_string(days[i]));
-    redisReply* r = s.cmd(argv);
-    ASSERT_NE(r, nullptr);
-    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
-    ASSERT_EQ(r->elements, end - at);
-    for (size_t i = at; i < end; ++i) {
-      chr::year_month_day ymd{chr::sys_days(chr::days(days[i]))};
-      int first = chr::sys_days(ymd.year() / ymd.month() / 1).time_since_epoch().count();
-      char want[48];
-      snprintf(want, sizeof want, "%04d-%02u %d", static_cast<int>(ymd.year()),
-               static_cast<unsigned>(ymd.month()), first);
-      EXPECT_EQ(std::string(r->element[i - at]->str, r->element[i - at]->len), want)
-          << "day " << days[i];
-      // And the gateway's hint (keys::month_of) agrees with both.
-      const keys::Month m = keys::month_of(int64_t{days[i]} * 86400 + 86399);
-      EXPECT_EQ(m.name + " " + std::to_string(m.start / 86400), want) << "day " << days[i];
-      EXPECT_EQ(m.end, keys::month_of(m.end).start);
-      EXPECT_LT(m.start, m.end);
-    }
-    freeReplyObject(r);
+  for (int64_t day = 0; day < 84000; day += 7) {
+    const int64_t t = day * 86400 + 86399;
+    const keys::Months m = keys::months_around(t);
+    EXPECT_LE(m.cur.start, t);
+    EXPECT_LT(t, m.cur.end);
+    EXPECT_EQ(m.prev.end, m.cur.start);
+    EXPECT_EQ(m.cur.end, m.next.start);
+    auto index = [](const std::string& name) {  // "YYYY-MM" as months since year 0
+      return std::stoi(name.substr(0, 4)) * 12 + std::stoi(name.substr(5, 2)) - 1;
+    };
+    EXPECT_EQ(index(m.prev.name) + 1, index(m.cur.name)) << day;
+    EXPECT_EQ(index(m.cur.name) + 1, index(m.next.name)) << day;
+    chr::year_month_day ymd{chr::sys_days(chr::days(day))};
+    EXPECT_EQ(index(m.cur.name),
+              static_cast<int>(ymd.year()) * 12 + static_cast<int>(unsigned(ymd.month())) - 1);
   }
 }
 
@@ -1265,19 +1253,31 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 20u);
+  ASSERT_EQ(call->args.size(), 22u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
-  std::vector<std::string> keys = {
-      "dg:{t:ws-acme}:q:", "dg:{t:ws-acme}:r:", "dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
-      "dg:{t:ws-acme}:tb:user:alice"};
+  // The quota months and reservation windows around the gateway's clock (the script picks by
+  // Redis TIME among them).
+  const keys::Months& m = keys::current_months();
+  const int64_t w = std::stoll(call->args[14]);
+  std::vector<std::string> keys = {"dg:{t:ws-acme}:q:" + m.prev.name,
+                                   "dg:{t:ws-acme}:q:" + m.cur.name,
+                                   "dg:{t:ws-acme}:q:" + m.next.name};
+  for (int64_t i = w - 2; i <= w + 2; ++i)
+    keys.push_back("dg:{t:ws-acme}:r:600:" + std::to_string(i));
+  keys.insert(keys.end(), {"dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
+                           "dg:{t:ws-acme}:tb:user:alice"});
   EXPECT_EQ(call->keys, keys);
-  // The month is the gateway's clock's, as a hint (the script checks it against Redis TIME).
-  const keys::Month& m = keys::current_month();
-  std::vector<std::string> args = {"rq-1",   attempt, "0", "42",   "1000",    "600",   "-1",
-                                   "-1",     "120",   "1", m.name, m.start_s, m.end_s, "2",
-                                   "tenant", "20",    "5", "user", "6",       "2"};
+  EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
+  std::vector<std::string> args = {"rq-1",      attempt,        "0",
+                                   "42",        "1000",         "600",
+                                   "-1",        "-1",           "120",
+                                   "1",         m.prev.start_s, m.cur.start_s,
+                                   m.cur.end_s, m.next.end_s,   std::to_string(w),
+                                   "2",         "tenant",       "20",
+                                   "5",         "user",         "6",
+                                   "2"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();

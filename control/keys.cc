@@ -1,5 +1,6 @@
 #include "control/keys.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 
@@ -75,13 +76,52 @@ Month month_of(int64_t unix_s) {
   return m;
 }
 
-const Month& current_month() {
-  thread_local Month m;
+Months months_around(int64_t unix_s) {
+  Months m;
+  m.cur = month_of(unix_s);
+  m.prev = month_of(m.cur.start - 1);
+  m.next = month_of(m.cur.end);
+  return m;
+}
+
+const Months& current_months() {
+  thread_local Months m;
   auto now = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
-  if (now >= m.end || now < m.start) m = month_of(now);
+  if (now >= m.cur.end || now < m.cur.start) m = months_around(now);
   return m;
+}
+
+void TimeKeys::build(std::string_view quota_prefix, std::string_view reservations_prefix,
+                     std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
+  const int64_t base_w = now_s / ttl;
+  char num[5][24];
+  std::string_view w[5];
+  for (int i = 0; i < 5; ++i) {
+    auto [end, ec] = std::to_chars(num[i], num[i] + sizeof num[i], base_w - 2 + i);
+    w[i] = std::string_view(num[i], static_cast<size_t>(end - num[i]));
+  }
+  const Month* ms[3] = {&months.prev, &months.cur, &months.next};
+  const std::string_view b[4] = {months.prev.start_s, months.cur.start_s, months.cur.end_s,
+                                 months.next.end_s};
+  size_t n = 0;
+  for (const Month* m : ms) n += quota_prefix.size() + m->name.size();
+  for (auto x : w) n += reservations_prefix.size() + ttl_s.size() + 1 + x.size();
+  for (auto x : b) n += x.size();
+  // Reserved in full first: the views below stay valid.
+  buf_.clear();
+  buf_.reserve(n);
+  auto add = [&](std::initializer_list<std::string_view> parts) {
+    const size_t at = buf_.size();
+    for (auto p : parts) buf_.append(p);
+    return std::string_view(buf_).substr(at);
+  };
+  for (int i = 0; i < 3; ++i) quota[static_cast<size_t>(i)] = add({quota_prefix, ms[i]->name});
+  for (int i = 0; i < 5; ++i)
+    windows[static_cast<size_t>(i)] = add({reservations_prefix, ttl_s, ":", w[i]});
+  base = windows[2].substr(reservations_prefix.size() + ttl_s.size() + 1);
+  for (int i = 0; i < 4; ++i) bounds[static_cast<size_t>(i)] = add({b[i]});
 }
 
 }  // namespace dripgate::control::keys

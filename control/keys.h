@@ -3,6 +3,7 @@
 // validated ids only ([A-Za-z0-9._-]), so no input can name a key outside its tenant's slot.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,28 +15,59 @@ std::string tenant_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:tb:<gate>" for gate "tenant", "dg:{t:<tenant>}:tb:<gate>:<id>" otherwise
 // (gate "user" or "key" for api keys).
 std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
-// "dg:{t:<tenant>}:q:"; the script appends the UTC month "YYYY-MM" of Redis TIME.
+// "dg:{t:<tenant>}:q:": the quota counters' prefix; a counter is "<prefix>YYYY-MM" (TimeKeys).
 std::string quota_prefix(std::string_view tenant);
-// "dg:{t:<tenant>}:q:<YYYY-MM>" (for tests and tools; the engine never builds it).
+// "dg:{t:<tenant>}:q:<YYYY-MM>".
 std::string quota(std::string_view tenant, std::string_view month);
-// A UTC calendar month: "YYYY-MM", its first second and the next month's (unix s), as strings
-// for admit.lua, which takes them as a hint and keeps Redis TIME the judge of the month.
+// A UTC calendar month: "YYYY-MM", its first second and the next month's (unix s).
 struct Month {
   std::string name, start_s, end_s;
   int64_t start = 0, end = 0;
 };
 Month month_of(int64_t unix_s);
-// The month of the system clock, kept per thread until it ends (no formatting per request).
-const Month& current_month();
-// "dg:{t:<tenant>}:r:": the reservation windows' prefix; the scripts append "<ttl>:<window>"
-// (lua/lib_reservation.lua).
+// The months before, of and after unix second `unix_s`.
+struct Months {
+  Month prev, cur, next;
+};
+Months months_around(int64_t unix_s);
+// Those of the system clock, kept per thread until the month ends (no formatting per request).
+const Months& current_months();
+// "dg:{t:<tenant>}:r:": the reservation windows' prefix; a window is "<prefix><ttl>:<w>"
+// (TimeKeys, lua/lib_reservation.lua).
 std::string reservations(std::string_view tenant);
+
+// The keys of one tenant-slot script call whose names depend on time, declared up front: a
+// script must not build key names (a Redis Cluster routes a call by its KEYS, and only declared
+// keys are cluster-safe by contract), yet the quota month and the reservation window are Redis
+// TIME's. So the gateway declares the quota counters of the months around its clock (previous,
+// current, next) and the reservation windows base - 2 .. base + 2 (base = now / ttl), and the
+// scripts pick by Redis TIME among them (lua/lib_month.lua, lua/lib_reservation.lua). One buffer
+// with views into it: neither copied nor moved once built.
+class TimeKeys {
+ public:
+  TimeKeys() = default;
+  TimeKeys(const TimeKeys&) = delete;
+  TimeKeys& operator=(const TimeKeys&) = delete;
+
+  // quota_prefix / reservations_prefix as above, ttl_s the reservation TTL (s) as text.
+  void build(std::string_view quota_prefix, std::string_view reservations_prefix,
+             std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months);
+
+  std::array<std::string_view, 3> quota{};    // previous, current, next month
+  std::array<std::string_view, 5> windows{};  // base - 2 .. base + 2
+  std::string_view base;                      // the window number of windows[2]
+  // month_prev_start, month_start, month_end, month_next_end (unix s)
+  std::array<std::string_view, 4> bounds{};
+
+ private:
+  std::string buf_;
+};
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
-// "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran, undone,
-// cancelled), in the slot of its first bucket.
+// "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;
+// deleted once undone), in the slot of its bucket.
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);
 
 // The tenant of an engine-generated request id "<tenant>.<16 hex>": everything before the last

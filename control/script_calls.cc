@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cassert>
+#include <chrono>
 #include <cstdio>
 
 #include "common/id.h"
@@ -77,7 +78,8 @@ TenantInfo plan_info(const config::Plan& p) {
   if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
   config::Quota q = p.quota.value_or(config::Quota{});
   if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
-  ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
+  ti.res_ttl = std::max<int64_t>(1, q.reservation_ttl_s);
+  ti.res_ttl_s = std::to_string(ti.res_ttl);
   if (p.quota && q.max_open_reservations > 0)
     ti.max_open_s = std::to_string(q.max_open_reservations);
   config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
@@ -164,6 +166,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.fresh = false;
   }
   p.attempt = hex_of(rng(), 8);
+  t.time_keys(p.time_keys);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
   if (t.tenant) {
@@ -223,13 +226,50 @@ std::span<const std::string_view> Slots::view() const {
   return v_;
 }
 
+namespace {
+
+// Where admit.lua, settle.lua and refund.lua take the time-named keys (keys::TimeKeys) and the
+// ARGV that go with them: each declares them in the same order, one after the other.
+struct TimePositions {
+  size_t quota_prev, res_m2, month_prev_start, res_base;
+};
+template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t MonthPrevStart,
+          size_t MonthNextEnd, size_t ResBase>
+constexpr TimePositions time_positions() {
+  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 &&
+                MonthNextEnd == MonthPrevStart + 3 && ResBase == MonthNextEnd + 1);
+  return {QuotaPrev, ResM2, MonthPrevStart, ResBase};
+}
+#define DRIPGATE_TIME_POSITIONS(s)                                               \
+  time_positions<s::kKeyQuotaPrev, s::kKeyQuotaNext, s::kKeyResM2, s::kKeyResP2, \
+                 s::kArgMonthPrevStart, s::kArgMonthNextEnd, s::kArgResBase>()
+constexpr TimePositions kAdmitTime = DRIPGATE_TIME_POSITIONS(lua::admit);
+constexpr TimePositions kSettleTime = DRIPGATE_TIME_POSITIONS(lua::settle);
+constexpr TimePositions kRefundTime = DRIPGATE_TIME_POSITIONS(lua::refund);
+#undef DRIPGATE_TIME_POSITIONS
+
+void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
+  for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
+  for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
+  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.month_prev_start + i, tk.bounds[i]);
+  c.args.set(at.res_base, tk.base);
+}
+
+}  // namespace
+
+void TenantInfo::time_keys(keys::TimeKeys& out) const {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now, keys::current_months());
+}
+
 AdmitCall::AdmitCall(const Prepared& p)
     : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + 3, lua::admit::kArgsFixed,
            lua::admit::kArgsFixed + 3 * lua::admit::kArgBucketStride) {
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
-  keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
-  keys.set(s::kKeyReservations, t.reservations_prefix);
+  set_time_keys(*this, p.time_keys, kAdmitTime);
   keys.set(s::kKeyLeases, t.leases_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
@@ -241,10 +281,6 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgLeaseS, t.lease_s);
   args.set(s::kArgSnapshot, "1");
   args.set(s::kArgFresh, p.fresh ? "1" : "0");
-  const keys::Month& m = keys::current_month();
-  args.set(s::kArgMonth, m.name);
-  args.set(s::kArgMonthStart, m.start_s);
-  args.set(s::kArgMonthEnd, m.end_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i) {
     keys.add(p.bucket_keys[i]);
@@ -298,8 +334,7 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
            lua::refund::kArgsFixed,
            lua::refund::kArgsFixed + 3 * lua::refund::kArgBucketStride + undo.pruned.size()) {
   namespace s = lua::refund;
-  keys.set(s::kKeyReservations, p.t->reservations_prefix);
-  keys.set(s::kKeyQuotaPrefix, p.t->quota_prefix);
+  set_time_keys(*this, p.time_keys, kRefundTime);
   keys.set(s::kKeyLeases, p.t->leases_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
@@ -336,8 +371,8 @@ SettleCall::SettleCall(const TenantInfo& t, const std::string& request_id, int64
            lua::settle::kArgsFixed),
       tokens_s(std::to_string(tokens)) {
   namespace s = lua::settle;
-  keys.set(s::kKeyReservations, t.reservations_prefix);
-  keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
+  t.time_keys(time_keys);
+  set_time_keys(*this, time_keys, kSettleTime);
   args.set(s::kArgRequestId, request_id);
   args.set(s::kArgReservationTtl, t.res_ttl_s);
   args.set(s::kArgTokens, tokens_s);

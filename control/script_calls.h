@@ -20,6 +20,7 @@
 
 #include "config/config.h"
 #include "control/admission.h"
+#include "control/keys.h"
 
 namespace dripgate::lua {
 struct Script;
@@ -45,6 +46,9 @@ struct TenantInfo {
   std::optional<Gate> tenant, user, api_key;
   std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
   std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
+  int64_t res_ttl = 600;  // reservation_ttl_s
+  // The time-named keys (quota months, reservation windows) of a call made now.
+  void time_keys(keys::TimeKeys& out) const;
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
 };
 
@@ -73,6 +77,9 @@ struct Prepared {
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
   std::string attempt;  // 8 hex digits
+  // The quota months and reservation windows around the gateway's clock at the admission: its
+  // admit.lua call and, should it be undone, its refund.lua call declare them.
+  keys::TimeKeys time_keys;
   // Per global gate, keys::global_attempt of the attempt: each gate's gates.lua call leaves its
   // marker in that gate's own hash slot.
   std::array<std::string, 2> attempt_keys;
@@ -177,6 +184,7 @@ struct RefundCall : Call {
 struct SettleCall : Call {
   SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens);
   std::string tokens_s;
+  keys::TimeKeys time_keys;
 };
 
 // release.lua: ends request_id's lease.

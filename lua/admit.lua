@@ -6,16 +6,16 @@
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
 -- taken back before the script ends). redis.call('TIME') is the only clock.
 --
--- @keys quota_prefix reservations leases bucket...
+-- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
--- @argv snapshot month month_start month_end bucket_count bucket...(gate capacity refill)
+-- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
+-- @argv bucket...(gate capacity refill)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
---   quota_prefix  "dg:{t:<tenant>}:q:". The month "YYYY-MM" (UTC, of Redis TIME) is appended
---                 here; the full key has the same {t:<tenant>} hash tag, so it lives in the slot
---                 of the declared keys (cluster-safe).
---   reservations  "dg:{t:<tenant>}:r:": the prefix of the reservation windows
---                 (lib_reservation.lua), same hash tag, so cluster-safe like quota_prefix
+--   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
+--   quota_cur     next UTC month of the gateway's clock; the script uses the one of Redis TIME
+--   quota_next    (lib_month.lua)
+--   res_m2 .. res_p2  the reservation windows res_base - 2 .. res_base + 2 (lib_reservation.lua)
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
 --   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
 -- ARGV (A_<NAME>):
@@ -37,15 +37,15 @@
 --                 bucket states, pruned leases): the engine asks for it on every call, since a
 --                 global gate may refuse, or the reply may come after the request was answered
 --                 503. "0": no undo possible (replays, benchmarks).
---   month         "YYYY-MM" of the gateway's clock, with its first second (month_start) and
---   month_start   the next month's (month_end): a hint that spares the calendar arithmetic.
---   month_end     Redis TIME decides: outside [month_start, month_end) the month is computed
---                 here from TIME (lib_month.lua), so the gateway's clock never picks the month.
+--   month_prev_start, month_start, month_end, month_next_end: the first seconds of the months of
+--                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
+--   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
 --   bucket...     per bucket: gate name, capacity, refill per second
 --
--- Returns {code, gate, retry_after_ms, quota_used, month_left_s, month_len_s, live_leases,
---          first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
+-- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
+-- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
+-- month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
 --   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
 --   "reservations" refuses when max_open reservations are open. quota_used and live_leases are
@@ -67,19 +67,20 @@ local fresh = ARGV[A_FRESH] == '1'
 local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
 
 -- @include lib_reservation.lua
+-- @include lib_month.lua
 -- The current window: a live reservation of request_id, the open count, a cancellation (looked
 -- up here only: refund.lua writes it into the window of its own time and the next one, and this
 -- call runs after it). The previous window: request_id and the open count, when they matter.
-local w = math.floor(sec / res_ttl)
-local cur_key = res_key(KEYS[K_RESERVATIONS], ARGV[A_RESERVATION_TTL], w)
-local cur_expire = (w + 2) * res_ttl + 1
+local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
+-- The quota month of Redis TIME among the declared ones.
+local qkey, month_start, next_month = quota_month(sec)
+if not (cur_key and prev_key and qkey) then return clock_error(sec) end
 local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 if cur[3] then return {3} end
 local max_open = tonumber(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
-  local p = redis.call('HMGET', res_key(KEYS[K_RESERVATIONS], ARGV[A_RESERVATION_TTL], w - 1),
-                       rid, '#')
+  local p = redis.call('HMGET', prev_key, rid, '#')
   prev_rid, prev_open = not fresh and p[1], p[2]
 end
 for i, v in ipairs({cur[1], prev_rid}) do
@@ -115,18 +116,9 @@ for i = 1, n do
   if b.cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate)) end
 end
 
--- Quota month: the gateway's, when Redis time is in it; else from Redis time (utc_month, from
--- lib_month.lua, whose functions are created only on this path).
-local month = ARGV[A_MONTH]
-local month_start, next_month = tonumber(ARGV[A_MONTH_START]), tonumber(ARGV[A_MONTH_END])
-if sec < month_start or sec >= next_month then
--- @include lib_month.lua
-  month, month_start, next_month = utc_month(sec)
-end
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
 -- the value and expiry it had, or gone if it was not there): one keyspace call instead of a read
 -- and a write. A key just created by INCRBY has no expiry yet; one that was there has one.
-local qkey = KEYS[K_QUOTA_PREFIX] .. month
 local used, q_created, q_existed
 if tokens > 0 then
   used = redis.call('INCRBY', qkey, ARGV[A_TOKENS]) - tokens

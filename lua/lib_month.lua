@@ -1,39 +1,30 @@
--- lib_month.lua: the UTC calendar month from Redis TIME, for the scripts that key quota
--- counters by month. Not a script of its own: Redis scripts cannot load files, so tools/embed.py
--- puts this text in place of a `-- @include lib_month.lua` line of a script.
+-- lib_month.lua: the quota month, for admit.lua, settle.lua and refund.lua. Not a script of its
+-- own: Redis scripts cannot load files, so tools/embed.py puts this text in place of a
+-- `-- @include lib_month.lua` line of a script.
 --
--- civil-from-days (H. Hinnant), proleptic Gregorian, UTC.
--- (civil:begin/end mark the part admission_test.cc checks against the C++ calendar.)
--- civil:begin
-local function civil_from_days(z)
-  z = z + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) -
-                          math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = mp < 10 and mp + 3 or mp - 9
-  if m <= 2 then y = y + 1 end
-  return y, m
-end
-local function days_from_civil(y, m)  -- day 1 of month m
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m > 2 and m - 3 or m + 9
-  local doy = math.floor((153 * mp + 2) / 5)
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-  return era * 146097 + doe - 719468
-end
--- civil:end
+-- A tenant's quota counter is one key per UTC calendar month, "dg:{t:<tenant>}:q:YYYY-MM", and the
+-- month is that of Redis TIME (or of a reservation's creation time). A script touches only keys
+-- it declares (a Redis Cluster routes a call by its KEYS), so the gateway declares the counters
+-- of the three months around its own clock, the previous, its current and the next (KEYS
+-- quota_prev, quota_cur, quota_next), with their bounds (ARGV month_prev_start, month_start,
+-- month_end, month_next_end: unix seconds), and the script picks the one its time lies in. Redis
+-- TIME stays the judge; a gateway clock about a month off finds no month and the call fails
+-- with an error that says so, writing nothing.
 
--- The month of unix second `sec` as "YYYY-MM", with its first second and the next month's.
-local function utc_month(sec)
-  local y, m = civil_from_days(math.floor(sec / 86400))
-  local ny, nm = y, m + 1
-  if nm > 12 then ny, nm = y + 1, 1 end
-  return string.format('%04d-%02d', y, m), days_from_civil(y, m) * 86400,
-         days_from_civil(ny, nm) * 86400
+-- The quota key of unix second s, with that month's first second and the next month's; nil when
+-- s lies outside the three declared months.
+local function quota_month(s)
+  local b1, b2 = tonumber(ARGV[A_MONTH_PREV_START]), tonumber(ARGV[A_MONTH_START])
+  local b3, b4 = tonumber(ARGV[A_MONTH_END]), tonumber(ARGV[A_MONTH_NEXT_END])
+  if s >= b2 and s < b3 then return KEYS[K_QUOTA_CUR], b2, b3 end
+  if s >= b1 and s < b2 then return KEYS[K_QUOTA_PREV], b1, b2 end
+  if s >= b3 and s < b4 then return KEYS[K_QUOTA_NEXT], b3, b4 end
+  return nil
+end
+
+-- The reply when Redis TIME is too far from the gateway's clock for the keys it declared.
+local function clock_error(sec)
+  return redis.error_reply('ERR clock: Redis time ' .. sec ..
+                           ' is outside the quota months or reservation windows the gateway' ..
+                           ' declared from its clock; check both clocks')
 end

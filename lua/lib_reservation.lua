@@ -4,7 +4,7 @@
 --
 -- A reservation is one field of a per-tenant hash of its time window, not a key of its own, so
 -- that an open reservation costs about 100 bytes of Redis memory instead of about 240: the hash
--- "<prefix><ttl>:<w>" (prefix "dg:{t:<tenant>}:r:", w = floor(now_s / ttl), ttl =
+-- "dg:{t:<tenant>}:r:<ttl>:<w>" (w = floor(now_s / ttl), ttl =
 -- reservation_ttl_s) holds the reservations created in window w and expires at (w + 2) * ttl + 1,
 -- after the last of them. A reservation is live until created + ttl, read from its value, so its
 -- lifetime is exact; lookups read the current window and the previous one.
@@ -18,17 +18,22 @@
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
 --                     window of that time and the next one)
 
--- Window w's key. ttl_s is reservation_ttl_s as a string: only w is turned into text here (Lua
--- formats a number with sprintf, which costs as much as a keyspace call).
-local function res_key(prefix, ttl_s, w)
-  return prefix .. ttl_s .. ':' .. w
+-- Window w's key, or nil when the gateway did not declare it. A script touches only keys it
+-- declares (a Redis Cluster routes a call by its KEYS), and w is Redis TIME's: the gateway
+-- declares the five windows around its own clock's window res_base (KEYS res_m2, res_m1, res_0,
+-- res_p1, res_p2 = windows res_base - 2 .. res_base + 2). A script needs w - 1 .. w + 1, so Redis
+-- TIME may be up to a window (reservation_ttl_s) off the gateway's clock either way.
+local res_declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1],
+                      KEYS[K_RES_P2]}
+local function res_key(w)
+  return res_declared[w - tonumber(ARGV[A_RES_BASE]) + 3]
 end
 
--- The current window's key, the previous one's, the current window's expiry (unix s) and the
--- current window's number.
-local function res_windows(prefix, ttl, sec)
+-- The current window's key, the previous one's, the next one's, the current window's expiry
+-- (unix s) and the current window's number; the keys are nil when not declared.
+local function res_windows(ttl, sec)
   local w = math.floor(sec / ttl)
-  return res_key(prefix, ttl, w), res_key(prefix, ttl, w - 1), (w + 2) * ttl + 1, w
+  return res_key(w), res_key(w - 1), res_key(w + 1), (w + 2) * ttl + 1, w
 end
 
 -- A reservation's value, found in window w: attempt, reserved, created (unix ms), and charged

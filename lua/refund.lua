@@ -20,12 +20,13 @@
 -- so with a snapshot the lease zset is as before too. Running it twice changes nothing more: the
 -- reservation is gone.
 --
--- @keys reservations quota_prefix leases bucket...
--- @argv request_id attempt fresh reservation_ttl quota_existed bucket_count
+-- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
+-- @argv request_id attempt fresh reservation_ttl quota_existed month_prev_start month_start
+-- @argv month_end month_next_end res_base bucket_count
 -- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
 --
--- KEYS: reservations  "dg:{t:<tenant>}:r:", the prefix of the reservation windows
---       quota_prefix  "dg:{t:<tenant>}:q:"
+-- KEYS: quota_prev, quota_cur, quota_next, res_m2 .. res_p2: the quota counters and
+--                     reservation windows around the gateway's clock, as for admit.lua
 --       leases        zset
 --       bucket...     the bucket hashes admit.lua consumed from
 -- ARGV: request_id
@@ -34,6 +35,7 @@
 --                        holds "-" for the attempt: the id names the call)
 --       reservation_ttl  the plan's reservation_ttl_s
 --       quota_existed    "1" when the quota key existed before admit.lua
+--       month_prev_start .. month_next_end, res_base: as for admit.lua
 --       bucket_count     n
 --       bucket...        per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts; all
 --                        but capacity "" when there is no snapshot
@@ -51,13 +53,13 @@ local sec = tonumber(t[1])
 local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
-local cur_key, prev_key, cur_expire, w = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
+local cur_key, prev_key, next_key, cur_expire, w = res_windows(ttl, sec)
+if not (cur_key and prev_key and next_key) then return clock_error(sec) end
 local key, _, attempt, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key or attempt ~= (ARGV[A_FRESH] == '1' and '-' or ARGV[A_ATTEMPT]) or charged then
   -- In this window and the next: admit.lua, which runs after this if at all, looks in the
   -- window of its own time only.
-  local next_key = res_key(KEYS[K_RESERVATIONS], ttl, w + 1)
   for _, k in ipairs({cur_key, next_key}) do
     redis.call('HSET', k, 'x:' .. ARGV[A_ATTEMPT], 1)
   end
@@ -65,6 +67,10 @@ if not key or attempt ~= (ARGV[A_FRESH] == '1' and '-' or ARGV[A_ATTEMPT]) or ch
   redis.call('EXPIREAT', next_key, cur_expire + ttl)
   return 0
 end
+
+-- The quota month of the admission, checked before anything is written.
+local qkey = quota_month(math.floor(created / 1000))
+if reserved > 0 and not qkey then return clock_error(sec) end
 
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do
@@ -82,7 +88,6 @@ end
 redis.call('ZREM', KEYS[K_LEASES], rid)
 
 if reserved > 0 then
-  local qkey = KEYS[K_QUOTA_PREFIX] .. utc_month(math.floor(created / 1000))
   local v = redis.call('DECRBY', qkey, reserved)
   if v == 0 and ARGV[A_QUOTA_EXISTED] == '0' then redis.call('DEL', qkey) end
 end

@@ -5,16 +5,20 @@
 -- settled; later settles change nothing and say so. A reservation that expired (or never
 -- existed) changes nothing either: its reserved amount stays charged.
 --
--- @keys reservations quota_prefix
--- @argv request_id reservation_ttl tokens
+-- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2
+-- @argv request_id reservation_ttl tokens month_prev_start month_start month_end month_next_end
+-- @argv res_base
 --
--- KEYS: reservations  "dg:{t:<tenant>}:r:", the prefix of the reservation windows
---                     (lib_reservation.lua)
---       quota_prefix  "dg:{t:<tenant>}:q:" (the month is appended here)
+-- KEYS: quota_prev, quota_cur, quota_next  the quota counters of the months around the
+--                     gateway's clock, as for admit.lua (lib_month.lua)
+--       res_m2 .. res_p2  the reservation windows around the gateway's (lib_reservation.lua)
 -- ARGV: request_id
 --       reservation_ttl  the plan's reservation_ttl_s
 --       tokens        the actual token count (integer >= 0)
+--       month_prev_start .. month_next_end, res_base: as for admit.lua
 --
+-- Fails with "ERR clock: ..." (nothing written) when Redis TIME, or the reservation's creation
+-- time, lies outside the declared months or windows.
 -- Returns {settled (1/0), detail ("settled" | "already_settled" | "expired"), charged, used}:
 -- charged = tokens charged for this request after the call, used = the quota counter after it.
 
@@ -26,16 +30,17 @@ local sec = tonumber(t[1])
 local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
-local cur_key, prev_key, _, w = res_windows(KEYS[K_RESERVATIONS], ttl, sec)
+local cur_key, prev_key, _, _, w = res_windows(ttl, sec)
+local now_qkey = quota_month(sec)
+if not (cur_key and prev_key and now_qkey) then return clock_error(sec) end
 local key, v, _, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key then
-  local used = tonumber(redis.call('GET', KEYS[K_QUOTA_PREFIX] .. utc_month(sec)) or '0')
-  return {0, 'expired', 0, used}
+  return {0, 'expired', 0, tonumber(redis.call('GET', now_qkey) or '0')}
 end
 
-local month, _, next_month = utc_month(math.floor(created / 1000))
-local qkey = KEYS[K_QUOTA_PREFIX] .. month
+local qkey, _, next_month = quota_month(math.floor(created / 1000))
+if not qkey then return clock_error(sec) end
 if charged then
   return {0, 'already_settled', charged, tonumber(redis.call('GET', qkey) or '0')}
 end

@@ -24,9 +24,9 @@
           as 0-based C++ constants in namespace dripgate::lua::<script> (kKeyName, kArgName,
           kArgNameStride, kArgNameField, kKeysFixed / kArgsFixed = the plain positions).
 
-      The build fails when a script indexes KEYS or ARGV other than through its own names
-      (a bare number or variable, or an A_ name in KEYS), uses a name it does not declare, or
-      never uses one it declares: the C++ side packs by the same names, so neither side can
+      The build fails when a script (with what it includes) indexes KEYS or ARGV other than
+      through its own names (a bare number or variable, or an A_ name in KEYS), uses a name it
+      does not declare, or never uses one it declares: the C++ side packs by the same names, so neither side can
       move a position without the other.
 
       The SHA1 is that of the text after expansion, which is what Redis sees.
@@ -181,7 +181,9 @@ def expand(text: str, path: str) -> tuple:
         return match.group(0) + "\n" + decls[kind].lua_locals()
 
     own = DECLARE.sub(declare, text)
-    check_uses(path, COMMENT.sub("", DECLARE.sub("", text)), decls)
+    # Uses count in the script with what it includes: a library may index KEYS/ARGV by the names
+    # every script that includes it declares.
+    check_uses(path, COMMENT.sub("", DECLARE.sub("", INCLUDE.sub(include, text))), decls)
     return INCLUDE.sub(include, own), decls
 
 
