@@ -1,4 +1,10 @@
 // The admission engine against a real redis-server, driven on a real libevent loop.
+//
+// The suite runs twice (control/meson.build): against a redis-server of its own per test, and,
+// with DRIPGATE_ADMISSION_CLUSTER=1 and the AdmissionTest.* filter, against one 3-master Redis
+// Cluster shared by the tests (flushed before each), where the engine routes every call by its
+// hash slot and the tests' own Redis commands are routed the same way. The fault tests
+// (AdmissionFaultTest: a stopped, paused or killed server) run on the single node only.
 #include "control/admission.h"
 #include "control/config_snapshot.h"
 
@@ -10,16 +16,20 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "control/keys.h"
 #include "control/redis_client.h"
 #include "control/script_calls.h"
+#include "control/slot.h"
 #include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
+#include "tests/redis_cluster.h"
 #include "tests/redis_server.h"
 
 namespace dripgate::control {
@@ -55,8 +65,18 @@ config::Bucket bucket(double cap, double rate) {
   return config::Bucket{cap, rate};
 }
 
+// The cluster of the cluster run (DRIPGATE_ADMISSION_CLUSTER=1), made on first use; else null.
+testing::RedisCluster* cluster() {
+  static std::unique_ptr<testing::RedisCluster> c =
+      std::getenv("DRIPGATE_ADMISSION_CLUSTER") ? std::make_unique<testing::RedisCluster>(3, 0)
+                                                : nullptr;
+  return c.get();
+}
+
+// The engine's Redis: the test's own server, or in the cluster run the cluster.
 config::Config base_config(int port) {
   config::Config c;
+  if (cluster()) c.redis.cluster = cluster()->seeds();
   c.redis.host = "127.0.0.1";
   c.redis.port = port;
   c.redis.timeout_ms = 2000;
@@ -131,17 +151,59 @@ double rem(const AdmitResult& r, const std::string& gate) {
 // A synchronous connection for setting up and inspecting Redis state in tests.
 class Sync {
  public:
-  explicit Sync(int port) : c_(redisConnect("127.0.0.1", port)) {}
-  ~Sync() { redisFree(c_); }
-  redisReply* cmd(std::vector<std::string> argv) {
-    std::vector<const char*> a;
-    std::vector<size_t> l;
-    for (auto& s : argv) {
-      a.push_back(s.data());
-      l.push_back(s.size());
+  // port: the test's redis-server; in the cluster run, every master of the cluster instead.
+  explicit Sync(int port) {
+    if (!cluster()) {
+      c_.push_back(redisConnect("127.0.0.1", port));
+      return;
     }
-    return static_cast<redisReply*>(
-        redisCommandArgv(c_, static_cast<int>(a.size()), a.data(), l.data()));
+    for (size_t i : cluster()->masters()) {
+      c_.push_back(redisConnect("127.0.0.1", cluster()->node(i).port()));
+      node_of_.push_back(i);
+    }
+  }
+  ~Sync() {
+    for (auto* c : c_) redisFree(c);
+  }
+  // A command on the node of its key (argv[1], or an EVAL's first key); one without a key (TIME,
+  // FLUSHALL, SCRIPT ...) on every node, answered with the first node's reply.
+  redisReply* cmd(std::vector<std::string> argv) {
+    if (c_.size() == 1) return run(c_[0], argv);
+    static const std::set<std::string> keyless = {"TIME", "FLUSHALL", "SCRIPT", "INFO", "DBSIZE"};
+    if (keyless.count(argv[0])) {
+      redisReply* first = nullptr;
+      for (auto* c : c_) {
+        redisReply* r = run(c, argv);
+        if (!first)
+          first = r;
+        else
+          freeReplyObject(r);
+      }
+      return first;
+    }
+    const std::string& key = argv[0] == "EVAL" ? argv[3] : argv[1];
+    const size_t owner = cluster()->owner(hash_slot(key));
+    for (size_t i = 0; i < c_.size(); ++i)
+      if (node_of_[i] == owner) return run(c_[i], argv);
+    return nullptr;
+  }
+  // Every key matching pattern, on every node.
+  std::vector<std::string> keys(const std::string& pattern) {
+    std::vector<std::string> out;
+    for (auto* c : c_) {
+      redisReply* r = run(c, {"KEYS", pattern});
+      for (size_t i = 0; r && i < r->elements; ++i)
+        out.emplace_back(r->element[i]->str, r->element[i]->len);
+      freeReplyObject(r);
+    }
+    return out;
+  }
+  // Redis TIME, seconds.
+  std::time_t time_s() {
+    redisReply* r = cmd({"TIME"});
+    std::time_t t = r && r->elements == 2 ? std::stol(r->element[0]->str) : 0;
+    freeReplyObject(r);
+    return t;
   }
   std::string str(std::vector<std::string> argv) {
     redisReply* r = cmd(std::move(argv));
@@ -156,10 +218,8 @@ class Sync {
   // request_id -> value.
   std::map<std::string, std::string> reservations(const std::string& tenant) {
     std::map<std::string, std::string> out;
-    redisReply* windows = cmd({"KEYS", keys::reservations(tenant) + "*"});
-    for (size_t i = 0; windows && i < windows->elements; ++i) {
-      redisReply* h =
-          cmd({"HGETALL", std::string(windows->element[i]->str, windows->element[i]->len)});
+    for (const std::string& window : keys(keys::reservations(tenant) + "*")) {
+      redisReply* h = cmd({"HGETALL", window});
       for (size_t j = 0; h && j + 1 < h->elements; j += 2) {
         std::string field(h->element[j]->str, h->element[j]->len);
         if (field == "#" || field.starts_with("x:")) continue;
@@ -167,15 +227,12 @@ class Sync {
       }
       freeReplyObject(h);
     }
-    freeReplyObject(windows);
     return out;
   }
   // Every key with its full value: HGETALL / GET / ZRANGE WITHSCORES, sorted.
   std::map<std::string, std::string> dump() {
     std::map<std::string, std::string> out;
-    redisReply* keys = cmd({"KEYS", "*"});
-    for (size_t i = 0; keys && i < keys->elements; ++i) {
-      std::string k(keys->element[i]->str, keys->element[i]->len);
+    for (const std::string& k : keys("*")) {
       std::string type = str({"TYPE", k});
       redisReply* v = nullptr;
       if (type == "hash") v = cmd({"HGETALL", k});
@@ -195,18 +252,35 @@ class Sync {
       freeReplyObject(v);
       out[k] = val;
     }
-    freeReplyObject(keys);
     return out;
   }
 
  private:
-  redisContext* c_;
+  static redisReply* run(redisContext* c, const std::vector<std::string>& argv) {
+    std::vector<const char*> a;
+    std::vector<size_t> l;
+    for (auto& s : argv) {
+      a.push_back(s.data());
+      l.push_back(s.size());
+    }
+    return static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()));
+  }
+
+  std::vector<redisContext*> c_;
+  std::vector<size_t> node_of_;  // cluster node index of each connection
 };
 
 class AdmissionTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    if (cluster()) freeReplyObject(Sync(0).cmd({"FLUSHALL"}));
+  }
   testing::RedisServer redis_;
 };
+
+// Tests that stop, pause or kill the server: on the test's own redis-server only.
+class AdmissionFaultTest : public AdmissionTest {};
 
 // The rate-limit walkthrough (docs/ARCHITECTURE.md), token bucket: capacity 5 @ 1/s, 6 requests,
 // a 2 s wait, 2 more.
@@ -282,7 +356,7 @@ TEST_F(AdmissionTest, WalkthroughQuotaTable) {
     }
   }
   // The month key is the current UTC month, from Redis TIME.
-  std::time_t now = std::stol(redis_.cli("TIME | head -1"));
+  std::time_t now = Sync(redis_.port()).time_s();
   std::tm tm{};
   gmtime_r(&now, &tm);
   char month[8];
@@ -436,7 +510,7 @@ TEST_F(AdmissionTest, ConcurrentHammering) {
   EXPECT_LE(rate_ok.load(), 20 + 10 * elapsed + 1) << "elapsed " << elapsed << " s";
   // All-or-nothing and atomic: exactly floor(1000 / 7) reservations fit, never more.
   EXPECT_EQ(quota_ok.load(), 1000 / 7);
-  std::time_t now = std::stol(redis_.cli("TIME | head -1"));
+  std::time_t now = Sync(redis_.port()).time_s();
   std::tm tm{};
   gmtime_r(&now, &tm);
   char month[8];
@@ -769,19 +843,19 @@ TEST_F(AdmissionTest, NoscriptAfterScriptFlushIsTransparent) {
   Observer obs;
   Harness h(cfg, &obs);
   ASSERT_EQ(h.admit(req("ws-acme")).outcome, Outcome::kAllowed);
-  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_EQ(Sync(redis_.port()).str({"SCRIPT", "FLUSH"}), "OK");
   AdmitResult a = h.admit(req("ws-acme", 5));
   EXPECT_EQ(a.outcome, Outcome::kAllowed) << a.error;
   EXPECT_GE(obs.count("noscript"), 1);
-  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_EQ(Sync(redis_.port()).str({"SCRIPT", "FLUSH"}), "OK");
   SettleResult s = h.settle("", a.request_id, 5);
   EXPECT_TRUE(s.settled) << s.error;
-  EXPECT_EQ(redis_.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_EQ(Sync(redis_.port()).str({"SCRIPT", "FLUSH"}), "OK");
   EXPECT_FALSE(h.release("", a.request_id).released);
   EXPECT_GE(obs.count("noscript"), 3);
 }
 
-TEST_F(AdmissionTest, RedisDownThenBack) {
+TEST_F(AdmissionFaultTest, RedisDownThenBack) {
   config::Config cfg = base_config(redis_.port());
   cfg.redis.timeout_ms = 200;
   config::Plan plan;
@@ -820,7 +894,7 @@ TEST_F(AdmissionTest, RedisDownThenBack) {
   EXPECT_GE(obs.round_trips, 2);
 }
 
-TEST_F(AdmissionTest, SlowRedisTimesOutThenRecovers) {
+TEST_F(AdmissionFaultTest, SlowRedisTimesOutThenRecovers) {
   config::Config cfg = base_config(redis_.port());
   cfg.redis.timeout_ms = 100;
   cfg.redis.pool_size = 1;
@@ -950,7 +1024,7 @@ std::vector<double> expect_charged_only_for_200(testing::RedisServer& redis, Obs
 // Redis stopped (SIGSTOP) for longer than timeout_ms under load, then continued: it runs the
 // calls it had already read, after their requests were answered 503; their late replies are
 // undone. A failure is answered near timeout_ms, not after a reconnect.
-TEST_F(AdmissionTest, StoppedRedisChargesOnlyWhatWasAnswered200) {
+TEST_F(AdmissionFaultTest, StoppedRedisChargesOnlyWhatWasAnswered200) {
   Observer obs;
   auto failed_ms = expect_charged_only_for_200(redis_, obs, 50, 1300, [&] {
     std::this_thread::sleep_for(milliseconds(300));
@@ -967,7 +1041,7 @@ TEST_F(AdmissionTest, StoppedRedisChargesOnlyWhatWasAnswered200) {
 // owed. The calls still in the stopped Redis's buffers run when it continues, after their
 // undos were sent on new connections or before: either way nothing is charged for a 503 (the
 // undo finds the call ran and refunds it, or cancels it so that it refuses when it runs).
-TEST_F(AdmissionTest, StoppedPastAbandonChargesOnlyWhatWasAnswered200) {
+TEST_F(AdmissionFaultTest, StoppedPastAbandonChargesOnlyWhatWasAnswered200) {
   Observer obs;
   auto failed_ms = expect_charged_only_for_200(redis_, obs, 50, 3500, [&] {
     std::this_thread::sleep_for(milliseconds(200));
