@@ -122,7 +122,9 @@ Metrics::Metrics()
                     "refused), script_load, noscript, reply (an error reply), late (a reply after "
                     "its request was answered 503; undone), lost (a call whose connection went "
                     "away before its reply: undone by what Redis holds), late_lost (an undo that "
-                    "could not be sent: the client shut down or too many were waiting).",
+                    "could not be sent: the client shut down or too many were waiting); on a "
+                    "cluster also moved, ask (redirects followed), redirects (too many), tryagain "
+                    "(a call sent again during a slot migration).",
                     {"kind"}),
       dataplane_tag_("dripgate_dataplane_tag_total",
                      "Flow tag requests sent to the dataplane, by result.", {"result"}),
@@ -136,8 +138,9 @@ Metrics::Metrics()
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
-  for (const char* kind : {"connect", "disconnect", "timeout", "auth", "script_load", "noscript",
-                           "reply", "late", "lost", "late_lost"})
+  for (const char* kind :
+       {"connect", "disconnect", "timeout", "auth", "script_load", "noscript", "reply", "late",
+        "lost", "late_lost", "moved", "ask", "redirects", "tryagain"})
     redis_errors_.inc({kind}, 0);
   for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
 }

@@ -59,7 +59,21 @@ struct RedisCluster::Call {
   Callback cb;
   LateReply late;
   WhenStalled stalled = WhenStalled::kFailFast;
+  int slot = -1;  // of its first key; -1: none
   int redirects = 0;
+  int tries = 0;  // TRYAGAIN answers so far
+};
+
+// A call waiting for its TRYAGAIN timer, owned by the cluster (so that a cluster shut down in
+// the meantime answers it and frees the timer).
+struct RedisCluster::Retry {
+  RedisCluster* self = nullptr;
+  std::shared_ptr<Call> call;
+  event* ev = nullptr;
+  std::list<std::unique_ptr<Retry>>::iterator at;
+  ~Retry() {
+    if (ev) event_free(ev);
+  }
 };
 
 // The nodes' round trips and errors go to the cluster's observer; a node going up or down
@@ -99,6 +113,8 @@ RedisCluster::RedisCluster(event_base* base, RedisClusterOptions opts,
 RedisCluster::~RedisCluster() {
   shutting_down_ = true;
   event_free(refresh_ev_);
+  for (auto& r : retries_) r->call->cb(nullptr, "redis: client shut down");
+  retries_.clear();
   // Each client answers its pending calls as it goes; on_reply passes them through, and a
   // call made from one of those callbacks is refused at once.
   std::vector<std::unique_ptr<Node>> nodes;
@@ -167,6 +183,7 @@ void RedisCluster::on_reply(const std::shared_ptr<Call>& call, const redisReply*
                             std::string_view error) {
   if (!shutting_down_) {
     if (is_redirect(r) && redirect(call, std::string_view(r->str, r->len))) return;
+    if (is_error(r, "TRYAGAIN") && try_again(call)) return;
     // An unreachable node or a cluster without a quorum: a failover may be under way.
     if (!r || is_error(r, "CLUSTERDOWN")) request_refresh();
   }
@@ -201,6 +218,35 @@ bool RedisCluster::redirect(const std::shared_ptr<Call>& call, std::string_view 
     if (observer_) observer_->error("ask");
   }
   send(call, to, !moved);
+  return true;
+}
+
+// TRYAGAIN: a call with several keys met its slot in the middle of a migration, some of its keys
+// moved already and some not (it did not run). Sent again, routed afresh, every 10 ms for as
+// long as a node's timeout lasts: a migration moves a slot's keys in quick batches, and an
+// admission declares several keys of its tenant's slot.
+bool RedisCluster::try_again(const std::shared_ptr<Call>& call) {
+  constexpr int kTryAgainMs = 10;
+  if ((call->tries + 1) * kTryAgainMs > opts_.node.timeout_ms) return false;
+  ++call->tries;
+  if (observer_) observer_->error("tryagain");
+  auto retry = std::make_unique<Retry>();
+  Retry* r = retry.get();
+  r->self = this;
+  r->call = call;
+  r->ev = evtimer_new(
+      base_,
+      [](int, short, void* arg) {
+        Retry* r = static_cast<Retry*>(arg);
+        RedisCluster* self = r->self;
+        std::shared_ptr<Call> call = std::move(r->call);
+        self->retries_.erase(r->at);  // frees r and its timer (no longer pending)
+        self->send(call, self->route(call->slot), false);
+      },
+      r);
+  r->at = retries_.insert(retries_.end(), std::move(retry));
+  timeval tv = ms_timeval(kTryAgainMs);
+  evtimer_add(r->ev, &tv);
   return true;
 }
 
@@ -304,7 +350,8 @@ void RedisCluster::evalsha(const lua::Script& script, std::span<const std::strin
   call->cb = std::move(cb);
   call->late = std::move(late);
   call->stalled = stalled;
-  send(call, route(keys.empty() ? -1 : hash_slot(keys[0])), false);
+  call->slot = keys.empty() ? -1 : hash_slot(keys[0]);
+  send(call, route(call->slot), false);
 }
 
 void RedisCluster::command(std::span<const std::string_view> argv, Callback cb) {
@@ -312,7 +359,8 @@ void RedisCluster::command(std::span<const std::string_view> argv, Callback cb) 
   auto call = std::make_shared<Call>();
   call->parts.assign(argv.begin(), argv.end());
   call->cb = std::move(cb);
-  send(call, route(argv.size() > 1 ? hash_slot(argv[1]) : -1), false);
+  call->slot = argv.size() > 1 ? hash_slot(argv[1]) : -1;
+  send(call, route(call->slot), false);
 }
 
 void RedisCluster::post(std::function<void()> fn) {

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -97,6 +98,7 @@ class RedisCluster final : public RedisCalls {
   void send(std::shared_ptr<Call> call, Node* node, bool asking);
   void on_reply(const std::shared_ptr<Call>& call, const redisReply* r, std::string_view error);
   bool redirect(const std::shared_ptr<Call>& call, std::string_view err);
+  bool try_again(const std::shared_ptr<Call>& call);
   void refresh();
   void request_refresh();
   void apply_slots(const Node* from, const redisReply* r);
@@ -111,6 +113,8 @@ class RedisCluster final : public RedisCalls {
   std::vector<std::unique_ptr<Node>> nodes_;  // every node seen, seeds first; never removed
   std::vector<Node*> slots_;                  // kClusterSlots entries; nullptr: unknown
   event* refresh_ev_ = nullptr;
+  struct Retry;
+  std::list<std::unique_ptr<Retry>> retries_;  // calls waiting to be sent again (TRYAGAIN)
   bool refreshing_ = false;
   bool refresh_failing_ = false;  // the last CLUSTER SLOTS got no map
   size_t next_source_ = 0;        // round robin over the nodes asked for CLUSTER SLOTS
