@@ -1178,6 +1178,78 @@ TEST(OutageLocal, TwoBoxesStayWithinTheLimitAndReconcileTheQuotaExactly) {
       static_cast<long long>(load.settled_tokens.load()));
 }
 
+// A daemon killed (SIGKILL) during the outage reads its journal back: its local reservations
+// are still settled locally, and everything reaches Redis. A daemon that crashed after Redis
+// took its records but before its journal said so sends them all again: charged once.
+TEST(OutageLocal, ARestartLosesNothingAndAResentJournalIsChargedOnce) {
+  RedisServer redis(RedisServer::Durability::kAppendFsyncAlways);
+  TempDir dir;
+  const std::string journal = dir.path() + "/journal";
+  const std::string cfg = outage_config(", on_failure: local, journal: " + journal);
+  auto d = std::make_unique<Daemon>(redis, dir, cfg);
+  auto admit = [&] {
+    return http(d->port(), "POST", "/v1/admit", R"({"tenant":"t-m","tokens":10})");
+  };
+  auto settle = [&](const std::string& rid, int tokens) {
+    return http(d->port(), "POST", "/v1/settle",
+                R"({"request_id":")" + rid + R"(","tokens":)" + std::to_string(tokens) + "}");
+  };
+  int64_t settled = 0;
+  auto by_redis = admit();
+  ASSERT_EQ(by_redis.status, 200) << by_redis.body;
+  ASSERT_EQ(by_redis.header("dripgate-degraded"), "<absent>");
+  redis.stop();
+  std::vector<std::string> local;
+  for (int i = 0; i < 8; ++i) {
+    auto r = admit();
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.header("dripgate-degraded"), "local");
+    local.push_back(r.body_json()["request_id"]);
+  }
+  // Redis's reservation settled during the outage: journaled for Redis.
+  auto s = settle(by_redis.body_json()["request_id"], 7);
+  ASSERT_EQ(s.status, 200) << s.body;
+  settled += 7;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(settle(local[static_cast<size_t>(i)], i + 1).status, 200);
+    settled += i + 1;
+  }
+  d.reset();  // SIGKILL
+  d = std::make_unique<Daemon>(redis, dir, cfg);
+  auto h = http(d->port(), "GET", "/healthz");
+  EXPECT_EQ(h.body_json()["status"], "degraded") << h.body;
+  // 8 local admissions, 4 local settles and the settle Redis missed
+  EXPECT_EQ(h.body_json()["journal_pending"], 13) << h.body;
+  for (int i = 4; i < 8; ++i) {
+    auto r = settle(local[static_cast<size_t>(i)], 20 + i);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body_json()["settled"], true) << r.body;
+    EXPECT_EQ(r.header("dripgate-degraded"), "local");
+    settled += 20 + i;
+  }
+  EXPECT_EQ(settle(local[0], 99).body_json()["settled"], false);  // settled before the restart
+  std::filesystem::copy_file(journal, journal + ".before");
+  redis.start();
+  auto reconciled = [&] {
+    return eventually(
+        [&] {
+          auto j = http(d->port(), "GET", "/healthz").body_json();
+          return !j.contains("journal_pending");
+        },
+        15s);
+  };
+  ASSERT_TRUE(reconciled()) << d->log();
+  const std::string key = redis.cli("--scan --pattern 'dg:{t:t-m}:q:*'");
+  ASSERT_FALSE(key.empty());
+  EXPECT_EQ(std::stoll(redis.cli("GET '" + key + "'")), settled);
+  d.reset();
+  std::filesystem::copy_file(journal + ".before", journal,
+                             std::filesystem::copy_options::overwrite_existing);
+  d = std::make_unique<Daemon>(redis, dir, cfg);
+  ASSERT_TRUE(reconciled()) << d->log();
+  EXPECT_EQ(std::stoll(redis.cli("GET '" + key + "'")), settled);
+}
+
 // The default, closed: every admission during the outage is a 503, and Redis decides again
 // within 2 s of its restart.
 TEST(OutageClosed, AllUnavailableDuringTheOutageThenAdmitsWithinTwoSeconds) {
