@@ -394,10 +394,11 @@ struct HttpServer::Worker {
     const int64_t since = gateway->outage_since_ms();
     const bool outage = !gateway->redis_up() || since != 0;
     const config::OnFailure mode = snap->cfg.redis.on_failure;
-    std::string status = draining                             ? "stopping"
-                         : !outage                            ? "ok"
-                         : mode == config::OnFailure::kClosed ? "down"
-                                                              : "degraded";
+    // Down only when no tenant can be admitted: a plan failing open or local keeps the box.
+    bool all_closed = mode == config::OnFailure::kClosed;
+    for (const auto& [name, plan] : snap->cfg.plans)
+      all_closed = all_closed && plan.on_failure.value_or(mode) == config::OnFailure::kClosed;
+    std::string status = draining ? "stopping" : !outage ? "ok" : all_closed ? "down" : "degraded";
     json j = {{"status", status},
               {"redis", gateway->redis_state()},
               {"dataplane", gateway->dataplane_connected() ? "connected" : "not connected"},
