@@ -245,6 +245,16 @@ TEST_F(FallbackTest, ATornLastLineIsSkipped) {
   EXPECT_EQ(f->pending(), 1u);
 }
 
+TEST_F(FallbackTest, OneDaemonPerJournal) {
+  auto f = open();
+  std::string why;
+  EXPECT_FALSE(Fallback::open(path_, &why));
+  EXPECT_EQ(why,
+            "the journal " + path_ + " is in use by another process: give each daemon its own");
+  f.reset();
+  EXPECT_TRUE(Fallback::open(path_, &why)) << why;
+}
+
 TEST(FailureMode, ThePlanOverridesTheDefault) {
   auto loaded = config::load_string(R"(
 redis: { on_failure: open }

@@ -1,6 +1,7 @@
 #include "control/journal.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -95,6 +96,12 @@ std::unique_ptr<Journal> Journal::open(const std::string& path, std::string* err
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = "cannot open the journal " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  // Two daemons on one journal would interleave their records and reuse their ids.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    *error = "the journal " + path + " is in use by another process: give each daemon its own";
+    ::close(fd);
     return nullptr;
   }
   std::unique_ptr<Journal> j(new Journal(path, fd));
