@@ -296,13 +296,10 @@ ReleaseResult Fallback::defer_release(const std::string& tenant, const std::stri
   return res;
 }
 
-void Fallback::redis_answered(const std::string& tenant, const AdmitResult& r) {
-  for (const Remaining& q : r.remaining) {
-    if (q.gate != "quota") continue;
-    std::lock_guard lock(mu_);
-    known_left_[tenant] = static_cast<int64_t>(q.value);
-    limiter_.forget_quota(tenant);
-  }
+void Fallback::quota_left(const std::string& tenant, int64_t left) {
+  std::lock_guard lock(mu_);
+  known_left_[tenant] = left;
+  limiter_.forget_quota(tenant);
 }
 
 std::vector<JournalRecord> Fallback::claim(size_t max) {

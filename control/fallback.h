@@ -58,9 +58,9 @@ class Fallback {
   SettleResult defer_settle(const std::string& tenant, const std::string& request_id,
                             int64_t tokens);
   ReleaseResult defer_release(const std::string& tenant, const std::string& request_id);
-  // Redis decided an admission of the tenant: the quota it reported left is the base of the
-  // tenant's allowance in the next outage.
-  void redis_answered(const std::string& tenant, const AdmitResult& r);
+  // Redis reported the tenant's quota left (an admission or a settle): the base of the tenant's
+  // allowance in the next outage.
+  void quota_left(const std::string& tenant, int64_t left);
   // Whether any local reservation or lease is open (a settle or release must look here first).
   bool any_open() const { return open_.load(std::memory_order_relaxed) > 0; }
 

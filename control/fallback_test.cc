@@ -245,6 +245,19 @@ TEST_F(FallbackTest, ATornLastLineIsSkipped) {
   EXPECT_EQ(f->pending(), 1u);
 }
 
+// The allowance is the share of what Redis last reported left, not of the month's budget.
+TEST_F(FallbackTest, TheAllowanceIsAShareOfTheQuotaRedisReportedLeft) {
+  auto f = open();
+  f->quota_left("t", 40);
+  AdmitResult r = admit(*f, 11);
+  ASSERT_EQ(r.outcome, Outcome::kRefused);
+  EXPECT_EQ(r.reason, "quota");
+  ASSERT_EQ(admit(*f, 10).outcome, Outcome::kAllowed);
+  // Redis answers again with more left (a new month): the next outage starts from that.
+  f->quota_left("t", 400);
+  EXPECT_EQ(admit(*f, 100).outcome, Outcome::kAllowed);
+}
+
 TEST_F(FallbackTest, OneDaemonPerJournal) {
   auto f = open();
   std::string why;

@@ -163,8 +163,10 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
           if (again) degraded_admit(mode, *snap, *again, r);
         } else {
           redis_answered();
-          if (mode == config::OnFailure::kLocal && fallback_ && r.outcome != Outcome::kBadRequest)
-            fallback_->redis_answered(again->tenant, r);
+          if (mode == config::OnFailure::kLocal && fallback_)
+            for (const Remaining& q : r.remaining)
+              if (q.gate == "quota")
+                fallback_->quota_left(again->tenant, static_cast<int64_t>(q.value));
         }
         metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
                            result_label(r.outcome), front_);
@@ -206,6 +208,9 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
                   done = std::move(done)](SettleResult r) mutable {
                    if (r.outcome != Outcome::kUnavailable) {
                      redis_answered();
+                     if (fallback_ && r.remaining >= 0 &&
+                         failure_mode(engine_.snapshot()->cfg, tenant) == config::OnFailure::kLocal)
+                       fallback_->quota_left(tenant, r.remaining);
                      return done(std::move(r));
                    }
                    redis_failed();
