@@ -27,6 +27,24 @@ std::optional<std::string> Redis::set_url(std::string_view text) {
   return std::nullopt;
 }
 
+std::string_view on_failure_name(OnFailure mode) {
+  switch (mode) {
+    case OnFailure::kClosed:
+      return "closed";
+    case OnFailure::kOpen:
+      return "open";
+    case OnFailure::kLocal:
+      return "local";
+  }
+  return "closed";
+}
+
+std::optional<OnFailure> parse_on_failure(std::string_view name) {
+  for (OnFailure m : {OnFailure::kClosed, OnFailure::kOpen, OnFailure::kLocal})
+    if (on_failure_name(m) == name) return m;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string num(double v) {
@@ -78,6 +96,10 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
         << cfg.redis.password_env;
   kv(out, "timeout_ms", int64_t{cfg.redis.timeout_ms});
   kv(out, "pool_size", int64_t{cfg.redis.pool_size});
+  kv(out, "on_failure", std::string(on_failure_name(cfg.redis.on_failure)));
+  kv(out, "local_share", cfg.redis.local_share);
+  if (!cfg.redis.journal.empty())
+    out << YAML::Key << "journal" << YAML::Value << YAML::DoubleQuoted << cfg.redis.journal;
   out << YAML::EndMap;
 
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
@@ -143,6 +165,7 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     if (!plan.degrade->upgrade_url.empty()) kv(out, "upgrade_url", plan.degrade->upgrade_url);
     out << YAML::EndMap;
   }
+  if (plan.on_failure) kv(out, "on_failure", std::string(on_failure_name(*plan.on_failure)));
   out << YAML::EndMap;
 }
 

@@ -49,6 +49,14 @@ struct Degrade {
   bool operator==(const Degrade&) const = default;
 };
 
+// What dripgate-control decides while Redis does not answer (redis.on_failure, or a plan's own
+// on_failure): refuse (503), admit without any gate, or decide locally on a share of each limit
+// and reconcile into Redis when it is back.
+enum class OnFailure { kClosed, kOpen, kLocal };
+// "closed", "open", "local".
+std::string_view on_failure_name(OnFailure mode);
+std::optional<OnFailure> parse_on_failure(std::string_view name);
+
 struct Plan {
   std::string name;
   std::string cls = "default";  // dataplane class for admitted flows (`class:` in YAML)
@@ -56,6 +64,8 @@ struct Plan {
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
+  // Overrides redis.on_failure for this plan's tenants; unset: redis.on_failure.
+  std::optional<OnFailure> on_failure;
 
   bool operator==(const Plan&) const = default;
 };
@@ -87,6 +97,15 @@ struct Redis : common::RedisUrl {
   // them. Set instead of `url` (a cluster has only db 0 and names its own nodes); the password
   // then comes from password_file or password_env. Empty: the single node of `url`.
   std::vector<std::string> cluster;
+  // While Redis does not answer: the default mode of every plan (a plan may set its own).
+  OnFailure on_failure = OnFailure::kClosed;
+  // Under `local`: the share of each global limit (bucket capacity and refill, quota left,
+  // streams) this daemon may use alone, e.g. 0.25 for four boxes, so that all together stay
+  // within the limit.
+  double local_share = 1.0;
+  // Under `local`: the append-only file of the local decisions not yet reconciled into Redis
+  // (required when any plan fails `local`), so a daemon restarted during an outage loses none.
+  std::string journal;
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
   // nothing. With password_file or password_env set, the password is the one read from there

@@ -463,9 +463,56 @@ void load_cluster_seeds(Ctx& ctx, const Fields& f, Redis& r) {
   }
 }
 
-void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
+// `on_failure: closed | open | local`, in redis and in a plan.
+std::optional<OnFailure> get_on_failure(Ctx& ctx, const Fields& f) {
+  const Entry* e = f.find("on_failure");
+  if (!e) return std::nullopt;
+  auto s = get_string(ctx, e->value, f.path("on_failure"));
+  if (!s) return std::nullopt;
+  auto mode = parse_on_failure(*s);
+  if (!mode)
+    ctx.error(e->value, f.path("on_failure"),
+              "unknown mode " + quote(*s) +
+                  "; expected closed (503), open (admit, unchecked) or local (a share of each "
+                  "limit, reconciled into Redis later)");
+  return mode;
+}
+
+// Where local decisions go, which redis.on_failure (or a plan) sets to `local`.
+struct LocalModeUse {
+  std::optional<YAML::Node> at;  // the first on_failure: local
+  std::string path;
+};
+
+void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& local) {
+  if (auto mode = get_on_failure(ctx, f)) {
+    r.on_failure = *mode;
+    if (*mode == OnFailure::kLocal) local = {f.find("on_failure")->value, f.path("on_failure")};
+  }
+  if (const Entry* e = f.find("local_share")) {
+    if (auto v = get_double(ctx, e->value, f.path("local_share"),
+                            {0, true, "the share of each limit one daemon uses alone"})) {
+      if (*v > 1)
+        ctx.error(e->value, f.path("local_share"),
+                  "must be at most 1 (the whole limit), got " + e->value.Scalar());
+      else
+        r.local_share = *v;
+    }
+  }
+  if (const Entry* e = f.find("journal")) {
+    if (auto s = get_string(ctx, e->value, f.path("journal"))) {
+      if (s->empty())
+        ctx.error(e->value, f.path("journal"), "must not be empty (leave journal out for none)");
+      else
+        r.journal = *s;
+    }
+  }
+}
+
+void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
   Fields f(ctx, n, "redis",
-           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster"});
+           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster",
+            "on_failure", "local_share", "journal"});
   if (!f.ok()) return;
   // The secret first: the url's checks (a user needs a password; not two passwords) see it.
   load_secret_file(ctx, f, "password_file", r.password_file, r.password);
@@ -481,6 +528,7 @@ void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r) {
   set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
   set_int(ctx, f, "pool_size", r.pool_size, 1);
   load_cluster_seeds(ctx, f, r);
+  load_failure_policy(ctx, f, r, local);
 }
 
 void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::string& out) {
@@ -645,9 +693,13 @@ void load_degrade(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& 
   if (ok) p.degrade = std::move(out);
 }
 
-void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
-  Fields f(ctx, pe.value, path, {"class", "gates", "quota", "concurrency", "degrade"});
+void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, LocalModeUse& local) {
+  Fields f(ctx, pe.value, path,
+           {"class", "gates", "quota", "concurrency", "degrade", "on_failure"});
   if (!f.ok()) return;
+  p.on_failure = get_on_failure(ctx, f);
+  if (p.on_failure == OnFailure::kLocal && !local.at)
+    local = {f.find("on_failure")->value, f.path("on_failure")};
   if (const Entry* e = f.find("class")) {
     if (auto s = get_string(ctx, e->value, f.path("class"))) {
       if (check_id(ctx, e->value, f.path("class"), *s)) p.cls = *s;
@@ -1021,7 +1073,8 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
   }
   Fields f(ctx, root, "", {"redis", "control", "plans", "tenants", "global_gates", "dataplane"});
   if (!f.ok()) return;
-  if (const Entry* e = f.find("redis")) load_redis(ctx, e->value, cfg.redis);
+  LocalModeUse local;
+  if (const Entry* e = f.find("redis")) load_redis(ctx, e->value, cfg.redis, local);
   if (const Entry* e = f.find("control")) load_control(ctx, e->value, cfg.control);
 
   std::vector<ClassRef> refs;
@@ -1034,7 +1087,7 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
         plan_names.insert(pe.key);
         Plan p;
         p.name = pe.key;
-        load_plan(ctx, pe, path, p);
+        load_plan(ctx, pe, path, p, local);
         std::optional<YAML::Node> cls_at;
         if (pe.value.IsMap())
           for (const auto& kv : pe.value)
@@ -1072,6 +1125,12 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
     }
   }
   if (const Entry* e = f.find("global_gates")) load_global_gates(ctx, e->value, cfg.global_gates);
+  // Local decisions are charged to Redis later, from the journal: without one a restart during
+  // an outage would forget them.
+  if (local.at && cfg.redis.journal.empty())
+    ctx.error(*local.at, local.path,
+              "local needs redis.journal: the file that keeps the local decisions until they are "
+              "reconciled into Redis");
   if (const Entry* e = f.find("dataplane")) {
     Dataplane dp;
     load_dataplane(ctx, e->value, dp, refs);

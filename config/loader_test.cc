@@ -184,7 +184,7 @@ TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
 TEST(Errors, UnknownKeysNameTheAllowedOnes) {
   EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
             "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
-            "password_env, timeout_ms, pool_size, cluster)");
+            "password_env, timeout_ms, pool_size, cluster, on_failure, local_share, journal)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -551,6 +551,45 @@ TEST(Control, AdminTokenInlineOrFromTheEnvironment) {
             "t.yaml:1:45: control.admin_token_env: admin_token is set too; give the token in one "
             "place");
   ::unsetenv("DG_TEST_ADMIN");
+}
+
+// redis.on_failure and its local mode's share and journal; a plan may fail its own way.
+TEST(Redis, OnFailurePolicy) {
+  Config d = load_ok("{}");
+  EXPECT_EQ(d.redis.on_failure, OnFailure::kClosed);
+  EXPECT_EQ(d.redis.local_share, 1.0);
+  EXPECT_EQ(d.redis.journal, "");
+  EXPECT_EQ(load_ok("redis: { on_failure: open }").redis.on_failure, OnFailure::kOpen);
+  Config l = load_ok(
+      "redis: { on_failure: local, local_share: 0.25, journal: /var/lib/dg/journal }\n"
+      "plans: { free: { on_failure: closed }, pro: {} }\n");
+  EXPECT_EQ(l.redis.on_failure, OnFailure::kLocal);
+  EXPECT_EQ(l.redis.local_share, 0.25);
+  EXPECT_EQ(l.redis.journal, "/var/lib/dg/journal");
+  EXPECT_EQ(l.plans.at("free").on_failure, OnFailure::kClosed);
+  EXPECT_FALSE(l.plans.at("pro").on_failure);
+  EXPECT_EQ(error_of("redis: { on_failure: lenient }"),
+            "t.yaml:1:22: redis.on_failure: unknown mode 'lenient'; expected closed (503), open "
+            "(admit, unchecked) or local (a share of each limit, reconciled into Redis later)");
+  EXPECT_EQ(error_of("redis: { on_failure: [open] }"),
+            "t.yaml:1:22: redis.on_failure: expected a string, got a list");
+  EXPECT_EQ(error_of("redis: { local_share: 0 }"),
+            "t.yaml:1:23: redis.local_share: must be > 0, got 0 (the share of each limit one "
+            "daemon uses alone)");
+  EXPECT_EQ(error_of("redis: { local_share: 1.5 }"),
+            "t.yaml:1:23: redis.local_share: must be at most 1 (the whole limit), got 1.5");
+  EXPECT_EQ(error_of("redis: { journal: \"\" }"),
+            "t.yaml:1:19: redis.journal: must not be empty (leave journal out for none)");
+  // Local decisions need the journal, whether the default or one plan asks for them.
+  EXPECT_EQ(error_of("redis: { on_failure: local }"),
+            "t.yaml:1:22: redis.on_failure: local needs redis.journal: the file that keeps the "
+            "local decisions until they are reconciled into Redis");
+  EXPECT_EQ(error_of("plans: { pro: { on_failure: local } }"),
+            "t.yaml:1:29: plans.pro.on_failure: local needs redis.journal: the file that keeps "
+            "the local decisions until they are reconciled into Redis");
+  EXPECT_EQ(error_of("plans: { pro: { on_failure: shut } }"),
+            "t.yaml:1:29: plans.pro.on_failure: unknown mode 'shut'; expected closed (503), open "
+            "(admit, unchecked) or local (a share of each limit, reconciled into Redis later)");
 }
 
 TEST(Control, DecisionLogIsOffByDefaultAndSampledInZeroToOne) {
@@ -1017,7 +1056,13 @@ dataplane:
 
 TEST(RoundTrip, EveryFieldIsReadAndWrittenBack) {
   const std::string yaml = Y(R"(
-redis: { url: "redis://:pw@10.2.3.4:6390/5", timeout_ms: 75, pool_size: 9 }
+redis:
+  url: "redis://:pw@10.2.3.4:6390/5"
+  timeout_ms: 75
+  pool_size: 9
+  on_failure: local
+  local_share: 0.25
+  journal: /tmp/dg.journal
 control:
   listen: "[::1]:9090"
   threads: 6
@@ -1036,6 +1081,7 @@ plans:
       api_key: { capacity: 11, refill_per_s: 0.125 }
     quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
+    on_failure: open
   lite: { class: default }
 tenants:
   ws-1: { plan: pro }
@@ -1068,6 +1114,11 @@ dataplane:
   EXPECT_EQ(c.redis.password, "pw");
   EXPECT_EQ(c.redis.timeout_ms, 75);
   EXPECT_EQ(c.redis.pool_size, 9);
+  EXPECT_EQ(c.redis.on_failure, OnFailure::kLocal);
+  EXPECT_EQ(c.redis.local_share, 0.25);
+  EXPECT_EQ(c.redis.journal, "/tmp/dg.journal");
+  EXPECT_EQ(c.plans.at("pro").on_failure, OnFailure::kOpen);
+  EXPECT_FALSE(c.plans.at("lite").on_failure);
   EXPECT_EQ(c.control.listen, "[::1]:9090");
   EXPECT_EQ(c.control.threads, 6);
   EXPECT_EQ(c.control.auth_token, "tok en");

@@ -85,6 +85,8 @@ struct AdmitResult {
   // `degrade` (for a quota or model refusal).
   int64_t tokens_missing = 0;
   std::string degrade_model, upgrade_url;
+  // Decided without Redis (redis.on_failure): "open" or "local"; empty: by Redis.
+  std::string degraded;
 };
 
 struct SettleResult {
@@ -92,14 +94,33 @@ struct SettleResult {
   bool settled = false;   // false: already settled, or the reservation expired/unknown
   int64_t charged = 0;    // tokens charged for this request after the call
   int64_t remaining = 0;  // quota remaining this month (never below 0); -1: the plan has no quota
-  std::string detail;     // "settled" | "already_settled" | "expired"
+  std::string detail;     // "settled" | "already_settled" | "expired" | "not_recorded"
   std::string error;
+  std::string degraded;  // as AdmitResult's
 };
 
 struct ReleaseResult {
   Outcome outcome = Outcome::kUnavailable;
   bool released = false;  // false: no such lease
   std::string error;
+  std::string degraded;  // as AdmitResult's
+};
+
+// One part of a decision made while Redis did not answer (redis.on_failure: local), charged to
+// Redis later by reconcile.lua, in one hash slot: tokens added to a month's quota counter and
+// one token taken from each bucket, once per record_id (idempotent).
+struct Charge {
+  struct Bucket {
+    std::string key, capacity, refill;  // the full limits, as the plan gives them
+  };
+  std::string record_id;     // "<journal id>:<sequence>"
+  std::string applied_key;   // keys::applied or keys::global_applied: the slot of the call
+  // keys::quota of the decision's month (tenant part); applied_key otherwise (same slot,
+  // nothing added to it): every key the script touches is declared.
+  std::string quota_key;
+  std::string month_end;
+  int64_t tokens = 0;
+  std::vector<Bucket> buckets;
 };
 
 class Engine {
@@ -128,6 +149,9 @@ class Engine {
   void settle(std::string tenant, std::string request_id, int64_t tokens,
               std::function<void(SettleResult)> done);
   void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
+  // Applies c (reconcile.lua); done(error) with an empty error once it is in Redis, now or by an
+  // earlier call.
+  void charge(const Charge& c, std::function<void(std::string error)> done);
 
   bool redis_up() const;
   // "up", "down" or "auth_failed" (see RedisClient::state()).

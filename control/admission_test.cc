@@ -1365,4 +1365,54 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
 }
 
 }  // namespace
+// reconcile.lua: a journaled local decision is charged once per record id, in the slot of its
+// applied set: the month's counter moves by the tokens (a settle below its estimate takes some
+// back), each bucket gives one token, down to empty and never below.
+TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
+  Harness h(base_config(redis_.port()));
+  Sync s(redis_.port());
+  auto charge = [&](const Charge& c) {
+    return h.run<std::string>([&](auto done) { h.engine().charge(c, done); });
+  };
+  const std::string quota = keys::quota("t", "2026-12"), tb = keys::bucket("t", "tenant");
+  Charge c;
+  c.record_id = "0123456789abcdef:1";
+  c.applied_key = keys::applied("t");
+  c.quota_key = quota;
+  c.month_end = "1798761600";
+  c.tokens = 100;
+  c.buckets = {{tb, "2", "0"}};  // no refill: the levels are exact
+  EXPECT_EQ(charge(c), "");
+  EXPECT_EQ(charge(c), "");  // sent again (a crash before the journal said so): nothing more
+  EXPECT_EQ(s.str({"GET", quota}), "100");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "1");
+  Charge settle = c;
+  settle.record_id = "0123456789abcdef:2";
+  settle.tokens = -40;
+  settle.buckets.clear();
+  EXPECT_EQ(charge(settle), "");
+  EXPECT_EQ(s.str({"GET", quota}), "60");
+  EXPECT_NE(s.str({"TTL", quota}), "-1");
+  for (const char* id : {"0123456789abcdef:3", "0123456789abcdef:4"}) {
+    c.record_id = id;
+    EXPECT_EQ(charge(c), "");
+  }
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");  // emptied, not below
+  EXPECT_EQ(s.str({"GET", quota}), "260");
+  // A global gate's part, in its own slot with its own set of applied ids.
+  Charge g;
+  g.record_id = "0123456789abcdef:3";
+  g.applied_key = keys::global_applied("model", "m");
+  g.quota_key = g.applied_key;
+  g.month_end = c.month_end;
+  g.buckets = {{keys::global_bucket("model", "m"), "5", "0"}};
+  EXPECT_EQ(charge(g), "");
+  EXPECT_EQ(charge(g), "");
+  EXPECT_EQ(s.str({"HGET", keys::global_bucket("model", "m"), "tk"}), "4");
+  EXPECT_EQ(s.str({"SCARD", keys::applied("t")}), "4");
+  int64_t ttl = std::stoll(s.str({"TTL", keys::applied("t")}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, kAppliedTtlS);
+}
+
 }  // namespace dripgate::control

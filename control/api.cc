@@ -313,6 +313,7 @@ Headers ratelimit_headers(const AdmitResult& r) {
     h.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
     h.emplace_back("RateLimit", ratelimit_header(r.remaining));
   }
+  if (!r.degraded.empty()) h.emplace_back(kDegradedHeader, r.degraded);
   return h;
 }
 
@@ -340,6 +341,7 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
       w.key("retry_after_ms").integer(r.retry_after_ms);
     }
     write_remaining(w, r.remaining);
+    if (!r.degraded.empty()) w.key("degraded").string(r.degraded);
     if (status == 429) guidance::write(w, r, now_s);
   });
   resp.headers = ratelimit_headers(r);
@@ -350,7 +352,9 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
 Response render_settle(const SettleResult& r) {
   int status = status_of(r.outcome);
   if (status != 200) return render_error(status, r.error.empty() ? "settle failed" : r.error);
-  return Response{200, {}, json_body([&](JsonWriter& w) {
+  Headers h;
+  if (!r.degraded.empty()) h.emplace_back(kDegradedHeader, r.degraded);
+  return Response{200, std::move(h), json_body([&](JsonWriter& w) {
                     w.key("settled").boolean(r.settled).key("charged").integer(r.charged);
                     w.key("remaining");
                     if (r.remaining < 0) {
@@ -367,6 +371,7 @@ Response render_release(const ReleaseResult& r, const std::string& flow_tag) {
   if (status != 200) return render_error(status, r.error.empty() ? "release failed" : r.error);
   Response resp{200, {}, json_body([&](JsonWriter& w) { w.key("released").boolean(r.released); })};
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
+  if (!r.degraded.empty()) resp.headers.emplace_back(kDegradedHeader, r.degraded);
   return resp;
 }
 

@@ -31,6 +31,9 @@ std::string flow_json(const Flow& flow);
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+// On an answer decided without Redis (redis.on_failure): its mode, "open" or "local".
+inline constexpr char kDegradedHeader[] = "Dripgate-Degraded";
+
 struct Response {
   int status = 200;
   Headers headers;  // Content-Type is added by the server
@@ -52,7 +55,8 @@ int status_of(Outcome o);
 std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
 std::string ratelimit_header(const std::vector<Remaining>& remaining);
 // An allowed or refused admission's Retry-After (refused only), RateLimit-Policy and RateLimit
-// headers: the HTTP answer's, and the gRPC answer's response_headers_to_add.
+// headers, and Dripgate-Degraded when decided without Redis: the HTTP answer's, and the gRPC
+// answer's response_headers_to_add.
 Headers ratelimit_headers(const AdmitResult& r);
 // Whole seconds, rounded up.
 int64_t retry_after_seconds(int64_t retry_after_ms);

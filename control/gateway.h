@@ -4,8 +4,10 @@
 // admission is counted. One Gateway per worker thread, on that thread's event loop.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "config/config.h"
@@ -13,8 +15,10 @@
 #include "control/config_snapshot.h"
 #include "control/dataplane_client.h"
 #include "control/decision_log.h"
+#include "control/fallback.h"
 #include "control/metrics.h"
 
+struct event;
 struct event_base;
 
 namespace dripgate::control {
@@ -40,9 +44,11 @@ class Gateway {
   // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
   // decisions: the decision log's file (control.decision_log), or null for none.
   // front: the metrics' label for the API this gateway serves ("http", "grpc").
+  // fallback: the process's local decisions (redis.on_failure: local), shared by every gateway;
+  // null: `local` answers as `closed`.
   Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
           int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr,
-          std::string front = "http");
+          std::string front = "http", Fallback* fallback = nullptr);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -56,15 +62,49 @@ class Gateway {
   void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
 
   bool redis_up() const { return engine_.redis_up(); }
+  // Since when (steady clock, ms) this worker's Redis has not answered: its connections are
+  // down, or its calls fail (the last within 2 s: a worker without requests since does not
+  // stay in an outage that is over); 0 while it answers.
+  int64_t outage_since_ms() const;
+  size_t journal_pending() const { return fallback_ ? fallback_->pending() : 0; }
   std::string_view redis_state() const { return engine_.redis_state(); }
   bool dataplane_connected() const { return dp_.connected(); }
   // The configuration in force as this worker sees it.
   const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
 
  private:
+  // Feeds the metrics and notes when Redis went away.
+  struct Watch : RedisObserver {
+    explicit Watch(Metrics& m) : metrics(m) {}
+    void round_trip(double s) override { metrics.round_trip(s); }
+    void error(const std::string& kind) override { metrics.error(kind); }
+    void up(bool is_up) override;
+    Metrics& metrics;
+    std::atomic<int64_t> down_since_ms{0};
+  };
+  // A decision Redis could not make, under the tenant's redis.on_failure.
+  void degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
+                      AdmitResult& r);
+  // Runs fn on the loop, after the current call returned (callbacks never run inside a call).
+  void post(std::function<void()> fn);
+  template <class F, class R>
+  void later(F done, R r) {
+    post([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+  }
+  void redis_failed();
+  void redis_answered();
+  static void on_tick(int, short, void* arg);
+  void reconcile_some();
+
+  event_base* base_;
   FlowRegistry& flows_;
   Metrics& metrics_;
   std::string front_;
+  Fallback* fallback_;
+  Watch watch_;
+  std::atomic<int64_t> failing_since_ms_{0}, last_failure_ms_{0};
+  std::mt19937_64 rng_{std::random_device{}()};
+  event* tick_ = nullptr;
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks

@@ -386,13 +386,34 @@ struct HttpServer::Worker {
     });
   }
 
+  // While Redis does not answer: "down" (503, the box cannot admit) under redis.on_failure
+  // closed, else "degraded" (200, so a load balancer keeps the box) with the mode and the
+  // outage's age.
   void handle_healthz(evhttp_request* req) {
-    json j = {{"status", draining ? "stopping" : "ok"},
+    const auto& snap = gateway->snapshot();
+    const int64_t since = gateway->outage_since_ms();
+    const bool outage = !gateway->redis_up() || since != 0;
+    const config::OnFailure mode = snap->cfg.redis.on_failure;
+    // Down only when no tenant can be admitted: a plan failing open or local keeps the box.
+    bool all_closed = mode == config::OnFailure::kClosed;
+    for (const auto& [name, plan] : snap->cfg.plans)
+      all_closed = all_closed && plan.on_failure.value_or(mode) == config::OnFailure::kClosed;
+    std::string status = draining ? "stopping" : !outage ? "ok" : all_closed ? "down" : "degraded";
+    json j = {{"status", status},
               {"redis", gateway->redis_state()},
               {"dataplane", gateway->dataplane_connected() ? "connected" : "not connected"},
-              {"config_hash", gateway->snapshot()->hash},
+              {"config_hash", snap->hash},
               {"worker", index}};
-    reply(req, api::Response{draining ? 503 : 200, {}, j.dump() + "\n"});
+    if (outage) {
+      j["mode"] = config::on_failure_name(mode);
+      int64_t now =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+              .count();
+      j["outage_s"] = since ? static_cast<double>(now - since) / 1000.0 : 0.0;
+    }
+    if (size_t n = gateway->journal_pending()) j["journal_pending"] = n;
+    reply(req,
+          api::Response{status == "ok" || status == "degraded" ? 200 : 503, {}, j.dump() + "\n"});
   }
 
   // For orchestrators: ready to decide admissions (Redis answers; a configuration is always in
@@ -581,8 +602,9 @@ bool HttpServer::start(std::string& error) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
-    w->gateway = std::make_unique<Gateway>(store_, w->base, flows_, metrics_,
-                                           opts_.dataplane_timeout_ms, decisions_.get());
+    w->gateway =
+        std::make_unique<Gateway>(store_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms,
+                                  decisions_.get(), "http", opts_.fallback);
     evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(w->bound),
                                 &Worker::on_accept_error);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());

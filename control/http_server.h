@@ -19,6 +19,8 @@
 
 namespace dripgate::control {
 
+class Fallback;
+
 struct ServerOptions {
   std::string listen;  // "host:port" or "[v6]:port"
   int threads = 2;
@@ -28,6 +30,9 @@ struct ServerOptions {
   // connection, or is closed when every one has a request in progress.
   int max_connections = 10000;
   int request_timeout_s = 10;  // to deliver a complete request, from accept or the last answer
+  // The process's local decisions (redis.on_failure: local), shared with the gRPC front; null:
+  // none (redis.journal unset).
+  Fallback* fallback = nullptr;
 };
 
 class Reloader;

@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -314,8 +315,11 @@ TEST_F(HttpTest, RedisStoppedIs503ThenRecovers) {
   auto r = admit(R"({"tenant":"t-big"})");
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_TRUE(r.body_json().contains("error")) << r.body;
+  // redis.on_failure closed (the default): the box cannot admit, and says so.
   auto h = http(daemon_->port(), "GET", "/healthz");
-  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(h.body_json()["status"], "down") << h.body;
+  EXPECT_EQ(h.body_json()["mode"], "closed") << h.body;
   EXPECT_EQ(h.body_json()["redis"], "down") << h.body;
   EXPECT_NE(metrics().find("dripgate_redis_up 0"), std::string::npos);
   redis_.start();
@@ -912,7 +916,9 @@ TEST_F(ReloadHttpTest, ReadyzFollowsRedis) {
   }));
   EXPECT_EQ(down.body_json()["ready"], false);
   EXPECT_EQ(down.body_json()["why"][0], "redis: down") << down.body;
-  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  // Under redis.on_failure closed (the default) /healthz says down too (open and local: 200
+  // degraded, control_outage_test).
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 503);
   redis_.start();
   EXPECT_TRUE(
       eventually([&] { return http(daemon_->port(), "GET", "/readyz").status == 200; }, 15s))
@@ -984,6 +990,282 @@ TEST_F(ReloadHttpTest, TwentyReloadsUnderLoadLoseNothing) {
   EXPECT_EQ(reloads("ok"), 20);
   EXPECT_EQ(reloads("error"), 0);
   EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis outages under redis.on_failure open and local (the outage suite: `meson test
+// control_outage_test` runs these, http_test the rest).
+
+constexpr char kOutagePlans[] = R"(
+plans:
+  metered:
+    gates:
+      tenant: { capacity: 10, refill_per_s: 20 }
+    quota: { tokens_per_month: 1000000000 }
+tenants:
+  t-m: { plan: metered }
+)";
+
+std::string outage_config(const std::string& redis_extra) {
+  return "redis: { url: \"redis://127.0.0.1:1/0\", timeout_ms: 100" + redis_extra +
+         " }\ncontrol: { listen: \"127.0.0.1:8080\", threads: 2, dataplane_socket: "
+         "/nonexistent/dp.sock }\n" +
+         kOutagePlans;
+}
+
+TEST(OutageOpen, AdmitsUncheckedSaysSoAndCountsThenRedisDecidesAgain) {
+  RedisServer redis;
+  TempDir dir;
+  Daemon d(redis, dir, outage_config(", on_failure: open"));
+  ASSERT_EQ(http(d.port(), "POST", "/v1/admit", R"({"tenant":"t-m","tokens":5})").status, 200);
+  redis.stop();
+  for (int i = 0; i < 30; ++i) {  // 3 times the bucket: no gate is consulted
+    auto r = http(d.port(), "POST", "/v1/admit", R"({"tenant":"t-m","tokens":5})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("dripgate-degraded"), "open");
+    EXPECT_EQ(r.body_json()["degraded"], "open");
+    std::string rid = r.body_json()["request_id"];
+    EXPECT_EQ(rid.rfind("t-m.", 0), 0u) << rid;
+  }
+  auto h = http(d.port(), "GET", "/healthz");
+  EXPECT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.body_json()["status"], "degraded") << h.body;
+  EXPECT_EQ(h.body_json()["mode"], "open") << h.body;
+  EXPECT_GE(h.body_json()["outage_s"].get<double>(), 0.0) << h.body;
+  std::string m = http(d.port(), "GET", "/metrics").body;
+  EXPECT_NE(m.find("dripgate_degraded_decisions_total{mode=\"open\",result=\"allowed\"} 30\n"),
+            std::string::npos)
+      << m;
+  auto s =
+      http(d.port(), "POST", "/v1/settle", R"({"request_id":"t-m.0123456789abcdef","tokens":3})");
+  EXPECT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.body_json()["detail"], "not_recorded") << s.body;
+  EXPECT_EQ(s.header("dripgate-degraded"), "open");
+  redis.start();
+  bool by_redis = false;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!by_redis && std::chrono::steady_clock::now() < deadline) {
+    auto r = http(d.port(), "POST", "/v1/admit", R"({"tenant":"t-m","tokens":5})");
+    ASSERT_TRUE(r.status == 200 || r.status == 429) << r.body;
+    by_redis = r.header("dripgate-degraded") == "<absent>";
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(by_redis) << d.log();
+  EXPECT_TRUE(
+      eventually([&] { return http(d.port(), "GET", "/healthz").body_json()["status"] == "ok"; }));
+}
+
+// What the load of an outage test saw.
+struct OutageLoad {
+  std::atomic<int64_t> admitted{0}, refused{0}, failed{0}, local{0}, settled_tokens{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  // Answers to admissions sent after the kill and answered before the restart.
+  std::atomic<int64_t> during_200{0}, during_503{0}, during_other{0};
+  std::atomic<int64_t> first_200_after_ms{-1};
+};
+
+// 4 clients, each at a steady 40 admissions a second (4 times what the bucket lets through),
+// each admission then settled with 1..20 tokens; Redis is killed (SIGKILL) after 2 s for 5 s
+// and restarted from its append-only file; 3 s more after it. ports: the daemons, the clients
+// spread over them.
+void run_outage_load(RedisServer& redis, const std::vector<int>& ports, OutageLoad& load) {
+  using Clock = std::chrono::steady_clock;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> killed_at{0}, restarted_at{0};  // ms since start, 0: not yet
+  const auto t0 = Clock::now();
+  auto ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  };
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(static_cast<unsigned>(c) + 1);
+      int port = ports[static_cast<size_t>(c) % ports.size()];
+      auto fail = [&](const std::string& what) {
+        ++load.failed;
+        std::lock_guard lock(load.mu);
+        if (load.failures.size() < 10) load.failures.push_back(what);
+      };
+      for (auto next = Clock::now(); !stop; next += 25ms) {
+        std::this_thread::sleep_until(next);
+        int64_t sent = ms();
+        auto r = http(port, "POST", "/v1/admit", R"({"tenant":"t-m","tokens":10})");
+        int64_t answered = ms();
+        if (killed_at && sent > killed_at && (!restarted_at || answered < restarted_at)) {
+          (r.status == 200   ? load.during_200
+           : r.status == 503 ? load.during_503
+                             : load.during_other)++;
+        }
+        if (restarted_at && sent >= restarted_at && r.status == 200 && load.first_200_after_ms < 0)
+          load.first_200_after_ms = answered - restarted_at;
+        if (r.status == 429) {
+          ++load.refused;
+          continue;
+        }
+        if (r.status != 200) {
+          fail("admit " + std::to_string(r.status) + " " + r.body);
+          continue;
+        }
+        ++load.admitted;
+        if (r.header("dripgate-degraded") == "local") ++load.local;
+        int tokens = static_cast<int>(rng() % 20) + 1;
+        std::string rid = r.body_json()["request_id"];
+        auto s = http(port, "POST", "/v1/settle",
+                      R"({"request_id":")" + rid + R"(","tokens":)" + std::to_string(tokens) + "}");
+        if (s.status == 200 && s.body_json()["settled"] == true)
+          load.settled_tokens += tokens;
+        else
+          fail("settle " + std::to_string(s.status) + " " + s.body);
+      }
+    });
+  }
+  std::this_thread::sleep_for(2s);
+  redis.stop();
+  killed_at = ms();
+  std::this_thread::sleep_for(5s);
+  restarted_at = ms();  // from here an admission may be Redis's again
+  redis.start();
+  std::this_thread::sleep_for(3s);
+  stop = true;
+  for (auto& t : clients) t.join();
+}
+
+// Two daemons (two gateway boxes) on local_share 0.5 each: together within the global limit,
+// nothing lost. The bound: the tenant bucket lets through capacity + refill * elapsed; each
+// daemon's own bucket starts full when Redis goes (a second capacity at most), so admitted <=
+// (capacity + refill * elapsed) * 1.10 (10 % tolerance).
+TEST(OutageLocal, TwoBoxesStayWithinTheLimitAndReconcileTheQuotaExactly) {
+  RedisServer redis(RedisServer::Durability::kAppendFsyncAlways);
+  TempDir dir_a, dir_b;
+  auto config = [&](const TempDir& dir) {
+    return outage_config(", on_failure: local, local_share: 0.5, journal: " + dir.path() +
+                         "/journal");
+  };
+  Daemon a(redis, dir_a, config(dir_a)), b(redis, dir_b, config(dir_b));
+  OutageLoad load;
+  const auto t0 = std::chrono::steady_clock::now();
+  run_outage_load(redis, {a.port(), b.port()}, load);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(load.failed.load(), 0) << ::testing::PrintToString(load.failures);
+  const double limit = 10 + 20 * elapsed;
+  EXPECT_LE(static_cast<double>(load.admitted.load()), limit * 1.10);
+  // The outage's 5 s at 20/s: the two halves admitted most of it.
+  EXPECT_GE(load.local.load(), 50);
+  EXPECT_GE(static_cast<double>(load.admitted.load()), limit * 0.5);
+  // Every journal reaches Redis: the month's counter is what was settled, exactly.
+  for (const Daemon* d : {&a, &b})
+    EXPECT_TRUE(eventually(
+        [&] {
+          auto h = http(d->port(), "GET", "/healthz").body_json();
+          return h["status"] == "ok" && !h.contains("journal_pending");
+        },
+        15s))
+        << d->log();
+  std::string key = redis.cli("--scan --pattern 'dg:{t:t-m}:q:*'");
+  ASSERT_FALSE(key.empty());
+  EXPECT_EQ(std::stoll(redis.cli("GET '" + key + "'")), load.settled_tokens.load());
+  std::string m = http(a.port(), "GET", "/metrics").body + http(b.port(), "GET", "/metrics").body;
+  EXPECT_NE(m.find("dripgate_degraded_decisions_total{mode=\"local\",result=\"allowed\"}"),
+            std::string::npos);
+  std::printf(
+      "outage (local, 2 boxes x 0.5): %.1f s, admitted %lld (%lld locally) of a limit of %.0f, "
+      "refused %lld, failed %lld, settled %lld tokens = the quota counter\n",
+      elapsed, static_cast<long long>(load.admitted.load()),
+      static_cast<long long>(load.local.load()), limit, static_cast<long long>(load.refused.load()),
+      static_cast<long long>(load.failed.load()),
+      static_cast<long long>(load.settled_tokens.load()));
+}
+
+// A daemon killed (SIGKILL) during the outage reads its journal back: its local reservations
+// are still settled locally, and everything reaches Redis. A daemon that crashed after Redis
+// took its records but before its journal said so sends them all again: charged once.
+TEST(OutageLocal, ARestartLosesNothingAndAResentJournalIsChargedOnce) {
+  RedisServer redis(RedisServer::Durability::kAppendFsyncAlways);
+  TempDir dir;
+  const std::string journal = dir.path() + "/journal";
+  const std::string cfg = outage_config(", on_failure: local, journal: " + journal);
+  auto d = std::make_unique<Daemon>(redis, dir, cfg);
+  auto admit = [&] {
+    return http(d->port(), "POST", "/v1/admit", R"({"tenant":"t-m","tokens":10})");
+  };
+  auto settle = [&](const std::string& rid, int tokens) {
+    return http(d->port(), "POST", "/v1/settle",
+                R"({"request_id":")" + rid + R"(","tokens":)" + std::to_string(tokens) + "}");
+  };
+  int64_t settled = 0;
+  auto by_redis = admit();
+  ASSERT_EQ(by_redis.status, 200) << by_redis.body;
+  ASSERT_EQ(by_redis.header("dripgate-degraded"), "<absent>");
+  redis.stop();
+  std::vector<std::string> local;
+  for (int i = 0; i < 8; ++i) {
+    auto r = admit();
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.header("dripgate-degraded"), "local");
+    local.push_back(r.body_json()["request_id"]);
+  }
+  // Redis's reservation settled during the outage: journaled for Redis.
+  auto s = settle(by_redis.body_json()["request_id"], 7);
+  ASSERT_EQ(s.status, 200) << s.body;
+  settled += 7;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(settle(local[static_cast<size_t>(i)], i + 1).status, 200);
+    settled += i + 1;
+  }
+  d.reset();  // SIGKILL
+  d = std::make_unique<Daemon>(redis, dir, cfg);
+  auto h = http(d->port(), "GET", "/healthz");
+  EXPECT_EQ(h.body_json()["status"], "degraded") << h.body;
+  // 8 local admissions, 4 local settles and the settle Redis missed
+  EXPECT_EQ(h.body_json()["journal_pending"], 13) << h.body;
+  for (int i = 4; i < 8; ++i) {
+    auto r = settle(local[static_cast<size_t>(i)], 20 + i);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body_json()["settled"], true) << r.body;
+    EXPECT_EQ(r.header("dripgate-degraded"), "local");
+    settled += 20 + i;
+  }
+  EXPECT_EQ(settle(local[0], 99).body_json()["settled"], false);  // settled before the restart
+  std::filesystem::copy_file(journal, journal + ".before");
+  redis.start();
+  auto reconciled = [&] {
+    return eventually(
+        [&] {
+          auto j = http(d->port(), "GET", "/healthz").body_json();
+          return !j.contains("journal_pending");
+        },
+        15s);
+  };
+  ASSERT_TRUE(reconciled()) << d->log();
+  const std::string key = redis.cli("--scan --pattern 'dg:{t:t-m}:q:*'");
+  ASSERT_FALSE(key.empty());
+  EXPECT_EQ(std::stoll(redis.cli("GET '" + key + "'")), settled);
+  d.reset();
+  std::filesystem::copy_file(journal + ".before", journal,
+                             std::filesystem::copy_options::overwrite_existing);
+  d = std::make_unique<Daemon>(redis, dir, cfg);
+  ASSERT_TRUE(reconciled()) << d->log();
+  EXPECT_EQ(std::stoll(redis.cli("GET '" + key + "'")), settled);
+}
+
+// The default, closed: every admission during the outage is a 503, and Redis decides again
+// within 2 s of its restart.
+TEST(OutageClosed, AllUnavailableDuringTheOutageThenAdmitsWithinTwoSeconds) {
+  RedisServer redis(RedisServer::Durability::kAppendFsyncAlways);
+  TempDir dir;
+  Daemon d(redis, dir, outage_config(""));
+  OutageLoad load;
+  run_outage_load(redis, {d.port()}, load);
+  EXPECT_GT(load.during_503.load(), 50);
+  EXPECT_EQ(load.during_200.load(), 0);
+  EXPECT_EQ(load.during_other.load(), 0);
+  EXPECT_GE(load.first_200_after_ms.load(), 0);
+  EXPECT_LE(load.first_200_after_ms.load(), 2000);
+  std::printf("outage (closed): %lld answered 503 during it, first 200 %lld ms after the restart\n",
+              static_cast<long long>(load.during_503.load()),
+              static_cast<long long>(load.first_200_after_ms.load()));
 }
 
 }  // namespace

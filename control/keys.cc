@@ -36,6 +36,14 @@ std::string quota(std::string_view tenant, std::string_view month) {
   return join({"dg:{t:", tenant, "}:q:", month});
 }
 
+std::string applied(std::string_view tenant) {
+  return join({"dg:{t:", tenant, "}:applied"});
+}
+
+std::string global_applied(std::string_view kind, std::string_view name) {
+  return join({"dg:{g:", kind, ":", name, "}:applied"});
+}
+
 std::string reservations(std::string_view tenant) {
   return join({"dg:{t:", tenant, "}:r:"});
 }

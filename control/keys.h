@@ -64,6 +64,11 @@ class TimeKeys {
 };
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);
+// "dg:{t:<tenant>}:applied": the ids of the journaled local decisions charged to the tenant
+// (reconcile.lua), so that each is charged once.
+std::string applied(std::string_view tenant);
+// "dg:{g:<kind>:<name>}:applied": the same for a global gate's bucket.
+std::string global_applied(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;

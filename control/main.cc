@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/redis_url.h"
 #include "config/config.h"
+#include "control/fallback.h"
 #include "control/http_server.h"
 #include "control/reload.h"
 #include "control/rls_service.h"
@@ -109,6 +110,18 @@ int main(int argc, char** argv) {
   opts.threads = cfg.control.threads;
   opts.max_connections = cfg.control.max_connections;
   opts.request_timeout_s = cfg.control.request_timeout_s;
+  // Local decisions (redis.on_failure: local) and the journal that carries them into Redis,
+  // read back first: a restart during an outage keeps what was decided before it.
+  std::unique_ptr<dripgate::control::Fallback> fallback;
+  if (!cfg.redis.journal.empty()) {
+    std::string why;
+    fallback = dripgate::control::Fallback::open(cfg.redis.journal, &why);
+    if (!fallback) {
+      spdlog::critical("redis.journal: {}", why);
+      return 1;
+    }
+    opts.fallback = fallback.get();
+  }
   dripgate::control::ConfigStore store(
       std::make_shared<const dripgate::control::Snapshot>(cfg, loaded.hash));
   dripgate::control::Metrics metrics;
@@ -127,7 +140,7 @@ int main(int argc, char** argv) {
   // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics.
   std::optional<dripgate::control::RlsServer> rls;
   if (!cfg.control.grpc_listen.empty()) {
-    rls.emplace(store, metrics, opts.threads);
+    rls.emplace(store, metrics, opts.threads, fallback.get());
     if (!rls->start(cfg.control.grpc_listen, err)) {
       spdlog::critical("{}", err);
       return 1;

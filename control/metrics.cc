@@ -134,6 +134,14 @@ Metrics::Metrics()
                       "Configuration reloads (SIGHUP or POST /v1/admin/reload) by result: ok "
                       "(in force from the next request), error (refused; the old one stays).",
                       {"result"}),
+      degraded_("dripgate_degraded_decisions_total",
+                "Admissions, settles and releases decided without Redis (redis.on_failure), by "
+                "mode (open: unchecked; local: on this daemon's share, journaled) and result.",
+                {"mode", "result"}),
+      reconciled_("dripgate_reconciled_total",
+                  "Journaled local decisions sent to Redis once it answered again, by result "
+                  "(ok: in Redis; retry: sent again later).",
+                  {"result"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
@@ -165,6 +173,8 @@ std::string Metrics::render() const {
   dataplane_untag_.render(out);
   http_requests_.render(out);
   config_reloads_.render(out);
+  degraded_.render(out);
+  reconciled_.render(out);
   auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
     header(out, name, help, type);
     out += std::string(name) + ' ' + std::to_string(v) + '\n';
@@ -184,6 +194,9 @@ std::string Metrics::render() const {
   scalar("dripgate_http_accept_errors_total",
          "Failed accept() calls (mostly: out of file descriptors).", "counter",
          load(http_accept_errors_));
+  scalar("dripgate_journal_pending",
+         "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
+         load(journal_pending_));
   return out;
 }
 

@@ -68,6 +68,16 @@ class Metrics : public RedisObserver {
   void dataplane(const std::string& op, const std::string& result);
   // A configuration reload (SIGHUP or the admin API): applied, or refused with the old one kept.
   void config_reload(bool ok) { config_reloads_.inc({ok ? "ok" : "error"}); }
+  // A decision made without Redis (redis.on_failure): mode "open" | "local", result as
+  // admission's.
+  void degraded(const std::string& mode, const std::string& result) {
+    degraded_.inc({mode, result});
+  }
+  // A journaled local decision sent to Redis: in ("ok") or to try again ("retry").
+  void reconciled(bool ok) { reconciled_.inc({ok ? "ok" : "retry"}); }
+  void journal_pending(size_t n) {
+    journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
+  }
 
   // RedisObserver
   void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
@@ -81,6 +91,7 @@ class Metrics : public RedisObserver {
   const CounterFamily& redis_errors() const { return redis_errors_; }
   const CounterFamily& http_requests() const { return http_requests_; }
   const CounterFamily& config_reloads() const { return config_reloads_; }
+  const CounterFamily& degraded_decisions() const { return degraded_; }
   const Histogram& redis_round_trip() const { return redis_rtt_; }
 
   // The Prometheus text exposition format, version 0.0.4.
@@ -93,6 +104,9 @@ class Metrics : public RedisObserver {
   CounterFamily dataplane_tag_;
   CounterFamily dataplane_untag_;
   CounterFamily config_reloads_;
+  CounterFamily degraded_;
+  CounterFamily reconciled_;
+  std::atomic<int64_t> journal_pending_{0};
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};

@@ -67,6 +67,8 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
           "redis.password");
   differs(r.timeout_ms != n.timeout_ms, "redis.timeout_ms");
   differs(r.pool_size != n.pool_size, "redis.pool_size");
+  // The journal is opened once: the local decisions not yet reconciled are in the running one.
+  differs(r.journal != n.journal, "redis.journal");
   const config::Control &c = running.control, &d = next.control;
   differs(c.listen != d.listen, "control.listen");
   differs(c.threads != d.threads, "control.threads");
@@ -76,15 +78,21 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.decision_log != d.decision_log, "control.decision_log");
   differs(c.grpc_listen != d.grpc_listen, "control.grpc_listen");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
-  // here as reloadable: the tokens and the rate-limit service's domains are read per request.
+  // here as reloadable: the tokens, the rate-limit service's domains and the outage policy
+  // (redis.on_failure, redis.local_share) are read per request.
   if (out.empty()) {
+    config::Redis rr = r, rn = n;
+    for (config::Redis* x : {&rr, &rn}) {
+      x->on_failure = config::OnFailure::kClosed;
+      x->local_share = 1;
+    }
     config::Control cr = c, cn = d;
     for (config::Control* x : {&cr, &cn}) {
       x->auth_token = x->auth_token_file = x->auth_token_env = "";
       x->admin_token = x->admin_token_file = x->admin_token_env = "";
       x->rls_domains.clear();
     }
-    differs(!(r == n), "redis");
+    differs(!(rr == rn), "redis");
     differs(!(cr == cn), "control");
   }
   return out;

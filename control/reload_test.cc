@@ -146,6 +146,15 @@ TEST_F(ReloadTest, RestartOnlySettingsAreRefusedByName) {
   ASSERT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
   EXPECT_EQ(store_->current()->cfg.control.admin_token, "a1");
   EXPECT_EQ(store_->current()->cfg.control.auth_token, "t1");
+  // The outage policy is read per request; the journal is opened once.
+  write("redis: { on_failure: open, local_share: 0.5 }\n" + std::string(kA));
+  out = r.reload();
+  ASSERT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  EXPECT_EQ(store_->current()->cfg.redis.on_failure, config::OnFailure::kOpen);
+  EXPECT_EQ(store_->current()->cfg.redis.local_share, 0.5);
+  write("redis: { on_failure: local, journal: /tmp/dg-reload-test.journal }\n" + std::string(kA));
+  out = r.reload();
+  EXPECT_EQ(out.errors, (std::vector<std::string>{path_ + ": redis.journal" + why}));
 }
 
 TEST_F(ReloadTest, CommandLineOverridesApplyToEveryLoad) {

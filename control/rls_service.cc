@@ -97,7 +97,8 @@ grpc::Status error_status(const AdmitResult& r) {
     case Outcome::kConflict:
       return {grpc::StatusCode::ALREADY_EXISTS, r.error};
     default:
-      // redis.on_failure has one mode, closed: no decision without Redis.
+      // Redis did not answer and the tenant's redis.on_failure is closed (open and local
+      // answer OK or OVER_LIMIT with Dripgate-Degraded, through fill()).
       return {grpc::StatusCode::UNAVAILABLE, r.error.empty() ? "admission failed" : r.error};
   }
 }
@@ -202,8 +203,8 @@ class RlsServer::Service final : public pb::RateLimitService::CallbackService {
   std::atomic<size_t> next_{0};
 };
 
-RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads)
-    : store_(store), metrics_(metrics), threads_(std::max(1, threads)) {}
+RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback)
+    : store_(store), metrics_(metrics), threads_(std::max(1, threads)), fallback_(fallback) {}
 
 RlsServer::~RlsServer() {
   stop();
@@ -220,7 +221,8 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
       error = "grpc: cannot create an event loop";
       return false;
     }
-    l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, nullptr, "grpc");
+    l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, nullptr, "grpc",
+                                           fallback_);
     loops_.push_back(std::move(l));
   }
   service_ = std::make_unique<Service>(*this);

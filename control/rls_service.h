@@ -24,11 +24,15 @@ class Server;
 
 namespace dripgate::control {
 
+class Fallback;
+
 class RlsServer {
  public:
   // store and metrics outlive the server; threads: event loops deciding calls (at least 1).
   // Every call runs on the store's configuration in force when it arrives (a reload applies).
-  RlsServer(const ConfigStore& store, Metrics& metrics, int threads);
+  // fallback: the process's local decisions (redis.on_failure: local), shared with the HTTP
+  // front; null: none.
+  RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback = nullptr);
   ~RlsServer();  // stops if still running
   RlsServer(const RlsServer&) = delete;
   RlsServer& operator=(const RlsServer&) = delete;
@@ -47,6 +51,7 @@ class RlsServer {
   const ConfigStore& store_;
   Metrics& metrics_;
   int threads_;
+  Fallback* fallback_;
   FlowRegistry flows_;  // the gateways need one; a ShouldRateLimit call carries no flow
   std::vector<std::unique_ptr<Loop>> loops_;
   std::unique_ptr<Service> service_;

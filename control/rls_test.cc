@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "control/fallback.h"
 #include "control/keys.h"
 #include "control/metrics.h"
 #include "control/rls_service.h"
@@ -73,7 +75,7 @@ class RlsTest : public ::testing::Test {
 
   void start() {
     store_ = std::make_unique<ConfigStore>(cfg_);  // cfg_ as the test has set it up
-    server_ = std::make_unique<RlsServer>(*store_, metrics_, 2);
+    server_ = std::make_unique<RlsServer>(*store_, metrics_, 2, fallback_.get());
     std::string err;
     ASSERT_TRUE(server_->start("127.0.0.1:0", err)) << err;
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -114,6 +116,7 @@ class RlsTest : public ::testing::Test {
   config::Config cfg_;
   Metrics metrics_;
   std::unique_ptr<ConfigStore> store_;
+  std::unique_ptr<Fallback> fallback_;  // declared before the server: outlives it
   std::unique_ptr<RlsServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::RateLimitService::Stub> stub_;
@@ -286,6 +289,44 @@ TEST_F(RlsTest, RedisDownIsUnavailableThenRecovers) {
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_TRUE(up.status.ok()) << up.status.error_message();
+}
+
+// Per plan's on_failure: closed stays UNAVAILABLE, open answers OK saying so, local decides on
+// its share (a bucket of 4 at local_share 0.5: two admissions, then OVER_LIMIT).
+TEST_F(RlsTest, RedisDownAnswersByEachPlansFailureMode) {
+  char tmpl[] = "/tmp/dripgate-rls-journal-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  cfg_.redis.local_share = 0.5;
+  cfg_.redis.journal = dir + "/journal";
+  std::string why;
+  fallback_ = Fallback::open(cfg_.redis.journal, &why);
+  ASSERT_TRUE(fallback_) << why;
+  config::Plan open = plan(config::Bucket{1e6, 1e6});
+  open.on_failure = config::OnFailure::kOpen;
+  config::Plan local = plan(config::Bucket{4, 0.001});
+  local.on_failure = config::OnFailure::kLocal;
+  add_tenant(cfg_, "ws-closed", plan(config::Bucket{1e6, 1e6}));
+  add_tenant(cfg_, "ws-open", open);
+  add_tenant(cfg_, "ws-local", local);
+  start();
+  redis_.stop();
+  EXPECT_EQ(call("dripgate", {{{"tenant", "ws-closed"}}}).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  Answer o = call("dripgate", {{{"tenant", "ws-open"}}});
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.resp.overall_code(), Response::OK);
+  EXPECT_EQ(o.header("Dripgate-Degraded"), "open");
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("local " + std::to_string(i + 1));
+    Answer l = call("dripgate", {{{"tenant", "ws-local"}}});
+    ASSERT_TRUE(l.status.ok()) << l.status.error_message();
+    EXPECT_EQ(l.resp.overall_code(), i < 2 ? Response::OK : Response::OVER_LIMIT);
+    EXPECT_EQ(l.header("Dripgate-Degraded"), "local");
+  }
+  EXPECT_EQ(fallback_->pending(), 2u);  // the two local admissions, for Redis when it is back
+  server_->stop();
+  server_.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(RlsTest, BearerTokenWhenConfigured) {

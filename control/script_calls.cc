@@ -386,6 +386,28 @@ ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)
   args.set(s::kArgRequestId, request_id);
 }
 
+ReconcileCall::ReconcileCall(const Charge& c)
+    : Call(lua::kReconcile, lua::reconcile::kKeysFixed,
+           lua::reconcile::kKeysFixed + c.buckets.size(), lua::reconcile::kArgsFixed,
+           lua::reconcile::kArgsFixed + c.buckets.size() * lua::reconcile::kArgBucketStride),
+      tokens_s(std::to_string(c.tokens)) {
+  namespace s = lua::reconcile;
+  static const std::string kTtl = std::to_string(kAppliedTtlS);
+  keys.set(s::kKeyApplied, c.applied_key);
+  keys.set(s::kKeyQuota, c.quota_key);
+  args.set(s::kArgRecordId, c.record_id);
+  args.set(s::kArgAppliedTtl, kTtl);
+  args.set(s::kArgMonthEnd, c.month_end);
+  args.set(s::kArgTokens, tokens_s);
+  for (const Charge::Bucket& b : c.buckets) {
+    keys.add(b.key);
+    std::array<std::string_view, s::kArgBucketStride> g;
+    g[s::kArgBucketCapacity] = b.capacity;
+    g[s::kArgBucketRefill] = b.refill;
+    args.add(g);
+  }
+}
+
 const std::string& admit_script_text() {
   static const std::string text(lua::kAdmit.text);
   return text;

@@ -192,6 +192,17 @@ struct ReleaseCall : Call {
   ReleaseCall(const TenantInfo& t, const std::string& request_id);
 };
 
+// How long a tenant's (or global gate's) set of reconciled record ids is kept after its last
+// change (s): a journal is reconciled within seconds of Redis coming back, or at the daemon's
+// next start.
+inline constexpr int kAppliedTtlS = 7 * 86400;
+
+// reconcile.lua: charges one journaled local decision's part in one slot.
+struct ReconcileCall : Call {
+  explicit ReconcileCall(const Charge& c);
+  std::string tokens_s;
+};
+
 // ---- for benchmarks and tools: the exact Redis call an admission makes ----
 
 // One EVALSHA: the script's name, SHA1 and text, and the KEYS and ARGV it is called with.
