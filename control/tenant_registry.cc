@@ -185,17 +185,12 @@ void RegistrySync::on_changes(const redisReply* r, std::string_view error) {
     return;
   }
   if (what == "changes" && copy_) {
-    TenantDirectory::Plans plans = copy_->plans();
-    for (size_t i = 2; i + 1 < r->elements; i += 2) {
-      std::string id(as_str(r->element[i]));
-      std::string_view plan = as_str(r->element[i + 1]);
-      if (plan.empty())
-        plans.erase(id);
-      else
-        plans.insert_or_assign(std::move(id), std::string(plan));
-    }
+    std::vector<std::pair<std::string, std::string>> changes;
+    changes.reserve(r->elements / 2);
+    for (size_t i = 2; i + 1 < r->elements; i += 2)
+      changes.emplace_back(as_str(r->element[i]), as_str(r->element[i + 1]));
     busy_ = false;
-    return publish(std::make_shared<const TenantDirectory>(version, std::move(plans)));
+    return publish(std::make_shared<const TenantDirectory>(*copy_, version, changes));
   }
   auto s = std::make_shared<Scan>();
   s->version = version;
@@ -232,6 +227,7 @@ void RegistrySync::scan(std::shared_ptr<Scan> s) {
 void RegistrySync::publish(std::shared_ptr<const TenantDirectory> next) {
   if (failing_) spdlog::info("tenant registry: reachable again (version {})", next->version());
   failing_ = false;
+  spdlog::debug("tenant registry: version {} in force ({} tenants)", next->version(), next->size());
   copy_ = next;
   store_.publish_registry(std::move(next));
   if (!loaded()) {

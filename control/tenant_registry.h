@@ -39,7 +39,7 @@ namespace dripgate::control {
 namespace registry {
 // How often a daemon asks whether the registry changed: a change is in force everywhere within
 // this plus one round trip.
-inline constexpr int kPollMs = 250;
+inline constexpr int kPollMs = 100;
 // Changes the log keeps; a daemon further behind reads the registry whole.
 inline constexpr int kLogLen = 10000;
 // Changes worth reading one by one; beyond, reading it whole costs about the same.

@@ -56,14 +56,23 @@ std::shared_ptr<const TenantDirectory> directory(
   return std::make_shared<const TenantDirectory>(7, TenantDirectory::Plans(entries));
 }
 
+// A page's ids, concatenated.
+std::string ids(const std::vector<TenantDirectory::Entry>& page) {
+  std::string out;
+  for (const auto& [id, plan] : page) out += std::string(id);
+  return out;
+}
+
+std::string listed(const TenantDirectory& d) {
+  std::string out;
+  for (const auto& [id, plan] : d.page("", 1u << 20))
+    out += (out.empty() ? "" : " ") + std::string(id) + "=" + std::string(plan);
+  return out;
+}
+
 TEST(TenantDirectory, PagesInIdOrderFromTheCursor) {
   auto d = directory({{"c", "free"}, {"a", "pro"}, {"e", "free"}, {"b", "free"}});
   EXPECT_EQ(d->version(), 7u);
-  auto ids = [](const std::vector<const TenantDirectory::Entry*>& page) {
-    std::string out;
-    for (const auto* e : page) out += e->first;
-    return out;
-  };
   EXPECT_EQ(ids(d->page("", 2)), "ab");
   EXPECT_EQ(ids(d->page("b", 2)), "ce");
   // A cursor that is no longer there (taken out meanwhile) still continues after it.
@@ -72,6 +81,39 @@ TEST(TenantDirectory, PagesInIdOrderFromTheCursor) {
   ASSERT_NE(d->plan_of("a"), nullptr);
   EXPECT_EQ(*d->plan_of("a"), "pro");
   EXPECT_EQ(d->plan_of("z"), nullptr);
+}
+
+// A change applied on top of a copy is what the whole copy with the change would be: lookups,
+// size and pages, also once the recent changes are folded into a new base.
+TEST(TenantDirectory, ChangesOnTopOfACopyReadAsAWholeCopy) {
+  auto d = directory({{"b", "free"}, {"d", "pro"}, {"f", "free"}});
+  using Changes = std::vector<std::pair<std::string, std::string>>;
+  TenantDirectory next(*d, 9, Changes{{"a", "pro"}, {"d", ""}, {"f", "pro"}, {"a", "free"}});
+  EXPECT_EQ(next.version(), 9u);
+  EXPECT_EQ(next.size(), 3u);
+  EXPECT_EQ(listed(next), "a=free b=free f=pro");
+  EXPECT_EQ(next.plan_of("d"), nullptr);
+  ASSERT_NE(next.plan_of("f"), nullptr);
+  EXPECT_EQ(*next.plan_of("f"), "pro");
+  EXPECT_EQ(ids(next.page("a", 1)), "b");
+  EXPECT_EQ(ids(next.page("b", 5)), "f");
+  EXPECT_EQ(ids(next.page("c", 5)), "f");
+  // Taking out a tenant that is not there, and putting back one taken out.
+  TenantDirectory again(next, 10, Changes{{"zz", ""}, {"d", "free"}});
+  EXPECT_EQ(again.size(), 4u);
+  EXPECT_EQ(listed(again), "a=free b=free d=free f=pro");
+  EXPECT_EQ(listed(next), "a=free b=free f=pro");  // the older copy is unchanged
+
+  // Enough changes to fold them into a new base: the same answers.
+  Changes many;
+  for (size_t i = 0; i < TenantDirectory::kMaxRecent; ++i)
+    many.emplace_back("m" + std::to_string(1000 + i), "pro");
+  many.emplace_back("b", "");
+  TenantDirectory folded(again, 11, many);
+  EXPECT_EQ(folded.size(), 3 + TenantDirectory::kMaxRecent);
+  EXPECT_EQ(folded.plan_of("b"), nullptr);
+  EXPECT_EQ(ids(folded.page("", 3)), "adf");
+  EXPECT_EQ(ids(folded.page("f", 2)), "m1000m1001");
 }
 
 TEST(TenantTables, TheRegistryWinsOverTheFileAndTheFileOverTheDefault) {
