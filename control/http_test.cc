@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -983,6 +984,135 @@ TEST_F(ReloadHttpTest, TwentyReloadsUnderLoadLoseNothing) {
               static_cast<long long>(sent.load()), static_cast<long long>(failed.load()));
   EXPECT_EQ(reloads("ok"), 20);
   EXPECT_EQ(reloads("error"), 0);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// ---- the tenant registry: /v1/admin/tenants ----
+
+class TenantRegistryHttpTest : public HttpTest {
+ protected:
+  const std::vector<std::string> admin_ = {"Authorization: Bearer adm1n"};
+  DaemonSetup setup_{.control_extra = ", admin_token: \"adm1n\""};
+  HttpResponse tenants(const std::string& method, const std::string& rest,
+                       const std::string& body = "") {
+    return on(*daemon_, method, rest, body);
+  }
+  HttpResponse on(const Daemon& d, const std::string& method, const std::string& rest,
+                  const std::string& body = "") {
+    return http(d.port(), method, "/v1/admin/tenants" + rest, body, admin_);
+  }
+};
+
+TEST_F(TenantRegistryHttpTest, PutGetDeleteAndTheListWithTheAdminToken) {
+  start(setup_);
+  auto put = tenants("PUT", "/newco", R"({"plan":"big"})");
+  ASSERT_EQ(put.status, 201) << put.body;
+  EXPECT_EQ(put.body_json(), json({{"tenant", "newco"}, {"plan", "big"}, {"source", "registry"}}));
+  put = tenants("PUT", "/newco", R"({"plan":"small"})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  auto get = tenants("GET", "/newco");
+  ASSERT_EQ(get.status, 200) << get.body;
+  EXPECT_EQ(get.body_json(),
+            json({{"tenant", "newco"}, {"plan", "small"}, {"source", "registry"}}));
+  // A tenant of the file only.
+  get = tenants("GET", "/t-big");
+  ASSERT_EQ(get.status, 200) << get.body;
+  EXPECT_EQ(get.body_json(), json({{"tenant", "t-big"}, {"plan", "big"}, {"source", "config"}}));
+  EXPECT_EQ(tenants("GET", "/nobody").status, 404);
+
+  // The list: this daemon's copy, in id order, in pages that follow the cursor.
+  for (const char* id : {"c-3", "a-1", "b-2"})
+    ASSERT_EQ(tenants("PUT", std::string("/") + id, R"({"plan":"big"})").status, 201);
+  HttpResponse page;
+  ASSERT_TRUE(eventually([&] {
+    page = tenants("GET", "?limit=2");
+    return page.status == 200 && page.body_json()["version"] == 5;
+  })) << page.body;
+  json j = page.body_json();
+  ASSERT_EQ(j["tenants"].size(), 2u) << page.body;
+  EXPECT_EQ(j["tenants"][0], json({{"tenant", "a-1"}, {"plan", "big"}}));
+  EXPECT_EQ(j["tenants"][1]["tenant"], "b-2");
+  ASSERT_EQ(j["next_cursor"], "b-2");
+  page = tenants("GET", "?limit=2&cursor=b-2");
+  ASSERT_EQ(page.status, 200) << page.body;
+  j = page.body_json();
+  ASSERT_EQ(j["tenants"].size(), 2u) << page.body;
+  EXPECT_EQ(j["tenants"][0]["tenant"], "c-3");
+  EXPECT_EQ(j["tenants"][1], json({{"tenant", "newco"}, {"plan", "small"}}));
+  EXPECT_TRUE(j["next_cursor"].is_null()) << page.body;
+
+  auto del = tenants("DELETE", "/newco");
+  EXPECT_EQ(del.status, 204) << del.body;
+  EXPECT_EQ(del.body, "");
+  del = tenants("DELETE", "/newco");
+  EXPECT_EQ(del.status, 404) << del.body;
+  // The file's tenants are the file's.
+  del = tenants("DELETE", "/t-big");
+  EXPECT_EQ(del.status, 404) << del.body;
+  EXPECT_NE(del.body.find("the configuration file lists it"), std::string::npos) << del.body;
+  EXPECT_EQ(tenants("GET", "/newco").status, 404);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+TEST_F(TenantRegistryHttpTest, TheAdminTokenGuardsItAndWithoutOneItIsOff) {
+  start();
+  for (auto [method, rest] :
+       {std::pair{"PUT", "/x"}, {"GET", "/x"}, {"DELETE", "/x"}, {"GET", ""}}) {
+    auto r = http(daemon_->port(), method, std::string("/v1/admin/tenants") + rest,
+                  std::string(method) == "PUT" ? R"({"plan":"big"})" : "");
+    EXPECT_EQ(r.status, 404) << method << rest << " " << r.body;
+    EXPECT_NE(r.body.find("control.admin_token"), std::string::npos) << r.body;
+  }
+  daemon_.reset();
+  start(setup_);
+  for (auto [method, rest] :
+       {std::pair{"PUT", "/x"}, {"GET", "/x"}, {"DELETE", "/x"}, {"GET", ""}}) {
+    auto path = std::string("/v1/admin/tenants") + rest;
+    std::string body = std::string(method) == "PUT" ? R"({"plan":"big"})" : "";
+    EXPECT_EQ(http(daemon_->port(), method, path, body).status, 401) << path;
+    EXPECT_EQ(http(daemon_->port(), method, path, body, {"Authorization: Bearer s3cret"}).status,
+              401)
+        << path;
+  }
+  // Nothing was written by the refused calls.
+  EXPECT_EQ(redis_.cli("EXISTS dg:{registry}:tenants"), "0");
+}
+
+TEST_F(TenantRegistryHttpTest, BadInputIs400NamingTheField) {
+  start(setup_);
+  struct Case {
+    std::string method, rest, body, starts;
+  };
+  std::vector<Case> cases = {
+      {"PUT", "/a%20b", R"({"plan":"big"})", "tenant: "},
+      {"PUT", "/" + std::string(65, 'x'), R"({"plan":"big"})", "tenant: "},
+      {"PUT", "/ok", R"({"plan":"platinum"})", "plan: unknown plan 'platinum'"},
+      {"PUT", "/ok", R"({"plan":5})", "plan: must be a string"},
+      {"PUT", "/ok", R"({})", "plan: required"},
+      {"PUT", "/ok", R"({"plan":"big","tier":"x"})", "tier: unknown field"},
+      {"PUT", "/ok", R"({"plan":"big","plan":"small"})", "plan: duplicate key"},
+      {"PUT", "/ok", "{nope", "body is not valid JSON"},
+      {"GET", "/a:b", "", "tenant: "},
+      {"DELETE", "/a/b", "", "tenant: "},
+      {"GET", "?limit=0", "", "limit: "},
+      {"GET", "?limit=1001", "", "limit: "},
+      {"GET", "?limit=ten", "", "limit: "},
+      {"GET", "?cursor=a%20b", "", "cursor: "},
+      {"GET", "?page=2", "", "page: unknown parameter"},
+  };
+  for (const auto& c : cases) {
+    auto r = tenants(c.method, c.rest, c.body);
+    EXPECT_EQ(r.status, 400) << c.method << " " << c.rest << " " << c.body << ": " << r.body;
+    std::string error = r.body_json().value("error", "");
+    EXPECT_EQ(error.rfind(c.starts, 0), 0u) << c.method << " " << c.rest << ": " << error;
+  }
+  auto r = tenants("PUT", "/ok", R"({"plan":"platinum"})");
+  EXPECT_NE(r.body.find("big, small"), std::string::npos) << r.body;
+  r = tenants("POST", "/ok", R"({"plan":"big"})");
+  EXPECT_EQ(r.status, 405) << r.body;
+  EXPECT_EQ(r.header("allow"), "GET, PUT, DELETE");
+  EXPECT_EQ(redis_.cli("EXISTS dg:{registry}:tenants"), "0");
+  EXPECT_EQ(tenants("GET", "?limit=1000").status, 200);
   EXPECT_EQ(daemon_->terminate(), 0);
 }
 
