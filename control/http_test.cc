@@ -1116,4 +1116,61 @@ TEST_F(TenantRegistryHttpTest, BadInputIs400NamingTheField) {
   EXPECT_EQ(daemon_->terminate(), 0);
 }
 
+// Two daemons share one Redis: a tenant put on a plan on one is admitted on that plan's limits
+// by the other within a second (its poller asks every 100 ms); the registry wins over the file
+// while it names the tenant, and the file's entry is back once it is taken out.
+TEST_F(TenantRegistryHttpTest, TwoDaemonsSeeAChangeWithinASecond) {
+  start(setup_);
+  TempDir other_dir;
+  Daemon other(redis_, other_dir, test_config(dp_socket_, setup_));
+  auto admit_on = [&](const Daemon& d, const std::string& tenant) {
+    return http(d.port(), "POST", "/v1/admit", R"({"tenant":")" + tenant + R"("})");
+  };
+  // Unknown to both (no default plan in this file).
+  EXPECT_EQ(admit_on(other, "newco").status, 400);
+
+  using Clock = std::chrono::steady_clock;
+  auto seen_within = [&](const std::function<bool()>& cond) {
+    auto t0 = Clock::now();
+    bool ok = eventually(cond, 1s);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    std::printf("seen by the other daemon after %lld ms\n", static_cast<long long>(ms));
+    return ok;
+  };
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"small"})").status, 201);
+  HttpResponse a;
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "newco");
+    return a.status == 200;
+  })) << a.body
+      << other.log();
+  // On "small": class gold, a tenant bucket of 2 (refilling 0.5/s): the second is the last.
+  EXPECT_EQ(a.body_json()["class"], "gold");
+  EXPECT_EQ(admit_on(other, "newco").status, 200);
+  a = admit_on(other, "newco");
+  EXPECT_EQ(a.status, 429) << a.body;
+  EXPECT_EQ(a.body_json()["gate"], "tenant") << a.body;
+
+  // The registry wins over the file: t-small (file: small, gold) moves to big (silver).
+  ASSERT_EQ(tenants("PUT", "/t-small", R"({"plan":"big"})").status, 201);
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "t-small");
+    return a.status == 200 && a.body_json()["class"] == "silver";
+  })) << a.body;
+  auto get = on(other, "GET", "/t-small");
+  EXPECT_EQ(get.body_json()["source"], "registry") << get.body;
+  // Taken out of the registry: the file's plan again.
+  ASSERT_EQ(tenants("DELETE", "/t-small").status, 204);
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "t-small");
+    return a.status == 200 && a.body_json()["class"] == "gold";
+  })) << a.body;
+  EXPECT_EQ(on(other, "GET", "/t-small").body_json()["source"], "config");
+  // The metrics label registry tenants as one.
+  auto m = http(other.port(), "GET", "/metrics").body;
+  EXPECT_NE(m.find("tenant=\"@registry\""), std::string::npos);
+  EXPECT_EQ(m.find("tenant=\"newco\""), std::string::npos);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
 }  // namespace
