@@ -429,11 +429,10 @@ struct HttpServer::Worker {
     if (draining) why.push_back("stopping");
     if (!gateway->redis_up())
       why.push_back(std::string("redis: ") + std::string(gateway->redis_state()));
-    json j = {{"ready", why.empty()}, {"config_hash", gateway->snapshot()->hash}};
     if (server->store_.registry_expected() && !gateway->registry())
       why.push_back("tenant registry: not read yet");
+    json j = {{"ready", why.empty()}, {"config_hash", gateway->snapshot()->hash}};
     if (!why.empty()) j["why"] = why;
-    j["ready"] = why.empty();
     reply(req, api::Response{why.empty() ? 200 : 503, {}, j.dump() + "\n"});
   }
 

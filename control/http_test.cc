@@ -1116,6 +1116,24 @@ TEST_F(TenantRegistryHttpTest, BadInputIs400NamingTheField) {
   EXPECT_EQ(daemon_->terminate(), 0);
 }
 
+// Started while Redis is down, the daemon serves after a bounded wait and says the registry is
+// missing until Redis is back and the registry was read.
+TEST_F(TenantRegistryHttpTest, WithoutRedisAtStartReadyzSaysTheRegistryIsMissing) {
+  redis_.stop();
+  start(setup_);
+  auto r = http(daemon_->port(), "GET", "/readyz");
+  ASSERT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.body_json()["why"], json({"redis: down", "tenant registry: not read yet"})) << r.body;
+  EXPECT_NE(daemon_->log().find("tenant registry: not read within 5 s"), std::string::npos);
+  EXPECT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 503);
+  redis_.start();
+  ASSERT_TRUE(
+      eventually([&] { return http(daemon_->port(), "GET", "/readyz").status == 200; }, 15s))
+      << daemon_->log();
+  EXPECT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 201);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
 // Two daemons share one Redis: a tenant put on a plan on one is admitted on that plan's limits
 // by the other within a second (its poller asks every 100 ms); the registry wins over the file
 // while it names the tenant, and the file's entry is back once it is taken out.
