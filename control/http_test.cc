@@ -1116,6 +1116,35 @@ TEST_F(TenantRegistryHttpTest, BadInputIs400NamingTheField) {
   EXPECT_EQ(daemon_->terminate(), 0);
 }
 
+// A reload that removes a plan the registry names: its tenants are refused, saying why, until
+// they are put on a plan the configuration has.
+TEST_F(TenantRegistryHttpTest, ARegistryTenantWhosePlanAReloadRemovedIsRefused) {
+  start(setup_);
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 201);
+  auto admit_newco = [&] { return admit(R"({"tenant":"newco"})"); };
+  ASSERT_TRUE(eventually([&] { return admit_newco().status == 200; }));
+  std::string text = test_config(dp_socket_, setup_);
+  text.erase(text.find("  big:\n"), text.find("tenants:\n") - text.find("  big:\n"));
+  text.erase(text.find("  t-big: { plan: big }\n"), 23);
+  std::ofstream(dir_.path() + "/control.yaml.new") << text;
+  std::filesystem::rename(dir_.path() + "/control.yaml.new", dir_.path() + "/control.yaml");
+  auto r = http(daemon_->port(), "POST", "/v1/admin/reload", "", admin_);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto a = admit_newco();
+  EXPECT_EQ(a.status, 400) << a.body;
+  EXPECT_EQ(a.body_json()
+                .value("error", "")
+                .rfind("tenant: 'newco' is on plan 'big' in the tenant registry", 0),
+            0u)
+      << a.body;
+  // A plan the configuration no longer has cannot be given either.
+  EXPECT_EQ(tenants("PUT", "/other", R"({"plan":"big"})").status, 400);
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"small"})").status, 200);
+  ASSERT_TRUE(eventually([&] { return admit_newco().status == 200; }));
+  EXPECT_EQ(admit_newco().body_json()["class"], "gold");
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
 // Started while Redis is down, the daemon serves after a bounded wait and says the registry is
 // missing until Redis is back and the registry was read.
 TEST_F(TenantRegistryHttpTest, WithoutRedisAtStartReadyzSaysTheRegistryIsMissing) {
