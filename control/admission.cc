@@ -213,7 +213,7 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
-  std::string err = prepare(op->snap->tables, req, rng, op->p);
+  std::string err = prepare(op->snap->tables, req, rng, op->p, view.registry().get());
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
@@ -526,6 +526,14 @@ const std::shared_ptr<const Snapshot>& Engine::snapshot() {
   return impl_->view.get();
 }
 
+const std::shared_ptr<const TenantDirectory>& Engine::registry() {
+  return impl_->view.registry();
+}
+
+RedisCalls& Engine::redis() {
+  return *impl_->redis;
+}
+
 // settle and release take no LateReply: a late one does what the client asked, and both are
 // idempotent by request_id. A settle answered 503 that ran anyway leaves the reservation settled
 // with the count the client sent; its retry answers "already_settled" with that same charge. A
@@ -538,7 +546,8 @@ void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
   std::shared_ptr<const Snapshot> snap = im.view.get();
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;
-  std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
+  std::string err =
+      resolve(snap->tables, tenant, request_id, &t, unlisted, im.view.registry().get());
   if (err.empty()) err = check_tokens(tokens);
   if (!err.empty()) return post_bad_request(*im.redis, std::move(err), std::move(done));
   std::optional<int64_t> budget;
@@ -567,7 +576,8 @@ void Engine::release(std::string tenant, std::string request_id,
   std::shared_ptr<const Snapshot> snap = im.view.get();
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;
-  std::string err = resolve(snap->tables, tenant, request_id, &t, unlisted);
+  std::string err =
+      resolve(snap->tables, tenant, request_id, &t, unlisted, im.view.registry().get());
   if (!err.empty()) return post_bad_request(*im.redis, std::move(err), std::move(done));
   im.send(ReleaseCall(*t, request_id),
           [done = std::move(done)](const redisReply* r, std::string_view e) {

@@ -20,6 +20,8 @@ namespace dripgate::control {
 struct RedisObserver;
 struct Snapshot;
 class ConfigStore;
+class RedisCalls;
+class TenantDirectory;
 }  // namespace dripgate::control
 
 namespace dripgate::control {
@@ -144,6 +146,10 @@ class Engine {
   // The store's snapshot in force, as this engine's thread sees it (one atomic load when it
   // has not changed).
   const std::shared_ptr<const Snapshot>& snapshot();
+  // The tenant registry's copy in force, the same way (null: none).
+  const std::shared_ptr<const TenantDirectory>& registry();
+  // This engine's Redis, for the admin API's registry calls (tenant_registry.h), on its loop.
+  RedisCalls& redis();
   // tenant may be empty: it is then derived from a request_id the engine generated
   // ("<tenant>.<hex>"); otherwise kBadRequest naming "tenant".
   void settle(std::string tenant, std::string request_id, int64_t tokens,

@@ -237,6 +237,13 @@ std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& o
   return std::nullopt;
 }
 
+std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  if (auto e = reject_unknown(j, {"plan"})) return e;
+  return get_id(j, "plan", true, plan);
+}
+
 std::string flow_json(const Flow& flow) {
   std::string out;
   JsonWriter w(out);
@@ -319,6 +326,31 @@ Headers ratelimit_headers(const AdmitResult& r) {
 
 Response render_error(int status, const std::string& message) {
   return Response{status, {}, json_body([&](JsonWriter& w) { w.key("error").string(message); })};
+}
+
+Response render_tenant(int status, std::string_view tenant, std::string_view plan,
+                       std::string_view source) {
+  return Response{status, {}, json_body([&](JsonWriter& w) {
+                    w.key("tenant").string(tenant).key("plan").string(plan);
+                    w.key("source").string(source);
+                  })};
+}
+
+Response render_tenant_page(const std::vector<std::pair<std::string_view, std::string_view>>& page,
+                            bool more, uint64_t version) {
+  return Response{200, {}, json_body([&](JsonWriter& w) {
+                    w.key("tenants").begin_array();
+                    for (const auto& [tenant, plan] : page) {
+                      w.begin_object().key("tenant").string(tenant);
+                      w.key("plan").string(plan).end_object();
+                    }
+                    w.end_array().key("next_cursor");
+                    if (more && !page.empty())
+                      w.string(page.back().first);
+                    else
+                      w.null();
+                    w.key("version").integer(static_cast<int64_t>(version));
+                  })};
 }
 
 Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s) {

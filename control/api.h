@@ -26,6 +26,10 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out);
 std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out);
 std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out);
 
+// The tenant registry's PUT /v1/admin/tenants/<id>: {"plan": "<plan id>"}. Whether the plan
+// exists is the caller's to check (against the configuration in force).
+std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan);
+
 // Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
 std::string flow_json(const Flow& flow);
 
@@ -48,6 +52,13 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, in
 Response render_settle(const SettleResult& r);
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);
+// One tenant of the admin API: {"tenant", "plan", "source": "registry" | "config"}.
+Response render_tenant(int status, std::string_view tenant, std::string_view plan,
+                       std::string_view source);
+// A page of the registry: {"tenants": [{"tenant", "plan"}...], "next_cursor": id or null,
+// "version": the registry version of the copy it came from}.
+Response render_tenant_page(const std::vector<std::pair<std::string_view, std::string_view>>& page,
+                            bool more, uint64_t version);
 // The status an engine outcome maps to.
 int status_of(Outcome o);
 

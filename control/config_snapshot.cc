@@ -9,8 +9,10 @@ namespace dripgate::control {
 Snapshot::Snapshot(config::Config c, std::string h)
     : cfg(std::move(c)), tables(cfg), hash(std::move(h)) {}
 
-std::string_view Snapshot::tenant_label(const std::string& tenant) const {
+std::string_view Snapshot::tenant_label(const std::string& tenant,
+                                        const TenantDirectory* registry) const {
   if (tables.tenants.count(tenant)) return tenant;
+  if (registry && registry->plan_of(tenant)) return "@registry";
   if (tables.any && common::valid_id(tenant)) return config::kAnyTenant;
   return {};
 }
@@ -31,6 +33,22 @@ void ConfigStore::publish(std::shared_ptr<const Snapshot> next) {
 std::shared_ptr<const Snapshot> ConfigStore::current() const {
   std::lock_guard lock(mu_);
   return snap_;
+}
+
+void ConfigStore::publish_registry(std::shared_ptr<const TenantDirectory> next) {
+  std::shared_ptr<const TenantDirectory> old;
+  {
+    std::lock_guard lock(mu_);
+    old = std::move(registry_);
+    registry_ = std::move(next);
+    registry_generation_.fetch_add(1, std::memory_order_release);
+  }
+  // A copy of 100,000 tenants takes milliseconds to free: not under the lock the workers take.
+}
+
+std::shared_ptr<const TenantDirectory> ConfigStore::registry() const {
+  std::lock_guard lock(mu_);
+  return registry_;
 }
 
 }  // namespace dripgate::control

@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "control/script_calls.h"
+#include "control/tenant_directory.h"
 
 namespace dripgate::control {
 
@@ -26,9 +27,11 @@ struct Snapshot {
   const Tables tables;     // points into cfg
   const std::string hash;  // of the file it was loaded from (reload.h), empty when none
 
-  // The metrics label of a tenant: its id when listed, "*" when on the default plan, "" when
-  // unknown (bad input must not grow the metrics).
-  std::string_view tenant_label(const std::string& tenant) const;
+  // The metrics label of a tenant: its id when the file lists it, "@registry" when only the
+  // tenant registry names it (a label per registry tenant would grow the metrics without
+  // bound), "*" when on the default plan, "" when unknown (bad input must not grow the metrics).
+  std::string_view tenant_label(const std::string& tenant,
+                                const TenantDirectory* registry = nullptr) const;
 };
 
 class ConfigStore {
@@ -43,10 +46,24 @@ class ConfigStore {
   std::shared_ptr<const Snapshot> current() const;
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
+  // The tenant registry's copy in force (tenant_directory.h), published the same way by its
+  // poller (tenant_registry.h); null while none was read (or no poller runs).
+  void publish_registry(std::shared_ptr<const TenantDirectory> next);
+  std::shared_ptr<const TenantDirectory> registry() const;
+  uint64_t registry_generation() const {
+    return registry_generation_.load(std::memory_order_acquire);
+  }
+  // Set by a poller when it starts: until its first copy, /readyz says the registry is missing.
+  void expect_registry() { registry_expected_.store(true, std::memory_order_release); }
+  bool registry_expected() const { return registry_expected_.load(std::memory_order_acquire); }
+
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> snap_;
   std::atomic<uint64_t> generation_{0};
+  std::shared_ptr<const TenantDirectory> registry_;
+  std::atomic<uint64_t> registry_generation_{0};
+  std::atomic<bool> registry_expected_{false};
 };
 
 // One thread's view of a store: the snapshot it read last, refreshed when the generation moved.
@@ -61,11 +78,22 @@ class SnapshotView {
     }
     return snap_;
   }
+  // The registry's copy, refreshed the same way; null when there is none.
+  const std::shared_ptr<const TenantDirectory>& registry() {
+    uint64_t g = store_.registry_generation();
+    if (g != registry_generation_) {
+      registry_ = store_.registry();
+      registry_generation_ = g;
+    }
+    return registry_;
+  }
 
  private:
   const ConfigStore& store_;
   uint64_t generation_ = 0;
   std::shared_ptr<const Snapshot> snap_;
+  uint64_t registry_generation_ = 0;
+  std::shared_ptr<const TenantDirectory> registry_;
 };
 
 }  // namespace dripgate::control

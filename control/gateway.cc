@@ -145,7 +145,7 @@ void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const
 void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
-  std::string tenant(snap->tenant_label(req.tenant));
+  std::string tenant(snap->tenant_label(req.tenant, engine_.registry().get()));
   std::optional<Flow> flow = req.flow;
   std::optional<DecisionWho> who;
   if (decisions_ && decisions_->sampled())

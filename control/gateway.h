@@ -71,6 +71,8 @@ class Gateway {
   bool dataplane_connected() const { return dp_.connected(); }
   // The configuration in force as this worker sees it.
   const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
+  const std::shared_ptr<const TenantDirectory>& registry() { return engine_.registry(); }
+  RedisCalls& redis() { return engine_.redis(); }
 
  private:
   // Feeds the metrics and notes when Redis went away.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <list>
@@ -24,9 +25,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id.h"
 #include "control/api.h"
 #include "control/gateway.h"
 #include "control/reload.h"
+#include "control/tenant_registry.h"
 
 namespace dripgate::control {
 namespace {
@@ -53,6 +56,10 @@ const char* reason_phrase(int status) {
   switch (status) {
     case 200:
       return "OK";
+    case 201:
+      return "Created";
+    case 204:
+      return "No Content";
     case 400:
       return "Bad Request";
     case 401:
@@ -73,6 +80,25 @@ const char* reason_phrase(int status) {
       return "Error";
   }
 }
+
+const char* method_name(evhttp_cmd_type m) {
+  switch (m) {
+    case EVHTTP_REQ_GET:
+      return "GET";
+    case EVHTTP_REQ_POST:
+      return "POST";
+    case EVHTTP_REQ_PUT:
+      return "PUT";
+    case EVHTTP_REQ_DELETE:
+      return "DELETE";
+    default:
+      return "?";
+  }
+}
+
+// The tenant registry's list: at most this many tenants a page (100 when the client says none).
+constexpr size_t kMaxPage = 1000;
+constexpr size_t kDefaultPage = 100;
 
 int make_listener(const std::string& listen, int& port, std::string& error) {
   sockaddr_storage ss{};
@@ -143,6 +169,7 @@ struct HttpServer::Worker {
   bool draining = false;
   bool http_freed = false;
   bool in_evhttp_cb = false;  // inside evhttp's request callback: evhttp may not free the request
+  std::string path;           // of the request being dispatched (valid until its handler returns)
   Clock::time_point drain_deadline{};
   int cap = 0;  // this worker's share of max_connections
   // Idle connections, longest idle first (each joins at the back when it becomes idle): those
@@ -423,6 +450,8 @@ struct HttpServer::Worker {
     if (draining) why.push_back("stopping");
     if (!gateway->redis_up())
       why.push_back(std::string("redis: ") + std::string(gateway->redis_state()));
+    if (server->store_.registry_expected() && !gateway->registry())
+      why.push_back("tenant registry: not read yet");
     json j = {{"ready", why.empty()}, {"config_hash", gateway->snapshot()->hash}};
     if (!why.empty()) j["why"] = why;
     reply(req, api::Response{why.empty() ? 200 : 503, {}, j.dump() + "\n"});
@@ -436,6 +465,116 @@ struct HttpServer::Worker {
     json j = {{"status", r.ok ? "reloaded" : "refused"}, {"config_hash", r.hash}};
     if (!r.ok) j["errors"] = r.errors;
     reply(req, api::Response{r.ok ? 200 : 400, {}, j.dump() + "\n"});
+  }
+
+  // ---- the tenant registry (tenant_registry.h) ----
+  //
+  // PUT, DELETE and GET of one tenant go to Redis, so that an answer reflects every write made
+  // before it, on any daemon; the list pages through this daemon's copy (at most a poll behind).
+
+  static constexpr std::string_view kTenantsPath = "/v1/admin/tenants/";
+
+  // The tenant id of /v1/admin/tenants/<id>; answers 400 and returns empty when it is no id.
+  std::string tenant_of(evhttp_request* req) {
+    std::string id = path.substr(std::min(path.size(), kTenantsPath.size()));
+    if (common::valid_id(id)) return id;
+    reply(req, api::render_error(400, "tenant: must match [A-Za-z0-9._-]{1,64} (in the path)"));
+    return {};
+  }
+
+  void handle_tenant_put(evhttp_request* req) {
+    std::string id = tenant_of(req);
+    if (id.empty()) return;
+    std::string plan;
+    if (auto e = api::parse_tenant_plan(body_of(req), plan))
+      return reply(req, api::render_error(400, e->str()));
+    const config::Config& cfg = gateway->snapshot()->cfg;
+    if (!cfg.plans.count(plan)) {
+      std::string known;
+      for (const auto& [name, p] : cfg.plans) known += (known.empty() ? "" : ", ") + name;
+      return reply(req, api::render_error(400, "plan: unknown plan '" + plan +
+                                                   "' (the configuration has: " + known + ")"));
+    }
+    ++inflight;
+    registry::write(
+        gateway->redis(), id, plan,
+        [this, req, id, plan](const std::string& previous, const std::string& error) {
+          if (!error.empty()) return finish(req, api::render_error(503, error));
+          finish(req, api::render_tenant(previous.empty() ? 201 : 200, id, plan, "registry"));
+        });
+  }
+
+  void handle_tenant_get(evhttp_request* req) {
+    std::string id = tenant_of(req);
+    if (id.empty()) return;
+    ++inflight;
+    registry::read(
+        gateway->redis(), id,
+        [this, req, id](const std::optional<std::string>& plan, const std::string& error) {
+          if (!error.empty()) return finish(req, api::render_error(503, error));
+          if (plan) return finish(req, api::render_tenant(200, id, *plan, "registry"));
+          const config::Config& cfg = gateway->snapshot()->cfg;
+          if (auto it = cfg.tenants.find(id); it != cfg.tenants.end())
+            return finish(req, api::render_tenant(200, id, it->second.plan, "config"));
+          finish(req, api::render_error(404, "tenant: '" + id +
+                                                 "' is neither in the registry nor in "
+                                                 "the configuration"));
+        });
+  }
+
+  void handle_tenant_delete(evhttp_request* req) {
+    std::string id = tenant_of(req);
+    if (id.empty()) return;
+    ++inflight;
+    registry::write(
+        gateway->redis(), id, "",
+        [this, req, id](const std::string& previous, const std::string& error) {
+          if (!error.empty()) return finish(req, api::render_error(503, error));
+          if (!previous.empty()) return finish(req, api::Response{204, {}, {}});
+          const bool in_file = gateway->snapshot()->cfg.tenants.count(id) > 0;
+          finish(req, api::render_error(404, "tenant: '" + id + "' is not in the registry" +
+                                                 (in_file ? " (the configuration file lists it: "
+                                                            "edit the file and reload)"
+                                                          : "")));
+        });
+  }
+
+  // GET /v1/admin/tenants?cursor=<last id of the previous page>&limit=<1..1000>: the registry's
+  // tenants in id order.
+  void handle_tenant_list(evhttp_request* req) {
+    const std::shared_ptr<const TenantDirectory>& dir = gateway->registry();
+    if (!dir) return reply(req, api::render_error(503, "the tenant registry is not read yet"));
+    evkeyvalq q{};
+    const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+    const char* query = uri ? evhttp_uri_get_query(uri) : nullptr;
+    if (query && evhttp_parse_query_str(query, &q) != 0)
+      return reply(req, api::render_error(400, "the query string is malformed"));
+    std::string cursor;
+    size_t limit = kDefaultPage;
+    std::string error;
+    for (evkeyval* kv = q.tqh_first; kv && error.empty(); kv = kv->next.tqe_next) {
+      std::string_view key = kv->key, value = kv->value;
+      if (key == "cursor") {
+        if (!value.empty() && !common::valid_id(value))
+          error = "cursor: must be the last tenant of the previous page (or empty)";
+        cursor = value;
+      } else if (key == "limit") {
+        size_t n = 0;
+        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > kMaxPage)
+          error = "limit: must be an integer 1.." + std::to_string(kMaxPage);
+        limit = n;
+      } else {
+        error = std::string(key) + ": unknown parameter (cursor, limit)";
+      }
+    }
+    evhttp_clear_headers(&q);
+    if (!error.empty()) return reply(req, api::render_error(400, error));
+    // One more than asked says whether a next page exists.
+    std::vector<TenantDirectory::Entry> page = dir->page(cursor, limit + 1);
+    const bool more = page.size() > limit;
+    if (more) page.pop_back();
+    reply(req, api::render_tenant_page(page, more, dir->version()));
   }
 
   void handle_metrics(evhttp_request* req) {
@@ -459,6 +598,11 @@ struct HttpServer::Worker {
       {"/v1/settle", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_settle},
       {"/v1/release", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_release},
       {"/v1/admin/reload", EVHTTP_REQ_POST, Auth::kAdmin, &Worker::handle_reload},
+      {"/v1/admin/tenants", EVHTTP_REQ_GET, Auth::kAdmin, &Worker::handle_tenant_list},
+      // A path ending in '/' is a prefix: the rest is the resource (a tenant id).
+      {kTenantsPath, EVHTTP_REQ_GET, Auth::kAdmin, &Worker::handle_tenant_get},
+      {kTenantsPath, EVHTTP_REQ_PUT, Auth::kAdmin, &Worker::handle_tenant_put},
+      {kTenantsPath, EVHTTP_REQ_DELETE, Auth::kAdmin, &Worker::handle_tenant_delete},
       {"/healthz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_healthz},
       {"/readyz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_readyz},
       {"/metrics", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_metrics},
@@ -495,17 +639,22 @@ struct HttpServer::Worker {
     request_arrived(req);
     const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
     const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
-    std::string path = p ? p : "";
+    path = p ? p : "";
     // CONNECT's target is an authority, so evhttp parses no path out of it.
     if (path.empty() && evhttp_request_get_uri(req)) path = evhttp_request_get_uri(req);
     const Route* route = nullptr;
-    for (const Route& r : kRoutes)
-      if (r.path == path) route = &r;
-    if (!route) return reply(req, api::render_error(404, "no such path: " + path));
-    if (evhttp_request_get_command(req) != route->method) {
-      const char* want = route->method == EVHTTP_REQ_POST ? "POST" : "GET";
-      api::Response r = api::render_error(405, std::string("use ") + want);
-      r.headers.emplace_back("Allow", want);
+    std::string allow;  // the methods of the path
+    for (const Route& r : kRoutes) {
+      bool match = r.path == path || (r.path.back() == '/' && path.size() > r.path.size() &&
+                                      path.starts_with(r.path));
+      if (!match) continue;
+      allow += (allow.empty() ? "" : ", ") + std::string(method_name(r.method));
+      if (evhttp_request_get_command(req) == r.method) route = &r;
+    }
+    if (allow.empty()) return reply(req, api::render_error(404, "no such path: " + path));
+    if (!route) {
+      api::Response r = api::render_error(405, "use " + allow);
+      r.headers.emplace_back("Allow", allow);
       return reply(req, r);
     }
     if (authorized(req, route->auth)) (this->*route->handle)(req);

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -116,7 +117,8 @@ class Daemon {
     }
     auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
-      if (http(port_, "GET", "/healthz").status == 200) return;
+      // Serving: /healthz answers (503 "down" while Redis is away under on_failure closed).
+      if (http(port_, "GET", "/healthz").status != 0) return;
       int st;
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
         pid_ = -1;
@@ -1266,6 +1268,239 @@ TEST(OutageClosed, AllUnavailableDuringTheOutageThenAdmitsWithinTwoSeconds) {
   std::printf("outage (closed): %lld answered 503 during it, first 200 %lld ms after the restart\n",
               static_cast<long long>(load.during_503.load()),
               static_cast<long long>(load.first_200_after_ms.load()));
+}
+
+// ---- the tenant registry: /v1/admin/tenants ----
+
+class TenantRegistryHttpTest : public HttpTest {
+ protected:
+  const std::vector<std::string> admin_ = {"Authorization: Bearer adm1n"};
+  DaemonSetup setup_{.control_extra = ", admin_token: \"adm1n\""};
+  HttpResponse tenants(const std::string& method, const std::string& rest,
+                       const std::string& body = "") {
+    return on(*daemon_, method, rest, body);
+  }
+  HttpResponse on(const Daemon& d, const std::string& method, const std::string& rest,
+                  const std::string& body = "") {
+    return http(d.port(), method, "/v1/admin/tenants" + rest, body, admin_);
+  }
+};
+
+TEST_F(TenantRegistryHttpTest, PutGetDeleteAndTheListWithTheAdminToken) {
+  start(setup_);
+  auto put = tenants("PUT", "/newco", R"({"plan":"big"})");
+  ASSERT_EQ(put.status, 201) << put.body;
+  EXPECT_EQ(put.body_json(), json({{"tenant", "newco"}, {"plan", "big"}, {"source", "registry"}}));
+  put = tenants("PUT", "/newco", R"({"plan":"small"})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  auto get = tenants("GET", "/newco");
+  ASSERT_EQ(get.status, 200) << get.body;
+  EXPECT_EQ(get.body_json(),
+            json({{"tenant", "newco"}, {"plan", "small"}, {"source", "registry"}}));
+  // A tenant of the file only.
+  get = tenants("GET", "/t-big");
+  ASSERT_EQ(get.status, 200) << get.body;
+  EXPECT_EQ(get.body_json(), json({{"tenant", "t-big"}, {"plan", "big"}, {"source", "config"}}));
+  EXPECT_EQ(tenants("GET", "/nobody").status, 404);
+
+  // The list: this daemon's copy, in id order, in pages that follow the cursor.
+  for (const char* id : {"c-3", "a-1", "b-2"})
+    ASSERT_EQ(tenants("PUT", std::string("/") + id, R"({"plan":"big"})").status, 201);
+  HttpResponse page;
+  ASSERT_TRUE(eventually([&] {
+    page = tenants("GET", "?limit=2");
+    return page.status == 200 && page.body_json()["version"] == 5;
+  })) << page.body;
+  json j = page.body_json();
+  ASSERT_EQ(j["tenants"].size(), 2u) << page.body;
+  EXPECT_EQ(j["tenants"][0], json({{"tenant", "a-1"}, {"plan", "big"}}));
+  EXPECT_EQ(j["tenants"][1]["tenant"], "b-2");
+  ASSERT_EQ(j["next_cursor"], "b-2");
+  page = tenants("GET", "?limit=2&cursor=b-2");
+  ASSERT_EQ(page.status, 200) << page.body;
+  j = page.body_json();
+  ASSERT_EQ(j["tenants"].size(), 2u) << page.body;
+  EXPECT_EQ(j["tenants"][0]["tenant"], "c-3");
+  EXPECT_EQ(j["tenants"][1], json({{"tenant", "newco"}, {"plan", "small"}}));
+  EXPECT_TRUE(j["next_cursor"].is_null()) << page.body;
+
+  auto del = tenants("DELETE", "/newco");
+  EXPECT_EQ(del.status, 204) << del.body;
+  EXPECT_EQ(del.body, "");
+  del = tenants("DELETE", "/newco");
+  EXPECT_EQ(del.status, 404) << del.body;
+  // The file's tenants are the file's.
+  del = tenants("DELETE", "/t-big");
+  EXPECT_EQ(del.status, 404) << del.body;
+  EXPECT_NE(del.body.find("the configuration file lists it"), std::string::npos) << del.body;
+  EXPECT_EQ(tenants("GET", "/newco").status, 404);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+TEST_F(TenantRegistryHttpTest, TheAdminTokenGuardsItAndWithoutOneItIsOff) {
+  start();
+  for (auto [method, rest] :
+       {std::pair{"PUT", "/x"}, {"GET", "/x"}, {"DELETE", "/x"}, {"GET", ""}}) {
+    auto r = http(daemon_->port(), method, std::string("/v1/admin/tenants") + rest,
+                  std::string(method) == "PUT" ? R"({"plan":"big"})" : "");
+    EXPECT_EQ(r.status, 404) << method << rest << " " << r.body;
+    EXPECT_NE(r.body.find("control.admin_token"), std::string::npos) << r.body;
+  }
+  daemon_.reset();
+  start(setup_);
+  for (auto [method, rest] :
+       {std::pair{"PUT", "/x"}, {"GET", "/x"}, {"DELETE", "/x"}, {"GET", ""}}) {
+    auto path = std::string("/v1/admin/tenants") + rest;
+    std::string body = std::string(method) == "PUT" ? R"({"plan":"big"})" : "";
+    EXPECT_EQ(http(daemon_->port(), method, path, body).status, 401) << path;
+    EXPECT_EQ(http(daemon_->port(), method, path, body, {"Authorization: Bearer s3cret"}).status,
+              401)
+        << path;
+  }
+  // Nothing was written by the refused calls.
+  EXPECT_EQ(redis_.cli("EXISTS dg:{registry}:tenants"), "0");
+}
+
+TEST_F(TenantRegistryHttpTest, BadInputIs400NamingTheField) {
+  start(setup_);
+  struct Case {
+    std::string method, rest, body, starts;
+  };
+  std::vector<Case> cases = {
+      {"PUT", "/a%20b", R"({"plan":"big"})", "tenant: "},
+      {"PUT", "/" + std::string(65, 'x'), R"({"plan":"big"})", "tenant: "},
+      {"PUT", "/ok", R"({"plan":"platinum"})", "plan: unknown plan 'platinum'"},
+      {"PUT", "/ok", R"({"plan":5})", "plan: must be a string"},
+      {"PUT", "/ok", R"({})", "plan: required"},
+      {"PUT", "/ok", R"({"plan":"big","tier":"x"})", "tier: unknown field"},
+      {"PUT", "/ok", R"({"plan":"big","plan":"small"})", "plan: duplicate key"},
+      {"PUT", "/ok", "{nope", "body is not valid JSON"},
+      {"GET", "/a:b", "", "tenant: "},
+      {"DELETE", "/a/b", "", "tenant: "},
+      {"GET", "?limit=0", "", "limit: "},
+      {"GET", "?limit=1001", "", "limit: "},
+      {"GET", "?limit=ten", "", "limit: "},
+      {"GET", "?cursor=a%20b", "", "cursor: "},
+      {"GET", "?page=2", "", "page: unknown parameter"},
+  };
+  for (const auto& c : cases) {
+    auto r = tenants(c.method, c.rest, c.body);
+    EXPECT_EQ(r.status, 400) << c.method << " " << c.rest << " " << c.body << ": " << r.body;
+    std::string error = r.body_json().value("error", "");
+    EXPECT_EQ(error.rfind(c.starts, 0), 0u) << c.method << " " << c.rest << ": " << error;
+  }
+  auto r = tenants("PUT", "/ok", R"({"plan":"platinum"})");
+  EXPECT_NE(r.body.find("big, small"), std::string::npos) << r.body;
+  r = tenants("POST", "/ok", R"({"plan":"big"})");
+  EXPECT_EQ(r.status, 405) << r.body;
+  EXPECT_EQ(r.header("allow"), "GET, PUT, DELETE");
+  EXPECT_EQ(redis_.cli("EXISTS dg:{registry}:tenants"), "0");
+  EXPECT_EQ(tenants("GET", "?limit=1000").status, 200);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// A reload that removes a plan the registry names: its tenants are refused, saying why, until
+// they are put on a plan the configuration has.
+TEST_F(TenantRegistryHttpTest, ARegistryTenantWhosePlanAReloadRemovedIsRefused) {
+  start(setup_);
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 201);
+  auto admit_newco = [&] { return admit(R"({"tenant":"newco"})"); };
+  ASSERT_TRUE(eventually([&] { return admit_newco().status == 200; }));
+  std::string text = test_config(dp_socket_, setup_);
+  text.erase(text.find("  big:\n"), text.find("tenants:\n") - text.find("  big:\n"));
+  text.erase(text.find("  t-big: { plan: big }\n"), 23);
+  std::ofstream(dir_.path() + "/control.yaml.new") << text;
+  std::filesystem::rename(dir_.path() + "/control.yaml.new", dir_.path() + "/control.yaml");
+  auto r = http(daemon_->port(), "POST", "/v1/admin/reload", "", admin_);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto a = admit_newco();
+  EXPECT_EQ(a.status, 400) << a.body;
+  EXPECT_EQ(a.body_json()
+                .value("error", "")
+                .rfind("tenant: 'newco' is on plan 'big' in the tenant registry", 0),
+            0u)
+      << a.body;
+  // A plan the configuration no longer has cannot be given either.
+  EXPECT_EQ(tenants("PUT", "/other", R"({"plan":"big"})").status, 400);
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"small"})").status, 200);
+  ASSERT_TRUE(eventually([&] { return admit_newco().status == 200; }));
+  EXPECT_EQ(admit_newco().body_json()["class"], "gold");
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// Started while Redis is down, the daemon serves after a bounded wait and says the registry is
+// missing until Redis is back and the registry was read.
+TEST_F(TenantRegistryHttpTest, WithoutRedisAtStartReadyzSaysTheRegistryIsMissing) {
+  redis_.stop();
+  start(setup_);
+  auto r = http(daemon_->port(), "GET", "/readyz");
+  ASSERT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.body_json()["why"], json({"redis: down", "tenant registry: not read yet"})) << r.body;
+  EXPECT_NE(daemon_->log().find("tenant registry: not read within 5 s"), std::string::npos);
+  EXPECT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 503);
+  redis_.start();
+  ASSERT_TRUE(
+      eventually([&] { return http(daemon_->port(), "GET", "/readyz").status == 200; }, 15s))
+      << daemon_->log();
+  EXPECT_EQ(tenants("PUT", "/newco", R"({"plan":"big"})").status, 201);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// Two daemons share one Redis: a tenant put on a plan on one is admitted on that plan's limits
+// by the other within a second (its poller asks every 100 ms); the registry wins over the file
+// while it names the tenant, and the file's entry is back once it is taken out.
+TEST_F(TenantRegistryHttpTest, TwoDaemonsSeeAChangeWithinASecond) {
+  start(setup_);
+  TempDir other_dir;
+  Daemon other(redis_, other_dir, test_config(dp_socket_, setup_));
+  auto admit_on = [&](const Daemon& d, const std::string& tenant) {
+    return http(d.port(), "POST", "/v1/admit", R"({"tenant":")" + tenant + R"("})");
+  };
+  // Unknown to both (no default plan in this file).
+  EXPECT_EQ(admit_on(other, "newco").status, 400);
+
+  using Clock = std::chrono::steady_clock;
+  auto seen_within = [&](const std::function<bool()>& cond) {
+    auto t0 = Clock::now();
+    bool ok = eventually(cond, 1s);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    std::printf("seen by the other daemon after %lld ms\n", static_cast<long long>(ms));
+    return ok;
+  };
+  ASSERT_EQ(tenants("PUT", "/newco", R"({"plan":"small"})").status, 201);
+  HttpResponse a;
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "newco");
+    return a.status == 200;
+  })) << a.body
+      << other.log();
+  // On "small": class gold, a tenant bucket of 2 (refilling 0.5/s): the second is the last.
+  EXPECT_EQ(a.body_json()["class"], "gold");
+  EXPECT_EQ(admit_on(other, "newco").status, 200);
+  a = admit_on(other, "newco");
+  EXPECT_EQ(a.status, 429) << a.body;
+  EXPECT_EQ(a.body_json()["gate"], "tenant") << a.body;
+
+  // The registry wins over the file: t-small (file: small, gold) moves to big (silver).
+  ASSERT_EQ(tenants("PUT", "/t-small", R"({"plan":"big"})").status, 201);
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "t-small");
+    return a.status == 200 && a.body_json()["class"] == "silver";
+  })) << a.body;
+  auto get = on(other, "GET", "/t-small");
+  EXPECT_EQ(get.body_json()["source"], "registry") << get.body;
+  // Taken out of the registry: the file's plan again.
+  ASSERT_EQ(tenants("DELETE", "/t-small").status, 204);
+  ASSERT_TRUE(seen_within([&] {
+    a = admit_on(other, "t-small");
+    return a.status == 200 && a.body_json()["class"] == "gold";
+  })) << a.body;
+  EXPECT_EQ(on(other, "GET", "/t-small").body_json()["source"], "config");
+  // The metrics label registry tenants as one.
+  auto m = http(other.port(), "GET", "/metrics").body;
+  EXPECT_NE(m.find("tenant=\"@registry\""), std::string::npos);
+  EXPECT_EQ(m.find("tenant=\"newco\""), std::string::npos);
+  EXPECT_EQ(daemon_->terminate(), 0);
 }
 
 }  // namespace

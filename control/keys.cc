@@ -60,6 +60,18 @@ std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }
 
+std::string registry_tenants() {
+  return "dg:{registry}:tenants";
+}
+
+std::string registry_version() {
+  return "dg:{registry}:version";
+}
+
+std::string registry_log() {
+  return "dg:{registry}:log";
+}
+
 std::string_view tenant_of_request_id(std::string_view request_id) {
   auto dot = request_id.rfind('.');
   if (dot == std::string_view::npos) return {};

@@ -75,6 +75,13 @@ std::string global_bucket(std::string_view kind, std::string_view name);
 // deleted once undone), in the slot of its bucket.
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);
 
+// The tenant registry (tenant_registry.h): the hash tenant -> plan, the count of changes made
+// to it and the log of the newest ones. One hash tag for all three, so each registry script
+// runs in one slot of a cluster.
+std::string registry_tenants();  // "dg:{registry}:tenants"
+std::string registry_version();  // "dg:{registry}:version"
+std::string registry_log();      // "dg:{registry}:log"
+
 // The tenant of an engine-generated request id "<tenant>.<16 hex>": everything before the last
 // '.', or empty when the id has no '.'.
 std::string_view tenant_of_request_id(std::string_view request_id);

@@ -18,6 +18,7 @@
 #include "control/http_server.h"
 #include "control/reload.h"
 #include "control/rls_service.h"
+#include "control/tenant_registry.h"
 
 using dripgate::config::Config;
 
@@ -126,8 +127,19 @@ int main(int argc, char** argv) {
       std::make_shared<const dripgate::control::Snapshot>(cfg, loaded.hash));
   dripgate::control::Metrics metrics;
   dripgate::control::Reloader reloader(config_file, overrides, store, metrics);
-  dripgate::control::HttpServer server(store, metrics, opts, &reloader);
+  // The tenant registry's copy, read before serving so that its tenants are known from the first
+  // request; when Redis does not answer within the wait, serving starts all the same (/readyz
+  // says the registry is missing until it is read).
+  dripgate::control::RegistrySync registry(store, cfg.redis);
   std::string err;
+  if (!registry.start(std::chrono::seconds(5), err)) {
+    if (!err.empty()) {
+      spdlog::critical("{}", err);
+      return 1;
+    }
+    spdlog::warn("tenant registry: not read within 5 s; serving without it until it is");
+  }
+  dripgate::control::HttpServer server(store, metrics, opts, &reloader);
   if (!server.start(err)) {
     spdlog::critical("{}", err);
     return 1;
@@ -156,6 +168,7 @@ int main(int argc, char** argv) {
   if (rls) rls->stop();
   server.stop();
   server.join();
+  registry.stop();
   spdlog::info("stopped");
   return 0;
 }

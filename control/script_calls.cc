@@ -92,6 +92,7 @@ TenantInfo plan_info(const config::Plan& p) {
 }  // namespace
 
 Tables::Tables(const config::Config& cfg) {
+  for (const auto& [name, p] : cfg.plans) plans.emplace(name, plan_info(p));
   for (const auto& [name, t] : cfg.tenants) {
     auto pit = cfg.plans.find(t.plan);
     if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
@@ -129,22 +130,39 @@ bool valid_request_id(std::string_view rid) {
   return dot != std::string_view::npos && id_ok(rid.substr(0, dot)) && hex16(rid.substr(dot + 1));
 }
 
-const TenantInfo* Tables::find(const std::string& name,
-                               std::shared_ptr<const TenantInfo>& unlisted) const {
-  if (auto it = tenants.find(name); it != tenants.end()) return &it->second;
-  if (!any) return nullptr;
-  auto ti = std::make_shared<TenantInfo>(*any);
+const TenantInfo* Tables::find(const std::string& name, std::shared_ptr<const TenantInfo>& unlisted,
+                               const TenantDirectory* registry, std::string* why) const {
+  const TenantInfo* base = nullptr;
+  if (const std::string* plan = registry ? registry->plan_of(name) : nullptr) {
+    auto it = plans.find(*plan);
+    if (it == plans.end()) {
+      if (why)
+        *why = "tenant: '" + name + "' is on plan '" + *plan +
+               "' in the tenant registry, and the configuration has no such plan (put the "
+               "tenant on another plan, or the plan back into the configuration)";
+      return nullptr;
+    }
+    base = &it->second;
+  } else if (auto it = tenants.find(name); it != tenants.end()) {
+    return &it->second;
+  } else if (any) {
+    base = &*any;
+  } else {
+    return nullptr;
+  }
+  auto ti = std::make_shared<TenantInfo>(*base);
   set_keys(*ti, name);
   unlisted = std::move(ti);
   return unlisted.get();
 }
 
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p) {
+                    Prepared& p, const TenantDirectory* registry) {
   if (req.tenant.empty()) return "tenant: required";
   if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
-  const TenantInfo* found = tables.find(req.tenant, p.unlisted);
-  if (!found) return "tenant: unknown tenant '" + req.tenant + "'";
+  std::string why;
+  const TenantInfo* found = tables.find(req.tenant, p.unlisted, registry, &why);
+  if (!found) return why.empty() ? "tenant: unknown tenant '" + req.tenant + "'" : why;
   for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &req.user},
                               {"api_key", &req.api_key},
                               {"model", &req.model},
@@ -197,7 +215,8 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
 }
 
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& rid,
-                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted) {
+                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted,
+                    const TenantDirectory* registry) {
   if (rid.empty()) return "request_id: required";
   if (!valid_request_id(rid)) return "request_id: " + std::string(kIdRule);
   if (tenant.empty()) {
@@ -206,8 +225,9 @@ std::string resolve(const Tables& tables, std::string& tenant, const std::string
       return "tenant: required (request_id '" + rid + "' does not name its tenant)";
   }
   if (!id_ok(tenant)) return "tenant: " + std::string(kIdRule);
-  *out = tables.find(tenant, unlisted);
-  if (!*out) return "tenant: unknown tenant '" + tenant + "'";
+  std::string why;
+  *out = tables.find(tenant, unlisted, registry, &why);
+  if (!*out) return why.empty() ? "tenant: unknown tenant '" + tenant + "'" : why;
   return {};
 }
 

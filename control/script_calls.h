@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "control/admission.h"
 #include "control/keys.h"
+#include "control/tenant_directory.h"
 
 namespace dripgate::lua {
 struct Script;
@@ -59,14 +60,20 @@ struct Tables {
   // The default plan's (tenants: "*"), with its keys unset: a copy named after an unlisted
   // tenant is made per request.
   std::optional<TenantInfo> any;
+  // Every plan's, with its keys unset, by plan name: for the tenants of the tenant registry.
+  std::unordered_map<std::string, TenantInfo> plans;
   std::unordered_map<std::string, Gate> models, tools;
 
   explicit Tables(const config::Config& cfg);
 
-  // A listed tenant's tables, or a copy of `any` with the keys of the unlisted tenant `name`,
-  // kept alive by `unlisted`; nullptr when the tenant is neither.
-  const TenantInfo* find(const std::string& name,
-                         std::shared_ptr<const TenantInfo>& unlisted) const;
+  // The tenant registry's plan for `name` when it names the tenant (the registry wins over the
+  // file), else the file's entry, else a copy of `any`; a copy made for `name` is kept alive by
+  // `unlisted`. nullptr when the tenant is none of these, or when the registry puts it on a
+  // plan the configuration does not have (then *why says so, naming the field "tenant": the
+  // tenant is refused rather than moved to another plan behind its owner's back).
+  const TenantInfo* find(const std::string& name, std::shared_ptr<const TenantInfo>& unlisted,
+                         const TenantDirectory* registry = nullptr,
+                         std::string* why = nullptr) const;
 };
 
 // An admission being built: validated input, key names and the buckets it goes through.
@@ -94,12 +101,14 @@ struct Prepared {
 
 // Validates req and fills p (generating a request id when req has none); returns an error
 // "field: message" or an empty string.
+// registry: the tenant registry's copy in force (null: none).
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p);
+                    Prepared& p, const TenantDirectory* registry = nullptr);
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
-                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted);
+                    const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted,
+                    const TenantDirectory* registry = nullptr);
 // "tokens: ..." when tokens is out of range, else empty.
 std::string check_tokens(int64_t tokens);
 

@@ -39,7 +39,7 @@ ControlDaemon::ControlDaemon(const std::string& binary, const std::string& confi
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (http(port_, "GET", "/healthz").status == 200) {
+    if (http(port_, "GET", "/healthz").status != 0) {  // 503 "down" while Redis is away
       ready_ = true;
       return;
     }

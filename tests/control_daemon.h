@@ -20,7 +20,7 @@ class ControlDaemon {
   ControlDaemon(const ControlDaemon&) = delete;
   ControlDaemon& operator=(const ControlDaemon&) = delete;
 
-  bool ready() const { return ready_; }  // /healthz answered 200 within 10 s
+  bool ready() const { return ready_; }  // /healthz answered within 10 s
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string log() const;

@@ -1,0 +1,249 @@
+#include "control/tenant_registry.h"
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <charconv>
+#include <utility>
+
+#include "control/keys.h"
+#include "lua/lua_scripts.h"
+
+namespace dripgate::control {
+
+namespace {
+
+const redisReply* elem(const redisReply* r, size_t i) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return nullptr;
+  return r->element[i];
+}
+
+std::string_view as_str(const redisReply* r) {
+  if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)) return {};
+  return std::string_view(r->str, r->len);
+}
+
+std::optional<int64_t> as_int(const redisReply* r) {
+  if (r && r->type == REDIS_REPLY_INTEGER) return r->integer;
+  int64_t v = 0;
+  std::string_view s = as_str(r);
+  if (s.empty() || std::from_chars(s.data(), s.data() + s.size(), v).ptr != s.data() + s.size())
+    return std::nullopt;
+  return v;
+}
+
+// Why a reply is not what was asked for; empty when it is an array.
+std::string bad_reply(const redisReply* r, std::string_view error) {
+  if (!r) return std::string(error.empty() ? "redis: no reply" : error);
+  if (r->type == REDIS_REPLY_ERROR) return "redis: " + std::string(r->str, r->len);
+  if (r->type != REDIS_REPLY_ARRAY) return "redis: unexpected reply";
+  return {};
+}
+
+// The registry's keys, built once (they never change).
+struct Keys {
+  std::string tenants = keys::registry_tenants();
+  std::string version = keys::registry_version();
+  std::string log = keys::registry_log();
+};
+const Keys& registry_keys() {
+  static const Keys k;
+  return k;
+}
+
+}  // namespace
+
+void registry::write(RedisCalls& redis, const std::string& tenant, const std::string& plan,
+                     std::function<void(std::string previous, std::string error)> done) {
+  namespace s = lua::registry_write;
+  static const std::string log_len = std::to_string(kLogLen);
+  const Keys& k = registry_keys();
+  std::array<std::string_view, s::kKeysFixed> kv{};
+  kv[s::kKeyTenants] = k.tenants;
+  kv[s::kKeyVersion] = k.version;
+  kv[s::kKeyLog] = k.log;
+  std::array<std::string_view, s::kArgsFixed> av{};
+  av[s::kArgTenant] = tenant;
+  av[s::kArgPlan] = plan;
+  av[s::kArgLogLen] = log_len;
+  redis.evalsha(lua::kRegistryWrite, kv, av,
+                [done = std::move(done)](const redisReply* r, std::string_view error) {
+                  std::string bad = bad_reply(r, error);
+                  if (bad.empty() && r->elements < 2) bad = "redis: unexpected reply";
+                  if (!bad.empty()) return done({}, std::move(bad));
+                  done(std::string(as_str(elem(r, 0))), {});
+                });
+}
+
+void registry::read(RedisCalls& redis, const std::string& tenant,
+                    std::function<void(std::optional<std::string> plan, std::string error)> done) {
+  std::array<std::string_view, 3> argv{"HGET", registry_keys().tenants, tenant};
+  redis.command(argv, [done = std::move(done)](const redisReply* r, std::string_view error) {
+    if (!r) return done(std::nullopt, std::string(error.empty() ? "redis: no reply" : error));
+    if (r->type == REDIS_REPLY_ERROR)
+      return done(std::nullopt, "redis: " + std::string(r->str, r->len));
+    if (r->type == REDIS_REPLY_NIL) return done(std::nullopt, {});
+    done(std::string(as_str(r)), {});
+  });
+}
+
+// A full read in progress: HSCAN pages into a new map, to be published as the copy of
+// `version` (read before the first page: a change made during the scan is in the log after it,
+// so the next poll applies it again, whatever the scan saw of it).
+struct RegistrySync::Scan {
+  uint64_t version = 0;
+  std::string cursor = "0";
+  TenantDirectory::Plans plans;
+};
+
+RegistrySync::RegistrySync(ConfigStore& store, const config::Redis& redis,
+                           std::chrono::milliseconds poll)
+    : store_(store), redis_cfg_(redis), poll_(poll) {
+  redis_cfg_.pool_size = 1;
+  redis_cfg_.timeout_ms = std::max(redis_cfg_.timeout_ms, 1000);
+}
+
+RegistrySync::~RegistrySync() {
+  stop();
+  for (event* ev : {timer_, stop_ev_})
+    if (ev) event_free(ev);
+  if (base_) event_base_free(base_);
+}
+
+bool RegistrySync::start(std::chrono::milliseconds wait, std::string& error) {
+  static std::once_flag threads_once;
+  std::call_once(threads_once, [] { evthread_use_pthreads(); });
+  base_ = event_base_new();
+  if (!base_) {
+    error = "tenant registry: cannot create an event loop";
+    return false;
+  }
+  redis_ = make_redis_calls(base_, redis_cfg_, {&lua::kRegistryChanges});
+  timer_ = event_new(base_, -1, EV_PERSIST, &RegistrySync::on_timer, this);
+  stop_ev_ = event_new(base_, -1, 0, &RegistrySync::on_stop, this);
+  timeval tv{static_cast<time_t>(poll_.count() / 1000),
+             static_cast<suseconds_t>(poll_.count() % 1000 * 1000)};
+  event_add(timer_, &tv);
+  event_active(timer_, EV_TIMEOUT, 0);  // the first poll now
+  store_.expect_registry();
+  full_started_ = std::chrono::steady_clock::now();
+  thread_ = std::thread([this] { run(); });
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, wait, [this] { return loaded(); });
+}
+
+void RegistrySync::stop() {
+  if (stop_ev_ && thread_.joinable()) event_active(stop_ev_, EV_TIMEOUT, 0);
+  if (thread_.joinable()) thread_.join();
+}
+
+void RegistrySync::run() {
+  event_base_dispatch(base_);
+  // The client belongs to this loop: its last callbacks ("client shut down") run here.
+  stopping_ = true;
+  redis_.reset();
+}
+
+void RegistrySync::on_timer(int, short, void* arg) {
+  static_cast<RegistrySync*>(arg)->poll();
+}
+
+void RegistrySync::on_stop(int, short, void* arg) {
+  event_base_loopexit(static_cast<RegistrySync*>(arg)->base_, nullptr);
+}
+
+void RegistrySync::poll() {
+  if (busy_ || !redis_) return;
+  busy_ = true;
+  namespace s = lua::registry_changes;
+  static const std::string max_changes = std::to_string(registry::kMaxChanges);
+  const Keys& k = registry_keys();
+  std::string since = copy_ ? std::to_string(copy_->version()) : "-1";
+  std::array<std::string_view, s::kKeysFixed> kv{};
+  kv[s::kKeyTenants] = k.tenants;
+  kv[s::kKeyVersion] = k.version;
+  kv[s::kKeyLog] = k.log;
+  std::array<std::string_view, s::kArgsFixed> av{};
+  av[s::kArgSince] = since;
+  av[s::kArgMax] = max_changes;
+  redis_->evalsha(lua::kRegistryChanges, kv, av,
+                  [this](const redisReply* r, std::string_view error) { on_changes(r, error); });
+}
+
+void RegistrySync::on_changes(const redisReply* r, std::string_view error) {
+  std::string bad = bad_reply(r, error);
+  std::optional<int64_t> v = bad.empty() ? as_int(elem(r, 0)) : std::nullopt;
+  if (bad.empty() && (!v || *v < 0)) bad = "redis: unexpected reply";
+  if (!bad.empty()) return failed(bad);
+  const auto version = static_cast<uint64_t>(*v);
+  std::string_view what = as_str(elem(r, 1));
+  if (what.empty()) {  // nothing changed (never the answer to a daemon without a copy)
+    busy_ = false;
+    return;
+  }
+  if (what == "changes" && copy_) {
+    std::vector<std::pair<std::string, std::string>> changes;
+    changes.reserve(r->elements / 2);
+    for (size_t i = 2; i + 1 < r->elements; i += 2)
+      changes.emplace_back(as_str(r->element[i]), as_str(r->element[i + 1]));
+    busy_ = false;
+    return publish(std::make_shared<const TenantDirectory>(*copy_, version, changes));
+  }
+  auto s = std::make_shared<Scan>();
+  s->version = version;
+  if (copy_) s->plans.reserve(copy_->size());
+  full_started_ = std::chrono::steady_clock::now();
+  scan(std::move(s));
+}
+
+void RegistrySync::scan(std::shared_ptr<Scan> s) {
+  static const std::string count = std::to_string(registry::kScanCount);
+  std::array<std::string_view, 5> argv{"HSCAN", registry_keys().tenants, s->cursor, "COUNT", count};
+  redis_->command(argv, [this, s](const redisReply* r, std::string_view error) {
+    std::string bad = bad_reply(r, error);
+    const redisReply* cursor = elem(r, 0);
+    const redisReply* fields = elem(r, 1);
+    if (bad.empty() && (!cursor || !fields || fields->type != REDIS_REPLY_ARRAY))
+      bad = "redis: unexpected reply";
+    if (!bad.empty()) return failed(bad);
+    for (size_t i = 0; i + 1 < fields->elements; i += 2)
+      s->plans.insert_or_assign(std::string(as_str(fields->element[i])),
+                                std::string(as_str(fields->element[i + 1])));
+    s->cursor = std::string(as_str(cursor));
+    if (s->cursor != "0") return scan(s);
+    busy_ = false;
+    auto took = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - full_started_);
+    full_read_us_.store(took.count(), std::memory_order_relaxed);
+    spdlog::info("tenant registry: {} tenants read (version {}) in {} ms", s->plans.size(),
+                 s->version, took.count() / 1000);
+    publish(std::make_shared<const TenantDirectory>(s->version, std::move(s->plans)));
+  });
+}
+
+void RegistrySync::publish(std::shared_ptr<const TenantDirectory> next) {
+  if (failing_) spdlog::info("tenant registry: reachable again (version {})", next->version());
+  failing_ = false;
+  spdlog::debug("tenant registry: version {} in force ({} tenants)", next->version(), next->size());
+  copy_ = next;
+  store_.publish_registry(std::move(next));
+  if (!loaded()) {
+    std::lock_guard lock(mu_);
+    loaded_.store(true, std::memory_order_release);
+    cv_.notify_all();
+  }
+}
+
+void RegistrySync::failed(std::string_view why) {
+  busy_ = false;
+  if (stopping_ || failing_) return;
+  failing_ = true;
+  spdlog::warn(
+      "tenant registry: cannot read it ({}); the copy {} stays in force, retrying every {} ms", why,
+      copy_ ? "of version " + std::to_string(copy_->version()) : "(none yet)", poll_.count());
+}
+
+}  // namespace dripgate::control
