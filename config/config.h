@@ -53,6 +53,8 @@ struct Plan {
   std::string name;
   std::string cls = "default";  // dataplane class for admitted flows (`class:` in YAML)
   std::optional<Bucket> tenant, user, api_key;
+  // Each client address (a request's client_ip; IPv6 per /64) within the tenant.
+  std::optional<Bucket> ip;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
@@ -140,6 +142,8 @@ struct Control {
 struct GlobalGates {
   std::map<std::string, Bucket> tool;
   std::map<std::string, Bucket> model;
+  // Every admission of every tenant: a flood stops here before the tenants' own limits.
+  std::optional<Bucket> total;
 
   bool operator==(const GlobalGates&) const = default;
 };

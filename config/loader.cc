@@ -654,11 +654,12 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
     }
   }
   if (const Entry* e = f.find("gates")) {
-    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key"});
+    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key", "ip"});
     if (const Entry* b = g.find("tenant")) p.tenant = load_bucket(ctx, b->value, g.path("tenant"));
     if (const Entry* b = g.find("user")) p.user = load_bucket(ctx, b->value, g.path("user"));
     if (const Entry* b = g.find("api_key"))
       p.api_key = load_bucket(ctx, b->value, g.path("api_key"));
+    if (const Entry* b = g.find("ip")) p.ip = load_bucket(ctx, b->value, g.path("ip"));
   }
   if (const Entry* e = f.find("quota")) {
     Fields q(ctx, e->value, f.path("quota"),
@@ -698,7 +699,8 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
 }
 
 void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
-  Fields f(ctx, n, "global_gates", {"tool", "model"});
+  Fields f(ctx, n, "global_gates", {"tool", "model", "total"});
+  if (const Entry* e = f.find("total")) g.total = load_bucket(ctx, e->value, f.path("total"));
   for (const char* kind : {"tool", "model"}) {
     const Entry* e = f.find(kind);
     if (!e) continue;

@@ -132,10 +132,10 @@ struct Engine::Impl {
     std::shared_ptr<const Snapshot> snap;  // what p points into, until the last callback
     Prepared p;
     // From the tenant-slot call, for the response and a refund.
-    std::array<double, 3> tokens_after{};
+    std::array<double, kMaxTenantBuckets> tokens_after{};
     int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
     Undo undo;
-    std::array<double, 2> global_tokens{};
+    std::array<double, kMaxGlobalBuckets> global_tokens{};
   };
 
   using Op = std::shared_ptr<AdmitOp>;
@@ -284,7 +284,7 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
   }
   // Admitted but without the snapshot a refund needs: cannot happen with our script.
   if (!decode_undo(op, r)) return fail(op, Outcome::kUnavailable, "redis: unexpected reply");
-  // Global gates: one call with the model and tool buckets (single-node Redis; see gates.lua).
+  // Global gates: one call with the model, tool and total buckets (see gates.lua).
   send(
       GatesCall(p),
       [this, op_ptr](const redisReply* r, std::string_view e) { on_gates_reply(op_ptr, r, e); },

@@ -51,6 +51,14 @@ std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }
 
+std::string total_bucket() {
+  return "dg:{g:total}:tb";
+}
+
+std::string total_attempt(std::string_view attempt) {
+  return join({"dg:{g:total}:a:", attempt});
+}
+
 std::string_view tenant_of_request_id(std::string_view request_id) {
   auto dot = request_id.rfind('.');
   if (dot == std::string_view::npos) return {};

@@ -12,7 +12,8 @@ namespace dripgate::control::keys {
 // "dg:{t:<tenant>}:" — the prefix every tenant-scoped key starts with.
 std::string tenant_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:tb:<gate>" for gate "tenant", "dg:{t:<tenant>}:tb:<gate>:<id>" otherwise
-// (gate "user" or "key" for api keys).
+// (gate "user", "key" for api keys, "ip" for a client address as common::client_ip_key
+// writes it: the tenant's hash tag keeps the ip gate in the tenant's one admit.lua call).
 std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
 // "dg:{t:<tenant>}:q:"; the script appends the UTC month "YYYY-MM" of Redis TIME.
 std::string quota_prefix(std::string_view tenant);
@@ -34,6 +35,10 @@ std::string reservations(std::string_view tenant);
 std::string leases(std::string_view tenant);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
+// "dg:{g:total}:tb": the bucket of every admission of every tenant.
+std::string total_bucket();
+// "dg:{g:total}:a:<attempt>": as global_attempt, when the total gate is the call's first bucket.
+std::string total_attempt(std::string_view attempt);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran, undone,
 // cancelled), in the slot of its first bucket.
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);

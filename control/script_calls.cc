@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstdio>
 
+#include "common/address.h"
 #include "common/id.h"
 #include "control/keys.h"
 #include "lua/lua_scripts.h"
@@ -46,8 +47,9 @@ constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
 
 const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 
-// Bucket counts as ARGV strings (at most three tenant buckets, two global ones).
-constexpr std::string_view kCounts[] = {"0", "1", "2", "3"};
+// Bucket counts as ARGV strings (at most four tenant buckets, three global ones).
+constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4"};
+static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMaxGlobalBuckets);
 
 }  // namespace
 
@@ -75,6 +77,7 @@ TenantInfo plan_info(const config::Plan& p) {
   if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
   if (p.user) ti.user.emplace("user", *p.user);
   if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
+  if (p.ip) ti.ip.emplace("ip", *p.ip);
   config::Quota q = p.quota.value_or(config::Quota{});
   if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
   ti.res_ttl_s = std::to_string(std::max<int64_t>(1, q.reservation_ttl_s));
@@ -112,6 +115,10 @@ Tables::Tables(const config::Config& cfg) {
     g.key = keys::global_bucket("tool", name);
     g.id = name;
     tools.emplace(name, std::move(g));
+  }
+  if (cfg.global_gates.total) {
+    total.emplace("total", *cfg.global_gates.total);
+    total->key = keys::total_bucket();
   }
 }
 
@@ -152,6 +159,11 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   if (!req.request_id.empty() && !id_ok(req.request_id))
     return std::string("request_id: ") + std::string(kIdRule);
   if (auto e = check_tokens(req.tokens); !e.empty()) return e;
+  // Validated whether or not the plan has an ip gate: bad input is refused the same way under
+  // every plan. Normalised here, once, into the form the key is made of.
+  std::optional<std::string> ip;
+  if (!req.client_ip.empty() && !(ip = common::client_ip_key(req.client_ip)))
+    return "client_ip: must be an IPv4 or IPv6 address";
 
   const TenantInfo& t = *found;
   p.t = &t;
@@ -180,6 +192,12 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.buckets[p.nb] = &*t.api_key;
     p.bucket_keys[p.nb++] = p.api_key_key;
   }
+  // Like user and api_key, the ip gate applies to the requests that name a client_ip.
+  if (t.ip && ip) {
+    p.ip_key = keys::bucket(t.name, "ip", *ip);
+    p.buckets[p.nb] = &*t.ip;
+    p.bucket_keys[p.nb++] = p.ip_key;
+  }
   if (!req.model.empty()) {
     auto m = tables.models.find(req.model);
     if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
@@ -188,8 +206,11 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     auto g = tables.tools.find(req.tool);
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
+  if (tables.total) p.globals[p.ng++] = &*tables.total;
   if (p.ng > 0)
-    p.attempt_key = keys::global_attempt(p.globals[0]->name, p.globals[0]->id, p.attempt);
+    p.attempt_key = p.globals[0]->id.empty()
+                        ? keys::total_attempt(p.attempt)
+                        : keys::global_attempt(p.globals[0]->name, p.globals[0]->id, p.attempt);
   return {};
 }
 
@@ -224,8 +245,9 @@ std::span<const std::string_view> Slots::view() const {
 }
 
 AdmitCall::AdmitCall(const Prepared& p)
-    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + 3, lua::admit::kArgsFixed,
-           lua::admit::kArgsFixed + 3 * lua::admit::kArgBucketStride) {
+    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + kMaxTenantBuckets,
+           lua::admit::kArgsFixed,
+           lua::admit::kArgsFixed + kMaxTenantBuckets * lua::admit::kArgBucketStride) {
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
   keys.set(s::kKeyQuotaPrefix, t.quota_prefix);
@@ -258,7 +280,7 @@ AdmitCall::AdmitCall(const Prepared& p)
 
 namespace {
 
-// The model and tool buckets of p into c: each key, and the ARGV group fill(gate) makes for it.
+// The global buckets of p into c: each key, and the ARGV group fill(gate) makes for it.
 template <class Fill>
 void add_globals(Call& c, const Prepared& p, Fill fill) {
   for (int i = 0; i < p.ng; ++i) {
@@ -270,8 +292,9 @@ void add_globals(Call& c, const Prepared& p, Fill fill) {
 }  // namespace
 
 GatesCall::GatesCall(const Prepared& p)
-    : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + 2, lua::gates::kArgsFixed,
-           lua::gates::kArgsFixed + 2 * lua::gates::kArgBucketStride) {
+    : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + kMaxGlobalBuckets,
+           lua::gates::kArgsFixed,
+           lua::gates::kArgsFixed + kMaxGlobalBuckets * lua::gates::kArgBucketStride) {
   namespace s = lua::gates;
   keys.set(s::kKeyAttempt, p.attempt_key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
@@ -286,9 +309,9 @@ GatesCall::GatesCall(const Prepared& p)
 }
 
 UngatesCall::UngatesCall(const Prepared& p)
-    : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 2,
+    : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + kMaxGlobalBuckets,
            lua::ungates::kArgsFixed,
-           lua::ungates::kArgsFixed + 2 * lua::ungates::kArgBucketStride) {
+           lua::ungates::kArgsFixed + kMaxGlobalBuckets * lua::ungates::kArgBucketStride) {
   namespace s = lua::ungates;
   keys.set(s::kKeyAttempt, p.attempt_key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
@@ -301,9 +324,10 @@ UngatesCall::UngatesCall(const Prepared& p)
 }
 
 RefundCall::RefundCall(const Prepared& p, const Undo& undo)
-    : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + 3,
+    : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + kMaxTenantBuckets,
            lua::refund::kArgsFixed,
-           lua::refund::kArgsFixed + 3 * lua::refund::kArgBucketStride + undo.pruned.size()) {
+           lua::refund::kArgsFixed + kMaxTenantBuckets * lua::refund::kArgBucketStride +
+               undo.pruned.size()) {
   namespace s = lua::refund;
   keys.set(s::kKeyReservations, p.t->reservations_prefix);
   keys.set(s::kKeyQuotaPrefix, p.t->quota_prefix);

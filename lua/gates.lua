@@ -1,13 +1,17 @@
--- gates.lua: the global gates (model and tool token buckets, shared by every tenant).
+-- gates.lua: the global gates (model and tool token buckets, shared by every tenant, and the
+-- total bucket every admission of every tenant takes from).
 --
--- Called only when a request names a model or tool that has a configured gate, after admit.lua
--- admitted the tenant-scoped part; when this refuses, the engine runs refund.lua. All-or-nothing
--- across the buckets given: a refusal writes nothing. Same bucket math as admit.lua
--- (lib_bucket.lua).
+-- Called only when a request names a model or tool that has a configured gate, or when a total
+-- gate is configured, after admit.lua admitted the tenant-scoped part; when this refuses, the
+-- engine runs refund.lua. All-or-nothing across the buckets given: a refusal writes nothing.
+-- Same bucket math as admit.lua (lib_bucket.lua).
 --
--- The keys ("dg:{g:model:<name>}:tb", "dg:{g:tool:<name>}:tb") carry their own hash tags, so on
--- Redis Cluster they may live in different slots; this engine targets single-node Redis (or a
--- proxy that routes per call) and passes both in one call to keep admission at two round trips.
+-- The keys ("dg:{g:model:<name>}:tb", "dg:{g:tool:<name>}:tb", "dg:{g:total}:tb") carry their
+-- own hash tags, so on Redis Cluster they may live in different slots; this engine targets
+-- single-node Redis (or a proxy that routes per call) and passes them all in one call to keep
+-- admission at two round trips. On a cluster a call is routed by its first key's slot, so one
+-- global gate per request works there (e.g. the total gate alone), several in different slots
+-- do not (CROSSSLOT: the request fails 503 and is charged nothing).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
 -- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
@@ -17,7 +21,8 @@
 -- @keys attempt bucket...
 -- @argv attempt_ttl bucket_count bucket...(gate capacity refill)
 --
--- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" (the first bucket's hash tag): the marker
+-- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
+--                  bucket's hash tag): the marker
 --       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
