@@ -128,13 +128,17 @@ struct Control {
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
   // Per rate-limit domain, Envoy's descriptor key -> the gate it names (tenant, user, api_key,
-  // model, tool). Configured domains replace these as a whole.
-  std::map<std::string, std::map<std::string, std::string>> rls_domains = {{"dripgate",
-                                                                            {{"tenant", "tenant"},
-                                                                             {"user", "user"},
-                                                                             {"api_key", "api_key"},
-                                                                             {"model", "model"},
-                                                                             {"tool", "tool"}}}};
+  // ip, model, tool). Configured domains replace these as a whole. Envoy's remote_address
+  // action names its descriptor key "remote_address"; "client_ip" is the HTTP API's name.
+  std::map<std::string, std::map<std::string, std::string>> rls_domains = {
+      {"dripgate",
+       {{"tenant", "tenant"},
+        {"user", "user"},
+        {"api_key", "api_key"},
+        {"client_ip", "ip"},
+        {"remote_address", "ip"},
+        {"model", "model"},
+        {"tool", "tool"}}}};
 
   bool operator==(const Control&) const = default;
 };

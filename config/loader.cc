@@ -559,7 +559,7 @@ void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& o
 // control.rls.domains: domain -> { Envoy descriptor key: gate }. Every domain names the tenant.
 void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
               std::map<std::string, std::map<std::string, std::string>>& out) {
-  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "model", "tool"};
+  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "ip", "model", "tool"};
   Fields f(ctx, n, path, {"domains"});
   const Entry* d = f.find("domains");
   if (!d) return;

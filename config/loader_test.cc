@@ -711,7 +711,14 @@ TEST(Errors, GrpcListenAndRlsDomains) {
             "expected host:port or [v6-address]:port");
   EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-tenant: tenant, x-ip: client } } } }"),
             "t.yaml:1:62: control.rls.domains.edge.x-ip: unknown gate 'client' (allowed: tenant, "
-            "user, api_key, model, tool)");
+            "user, api_key, ip, model, tool)");
+  // The built-in domain takes the client address under both names it commonly has.
+  EXPECT_EQ(d.control.rls_domains.at("dripgate").at("client_ip"), "ip");
+  EXPECT_EQ(d.control.rls_domains.at("dripgate").at("remote_address"), "ip");
+  EXPECT_EQ(load_ok("control: { rls: { domains: { edge: { x-t: tenant, x-forwarded-for: ip } } } }")
+                .control.rls_domains.at("edge")
+                .at("x-forwarded-for"),
+            "ip");
   EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-model: model } } } }"),
             "t.yaml:1:30: control.rls.domains.edge: no descriptor key maps to the tenant gate");
   EXPECT_EQ(error_of("control: { rls: { domain: {} } }"),
