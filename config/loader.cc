@@ -698,9 +698,14 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p) {
   if (const Entry* e = f.find("degrade")) load_degrade(ctx, e->value, f.path("degrade"), p);
 }
 
-void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
+// cluster: redis.cluster is set. One gates.lua call takes a request's global buckets together,
+// and on a cluster a call must stay in one slot: the total gate ({g:total}) cannot share a call
+// with a model or tool gate (each in a slot of its own), so that pairing is refused here rather
+// than failing every such request with CROSSSLOT.
+void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g, bool cluster) {
   Fields f(ctx, n, "global_gates", {"tool", "model", "total"});
-  if (const Entry* e = f.find("total")) g.total = load_bucket(ctx, e->value, f.path("total"));
+  const Entry* total = f.find("total");
+  if (total) g.total = load_bucket(ctx, total->value, f.path("total"));
   for (const char* kind : {"tool", "model"}) {
     const Entry* e = f.find(kind);
     if (!e) continue;
@@ -714,6 +719,11 @@ void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
       if (id_ok && b) out[gate.key] = *b;
     }
   }
+  if (cluster && total && g.total && (!g.model.empty() || !g.tool.empty()))
+    ctx.error(total->key_node, f.path("total"),
+              "on a Redis Cluster (redis.cluster) the total gate cannot be combined with model or "
+              "tool gates (their buckets are in other slots than dg:{g:total}); drop one or the "
+              "other");
 }
 
 struct ClassRef {
@@ -1071,7 +1081,8 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
       }
     }
   }
-  if (const Entry* e = f.find("global_gates")) load_global_gates(ctx, e->value, cfg.global_gates);
+  if (const Entry* e = f.find("global_gates"))
+    load_global_gates(ctx, e->value, cfg.global_gates, !cfg.redis.cluster.empty());
   if (const Entry* e = f.find("dataplane")) {
     Dataplane dp;
     load_dataplane(ctx, e->value, dp, refs);

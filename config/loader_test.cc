@@ -354,6 +354,26 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
   EXPECT_FALSE(load_ok("{}").global_gates.total);
 }
 
+// On a Redis Cluster one gates.lua call cannot take the total bucket and a model's or tool's
+// (other slots): that pairing is refused up front. Alone, or on a single node, either is fine.
+TEST(Errors, TheTotalGateBesideModelOrToolGatesIsRefusedOnACluster) {
+  EXPECT_EQ(error_of(Y(R"(
+redis: { cluster: ["10.0.0.1:7000"] }
+global_gates:
+  model: { m: { capacity: 5, refill_per_s: 1 } }
+  total: { capacity: 5, refill_per_s: 1 }
+)")),
+            "t.yaml:4:3: global_gates.total: on a Redis Cluster (redis.cluster) the total gate "
+            "cannot be combined with model or tool gates (their buckets are in other slots than "
+            "dg:{g:total}); drop one or the other");
+  EXPECT_TRUE(load_ok("redis: { cluster: [\"10.0.0.1:7000\"] }\n"
+                      "global_gates: { total: { capacity: 5, refill_per_s: 1 }, model: {} }")
+                  .global_gates.total);
+  EXPECT_TRUE(load_ok("global_gates: { total: { capacity: 5, refill_per_s: 1 },"
+                      " tool: { t: { capacity: 5, refill_per_s: 1 } } }")
+                  .global_gates.total);
+}
+
 TEST(Errors, TenantNamingAMissingPlan) {
   EXPECT_EQ(error_of(Y(R"(
 plans:

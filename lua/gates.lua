@@ -11,7 +11,8 @@
 -- single-node Redis (or a proxy that routes per call) and passes them all in one call to keep
 -- admission at two round trips. On a cluster a call is routed by its first key's slot, so one
 -- global gate per request works there (e.g. the total gate alone), several in different slots
--- do not (CROSSSLOT: the request fails 503 and is charged nothing).
+-- do not (CROSSSLOT: the request fails 503 and is charged nothing; the config loader refuses
+-- the total gate beside model or tool gates on a cluster for that reason).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
 -- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
