@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "common/error.h"
@@ -53,6 +54,24 @@ std::optional<Cidr> parse_cidr(std::string_view text, std::string* why, HostBits
                 std::to_string(len) + ")");
   }
   return net;
+}
+
+std::optional<std::string> client_ip_key(std::string_view text) {
+  // INET6_ADDRSTRLEN - 1 is the longest literal; inet_pton needs a NUL-terminated copy, and a
+  // NUL inside text must not cut it short.
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN || text.find('\0') != std::string_view::npos)
+    return std::nullopt;
+  const std::string s(text);
+  unsigned char a[16];
+  char out[INET6_ADDRSTRLEN];
+  if (inet_pton(AF_INET, s.c_str(), a) == 1)
+    return std::string(inet_ntop(AF_INET, a, out, sizeof out));
+  if (inet_pton(AF_INET6, s.c_str(), a) != 1) return std::nullopt;
+  static constexpr unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::equal(std::begin(kMapped), std::end(kMapped), a))
+    return std::string(inet_ntop(AF_INET, a + 12, out, sizeof out));
+  std::fill(a + 8, a + 16, 0);
+  return std::string(inet_ntop(AF_INET6, a, out, sizeof out)) + "/64";
 }
 
 bool hostname_ok(std::string_view h) {

@@ -34,6 +34,13 @@ enum class HostBits { kReject, kClear, kKeep };
 std::optional<Cidr> parse_cidr(std::string_view text, std::string* why = nullptr,
                                HostBits host_bits = HostBits::kReject);
 
+// A client's address as a rate-limit key: what one client can hold. An IPv4 address as
+// written by inet_ntop ("203.0.113.7"); an IPv4-mapped IPv6 address (::ffff:203.0.113.7) is
+// that IPv4 address; any other IPv6 address is its /64 ("2001:db8:1:2::/64"), because a single
+// host is commonly given a whole /64 (SLAAC, RFC 6177 assignments) and picks addresses in it
+// at will. nullopt when text is not an IPv4 or IPv6 address (no zone, no prefix, no spaces).
+std::optional<std::string> client_ip_key(std::string_view text);
+
 // A DNS name as a host: letters, digits, '.' and '-', at most 253 bytes.
 bool hostname_ok(std::string_view host);
 

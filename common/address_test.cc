@@ -63,5 +63,26 @@ TEST(HostPort, SplitsNamesV4AndBracketedV6) {
   EXPECT_EQ(split_host_port(":1", true, host, port), "missing host");
 }
 
+TEST(ClientIpKey, V4AsWrittenMappedV6AsV4OtherV6PerSlash64) {
+  EXPECT_EQ(client_ip_key("203.0.113.7"), "203.0.113.7");
+  EXPECT_EQ(client_ip_key("::ffff:203.0.113.7"), "203.0.113.7");
+  EXPECT_EQ(client_ip_key("::FFFF:cb00:7107"), "203.0.113.7");
+  EXPECT_EQ(client_ip_key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+  EXPECT_EQ(client_ip_key("2001:0DB8:0001:0002:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+  EXPECT_EQ(client_ip_key("2001:db8:1:3::1"), "2001:db8:1:3::/64");
+  EXPECT_EQ(client_ip_key("::1"), "::/64");
+  // IPv4-compatible (deprecated) and NAT64 addresses are IPv6 addresses like any other.
+  EXPECT_EQ(client_ip_key("64:ff9b::203.0.113.7"), "64:ff9b::/64");
+}
+
+TEST(ClientIpKey, RejectsWhatIsNotOneAddress) {
+  for (std::string_view bad :
+       {"", " 10.0.0.1", "10.0.0.1 ", "10.0.0.256", "10.0.0", "010.0.0.1", "10.0.0.1/32",
+        "fe80::1%eth0", "2001:db8::/64", "[::1]", "::g", "host.example", "1.2.3.4:80"})
+    EXPECT_FALSE(client_ip_key(bad)) << bad;
+  EXPECT_FALSE(client_ip_key(std::string_view("10.0.0.1\0junk", 13)));
+  EXPECT_FALSE(client_ip_key(std::string(100, '1')));
+}
+
 }  // namespace
 }  // namespace dripgate::common

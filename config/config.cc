@@ -138,11 +138,12 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
 void write_plan(YAML::Emitter& out, const Plan& plan) {
   out << YAML::BeginMap;
   out << YAML::Key << "class" << YAML::Value << plan.cls;
-  if (plan.tenant || plan.user || plan.api_key) {
+  if (plan.tenant || plan.user || plan.api_key || plan.ip) {
     out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
     if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
     if (plan.user) bucket(out << YAML::Key << "user" << YAML::Value, *plan.user);
     if (plan.api_key) bucket(out << YAML::Key << "api_key" << YAML::Value, *plan.api_key);
+    if (plan.ip) bucket(out << YAML::Key << "ip" << YAML::Value, *plan.ip);
     out << YAML::EndMap;
   }
   if (plan.quota) {
@@ -196,6 +197,8 @@ void write_admission(YAML::Emitter& out, const Config& cfg) {
     for (const auto& [name, b] : gates) bucket(out << YAML::Key << name << YAML::Value, b);
     out << YAML::EndMap;
   }
+  if (cfg.global_gates.total)
+    bucket(out << YAML::Key << "total" << YAML::Value, *cfg.global_gates.total);
   out << YAML::EndMap;
 }
 

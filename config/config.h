@@ -61,6 +61,8 @@ struct Plan {
   std::string name;
   std::string cls = "default";  // dataplane class for admitted flows (`class:` in YAML)
   std::optional<Bucket> tenant, user, api_key;
+  // Each client address (a request's client_ip; IPv6 per /64) within the tenant.
+  std::optional<Bucket> ip;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
@@ -145,13 +147,17 @@ struct Control {
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
   // Per rate-limit domain, Envoy's descriptor key -> the gate it names (tenant, user, api_key,
-  // model, tool). Configured domains replace these as a whole.
-  std::map<std::string, std::map<std::string, std::string>> rls_domains = {{"dripgate",
-                                                                            {{"tenant", "tenant"},
-                                                                             {"user", "user"},
-                                                                             {"api_key", "api_key"},
-                                                                             {"model", "model"},
-                                                                             {"tool", "tool"}}}};
+  // ip, model, tool). Configured domains replace these as a whole. Envoy's remote_address
+  // action names its descriptor key "remote_address"; "client_ip" is the HTTP API's name.
+  std::map<std::string, std::map<std::string, std::string>> rls_domains = {
+      {"dripgate",
+       {{"tenant", "tenant"},
+        {"user", "user"},
+        {"api_key", "api_key"},
+        {"client_ip", "ip"},
+        {"remote_address", "ip"},
+        {"model", "model"},
+        {"tool", "tool"}}}};
 
   bool operator==(const Control&) const = default;
 };
@@ -159,6 +165,8 @@ struct Control {
 struct GlobalGates {
   std::map<std::string, Bucket> tool;
   std::map<std::string, Bucket> model;
+  // Every admission of every tenant: a flood stops here before the tenants' own limits.
+  std::optional<Bucket> total;
 
   bool operator==(const GlobalGates&) const = default;
 };

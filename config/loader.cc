@@ -607,7 +607,7 @@ void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& o
 // control.rls.domains: domain -> { Envoy descriptor key: gate }. Every domain names the tenant.
 void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
               std::map<std::string, std::map<std::string, std::string>>& out) {
-  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "model", "tool"};
+  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "ip", "model", "tool"};
   Fields f(ctx, n, path, {"domains"});
   const Entry* d = f.find("domains");
   if (!d) return;
@@ -706,11 +706,12 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
     }
   }
   if (const Entry* e = f.find("gates")) {
-    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key"});
+    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key", "ip"});
     if (const Entry* b = g.find("tenant")) p.tenant = load_bucket(ctx, b->value, g.path("tenant"));
     if (const Entry* b = g.find("user")) p.user = load_bucket(ctx, b->value, g.path("user"));
     if (const Entry* b = g.find("api_key"))
       p.api_key = load_bucket(ctx, b->value, g.path("api_key"));
+    if (const Entry* b = g.find("ip")) p.ip = load_bucket(ctx, b->value, g.path("ip"));
   }
   if (const Entry* e = f.find("quota")) {
     Fields q(ctx, e->value, f.path("quota"),
@@ -752,7 +753,9 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
 }
 
 void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
-  Fields f(ctx, n, "global_gates", {"tool", "model"});
+  Fields f(ctx, n, "global_gates", {"tool", "model", "total"});
+  const Entry* total = f.find("total");
+  if (total) g.total = load_bucket(ctx, total->value, f.path("total"));
   for (const char* kind : {"tool", "model"}) {
     const Entry* e = f.find(kind);
     if (!e) continue;

@@ -198,7 +198,7 @@ plans:
             "refill_per_s)");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
-            "api_key)");
+            "api_key, ip)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
@@ -330,6 +330,45 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
             "t.yaml:1:31: control.request_timeout_s: must be between 1 and 3600, got 7200");
   EXPECT_EQ(error_of("global_gates: { model: { m: { capacity: 5, refill_per_s: 0 } } }"),
             "t.yaml:1:58: global_gates.model.m.refill_per_s: must be > 0, got 0");
+}
+
+// The ip gate (per plan) and the total gate (global) are buckets like the others, checked alike.
+TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { capacity: 0, refill_per_s: 1 } } } }"),
+            "t.yaml:1:40: plans.p.gates.ip.capacity: must be >= 1, got 0 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { capacity: 5, refill_per_s: -1 } } } }"),
+            "t.yaml:1:57: plans.p.gates.ip.refill_per_s: must be > 0, got -1");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { capacity: 5 } } } }"),
+            "t.yaml:1:28: plans.p.gates.ip.refill_per_s: required field is missing");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: 5 } } }"),
+            "t.yaml:1:28: plans.p.gates.ip: expected a mapping, got '5'");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 0.5, refill_per_s: 1 } }"),
+            "t.yaml:1:36: global_gates.total.capacity: must be >= 1, got 0.5 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 0 } }"),
+            "t.yaml:1:53: global_gates.total.refill_per_s: must be > 0, got 0");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, per: ip } }"),
+            "t.yaml:1:56: global_gates.total.per: unknown key 'per' (allowed: capacity, "
+            "refill_per_s)");
+  EXPECT_EQ(error_of("global_gates: { totals: {} }"),
+            "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
+            "total)");
+  EXPECT_FALSE(load_ok("plans: { p: {} }").plans.at("p").ip);
+  EXPECT_FALSE(load_ok("{}").global_gates.total);
+}
+
+// On a Redis Cluster one gates.lua call cannot take the total bucket and a model's or tool's
+// (other slots): that pairing is refused up front. Alone, or on a single node, either is fine.
+// Each global gate is a script call in its own slot, so the total gate goes beside model and
+// tool gates on a Redis Cluster as on one node.
+TEST(Errors, TheTotalGateBesideModelOrToolGatesLoadsOnACluster) {
+  const auto cfg = load_ok(
+      "redis: { cluster: [\"10.0.0.1:7000\"] }\n"
+      "global_gates: { total: { capacity: 5, refill_per_s: 1 },"
+      " model: { m: { capacity: 5, refill_per_s: 1 } } }");
+  EXPECT_TRUE(cfg.global_gates.total);
+  EXPECT_EQ(cfg.global_gates.model.size(), 1u);
 }
 
 TEST(Errors, TenantNamingAMissingPlan) {
@@ -728,7 +767,14 @@ TEST(Errors, GrpcListenAndRlsDomains) {
             "expected host:port or [v6-address]:port");
   EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-tenant: tenant, x-ip: client } } } }"),
             "t.yaml:1:62: control.rls.domains.edge.x-ip: unknown gate 'client' (allowed: tenant, "
-            "user, api_key, model, tool)");
+            "user, api_key, ip, model, tool)");
+  // The built-in domain takes the client address under both names it commonly has.
+  EXPECT_EQ(d.control.rls_domains.at("dripgate").at("client_ip"), "ip");
+  EXPECT_EQ(d.control.rls_domains.at("dripgate").at("remote_address"), "ip");
+  EXPECT_EQ(load_ok("control: { rls: { domains: { edge: { x-t: tenant, x-forwarded-for: ip } } } }")
+                .control.rls_domains.at("edge")
+                .at("x-forwarded-for"),
+            "ip");
   EXPECT_EQ(error_of("control: { rls: { domains: { edge: { x-model: model } } } }"),
             "t.yaml:1:30: control.rls.domains.edge: no descriptor key maps to the tenant gate");
   EXPECT_EQ(error_of("control: { rls: { domain: {} } }"),
@@ -1079,6 +1125,7 @@ plans:
       tenant:  { capacity: 21, refill_per_s: 5.5 }
       user:    { capacity: 7, refill_per_s: 2.25 }
       api_key: { capacity: 11, refill_per_s: 0.125 }
+      ip:      { capacity: 13, refill_per_s: 0.5 }
     quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
     on_failure: open
@@ -1089,6 +1136,7 @@ tenants:
 global_gates:
   tool: { web_search: { capacity: 3, refill_per_s: 0.75 } }
   model: { llama-70b: { capacity: 201, refill_per_s: 101 } }
+  total: { capacity: 5000, refill_per_s: 2500 }
 dataplane:
   eal: ["-l", "2-3", "--vdev=net_ring0"]
   ports: { client: 3, cluster: 2, rx_queues: 4 }
@@ -1137,6 +1185,7 @@ dataplane:
   EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
   EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
   EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
+  EXPECT_EQ(pro.ip, (Bucket{13, 0.5}));
   EXPECT_EQ(pro.quota, (Quota{123456789012, 601, 9}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
   EXPECT_EQ(c.plans.at("lite").cls, "default");
@@ -1145,6 +1194,7 @@ dataplane:
   EXPECT_EQ(c.tenants.at("ws-2"), (Tenant{"ws-2", "lite"}));
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{3, 0.75}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{201, 101}));
+  EXPECT_EQ(c.global_gates.total, (Bucket{5000, 2500}));
   ASSERT_TRUE(c.dataplane);
   const Dataplane& dp = *c.dataplane;
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "2-3", "--vdev=net_ring0"}));

@@ -150,13 +150,13 @@ struct Engine::Impl {
     bool conflict = false;  // the request_id has a live reservation: 409
     // From the tenant-slot call, for the response and a refund.
     Part tenant_part = Part::kPending;
-    std::array<double, 3> tokens_after{};
+    std::array<double, kMaxTenantBuckets> tokens_after{};
     int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
     Undo undo;
-    std::array<Part, 2> global_parts{};
-    std::array<double, 2> global_tokens{};
+    std::array<Part, kMaxGlobalBuckets> global_parts{};
+    std::array<double, kMaxGlobalBuckets> global_tokens{};
     // Per global gate, what its ungates.lua needs (gates.lua's snapshot); empty: one token back.
-    std::array<std::vector<std::string>, 2> global_undo;
+    std::array<std::vector<std::string>, kMaxGlobalBuckets> global_undo;
   };
 
   using Op = std::shared_ptr<AdmitOp>;

@@ -41,7 +41,10 @@ struct AdmitRequest {
   std::string model;       // empty: no model gate
   std::string tool;        // empty: no tool gate
   std::string request_id;  // empty: the engine generates one
-  int64_t tokens = 0;      // estimate reserved against the quota
+  // The end client's IPv4 or IPv6 address as the caller saw it; empty: no ip gate. Validated
+  // and normalised by the engine (common::client_ip_key).
+  std::string client_ip;
+  int64_t tokens = 0;  // estimate reserved against the quota
   std::optional<Flow> flow;
 };
 
@@ -58,7 +61,8 @@ struct ReleaseRequest {
 
 // Remaining capacity of one gate after the decision. Buckets are fractional, the quota whole.
 struct Remaining {
-  std::string gate;  // "tenant", "user", "api_key", "model", "tool", "quota", "concurrency"
+  // "tenant", "user", "api_key", "ip", "model", "tool", "total", "quota", "concurrency"
+  std::string gate;
   double value = 0;
   double limit = 0;     // capacity / tokens_per_month / max_streams
   double window_s = 0;  // policy window for RateLimit-Policy (capacity/refill, seconds in month…)
@@ -115,8 +119,8 @@ struct Charge {
   struct Bucket {
     std::string key, capacity, refill;  // the full limits, as the plan gives them
   };
-  std::string record_id;     // "<journal id>:<sequence>"
-  std::string applied_key;   // keys::applied or keys::global_applied: the slot of the call
+  std::string record_id;    // "<journal id>:<sequence>"
+  std::string applied_key;  // keys::applied or keys::global_applied: the slot of the call
   // keys::quota of the decision's month (tenant part); applied_key otherwise (same slot,
   // nothing added to it): every key the script touches is declared.
   std::string quota_key;

@@ -818,6 +818,120 @@ TEST_F(AdmissionTest, BadInputNamesTheField) {
   EXPECT_EQ(r.error.rfind("tenant: ", 0), 0u) << r.error;
 }
 
+AdmitRequest from(const std::string& tenant, const std::string& client_ip) {
+  AdmitRequest r = req(tenant);
+  r.client_ip = client_ip;
+  return r;
+}
+
+// The ip gate: a bucket per client address within the tenant. IPv4-mapped IPv6 is the IPv4
+// address; IPv6 addresses share their /64's bucket.
+TEST_F(AdmissionTest, IpGateLimitsEachAddressNotAcrossAddresses) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 0.001);
+  plan.ip = bucket(2, 0.001);
+  add_tenant(cfg, "ws-acme", plan);
+  add_tenant(cfg, "ws-other", plan);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  for (const std::string ip : {"203.0.113.7", "::ffff:203.0.113.7"}) {
+    AdmitResult r = h.admit(from("ws-acme", ip));
+    ASSERT_EQ(r.outcome, Outcome::kAllowed) << ip << " " << r.error;
+  }
+  AdmitResult refused = h.admit(from("ws-acme", "203.0.113.7"));
+  ASSERT_EQ(refused.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.gate, "ip");
+  EXPECT_EQ(refused.reason, "rate");
+  EXPECT_GT(refused.retry_after_ms, 0);
+  EXPECT_NEAR(rem(refused, "ip"), 0, 0.01);
+  EXPECT_EQ(h.admit(from("ws-acme", "::ffff:203.0.113.7")).gate, "ip");
+  // Another address, and the same address at another tenant, have buckets of their own.
+  AdmitResult other = h.admit(from("ws-acme", "203.0.113.8"));
+  ASSERT_EQ(other.outcome, Outcome::kAllowed) << other.error;
+  EXPECT_NEAR(rem(other, "ip"), 1, 0.01);
+  EXPECT_EQ(h.admit(from("ws-other", "203.0.113.7")).outcome, Outcome::kAllowed);
+  EXPECT_EQ(s.str({"EXISTS", keys::bucket("ws-acme", "ip", "203.0.113.7")}), "1");
+
+  // Two addresses of one /64 share a bucket; the next /64 has its own.
+  ASSERT_EQ(h.admit(from("ws-acme", "2001:db8:1:2::1")).outcome, Outcome::kAllowed);
+  ASSERT_EQ(h.admit(from("ws-acme", "2001:db8:1:2:ffff:ffff:ffff:fffe")).outcome,
+            Outcome::kAllowed);
+  AdmitResult same64 = h.admit(from("ws-acme", "2001:db8:1:2:dead::beef"));
+  ASSERT_EQ(same64.outcome, Outcome::kRefused);
+  EXPECT_EQ(same64.gate, "ip");
+  AdmitResult next64 = h.admit(from("ws-acme", "2001:db8:1:3::1"));
+  EXPECT_EQ(next64.outcome, Outcome::kAllowed) << next64.error;
+  EXPECT_EQ(s.str({"EXISTS", keys::bucket("ws-acme", "ip", "2001:db8:1:2::/64")}), "1");
+
+  // Without a client_ip the ip gate does not apply (as user and api_key without theirs).
+  AdmitResult anonymous = h.admit(req("ws-acme"));
+  ASSERT_EQ(anonymous.outcome, Outcome::kAllowed) << anonymous.error;
+  EXPECT_EQ(find_gate(anonymous, "ip"), nullptr);
+
+  // A bad address is a 400 naming client_ip, under a plan with or without an ip gate, and
+  // charges nothing.
+  auto before = s.dump();
+  for (const std::string bad : {"203.0.113.256", "2001:db8::/64", "fe80::1%eth0", " 1.2.3.4",
+                                "example.com", "1.2.3.4:80"}) {
+    AdmitResult r = h.admit(from("ws-acme", bad));
+    EXPECT_EQ(r.outcome, Outcome::kBadRequest) << bad;
+    EXPECT_EQ(r.error, "client_ip: must be an IPv4 or IPv6 address") << bad;
+  }
+  EXPECT_EQ(s.dump(), before);
+}
+
+// The total gate: one bucket for every admission of every tenant. A refusal by it is
+// all-or-nothing: the tenant's part (every tenant gate, ip included) is refunded byte for byte.
+TEST_F(AdmissionTest, TotalGateLimitsAcrossTenantsAndRefusesAllOrNothing) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 0.001);
+  plan.user = bucket(100, 0.001);
+  plan.api_key = bucket(100, 0.001);
+  plan.ip = bucket(100, 0.001);
+  plan.quota = config::Quota{100000, 600};
+  plan.concurrency = config::Concurrency{100, 600};
+  add_tenant(cfg, "ws-a", plan);
+  add_tenant(cfg, "ws-b", plan);
+  cfg.global_gates.total = bucket(3, 0.001);
+  cfg.global_gates.model["m1"] = bucket(100, 0.001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  auto full = [](const std::string& tenant) {
+    AdmitRequest r = req(tenant, 10);
+    r.user = "u1";
+    r.api_key = "k1";
+    r.client_ip = "198.51.100.1";
+    r.model = "m1";
+    return r;
+  };
+  for (const std::string t : {"ws-a", "ws-b", "ws-a"}) {
+    AdmitResult r = h.admit(full(t));
+    ASSERT_EQ(r.outcome, Outcome::kAllowed) << t << " " << r.error;
+  }
+  auto before = s.dump();
+  AdmitResult refused = h.admit(full("ws-b"));
+  ASSERT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "total");
+  EXPECT_EQ(refused.reason, "rate");
+  EXPECT_GT(refused.retry_after_ms, 0);
+  EXPECT_EQ(s.dump(), before);
+  EXPECT_EQ(s.reservations("ws-b").count(refused.request_id), 0u);
+  // The levels reported are those before the refused attempt.
+  EXPECT_NEAR(rem(refused, "tenant"), 99, 0.01);
+  EXPECT_NEAR(rem(refused, "ip"), 99, 0.01);
+  EXPECT_NEAR(rem(refused, "model"), 97, 0.01);
+  EXPECT_LT(rem(refused, "total"), 1);
+  // Without a model, a client_ip or any other gate, the total gate still applies.
+  AdmitResult bare = h.admit(req("ws-a"));
+  ASSERT_EQ(bare.outcome, Outcome::kRefused);
+  EXPECT_EQ(bare.gate, "total");
+  EXPECT_EQ(s.str({"EXISTS", keys::total_bucket()}), "1");
+}
+
 TEST_F(AdmissionTest, LongTenantGeneratedRequestIdRoundTrips) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
@@ -1358,6 +1472,17 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(admit_script_call(cfg, r)->args[2], "1");
   r.request_id = "rq-1";
   EXPECT_NE(admit_script_call(cfg, r)->args[1], attempt);
+  // The ip gate's bucket: in the tenant's hash slot, named by the address as normalised (an
+  // IPv6 address by its /64).
+  cfg.plans["plan-ws-acme"].ip = bucket(3, 1);
+  r.client_ip = "2001:db8:1:2::77";
+  call = admit_script_call(cfg, r);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
+  EXPECT_EQ(call->args[15], "3");  // bucket_count
+  EXPECT_EQ(std::vector<std::string>(call->args.end() - 3, call->args.end()),
+            (std::vector<std::string>{"ip", "3", "1"}));
+  r.client_ip.clear();
   std::string err;
   r.tenant = "nobody";
   EXPECT_FALSE(admit_script_call(cfg, r, &err));

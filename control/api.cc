@@ -156,6 +156,17 @@ std::optional<FieldError> get_flow(const json& obj, std::optional<Flow>& out) {
   return std::nullopt;
 }
 
+// client_ip: a string here; whether it is an address is the engine's check (prepare), which
+// normalises it in the same step and answers every front alike.
+std::optional<FieldError> get_client_ip(const json& obj, std::string& out) {
+  auto it = obj.find("client_ip");
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() || it->get_ref<const std::string&>().empty())
+    return FieldError{"client_ip", "must be an IPv4 or IPv6 address"};
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
 bool is_whole(const std::string& gate) {
   return gate == "quota" || gate == "concurrency";
 }
@@ -198,8 +209,8 @@ std::string json_body(Fill fill) {
 std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) {
   json j;
   if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(
-          j, {"tenant", "user", "api_key", "model", "tool", "tokens", "request_id", "flow"}))
+  if (auto e = reject_unknown(j, {"tenant", "user", "api_key", "model", "tool", "tokens",
+                                  "request_id", "flow", "client_ip"}))
     return e;
   AdmitRequest r;
   if (auto e = get_id(j, "tenant", true, r.tenant)) return e;
@@ -210,6 +221,7 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
   if (auto e = get_id(j, "request_id", false, r.request_id)) return e;
   if (auto e = get_tokens(j, false, r.tokens)) return e;
   if (auto e = get_flow(j, r.flow)) return e;
+  if (auto e = get_client_ip(j, r.client_ip)) return e;
   out = std::move(r);
   return std::nullopt;
 }

@@ -293,6 +293,58 @@ TEST_F(HttpTest, RefusalCarriesRetryAfterAndRateLimitHeaders) {
             std::string::npos);
 }
 
+// The ip and total gates are named in the 429, its headers and the metrics like every gate.
+TEST_F(HttpTest, IpAndTotalGatesAreNamedInTheRefusalHeadersAndMetrics) {
+  std::string yaml = test_config(dp_socket_);
+  yaml.replace(yaml.find("tenants:\n"), 9,
+               "  per-ip: { gates: { ip: { capacity: 1, refill_per_s: 0.001 } } }\n"
+               "tenants:\n  t-ip: { plan: per-ip }\n");
+  yaml += "global_gates: { total: { capacity: 3, refill_per_s: 0.001 } }\n";
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, yaml);
+  auto a = admit(R"({"tenant":"t-ip","client_ip":"192.0.2.10"})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.header("ratelimit-policy"), "\"ip\";q=1;w=1000, \"total\";q=3;w=3000");
+  EXPECT_EQ(a.body_json()["remaining"]["total"], 2);
+  // The same address written as IPv4-mapped IPv6: the same bucket, now empty.
+  auto r = admit(R"({"tenant":"t-ip","client_ip":"::ffff:192.0.2.10"})");
+  ASSERT_EQ(r.status, 429) << r.body;
+  auto j = r.body_json();
+  EXPECT_EQ(j["gate"], "ip");
+  EXPECT_EQ(j["reason"], "rate");
+  EXPECT_EQ(j["guidance"]["action"], "backoff");
+  EXPECT_EQ(r.header("retry-after"),
+            std::to_string((j["retry_after_ms"].get<int64_t>() + 999) / 1000));
+  EXPECT_NE(r.header("ratelimit").find("\"ip\";r=0;t="), std::string::npos)
+      << r.header("ratelimit");
+  // Refused by ip in the tenant's call: the total gate's call, sent beside it, gave its token
+  // back (the level the first admission left).
+  EXPECT_EQ(j["remaining"]["total"], 2) << r.body;
+  ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);
+  ASSERT_EQ(admit(R"({"tenant":"t-small"})").status, 200);
+  auto t = admit(R"({"tenant":"t-big","client_ip":"2001:db8::1"})");
+  ASSERT_EQ(t.status, 429) << t.body;
+  EXPECT_EQ(t.body_json()["gate"], "total");
+  EXPECT_EQ(t.body_json()["reason"], "rate");
+  EXPECT_NE(t.header("ratelimit").find("\"total\";r=0;t="), std::string::npos)
+      << t.header("ratelimit");
+  EXPECT_FALSE(t.header("retry-after").empty());
+  // A bad address is a 400 naming client_ip.
+  for (const char* bad :
+       {R"({"tenant":"t-ip","client_ip":"192.0.2.300"})", R"({"tenant":"t-ip","client_ip":""})",
+        R"({"tenant":"t-ip","client_ip":3221225994})"}) {
+    auto b = admit(bad);
+    EXPECT_EQ(b.status, 400) << bad << " -> " << b.body;
+    EXPECT_EQ(b.body_json()["error"], "client_ip: must be an IPv4 or IPv6 address") << b.body;
+  }
+  const std::string m = metrics();
+  for (const char* want :
+       {"dripgate_admissions_total{tenant=\"t-ip\",gate=\"ip\",result=\"refused\",front=\"http\"} "
+        "1\n",
+        "dripgate_admissions_total{tenant=\"t-big\",gate=\"total\",result=\"refused\",front="
+        "\"http\"} 1\n"})
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+}
+
 TEST_F(HttpTest, SettleReplacesTheReservation) {
   start();
   auto a = admit(R"({"tenant":"t-small","tokens":300})");

@@ -72,6 +72,14 @@ std::string registry_log() {
   return "dg:{registry}:log";
 }
 
+std::string total_bucket() {
+  return "dg:{g:total}:tb";
+}
+
+std::string total_attempt(std::string_view attempt) {
+  return join({"dg:{g:total}:a:", attempt});
+}
+
 std::string_view tenant_of_request_id(std::string_view request_id) {
   auto dot = request_id.rfind('.');
   if (dot == std::string_view::npos) return {};

@@ -13,7 +13,8 @@ namespace dripgate::control::keys {
 // "dg:{t:<tenant>}:" — the prefix every tenant-scoped key starts with.
 std::string tenant_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:tb:<gate>" for gate "tenant", "dg:{t:<tenant>}:tb:<gate>:<id>" otherwise
-// (gate "user" or "key" for api keys).
+// (gate "user", "key" for api keys, "ip" for a client address as common::client_ip_key
+// writes it: the tenant's hash tag keeps the ip gate in the tenant's one admit.lua call).
 std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
 // "dg:{t:<tenant>}:q:": the quota counters' prefix; a counter is "<prefix>YYYY-MM" (TimeKeys).
 std::string quota_prefix(std::string_view tenant);
@@ -71,6 +72,10 @@ std::string applied(std::string_view tenant);
 std::string global_applied(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
+// "dg:{g:total}:tb": the bucket of every admission of every tenant.
+std::string total_bucket();
+// "dg:{g:total}:a:<attempt>": as global_attempt, for the total gate's gates.lua call.
+std::string total_attempt(std::string_view attempt);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;
 // deleted once undone), in the slot of its bucket.
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);

@@ -355,6 +355,47 @@ TEST_F(RedisClusterTest, OneCallPerSlotAndARefusalRefundsTheOthers) {
   EXPECT_NEAR(level(third, "model"), 7, 0.1);
 }
 
+// The total gate on the cluster: its own slot, shared by tenants in other slots; a refusal by it
+// refunds the tenant's call (ip gate included) in the tenant's slot.
+TEST_F(RedisClusterTest, TheTotalGateLimitsTenantsOnTheCluster) {
+  config::Config cfg;
+  cfg.redis.cluster = {nodes_->seeds()[0]};
+  cfg.redis.timeout_ms = 1000;
+  cfg.redis.pool_size = 2;
+  config::Plan plan;
+  plan.name = "p";
+  plan.tenant = config::Bucket{100, 0.001};
+  plan.ip = config::Bucket{100, 0.001};
+  cfg.plans["p"] = plan;
+  // Tenants of their own: the cluster is shared by the tests of this file.
+  for (const char* t : {"acme-total", "bravo-total"}) cfg.tenants[t] = config::Tenant{t, "p"};
+  cfg.global_gates.total = config::Bucket{2, 0.001};
+  ConfigStore store(cfg);
+  Engine engine(store, loop_.base());
+  ASSERT_TRUE(loop_.wait_until([&] { return engine.redis_up(); }, milliseconds(5000)));
+  ASSERT_NE(hash_slot("t:acme-total"), hash_slot("g:total"));
+  ASSERT_NE(hash_slot("t:bravo-total"), hash_slot("g:total"));
+  std::vector<std::string> gates;
+  for (const char* t : {"acme-total", "bravo-total", "acme-total"}) {
+    AdmitRequest req;
+    req.tenant = t;
+    req.client_ip = "2001:db8::7";
+    std::optional<AdmitResult> res;
+    engine.admit(req, [&](AdmitResult r) { res = std::move(r); });
+    ASSERT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(5000)));
+    EXPECT_EQ(res->error, "") << t;
+    gates.push_back(res->outcome == Outcome::kRefused ? res->gate : "");
+    if (res->outcome == Outcome::kRefused) {
+      for (const Remaining& r : res->remaining) {
+        if (r.gate == "tenant" || r.gate == "ip") {
+          EXPECT_NEAR(r.value, 99, 0.01) << r.gate;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gates, (std::vector<std::string>{"", "", "total"}));
+}
+
 // Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
 // succeeded and what failed. A failed call's slot is used again 5 ms later (a dead node
 // refuses at once; no busy loop).

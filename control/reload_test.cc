@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "control/keys.h"
+
 namespace dripgate::control {
 namespace {
 
@@ -77,6 +79,48 @@ TEST_F(ReloadTest, AGoodFileIsPublishedWithItsHash) {
   EXPECT_TRUE(before->cfg.tenants.count("ws-b") == 0);
   EXPECT_EQ(metrics_.config_reloads().value({"ok"}), 1u);
   EXPECT_EQ(metrics_.config_reloads().value({"error"}), 0u);
+}
+
+// The ip and total gates are reloaded like every gate: added, changed and removed live, into the
+// engine's tables; a bad value is refused and the running ones stay.
+TEST_F(ReloadTest, IpAndTotalGatesComeAndGoByReload) {
+  Reloader& r = start(kA);
+  EXPECT_FALSE(store_->current()->tables.total);
+  EXPECT_FALSE(store_->current()->tables.tenants.at("ws-a").ip);
+  const std::string with = R"(control: { listen: "127.0.0.1:8080" }
+plans:
+  big: { gates: { tenant: { capacity: 100, refill_per_s: 10 }, ip: { capacity: 7, refill_per_s: 1 } } }
+  small: { gates: { tenant: { capacity: 2, refill_per_s: 1 } } }
+tenants:
+  ws-a: { plan: big }
+global_gates: { total: { capacity: 500, refill_per_s: 50 } }
+)";
+  write(with);
+  ReloadOutcome out = r.reload();
+  ASSERT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  const Tables& t = store_->current()->tables;
+  ASSERT_TRUE(t.total);
+  EXPECT_EQ(t.total->capacity, 500);
+  EXPECT_EQ(t.total->key, keys::total_bucket());
+  ASSERT_TRUE(t.tenants.at("ws-a").ip);
+  EXPECT_EQ(t.tenants.at("ws-a").ip->capacity, 7);
+
+  std::string bad = with;
+  bad.replace(bad.find("capacity: 500"), 13, "capacity: 0");
+  write(bad);
+  out = r.reload();
+  ASSERT_FALSE(out.ok);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_NE(out.errors[0].find(":7:36: global_gates.total.capacity: must be >= 1, got 0"),
+            std::string::npos)
+      << out.errors[0];
+  EXPECT_EQ(store_->current()->tables.total->capacity, 500);
+
+  write(kA);
+  out = r.reload();
+  ASSERT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  EXPECT_FALSE(store_->current()->tables.total);
+  EXPECT_FALSE(store_->current()->tables.tenants.at("ws-a").ip);
 }
 
 TEST_F(ReloadTest, AFileWithErrorsIsRefusedAndTheRunningOneStays) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/address.h"
 #include "common/id.h"
 #include "control/api.h"
 
@@ -30,15 +31,17 @@ std::string* field_of(AdmitRequest& a, const std::string& gate) {
   if (gate == "api_key") return &a.api_key;
   if (gate == "model") return &a.model;
   if (gate == "tool") return &a.tool;
+  if (gate == "ip") return &a.client_ip;
   return nullptr;
 }
 
 // The engine's gates behind a descriptor gate: the tenant's plan brings its quota, its
-// concurrency and its cap on open reservations with it.
+// concurrency and its cap on open reservations with it, and the total gate, which every
+// admission passes, is reported where the tenant is named (every request names it).
 bool covers(const std::string& gate, const std::string& engine_gate) {
   if (gate == "tenant")
     return engine_gate == "tenant" || engine_gate == "quota" || engine_gate == "concurrency" ||
-           engine_gate == "reservations";
+           engine_gate == "reservations" || engine_gate == "total";
   return gate == engine_gate;
 }
 
@@ -81,10 +84,17 @@ std::optional<Problem> map_request(const Domains& domains, const Request& req, M
         return Problem{Kind::kUnknown, at(d, e) + ".key",
                        "unknown descriptor key '" + entry.key + "' in domain '" + req.domain +
                            "' (known: " + keys_of(dom->second) + ")"};
-      if (!common::valid_id(entry.value))
+      // An address is no id (IPv6 has ':'); two entries naming it agree when they name the same
+      // client (::ffff:192.0.2.1 and 192.0.2.1 do). The engine normalises it again, in one place.
+      std::optional<std::string> ip;
+      if (g->second == "ip") {
+        if (!(ip = common::client_ip_key(entry.value)))
+          return Problem{Kind::kInvalid, at(d, e) + ".value", "must be an IPv4 or IPv6 address"};
+      } else if (!common::valid_id(entry.value)) {
         return Problem{Kind::kInvalid, at(d, e) + ".value", "must match [A-Za-z0-9._-]{1,64}"};
+      }
       std::string* slot = field_of(m.admit, g->second);
-      if (!slot->empty() && *slot != entry.value)
+      if (!slot->empty() && (ip ? common::client_ip_key(*slot) != ip : *slot != entry.value))
         return Problem{
             Kind::kInvalid, at(d, e) + ".value",
             "the " + g->second + " is already '" + *slot + "' (" + named_at[g->second] + ")"};

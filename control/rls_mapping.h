@@ -3,9 +3,9 @@
 // in and out, this file decides what they mean.
 //
 // A domain maps Envoy's descriptor keys to gates (control.rls.domains); the entries of all the
-// descriptors of a request together name the tenant, user, api_key, model and tool of one
-// all-or-nothing admission, whose cost is hits_addend (1 request for the buckets, hits_addend
-// tokens for the quota).
+// descriptors of a request together name the tenant, user, api_key, client_ip (gate ip), model
+// and tool of one all-or-nothing admission, whose cost is hits_addend (1 request for the buckets,
+// hits_addend tokens for the quota).
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,8 @@ const Domains kDomains = {
      {{"tenant", "tenant"},
       {"user", "user"},
       {"api_key", "api_key"},
+      {"client_ip", "ip"},
+      {"remote_address", "ip"},
       {"model", "model"},
       {"tool", "tool"}}},
     {"edge", {{"x-tenant-id", "tenant"}, {"x-org", "tenant"}, {"x-model", "model"}}},
@@ -65,9 +67,9 @@ TEST(RlsMapping, ConfiguredKeysNameGates) {
 TEST(RlsMapping, UnknownDomainsAndKeysAreReportedAsSuch) {
   EXPECT_EQ(problem({"other", {desc({{"tenant", "a"}})}, 0}),
             "unknown domain: unknown domain 'other'");
-  EXPECT_EQ(problem({"dripgate", {desc({{"tenant", "a"}, {"client_ip", "10.0.0.1"}})}, 0}),
-            "unknown descriptors[0].entries[1].key: unknown descriptor key 'client_ip' in domain "
-            "'dripgate' (known: api_key, model, tenant, tool, user)");
+  EXPECT_EQ(problem({"dripgate", {desc({{"tenant", "a"}, {"path", "/v1"}})}, 0}),
+            "unknown descriptors[0].entries[1].key: unknown descriptor key 'path' in domain "
+            "'dripgate' (known: api_key, client_ip, model, remote_address, tenant, tool, user)");
   // The built-in keys are not known in a domain that does not list them.
   EXPECT_EQ(problem({"edge", {desc({{"tenant", "a"}})}, 0}),
             "unknown descriptors[0].entries[0].key: unknown descriptor key 'tenant' in domain "
@@ -90,6 +92,35 @@ TEST(RlsMapping, MalformedRequestsNameTheField) {
             "tenant)");
   Request big{"dripgate", {Descriptor{{{"tenant", "a"}}, uint64_t{1} << 51}}, 0};
   EXPECT_EQ(problem(big), "invalid descriptors.hits_addend: too large");
+}
+
+// Envoy's remote_address action (descriptor key "remote_address") or a client_ip entry: the
+// admission's client_ip, checked as an address, not as an id.
+TEST(RlsMapping, TheClientAddressIsTheAdmissionsClientIp) {
+  for (const char* key : {"client_ip", "remote_address"}) {
+    Mapped m;
+    ASSERT_FALSE(map_request(
+        kDomains, Request{"dripgate", {desc({{"tenant", "a"}, {key, "2001:db8::5"}})}, 0}, m))
+        << key;
+    EXPECT_EQ(m.admit.client_ip, "2001:db8::5");
+    EXPECT_EQ(m.gates[0], (std::vector<std::string>{"tenant", "ip"}));
+  }
+  // Both names for one client agree, also written differently; two clients do not.
+  EXPECT_EQ(problem({"dripgate",
+                     {desc({{"tenant", "a"}, {"remote_address", "192.0.2.1"}}),
+                      desc({{"client_ip", "::ffff:192.0.2.1"}})},
+                     0}),
+            "ok");
+  EXPECT_EQ(problem({"dripgate",
+                     {desc({{"tenant", "a"}, {"remote_address", "192.0.2.1"}}),
+                      desc({{"client_ip", "192.0.2.2"}})},
+                     0}),
+            "invalid descriptors[1].entries[0].value: the ip is already '192.0.2.1' "
+            "(descriptors[0].entries[1])");
+  for (const char* bad : {"192.0.2.300", "", "client-7", "[::1]", "10.0.0.1:443"})
+    EXPECT_EQ(problem({"dripgate", {desc({{"tenant", "a"}, {"remote_address", bad}})}, 0}),
+              "invalid descriptors[0].entries[1].value: must be an IPv4 or IPv6 address")
+        << bad;
 }
 
 TEST(RlsMapping, ADescriptorsOwnCostWins) {
@@ -149,6 +180,16 @@ TEST(RlsMapping, StatusesReportTheRefusingGateOrTheTightest) {
   EXPECT_TRUE(s[2].over_limit);
   EXPECT_EQ(s[2].gate, "model");
   EXPECT_EQ(s[2].limit, 0);
+
+  // The total gate, which every admission passes, is over the limit where the tenant is named.
+  refused.gate = "total";
+  refused.remaining.push_back(gate("total", 0.5, 100, 1));
+  s = statuses(m, refused);
+  EXPECT_TRUE(s[0].over_limit);
+  EXPECT_EQ(s[0].gate, "total");
+  EXPECT_EQ(s[0].limit, 100);
+  EXPECT_FALSE(s[1].over_limit);
+  EXPECT_FALSE(s[2].over_limit);
 }
 
 }  // namespace

@@ -161,6 +161,34 @@ TEST_F(RlsTest, TokenBucketTable) {
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "http"}), 0u);
 }
 
+// Envoy's remote_address descriptor (or a client_ip one) is the admission's client_ip: the plan's
+// ip gate limits that client, and its refusal is named like any gate's.
+TEST_F(RlsTest, RemoteAddressFeedsTheIpGate) {
+  config::Plan p = plan(config::Bucket{100, 0.001});
+  p.ip = config::Bucket{1, 0.001};
+  add_tenant(cfg_, "ws-acme", p);
+  start();
+  Answer a = call("dripgate", {{{"tenant", "ws-acme"}, {"remote_address", "192.0.2.9"}}});
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(a.resp.overall_code(), Response::OK);
+  EXPECT_EQ(a.header("RateLimit-Policy"), "\"tenant\";q=100;w=100000, \"ip\";q=1;w=1000");
+  // The same client as IPv4-mapped IPv6, under the HTTP API's name: its bucket is empty.
+  Answer r = call("dripgate", {{{"tenant", "ws-acme"}, {"client_ip", "::ffff:192.0.2.9"}}});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.resp.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(r.resp.statuses(0).code(), Response::OVER_LIMIT);
+  EXPECT_EQ(r.resp.statuses(0).current_limit().name(), "ip");
+  EXPECT_NE(r.header("Retry-After"), "(none)");
+  // Another client is not held by it.
+  Answer o = call("dripgate", {{{"tenant", "ws-acme"}, {"remote_address", "2001:db8::9"}}});
+  EXPECT_EQ(o.resp.overall_code(), Response::OK);
+  Answer bad = call("dripgate", {{{"tenant", "ws-acme"}, {"remote_address", "192.0.2.999"}}});
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.status.error_message(),
+            "descriptors[0].entries[1].value: must be an IPv4 or IPv6 address");
+  EXPECT_EQ(metrics_.admissions().value({"ws-acme", "ip", "refused", "grpc"}), 1u);
+}
+
 // The quota table: hits_addend is the token estimate reserved against 1000 tokens a month.
 TEST_F(RlsTest, HitsAddendIsTheTokenEstimate) {
   add_tenant(cfg_, "ws-acme", plan(std::nullopt, config::Quota{1000, 600}));
@@ -246,10 +274,10 @@ TEST_F(RlsTest, UnknownAndMalformedCallsSaySo) {
        grpc::StatusCode::NOT_FOUND,
        "domain: unknown domain 'other'"},
       {"dripgate",
-       {{{"tenant", "ws-acme"}, {"client_ip", "10.0.0.1"}}},
+       {{{"tenant", "ws-acme"}, {"path", "/v1"}}},
        grpc::StatusCode::NOT_FOUND,
-       "descriptors[0].entries[1].key: unknown descriptor key 'client_ip' in domain 'dripgate' "
-       "(known: api_key, model, tenant, tool, user)"},
+       "descriptors[0].entries[1].key: unknown descriptor key 'path' in domain 'dripgate' "
+       "(known: api_key, client_ip, model, remote_address, tenant, tool, user)"},
       {"", {{{"tenant", "ws-acme"}}}, grpc::StatusCode::INVALID_ARGUMENT, "domain: required"},
       {"dripgate", {}, grpc::StatusCode::INVALID_ARGUMENT, "descriptors: required"},
       {"dripgate",

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/address.h"
 #include "common/id.h"
 #include "control/keys.h"
 #include "lua/lua_scripts.h"
@@ -47,8 +48,9 @@ constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
 
 const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 
-// Bucket counts as ARGV strings (at most three tenant buckets, two global ones).
-constexpr std::string_view kCounts[] = {"0", "1", "2", "3"};
+// Bucket counts as ARGV strings (at most four tenant buckets, three global ones).
+constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4"};
+static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMaxGlobalBuckets);
 
 }  // namespace
 
@@ -76,6 +78,7 @@ TenantInfo plan_info(const config::Plan& p) {
   if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
   if (p.user) ti.user.emplace("user", *p.user);
   if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
+  if (p.ip) ti.ip.emplace("ip", *p.ip);
   config::Quota q = p.quota.value_or(config::Quota{});
   if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
   ti.res_ttl = std::max<int64_t>(1, q.reservation_ttl_s);
@@ -115,6 +118,10 @@ Tables::Tables(const config::Config& cfg) {
     g.key = keys::global_bucket("tool", name);
     g.id = name;
     tools.emplace(name, std::move(g));
+  }
+  if (cfg.global_gates.total) {
+    total.emplace("total", *cfg.global_gates.total);
+    total->key = keys::total_bucket();
   }
 }
 
@@ -172,6 +179,11 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   if (!req.request_id.empty() && !id_ok(req.request_id))
     return std::string("request_id: ") + std::string(kIdRule);
   if (auto e = check_tokens(req.tokens); !e.empty()) return e;
+  // Validated whether or not the plan has an ip gate: bad input is refused the same way under
+  // every plan. Normalised here, once, into the form the key is made of.
+  std::optional<std::string> ip;
+  if (!req.client_ip.empty() && !(ip = common::client_ip_key(req.client_ip)))
+    return "client_ip: must be an IPv4 or IPv6 address";
 
   const TenantInfo& t = *found;
   p.t = &t;
@@ -201,6 +213,12 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.buckets[p.nb] = &*t.api_key;
     p.bucket_keys[p.nb++] = p.api_key_key;
   }
+  // Like user and api_key, the ip gate applies to the requests that name a client_ip.
+  if (t.ip && ip) {
+    p.ip_key = keys::bucket(t.name, "ip", *ip);
+    p.buckets[p.nb] = &*t.ip;
+    p.bucket_keys[p.nb++] = p.ip_key;
+  }
   if (!req.model.empty()) {
     auto m = tables.models.find(req.model);
     if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
@@ -209,8 +227,11 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     auto g = tables.tools.find(req.tool);
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
+  if (tables.total) p.globals[p.ng++] = &*tables.total;
   for (int i = 0; i < p.ng; ++i)
-    p.attempt_keys[i] = keys::global_attempt(p.globals[i]->name, p.globals[i]->id, p.attempt);
+    p.attempt_keys[i] = p.globals[i]->id.empty()
+                            ? keys::total_attempt(p.attempt)
+                            : keys::global_attempt(p.globals[i]->name, p.globals[i]->id, p.attempt);
   return {};
 }
 
@@ -285,8 +306,9 @@ void TenantInfo::time_keys(keys::TimeKeys& out) const {
 }
 
 AdmitCall::AdmitCall(const Prepared& p)
-    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + 3, lua::admit::kArgsFixed,
-           lua::admit::kArgsFixed + 3 * lua::admit::kArgBucketStride) {
+    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + kMaxTenantBuckets,
+           lua::admit::kArgsFixed,
+           lua::admit::kArgsFixed + kMaxTenantBuckets * lua::admit::kArgBucketStride) {
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
   set_time_keys(*this, p.time_keys, kAdmitTime);
@@ -350,9 +372,10 @@ UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string
 }
 
 RefundCall::RefundCall(const Prepared& p, const Undo& undo)
-    : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + 3,
+    : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + kMaxTenantBuckets,
            lua::refund::kArgsFixed,
-           lua::refund::kArgsFixed + 3 * lua::refund::kArgBucketStride + undo.pruned.size()) {
+           lua::refund::kArgsFixed + kMaxTenantBuckets * lua::refund::kArgBucketStride +
+               undo.pruned.size()) {
   namespace s = lua::refund;
   set_time_keys(*this, p.time_keys, kRefundTime);
   keys.set(s::kKeyLeases, p.t->leases_key);

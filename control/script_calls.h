@@ -31,12 +31,12 @@ namespace dripgate::control {
 
 // One configured token bucket with its ARGV strings formatted once.
 struct Gate {
-  std::string name;  // "tenant", "user", "api_key", "model", "tool"
+  std::string name;  // "tenant", "user", "api_key", "ip", "model", "tool", "total"
   double capacity = 0;
   double refill = 0;
   std::string cap_s, rate_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
-  std::string id;   // global gates: the model or tool name
+  std::string id;   // global gates: the model or tool name ("" for total)
 
   Gate(std::string n, const config::Bucket& b);
 };
@@ -44,7 +44,7 @@ struct Gate {
 struct TenantInfo {
   std::string name;
   const config::Plan* plan = nullptr;
-  std::optional<Gate> tenant, user, api_key;
+  std::optional<Gate> tenant, user, api_key, ip;
   std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
   std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
   int64_t res_ttl = 600;  // reservation_ttl_s
@@ -63,6 +63,7 @@ struct Tables {
   // Every plan's, with its keys unset, by plan name: for the tenants of the tenant registry.
   std::unordered_map<std::string, TenantInfo> plans;
   std::unordered_map<std::string, Gate> models, tools;
+  std::optional<Gate> total;  // every admission, when configured
 
   explicit Tables(const config::Config& cfg);
 
@@ -76,11 +77,16 @@ struct Tables {
                          std::string* why = nullptr) const;
 };
 
+// The most buckets one admission goes through: tenant, user, api_key and ip in the tenant's
+// admit.lua call; model, tool and total in the global gates.lua call.
+inline constexpr size_t kMaxTenantBuckets = 4;
+inline constexpr size_t kMaxGlobalBuckets = 3;
+
 // An admission being built: validated input, key names and the buckets it goes through.
 struct Prepared {
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;  // t's owner for a tenant on the default plan
-  std::string rid, user_key, api_key_key, tokens_s;
+  std::string rid, user_key, api_key_key, ip_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
   std::string attempt;  // 8 hex digits
@@ -89,13 +95,13 @@ struct Prepared {
   keys::TimeKeys time_keys;
   // Per global gate, keys::global_attempt of the attempt: each gate's gates.lua call leaves its
   // marker in that gate's own hash slot.
-  std::array<std::string, 2> attempt_keys;
+  std::array<std::string, kMaxGlobalBuckets> attempt_keys;
   bool fresh = false;  // rid was generated here: it cannot be in use yet
   int64_t tokens = 0;
-  std::array<const Gate*, 3> buckets{};
-  std::array<std::string_view, 3> bucket_keys{};
+  std::array<const Gate*, kMaxTenantBuckets> buckets{};
+  std::array<std::string_view, kMaxTenantBuckets> bucket_keys{};
   int nb = 0;
-  std::array<const Gate*, 2> globals{};
+  std::array<const Gate*, kMaxGlobalBuckets> globals{};
   int ng = 0;
 };
 
@@ -159,8 +165,8 @@ struct AdmitCall : Call {
 // admission writes one.
 inline constexpr int kAttemptTtlS = 60;
 
-// gates.lua for p's global gate i (model or tool): one call per gate, since each gate's bucket
-// has its own hash tag and so, on a Redis Cluster, its own slot.
+// gates.lua for p's global gate i (model, tool or total): one call per gate, since each gate's
+// bucket has its own hash tag and so, on a Redis Cluster, its own slot.
 struct GatesCall : Call {
   GatesCall(const Prepared& p, int i);
 };

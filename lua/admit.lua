@@ -1,6 +1,6 @@
 -- admit.lua: one admission for one tenant, atomically, in the tenant's hash slot.
 --
--- Evaluates every tenant-scoped gate (token buckets tenant/user/api_key, the monthly LLM-token
+-- Evaluates every tenant-scoped gate (token buckets tenant/user/api_key/ip, the monthly LLM-token
 -- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
 -- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is

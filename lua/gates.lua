@@ -1,12 +1,14 @@
--- gates.lua: a global gate (a model or tool token bucket, shared by every tenant).
+-- gates.lua: a global gate (a model or tool token bucket shared by every tenant, or the total
+-- bucket every admission of every tenant takes from).
 --
--- Called when a request names a model or tool that has a configured gate, at the same time as
--- admit.lua (the tenant-scoped part) and the request's other global gate: each global bucket
--- ("dg:{g:model:<name>}:tb", "dg:{g:tool:<name>}:tb") carries its own hash tag, so on a Redis
--- Cluster it has its own slot, and one call per slot keeps every script's keys in one slot. When
--- any part refuses, the engine undoes the parts that admitted (refund.lua, ungates.lua).
--- All-or-nothing across the buckets given (the engine gives one): a refusal writes nothing. Same
--- bucket math as admit.lua (lib_bucket.lua).
+-- Called for each global gate a request meets (a model or tool with a configured gate, the total
+-- gate when configured), at the same time as admit.lua (the tenant-scoped part) and the
+-- request's other global gates: each global bucket ("dg:{g:model:<name>}:tb",
+-- "dg:{g:tool:<name>}:tb", "dg:{g:total}:tb") carries its own hash tag, so on a Redis Cluster it
+-- has its own slot, and one call per slot keeps every script's keys in one slot. When any part
+-- refuses, the engine undoes the parts that admitted (refund.lua, ungates.lua). All-or-nothing
+-- across the buckets given (the engine gives one): a refusal writes nothing. Same bucket math as
+-- admit.lua (lib_bucket.lua).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
 -- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
@@ -16,7 +18,8 @@
 -- @keys attempt bucket...
 -- @argv attempt_ttl bucket_count bucket...(gate capacity refill)
 --
--- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" (the first bucket's hash tag): the marker
+-- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
+--                  bucket's hash tag): the marker
 --       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
