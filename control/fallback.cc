@@ -14,6 +14,8 @@ namespace dripgate::control {
 
 namespace {
 
+constexpr char kJournalUnwritable[] = "redis: unavailable, and the local journal cannot be written";
+
 int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -191,7 +193,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
                   std::strerror(errno));
     res = AdmitResult{};
     res.outcome = Outcome::kUnavailable;
-    res.error = "redis: unavailable, and the local journal cannot be written";
+    res.error = kJournalUnwritable;
     return res;
   }
   counts();
@@ -250,6 +252,14 @@ std::optional<ReleaseResult> Fallback::release(const std::string& request_id) {
   return res;
 }
 
+bool Fallback::journal_deferred(JournalRecord& rec) {
+  std::lock_guard lock(mu_);
+  rec.at_ms = now_();
+  if (!journal_->append(rec)) return false;
+  counts();
+  return true;
+}
+
 SettleResult Fallback::defer_settle(const std::string& tenant, const std::string& request_id,
                                     int64_t tokens) {
   JournalRecord rec;
@@ -259,14 +269,11 @@ SettleResult Fallback::defer_settle(const std::string& tenant, const std::string
   rec.tokens = tokens;
   SettleResult res;
   res.degraded = "local";
-  std::lock_guard lock(mu_);
-  rec.at_ms = now_();
-  if (!journal_->append(rec)) {
+  if (!journal_deferred(rec)) {
     res.outcome = Outcome::kUnavailable;
-    res.error = "redis: unavailable, and the local journal cannot be written";
+    res.error = kJournalUnwritable;
     return res;
   }
-  counts();
   // Settled as far as the client is concerned: Redis applies it when it is back.
   res.outcome = Outcome::kAllowed;
   res.settled = true;
@@ -282,14 +289,11 @@ ReleaseResult Fallback::defer_release(const std::string& tenant, const std::stri
   rec.request_id = request_id;
   ReleaseResult res;
   res.degraded = "local";
-  std::lock_guard lock(mu_);
-  rec.at_ms = now_();
-  if (!journal_->append(rec)) {
+  if (!journal_deferred(rec)) {
     res.outcome = Outcome::kUnavailable;
-    res.error = "redis: unavailable, and the local journal cannot be written";
+    res.error = kJournalUnwritable;
     return res;
   }
-  counts();
   // Whether a lease was held is Redis's to say; it ends it when it is back.
   res.outcome = Outcome::kAllowed;
   res.released = false;

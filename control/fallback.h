@@ -76,6 +76,9 @@ class Fallback {
  private:
   Fallback(std::unique_ptr<Journal> journal, Clock now);
   void counts();  // refreshes open_ and pending_ (under mu_)
+  // Journals a settle or release Redis missed (stamped now), for reconciliation to replay; false
+  // when the journal cannot be written.
+  bool journal_deferred(JournalRecord& rec);
 
   mutable std::mutex mu_;
   std::unique_ptr<Journal> journal_;
