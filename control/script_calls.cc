@@ -72,13 +72,23 @@ void set_keys(TenantInfo& ti, const std::string& name) {
   ti.leases_key = keys::leases(name);
 }
 
-TenantInfo plan_info(const config::Plan& p) {
+PlanGates plan_gates_of(const config::Plan& p) {
+  PlanGates g;
+  if (p.tenant) g.tenant.emplace("tenant", *p.tenant);
+  if (p.user) g.user.emplace("user", *p.user);
+  if (p.api_key) g.api_key.emplace("api_key", *p.api_key);
+  if (p.ip) g.ip.emplace("ip", *p.ip);
+  return g;
+}
+
+TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
   TenantInfo ti;
   ti.plan = &p;
-  if (p.tenant) ti.tenant.emplace("tenant", *p.tenant);
-  if (p.user) ti.user.emplace("user", *p.user);
-  if (p.api_key) ti.api_key.emplace("api_key", *p.api_key);
-  if (p.ip) ti.ip.emplace("ip", *p.ip);
+  auto ptr = [](const std::optional<Gate>& o) { return o ? &*o : nullptr; };
+  ti.tenant = ptr(g.tenant);
+  ti.user = ptr(g.user);
+  ti.api_key = ptr(g.api_key);
+  ti.ip = ptr(g.ip);
   config::Quota q = p.quota.value_or(config::Quota{});
   if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
   ti.res_ttl = std::max<int64_t>(1, q.reservation_ttl_s);
@@ -95,11 +105,15 @@ TenantInfo plan_info(const config::Plan& p) {
 }  // namespace
 
 Tables::Tables(const config::Config& cfg) {
-  for (const auto& [name, p] : cfg.plans) plans.emplace(name, plan_info(p));
+  for (const auto& [name, p] : cfg.plans) {
+    const PlanGates& g = plan_gates.emplace(name, plan_gates_of(p)).first->second;
+    plans.emplace(name, plan_info(p, g));
+  }
+  tenants.reserve(cfg.tenants.size());
   for (const auto& [name, t] : cfg.tenants) {
     auto pit = cfg.plans.find(t.plan);
     if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
-    TenantInfo ti = plan_info(pit->second);
+    TenantInfo ti = plan_info(pit->second, plan_gates.at(t.plan));
     if (name == config::kAnyTenant) {
       any = std::move(ti);
       continue;

@@ -41,10 +41,17 @@ struct Gate {
   Gate(std::string n, const config::Bucket& b);
 };
 
+// A plan's tenant-scoped buckets, once per plan: every tenant on the plan points at them (a
+// tenant's own state is its keys), so 100,000 tenants do not hold 100,000 copies.
+struct PlanGates {
+  std::optional<Gate> tenant, user, api_key, ip;
+};
+
 struct TenantInfo {
   std::string name;
   const config::Plan* plan = nullptr;
-  std::optional<Gate> tenant, user, api_key, ip;
+  // The plan's gates (Tables::plan_gates), null when the plan has none.
+  const Gate *tenant = nullptr, *user = nullptr, *api_key = nullptr, *ip = nullptr;
   std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
   std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
   int64_t res_ttl = 600;  // reservation_ttl_s
@@ -56,6 +63,9 @@ struct TenantInfo {
 // Everything derived from the config that a request needs, built once per configuration.
 // Holds pointers into cfg's plans: cfg must outlive it.
 struct Tables {
+  // By plan name; first, so that the TenantInfo below can point into it (nodes of an
+  // unordered_map stay where they are). Not copied: a copy would point into the original.
+  std::unordered_map<std::string, PlanGates> plan_gates;
   std::unordered_map<std::string, TenantInfo> tenants;
   // The default plan's (tenants: "*"), with its keys unset: a copy named after an unlisted
   // tenant is made per request.
@@ -66,6 +76,8 @@ struct Tables {
   std::optional<Gate> total;  // every admission, when configured
 
   explicit Tables(const config::Config& cfg);
+  Tables(const Tables&) = delete;
+  Tables& operator=(const Tables&) = delete;
 
   // The tenant registry's plan for `name` when it names the tenant (the registry wins over the
   // file), else the file's entry, else a copy of `any`; a copy made for `name` is kept alive by
