@@ -21,18 +21,8 @@ namespace dripgate::control {
 
 namespace {
 
-// A bucket's level as the scripts report it, with the policy numbers the RateLimit headers need.
-// reset_s (whole seconds until full) is the first second at which lib_bucket.lua's refill
-// min(cap, tk + elapsed * rate) reaches the capacity; admission_test checks the two agree.
 Remaining bucket_remaining(const Gate& g, double tokens) {
-  Remaining r;
-  r.gate = g.name;
-  r.value = tokens;
-  r.limit = g.capacity;
-  r.window_s = g.refill > 0 ? g.capacity / g.refill : 0;
-  r.reset_s = g.refill > 0 ? static_cast<int64_t>(std::ceil((g.capacity - tokens) / g.refill)) : 0;
-  if (r.reset_s < 0) r.reset_s = 0;
-  return r;
+  return control::bucket_remaining(g.name, g.capacity, g.refill, tokens);
 }
 
 std::string_view reason_of(std::string_view gate) {
@@ -116,6 +106,19 @@ void post_bad_request(RedisCalls& redis, std::string error, std::function<void(R
 }
 
 }  // namespace
+
+// reset_s (whole seconds until full) is the first second at which lib_bucket.lua's refill
+// min(cap, tk + elapsed * rate) reaches the capacity; admission_test checks the two agree.
+Remaining bucket_remaining(std::string gate, double capacity, double refill, double tokens) {
+  Remaining r;
+  r.gate = std::move(gate);
+  r.value = tokens;
+  r.limit = capacity;
+  r.window_s = refill > 0 ? capacity / refill : 0;
+  r.reset_s = refill > 0 ? static_cast<int64_t>(std::ceil((capacity - tokens) / refill)) : 0;
+  if (r.reset_s < 0) r.reset_s = 0;
+  return r;
+}
 
 struct Engine::Impl {
   SnapshotView view;

@@ -69,6 +69,10 @@ struct Remaining {
   int64_t reset_s = 0;  // seconds until the gate is full again / the month rolls over
 };
 
+// A token bucket's Remaining at `tokens`, with the policy numbers the RateLimit headers need:
+// the same for a decision of the scripts and a local one (redis.on_failure: local).
+Remaining bucket_remaining(std::string gate, double capacity, double refill, double tokens);
+
 enum class Outcome {
   kAllowed,      // 200
   kRefused,      // 429

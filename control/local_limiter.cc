@@ -10,16 +10,7 @@ namespace {
 constexpr int64_t kNeverMs = 86400000;  // a bucket that never refills: a day, as admit.lua says
 
 Remaining bucket_remaining(const LocalBucket& b, double tokens) {
-  Remaining r;
-  r.gate = b.gate;
-  r.value = tokens;
-  r.limit = b.capacity;
-  r.window_s = b.refill > 0 ? b.capacity / b.refill : 0;
-  r.reset_s =
-      b.refill > 0
-          ? std::max<int64_t>(0, static_cast<int64_t>(std::ceil((b.capacity - tokens) / b.refill)))
-          : 0;
-  return r;
+  return control::bucket_remaining(b.gate, b.capacity, b.refill, tokens);
 }
 
 }  // namespace
