@@ -26,6 +26,29 @@ start_redis() {
   wait_port "$redis_port"
 }
 
+# start_redis_cluster DIR N: N private, non-persistent cluster-enabled redis-servers on free ports
+# joined into one cluster of N masters (`redis-cli --cluster create`, no replicas), nodes that keep
+# serving their slots when another fails; sets cluster_ports (an array) and appends the pids.
+start_redis_cluster() {
+  cluster_ports=()
+  local i seeds=()
+  for ((i = 0; i < $2; i++)); do
+    mkdir -p "$1/node$i"
+    start_redis "$1/node$i" --cluster-enabled yes --cluster-config-file "$1/node$i/nodes.conf" \
+      --cluster-require-full-coverage no
+    cluster_ports+=("$redis_port")
+    seeds+=("127.0.0.1:$redis_port")
+  done
+  redis-cli --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes >"$1/create.log" 2>&1 ||
+    { cat "$1/create.log" >&2; return 1; }
+  for _ in $(seq 1 100); do
+    redis-cli -p "${cluster_ports[0]}" cluster info | grep -q '^cluster_state:ok' && return 0
+    sleep 0.05
+  done
+  echo "$(basename "$0"): the cluster did not reach cluster_state:ok" >&2
+  return 1
+}
+
 # bootstrap [TARGET...]: what every entry point does first, from the repo root: installs the
 # missing Debian packages, configures $BUILD (default build/) once, and compiles the targets
 # (everything when none are named). A failed build prints the compiler's output and exits 1.

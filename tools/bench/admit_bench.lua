@@ -3,6 +3,8 @@
 -- WRK_RESULT <req/s> <p50 us> <p99 us> <requests> <errors>.
 -- With DG_FLOWS=1 in the environment every request carries a new flow (the source port counts
 -- up; each wrk thread has its own source address), which the daemon tags on the dataplane.
+-- With DG_TENANTS=N every request names one of N tenants "t-0" .. "t-<N-1>" in turn (the plan
+-- "*" admits them), so that on a Redis Cluster the admissions spread over the masters.
 wrk.method = "POST"
 wrk.body = '{"tenant":"ws-bench","tokens":1}'
 wrk.headers["Content-Type"] = "application/json"
@@ -20,6 +22,15 @@ if os.getenv("DG_FLOWS") == "1" then
                                '"dst":"10.9.0.1","dport":8080,"proto":17}}',
                                src, 1024 + counter % 60000)
     return wrk.format(nil, nil, nil, body)
+  end
+end
+
+if os.getenv("DG_TENANTS") then
+  local tenants = tonumber(os.getenv("DG_TENANTS"))
+  local counter = math.random(0, tenants - 1)
+  function request()
+    counter = (counter + 1) % tenants
+    return wrk.format(nil, nil, nil, '{"tenant":"t-' .. counter .. '","tokens":1}')
   end
 end
 

@@ -56,6 +56,81 @@ RAND_RANGE = "2000000000"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def post(http_port, body):
+    """One POST /v1/admit on its own connection; the answer's JSON (exits unless admitted)."""
+    s = socket.create_connection(("127.0.0.1", http_port))
+    s.sendall((f"POST /v1/admit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               f"{body}").encode())
+    reply = b""
+    while chunk := s.recv(65536):
+        reply += chunk
+    s.close()
+    text = reply.decode()
+    if '"allowed":true' not in text:
+        sys.exit(f"bench: admission failed:\n{text}")
+    return json.loads(text[text.index("{"):])
+
+
+def capture(clis, http_port, body):
+    """The daemon's Redis commands for one admission (after a warm-up one), as sent, seen with
+    MONITOR on every node in `clis` (redis-cli commands): (commands, script calls, request_id)."""
+    post(http_port, body)
+    mons = [subprocess.Popen(cli + ["monitor"], stdout=subprocess.PIPE, text=True) for cli in clis]
+    for mon in mons:
+        mon.stdout.readline()  # "OK": MONITOR is on
+    rid = post(http_port, body)["request_id"]
+    time.sleep(0.3)
+    out = ""
+    for mon in mons:
+        mon.terminate()
+        out += mon.communicate()[0]
+    # Commands a script runs show as client "lua": not the daemon's.
+    cmds = [[bytes(x, "utf-8").decode("unicode_escape")
+             for x in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+            for line in out.splitlines() if not re.search(r"\[\d+ lua\]", line)]
+    # Not the admission's: the tenant registry's poll and the cluster client's slot-map reads.
+    cmds = [c for c in cmds if c and c[0].lower() != "cluster"
+            and not any("{registry}" in x for x in c)]
+    calls = [c for c in cmds if c[0].lower() in ("evalsha", "eval", "fcall", "fcall_ro")]
+    if not calls:
+        sys.exit("bench: no script call seen in MONITOR output:\n" + out)
+    return cmds, calls, rid
+
+
+def replayable(call, rid):
+    """`call` with its request id made new by redis-benchmark -r for every call: same length as
+    the daemon's id, so the reservation key and record weigh the same."""
+    new_rid = (rid[:-len(RAND)] if len(rid) > len(RAND) else rid + ".") + RAND
+    return [x.replace(rid, new_rid) for x in call]
+
+
+def wrk(url, script, conns, secs, env=None):
+    """One wrk window (one thread, `conns` connections) with a WRK_RESULT line's figures."""
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "-s", script, url],
+                         check=True, capture_output=True, text=True,
+                         env=dict(os.environ, **(env or {}))).stdout
+    line = next(l for l in out.splitlines() if l.startswith("WRK_RESULT"))
+    rps, p50, p99, reqs, bad = line.split()[1:]
+    ok = int(reqs) - int(bad)
+    return {"rate": float(rps) * ok / max(int(reqs), 1), "p50": float(p50), "p99": float(p99),
+            "decisions": ok, "errors": int(bad)}
+
+
+def redis_benchmark(base, call, conns, n):
+    """redis-benchmark (`base`: the command and its node flags) sending `call` n times, a new
+    __rand_int__ each time; the figures of its CSV row (in cluster mode it prints the node list
+    first)."""
+    out = subprocess.run(base + ["-c", str(conns), "-n", str(n), "-r", RAND_RANGE, "--csv"] + call,
+                         check=True, capture_output=True, text=True).stdout
+    rows = [r for r in csv.reader(io.StringIO(out)) if r]
+    head = next(r for r in rows if r[0] == "test")
+    row = rows[-1]
+    get = lambda k: float(row[head.index(k)])
+    return {"rate": get("rps"), "p50": get("p50_latency_ms") * 1000,
+            "p99": get("p99_latency_ms") * 1000, "decisions": n, "errors": 0}
+
+
 class Bench:
     def __init__(self, a):
         self.a = a
@@ -78,39 +153,12 @@ class Bench:
         return {k: float(v) for k, v in stat.items()}
 
     def post(self, body):
-        s = socket.create_connection(("127.0.0.1", self.a.http_port))
-        s.sendall((f"POST /v1/admit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                   f"{body}").encode())
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-        s.close()
-        text = reply.decode()
-        if '"allowed":true' not in text:
-            sys.exit(f"bench: admission failed:\n{text}")
-        return json.loads(text[text.index("{"):])
+        return post(self.a.http_port, body)
 
     def capture(self):
         """The daemon's Redis commands for one admission (after a warm-up one), as sent."""
-        self.post(self.a.body)
-        mon = subprocess.Popen(self.cli + ["monitor"], stdout=subprocess.PIPE, text=True)
-        mon.stdout.readline()  # "OK": MONITOR is on
-        rid = self.post(self.a.body)["request_id"]
-        time.sleep(0.3)
-        mon.terminate()
-        out = mon.communicate()[0]
-        # Commands a script runs show as client "lua": not the daemon's.
-        cmds = [[bytes(x, "utf-8").decode("unicode_escape")
-                 for x in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
-                for line in out.splitlines() if not re.search(r"\[\d+ lua\]", line)]
-        cmds = [c for c in cmds if c]
-        calls = [c for c in cmds if c[0].lower() in ("evalsha", "eval", "fcall", "fcall_ro")]
-        if not calls:
-            sys.exit("bench: no script call seen in MONITOR output:\n" + out)
-        # Same length as the daemon's id, so the reservation key and record weigh the same.
-        new_rid = (rid[:-len(RAND)] if len(rid) > len(RAND) else rid + ".") + RAND
-        self.call = [x.replace(rid, new_rid) for x in calls[0]]
+        cmds, calls, rid = capture([self.cli], self.a.http_port, self.a.body)
+        self.call = replayable(calls[0], rid)
         self.cmd = self.call[0].lower()
         print(f"daemon's Redis commands for one admission: {len(cmds)} "
               f"({', '.join(c[0].upper() for c in cmds)})")
@@ -146,23 +194,10 @@ class Bench:
         return res
 
     def wrk(self, conns, secs):
-        out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "-s", self.a.wrk_script,
-                              self.url], check=True, capture_output=True, text=True).stdout
-        line = next(l for l in out.splitlines() if l.startswith("WRK_RESULT"))
-        rps, p50, p99, reqs, bad = line.split()[1:]
-        ok = int(reqs) - int(bad)
-        return {"rate": float(rps) * ok / max(int(reqs), 1), "p50": float(p50),
-                "p99": float(p99), "decisions": ok, "errors": int(bad)}
+        return wrk(self.url, self.a.wrk_script, conns, secs)
 
     def redis_benchmark(self, call, conns, n):
-        out = subprocess.run(self.rb + ["-c", str(conns), "-n", str(n), "-r", RAND_RANGE,
-                                        "--csv"] + call,
-                             check=True, capture_output=True, text=True).stdout
-        rows = list(csv.reader(io.StringIO(out)))
-        head, row = rows[0], rows[-1]
-        get = lambda k: float(row[head.index(k)])
-        return {"rate": get("rps"), "p50": get("p50_latency_ms") * 1000,
-                "p99": get("p99_latency_ms") * 1000, "decisions": n, "errors": 0}
+        return redis_benchmark(self.rb, call, conns, n)
 
     def size(self, rate, secs):
         return max(5000, int(rate * secs))

@@ -11,8 +11,15 @@
 # The plan (admit_bench.yaml): a tenant bucket + a monthly quota, generous enough that nothing
 # is refused. Prints every round, then medians and a summary table. Not a test: figures only.
 #
+# --cluster measures scale-out instead (tools/bench/admit_cluster.py runs it): 1 daemon on one
+# Redis node and 2 daemons on a 3-master Redis Cluster, each beside redis-benchmark EVALSHA of
+# the daemons' own call on the same topology, alternating rounds; and Redis bytes and keys per
+# tenant with --tenants (100,000) tenants on each.
+#
 #   bash tools/bench/admit_bench.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
 #       [--half-conns N] [--threads N] [--memory-calls N] [--unix] [--quick]
+#   bash tools/bench/admit_bench.sh --cluster [--build DIR] [--seconds N] [--rounds N]
+#       [--conns N] [--tenants N] [--quick]
 #
 # --seconds (10) per window, --rounds (3), --conns (32) wrk/redis-benchmark connections at peak,
 # --half-conns: skip the probe for the half-peak concurrency, --threads: daemon workers,
@@ -26,6 +33,8 @@ conns=32
 half_conns=0
 memory_calls=100000
 unix=0
+cluster=0
+tenants=100000
 # Daemon worker threads. Redis (single-threaded), the load generator and the daemon share this
 # box: on 2 cores one worker is the fair setup (a second one only adds context switches).
 threads=$(( $(nproc) > 2 ? 2 : 1 ))
@@ -36,10 +45,13 @@ while [[ $# -gt 0 ]]; do
     --half-conns) half_conns=$2 ;;
     --threads) threads=$2 ;;
     --memory-calls) memory_calls=$2 ;;
+    --tenants) tenants=$2 ;;
     --unix) unix=1; shift; continue ;;
-    --quick) seconds=2; rounds=1; memory_calls=20000; shift; continue ;;
+    --cluster) cluster=1; shift; continue ;;
+    --quick) seconds=2; rounds=1; memory_calls=20000; tenants=20000; shift; continue ;;
     *) echo "usage: $0 [--build DIR] [--seconds N] [--rounds N] [--conns N] [--half-conns N]" \
-            "[--threads N] [--memory-calls N] [--unix] [--quick]" >&2; exit 2 ;;
+            "[--threads N] [--memory-calls N] [--unix] [--cluster] [--tenants N] [--quick]" >&2
+       exit 2 ;;
   esac
   [[ -n "${2-}" ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
   shift 2
@@ -50,6 +62,37 @@ BUILD=$build bootstrap dripgate-control
 bench_workdir dripgate-bench
 work=$tmp
 trap 'exit 130' INT TERM
+
+if ((cluster)); then
+  # One worker per daemon: the daemons, five Redis processes and the load share this box.
+  daemon() {  # daemon CONFIG: one dripgate-control on a free port; sets http_port
+    http_port=$(free_port)
+    "$build/control/dripgate-control" --config "$1" --listen "127.0.0.1:$http_port" --threads 1 \
+      --log-level warn 2>>"$work/control.log" &
+    pids+=($!)
+    wait_port "$http_port" || { cat "$work/control.log" >&2; exit 1; }
+  }
+  mkdir -p "$work/single"
+  start_redis "$work/single"
+  sed "s|^redis: .*|redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout_ms: 1000 }|" \
+    "$here/admit_bench.yaml" >"$work/single.yaml"
+  single_port=$redis_port
+  daemon "$work/single.yaml"
+  single_http=$http_port
+  start_redis_cluster "$work" 3
+  seeds=$(printf '"127.0.0.1:%s", ' "${cluster_ports[@]}")
+  sed "s|^redis: .*|redis: { cluster: [${seeds%, }], timeout_ms: 1000 }|" \
+    "$here/admit_bench.yaml" >"$work/cluster.yaml"
+  daemon "$work/cluster.yaml"
+  cluster_http=$http_port
+  daemon "$work/cluster.yaml"
+  cluster_http+=",$http_port"
+  python3 "$here/admit_cluster.py" --single-port "$single_port" --single-http-port "$single_http" \
+    --cluster-ports "$(IFS=,; echo "${cluster_ports[*]}")" --cluster-http-ports "$cluster_http" \
+    --wrk-script "$here/admit_bench.lua" --rounds "$rounds" --seconds "$seconds" \
+    --conns "$conns" --tenants "$tenants"
+  exit
+fi
 
 start_redis "$work" --unixsocket "$work/redis.sock"
 redis_pid=${pids[0]}
