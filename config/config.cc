@@ -87,6 +87,8 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
     out << YAML::Key << "cluster" << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const auto& seed : cfg.redis.cluster) out << YAML::DoubleQuoted << seed;
     out << YAML::EndSeq;
+    if (!cfg.redis.user.empty())
+      out << YAML::Key << "user" << YAML::Value << YAML::DoubleQuoted << cfg.redis.user;
   }
   if (!cfg.redis.password_file.empty())
     out << YAML::Key << "password_file" << YAML::Value << YAML::DoubleQuoted

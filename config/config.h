@@ -97,7 +97,8 @@ struct Redis : common::RedisUrl {
   int pool_size = 4;  // connections per worker thread
   // A Redis Cluster's seed nodes ("host:port"); the client reads the rest of the cluster from
   // them. Set instead of `url` (a cluster has only db 0 and names its own nodes); the password
-  // then comes from password_file or password_env. Empty: the single node of `url`.
+  // then comes from password_file or password_env, and `user` (RedisUrl::user) names an ACL
+  // user. Empty: the single node of `url`.
   std::vector<std::string> cluster;
   // While Redis does not answer: the default mode of every plan (a plan may set its own).
   OnFailure on_failure = OnFailure::kClosed;

@@ -463,6 +463,33 @@ void load_cluster_seeds(Ctx& ctx, const Fields& f, Redis& r) {
   }
 }
 
+// redis.user: the ACL user dripgate authenticates as on every node of a cluster (seeds carry no
+// url to name it in); its password comes from password_file or password_env. A single node's
+// url names its own user.
+void load_cluster_user(Ctx& ctx, const Fields& f, Redis& r) {
+  const Entry* e = f.find("user");
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path("user"));
+  if (!s) return;
+  if (!f.find("cluster")) {
+    ctx.error(e->value, f.path("user"),
+              "only with redis.cluster: a url names its own user (redis://user@host)");
+    return;
+  }
+  if (s->empty() ||
+      std::any_of(s->begin(), s->end(), [](unsigned char c) { return c <= ' ' || c == 0x7f; })) {
+    ctx.error(e->value, f.path("user"),
+              "must be a Redis ACL user name: not empty, no spaces or control characters");
+    return;
+  }
+  if (r.password.empty()) {
+    ctx.error(e->value, f.path("user"),
+              "user " + quote(*s) + " has no password (add password_file or password_env)");
+    return;
+  }
+  r.user = *s;
+}
+
 // `on_failure: closed | open | local`, in redis and in a plan.
 std::optional<OnFailure> get_on_failure(Ctx& ctx, const Fields& f) {
   const Entry* e = f.find("on_failure");
@@ -511,7 +538,7 @@ void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& loca
 
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
   Fields f(ctx, n, "redis",
-           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster",
+           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
             "on_failure", "local_share", "journal"});
   if (!f.ok()) return;
   // The secret first: the url's checks (a user needs a password; not two passwords) see it.
@@ -528,6 +555,7 @@ void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
   set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
   set_int(ctx, f, "pool_size", r.pool_size, 1);
   load_cluster_seeds(ctx, f, r);
+  load_cluster_user(ctx, f, r);
   load_failure_policy(ctx, f, r, local);
 }
 

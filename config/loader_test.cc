@@ -184,7 +184,8 @@ TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
 TEST(Errors, UnknownKeysNameTheAllowedOnes) {
   EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
             "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
-            "password_env, timeout_ms, pool_size, cluster, on_failure, local_share, journal)");
+            "password_env, timeout_ms, pool_size, cluster, user, on_failure, local_share, "
+            "journal)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -507,6 +508,33 @@ redis:
   EXPECT_EQ(yaml.find("url:"), std::string::npos) << yaml;
   EXPECT_EQ(load_ok(yaml), c) << yaml;
   EXPECT_TRUE(load_ok("{}").redis.cluster.empty());
+}
+
+// An ACL user on a cluster: named beside the seeds, its password from password_env (or a file).
+TEST(Redis, AClusterUserWithItsPasswordElsewhere) {
+  ::setenv("DG_TEST_CLUSTER_PW", "s3cret", 1);
+  Config c = load_ok(Y(R"(
+redis:
+  cluster: ["10.0.0.1:7000"]
+  user: gateway
+  password_env: DG_TEST_CLUSTER_PW
+)"));
+  EXPECT_EQ(c.redis.user, "gateway");
+  EXPECT_EQ(c.redis.password, "s3cret");
+  const std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("user: \"gateway\""), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("s3cret"), std::string::npos) << yaml;
+  EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", user: gateway }"),
+            "t.yaml:1:36: redis.user: only with redis.cluster: a url names its own user "
+            "(redis://user@host)");
+  EXPECT_EQ(error_of("redis: { cluster: [\"10.0.0.1:7000\"], user: gateway }"),
+            "t.yaml:1:44: redis.user: user 'gateway' has no password (add password_file or "
+            "password_env)");
+  EXPECT_EQ(error_of("redis: { cluster: [\"10.0.0.1:7000\"], user: \"a b\", "
+                     "password_env: DG_TEST_CLUSTER_PW }"),
+            "t.yaml:1:44: redis.user: must be a Redis ACL user name: not empty, no spaces or "
+            "control characters");
+  ::unsetenv("DG_TEST_CLUSTER_PW");
 }
 
 TEST(Redis, ClusterErrorsSayWhere) {

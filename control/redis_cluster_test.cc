@@ -271,6 +271,43 @@ TEST_F(RedisClusterTest, TheConfigurationChoosesTheCluster) {
             nullptr);
 }
 
+// redis.user on a cluster: every connection, to every master the map names, authenticates as
+// that ACL user (CLIENT LIST says so); a wrong password never comes up and counts as auth.
+TEST_F(RedisClusterTest, AnAclUserAuthenticatesOnEveryNode) {
+  for (size_t i = 0; i < nodes_->size(); ++i)
+    ASSERT_EQ(nodes_->call(i, {"ACL", "SETUSER", "dg-gw", "on", ">s3cret", "~*", "+@all"}), "OK");
+  config::Redis r;
+  r.cluster = {nodes_->seeds()[0]};
+  r.timeout_ms = 1000;
+  r.user = "dg-gw";
+  r.password = "s3cret";
+  {
+    std::unique_ptr<RedisCalls> calls =
+        make_redis_calls(loop_.base(), r, std::vector<const lua::Script*>{&incr_}, &obs_);
+    ASSERT_TRUE(loop_.wait_until([&] { return calls->up(); }, milliseconds(5000)));
+    for (std::string key : {"acl:a", "acl:b", "acl:c", "acl:d"}) {
+      Result res;
+      std::string_view keys[] = {key};
+      std::string_view args[] = {"2"};
+      calls->evalsha(incr_, keys, args, into(res));
+      ASSERT_TRUE(loop_.wait_until([&] { return res.done; }, milliseconds(5000)));
+      EXPECT_EQ(res.integer, 2) << key << res.str << res.error;
+    }
+    for (size_t m : nodes_->masters()) {
+      const std::string clients = nodes_->call(m, {"CLIENT", "LIST"});
+      EXPECT_NE(clients.find("user=dg-gw"), std::string::npos) << "master " << m << ": " << clients;
+    }
+  }
+  r.password = "wrong";
+  obs_.errors.clear();
+  std::unique_ptr<RedisCalls> refused =
+      make_redis_calls(loop_.base(), r, std::vector<const lua::Script*>{&incr_}, &obs_);
+  EXPECT_TRUE(loop_.wait_until([&] { return obs_.errors["auth"] > 0; }, milliseconds(5000)));
+  EXPECT_FALSE(refused->up());
+  refused.reset();
+  for (size_t i = 0; i < nodes_->size(); ++i) nodes_->call(i, {"ACL", "DELUSER", "dg-gw"});
+}
+
 // The admission engine on the cluster (its RedisCalls chosen by redis.cluster): a tenant bucket
 // of 3 admits 3 and refuses the 4th, with a model gate on another slot beside it.
 TEST_F(RedisClusterTest, TheEngineAdmitsOnTheCluster) {
