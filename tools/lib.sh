@@ -16,14 +16,30 @@ wait_port() {
   return 1
 }
 
-# start_redis DIR [OPTION...]: a private, non-persistent redis-server on a free port, with the
-# redis-server options given; sets redis_port.
+# A free port for a Redis Cluster node: it also listens on port + 10000 (the cluster bus), so the
+# port must be at most 55535 and both must be free.
+free_cluster_port() {
+  python3 -c 'import random, socket
+while True:
+    p = random.randint(20000, 55535)
+    try:
+        for q in (p, p + 10000):
+            socket.socket().bind(("127.0.0.1", q))
+        print(p)
+        break
+    except OSError:
+        pass'
+}
+
+# start_redis DIR [OPTION...]: a private, non-persistent redis-server on a free port (or on
+# next_redis_port, once, when set), with the redis-server options given; sets redis_port.
 start_redis() {
-  redis_port=$(free_port)
+  redis_port=${next_redis_port:-$(free_port)}
+  next_redis_port=
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$1" --logfile "$1/redis.log" "${@:2}" &
   pids+=($!)
-  wait_port "$redis_port"
+  wait_port "$redis_port" || { tail -3 "$1/redis.log" >&2; return 1; }
 }
 
 # start_redis_cluster DIR N: N private, non-persistent cluster-enabled redis-servers on free ports
@@ -34,6 +50,7 @@ start_redis_cluster() {
   local i seeds=()
   for ((i = 0; i < $2; i++)); do
     mkdir -p "$1/node$i"
+    next_redis_port=$(free_cluster_port)
     start_redis "$1/node$i" --cluster-enabled yes --cluster-config-file "$1/node$i/nodes.conf" \
       --cluster-require-full-coverage no
     cluster_ports+=("$redis_port")
