@@ -319,8 +319,8 @@ struct HttpServer::Worker {
   static void arm(Conn& c, const timeval* tv) { evtimer_add(c.deadline, tv); }
 
   // Frees the connection; one with a request in progress loses its socket now and is freed
-  // when the answer comes (which then goes nowhere).
-  void close_conn(Conn* c) {
+  // when the answer comes (which then goes nowhere). Returns false (for flush's "c is gone").
+  bool close_conn(Conn* c) {
     if (c->fd >= 0) {
       server->metrics_.http_connection_closed();
       --open;
@@ -334,9 +334,10 @@ struct HttpServer::Worker {
       }
       close(c->fd);
       c->fd = -1;
-      return;
+      return false;
     }
     destroy(c);
+    return false;
   }
 
   void destroy(Conn* c) {
@@ -512,8 +513,8 @@ struct HttpServer::Worker {
     return date;
   }
 
-  // Sends what c->out holds; then closes c when its last answer said so.
-  void flush(Conn* c) {
+  // Sends what c->out holds; then closes c when its last answer said so. False when c is gone.
+  bool flush(Conn* c) {
     while (c->output_waits()) {
       ssize_t n = send(c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
@@ -522,32 +523,29 @@ struct HttpServer::Worker {
       if (!c->output_waits()) break;
       if (!c->write_ev) c->write_ev = event_new(base, c->fd, EV_WRITE, &Worker::on_writable, c);
       if (c->write_ev) event_add(c->write_ev, nullptr);
-      return;
+      return true;
     }
     c->out.clear();
     c->out_at = 0;
-    if (c->busy) return;
+    if (c->busy) return true;
     if (c->close_after) return done_with(c);
-    if (c->peer_closed && c->pending.empty()) close_conn(c);
+    if (c->peer_closed && c->pending.empty()) return close_conn(c);
+    return true;
   }
 
   static void on_writable(evutil_socket_t, short, void* arg) {
     auto* c = static_cast<Conn*>(arg);
     Worker* w = c->worker;
-    w->flush(c);
-    // Still there (flush may have closed it) with requests waiting for the output to drain.
-    if (w->live(c) && !c->busy && !c->output_waits() && !c->pending.empty() && !c->close_after) {
+    // Requests that waited for the output to drain go on.
+    if (w->flush(c) && !c->busy && !c->output_waits() && !c->pending.empty() && !c->close_after) {
       w->parse_pending(c);
       w->flush(c);
     }
   }
 
-  // Whether c is still one of this worker's connections (on_writable's flush can free it).
-  bool live(const Conn* c) const { return c->slot < conns.size() && conns[c->slot].get() == c; }
-
   // The last answer is out: close now, or after an error half-close and drop what the client
   // still sends for a moment.
-  void done_with(Conn* c) {
+  bool done_with(Conn* c) {
     if (!c->linger || c->peer_closed) return close_conn(c);
     shutdown(c->fd, SHUT_WR);
     if (!c->reading) {
@@ -556,6 +554,7 @@ struct HttpServer::Worker {
     }
     arm(*c, linger_timeout);
     c->enter_queue(unused);
+    return true;
   }
 
   // Answers c's request in progress. Inside the parse loop it is one more answer in `out`;
@@ -565,7 +564,8 @@ struct HttpServer::Worker {
              std::string_view content_type = "application/json") {
     const HttpRequest& q = c->parser.request();
     const bool head = q.known_method && q.method == HTTP_HEAD;
-    write_answer(c, r, content_type, head, q.minor, q.keep_alive);
+    // A stopping worker tells its clients to go, so that kept-alive ones do not hold the drain.
+    write_answer(c, r, content_type, head, q.minor, q.keep_alive && !draining);
     if (c->in_dispatch) return;
     if (!c->close_after) {
       c->parser.next();

@@ -1008,6 +1008,30 @@ TEST_F(HttpTest, MalformedRequestIs400AndClosed) {
   EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
 }
 
+// A stopping daemon answers the request in flight on a kept-alive connection with
+// Connection: close, so that such clients do not hold the drain.
+TEST_F(HttpTest, SigtermClosesAKeptAliveConnectionAfterItsAnswer) {
+  start();
+  ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);
+  RawConn c(daemon_->port());
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  ASSERT_EQ(c.answer(), 200);
+  redis_.pause();  // the admission below waits for Redis, then times out (200 ms): 503
+  const std::string body = R"({"tenant":"t-big"})";
+  ASSERT_TRUE(c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::this_thread::sleep_for(50ms);
+  int rc = -2;
+  std::thread stop([&] { rc = daemon_->terminate(); });
+  auto a = c.next();
+  stop.join();
+  redis_.resume();
+  EXPECT_EQ(a.status, 503) << a.head << a.body;
+  EXPECT_EQ(a.header("Connection"), "close") << a.head;
+  EXPECT_TRUE(c.closed_within(1s));
+  EXPECT_EQ(rc, 0) << daemon_->log();
+}
+
 // ---- configuration reload: SIGHUP and POST /v1/admin/reload ----
 
 // What /healthz reports as config_hash: FNV-1a (64 bit) of the file's bytes.
