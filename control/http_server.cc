@@ -406,7 +406,8 @@ struct HttpServer::Worker {
   // left when a request goes asynchronous waits in c->pending. Does not write.
   void parse(Conn* c, const char* data, size_t n) {
     c->in_dispatch = true;
-    while (!c->close_after) {
+    // Never with no bytes: http-parser takes an empty feed for the end of the stream.
+    while (!c->close_after && n > 0) {
       size_t used = 0;
       HttpRequestParser::Result r = c->parser.feed(data, n, used);
       data += used;
