@@ -1,33 +1,30 @@
 #include "control/http_server.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
 #include <event2/thread.h>
 #include <event2/util.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstring>
-#include <list>
+#include <ctime>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 #include <vector>
 
 #include "common/id.h"
 #include "control/api.h"
 #include "control/gateway.h"
+#include "control/http_request.h"
 #include "control/reload.h"
 #include "control/tenant_registry.h"
 
@@ -45,15 +42,22 @@ constexpr timeval kAcceptBackoff{0, 100 * 1000};
 // File descriptors the daemon needs besides its HTTP connections (Redis pools, the dataplane
 // socket, the log, the listener per worker).
 constexpr int kSpareFds = 64;
-
-bool asks_to_close(evhttp_request* req) {
-  const char* c = evhttp_find_header(evhttp_request_get_input_headers(req), "Connection");
-  return (c && strcasecmp(c, "close") == 0) ||
-         evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT;
-}
+// A request line and headers larger than this get 431.
+constexpr size_t kMaxHead = 16 * 1024;
+// After an answer to a request that could not be read to its end (413, 431, 400), the rest the
+// client sends is read and dropped for up to this long before the socket is closed: closing with
+// unread bytes would reset the connection, and the client could lose the answer.
+constexpr timeval kLinger{1, 0};
+// Connections accepted per wakeup at most, so that one worker's burst of accepts does not hold
+// up the requests of its open connections.
+constexpr int kAcceptBatch = 32;
+// What one read() takes at most (a worker's buffer, shared by its connections).
+constexpr size_t kReadChunk = 64 * 1024;
 
 const char* reason_phrase(int status) {
   switch (status) {
+    case 100:
+      return "Continue";
     case 200:
       return "OK";
     case 201:
@@ -72,27 +76,18 @@ const char* reason_phrase(int status) {
       return "Method Not Allowed";
     case 409:
       return "Conflict";
+    case 413:
+      return "Content Too Large";
     case 429:
       return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
     case 503:
       return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
     default:
       return "Error";
-  }
-}
-
-const char* method_name(evhttp_cmd_type m) {
-  switch (m) {
-    case EVHTTP_REQ_GET:
-      return "GET";
-    case EVHTTP_REQ_POST:
-      return "POST";
-    case EVHTTP_REQ_PUT:
-      return "PUT";
-    case EVHTTP_REQ_DELETE:
-      return "DELETE";
-    default:
-      return "?";
   }
 }
 
@@ -128,81 +123,124 @@ int make_listener(const std::string& listen, int& port, std::string& error) {
   return fd;
 }
 
+void append_number(std::string& out, uint64_t n) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
+  out.append(buf, end);
+}
+
 }  // namespace
 
 struct HttpServer::Worker {
-  // One accepted connection: its deadline for a complete request and, while no request is in
-  // progress on it, its place in an eviction queue.
+  struct Conn;
+  // Idle connections, longest idle first (each joins at the back when it becomes idle), linked
+  // through the connections themselves: joining and leaving on every request allocates nothing.
+  struct IdleQueue {
+    Conn* head = nullptr;
+    Conn* tail = nullptr;
+  };
+
+  // One accepted connection. Its requests are read one at a time: the parser stops at the end
+  // of each and goes on once it is answered, so pipelined requests are answered in order, and
+  // what arrives meanwhile waits in `pending`. Answers go to `out` and leave in one send() when
+  // the bytes read so far are handled (or the asynchronous answer arrives); EV_WRITE is watched
+  // only after a short write.
   struct Conn {
-    Worker* worker = nullptr;
-    evhttp_connection* evcon = nullptr;
-    event* deadline = nullptr;
-    bool closing = false;  // answered a client that asked to close: the deadline is now
-    // While idle: the worker's unused or kept queue and where in it. None while a request is
-    // in progress (complete, not yet answered).
-    std::list<Conn*>* queue = nullptr;
-    std::list<Conn*>::iterator at;
+    Conn(Worker* w, int fd_, HttpRequestParser::Limits limits)
+        : worker(w), fd(fd_), parser(limits) {}
     ~Conn() {
       leave_queue();
-      if (deadline) event_free(deadline);
+      for (event* ev : {read_ev, write_ev, deadline})
+        if (ev) event_free(ev);
+      if (fd >= 0) close(fd);
     }
+    Worker* worker;
+    int fd;
+    size_t slot = 0;  // in worker->conns
+    event* read_ev = nullptr;
+    event* write_ev = nullptr;  // made on the first short write
+    event* deadline = nullptr;  // a complete request within request_timeout_s; or the linger
+    HttpRequestParser parser;
+    std::string pending;  // read, not parsed yet
+    std::string out;      // answers not written yet, from out_at
+    size_t out_at = 0;
+    bool busy = false;         // a request is in progress: dispatched, not answered
+    bool in_dispatch = false;  // inside the parse loop (an answer now is not the last word)
+    bool close_after = false;  // close once `out` is written
+    bool linger = false;       // closing after an error: reading what comes and dropping it
+    bool reading = true;       // read_ev is added
+    bool peer_closed = false;  // EOF read: answer what was complete, then close
+    bool orphan = false;       // closed while busy: freed when its answer comes
+    // While idle: the worker's unused or kept queue and the neighbours in it.
+    IdleQueue* queue = nullptr;
+    Conn* prev = nullptr;
+    Conn* next = nullptr;
+
+    bool output_waits() const { return out_at < out.size(); }
     void leave_queue() {
-      if (queue) queue->erase(at);
+      if (!queue) return;
+      (prev ? prev->next : queue->head) = next;
+      (next ? next->prev : queue->tail) = prev;
       queue = nullptr;
+      prev = next = nullptr;
     }
-    void enter_queue(std::list<Conn*>& q) {
+    void enter_queue(IdleQueue& q) {
       leave_queue();
       queue = &q;
-      at = q.insert(q.end(), this);
+      prev = q.tail;
+      (q.tail ? q.tail->next : q.head) = this;
+      q.tail = this;
     }
   };
+  // A handler's request is its connection's current one (one at a time per connection); it
+  // stays valid until answered, the connection being kept until then.
+  using Request = Conn;
 
   HttpServer* server = nullptr;
   int index = 0;
   event_base* base = nullptr;
-  evhttp* http = nullptr;
-  evhttp_bound_socket* bound = nullptr;
+  int listen_fd = -1;  // this worker's copy of the listening socket, in its own epoll set
+  event* listen_ev = nullptr;
   std::unique_ptr<Gateway> gateway;
   event* stop_ev = nullptr;
   event* drain_ev = nullptr;
+  event* resume_ev = nullptr;  // accepting again after an accept() error
   int inflight = 0;
   bool draining = false;
-  bool http_freed = false;
-  bool in_evhttp_cb = false;  // inside evhttp's request callback: evhttp may not free the request
-  std::string path;           // of the request being dispatched (valid until its handler returns)
+  bool stopped = false;   // the connections are gone: a late answer has nowhere to go
+  std::string_view path;  // of the request being dispatched (valid until its handler returns)
   Clock::time_point drain_deadline{};
-  int cap = 0;  // this worker's share of max_connections
-  // Idle connections, longest idle first (each joins at the back when it becomes idle): those
-  // that never completed a request, and kept-alive ones between requests.
-  std::list<Conn*> unused, kept;
-  std::unordered_map<evhttp_connection*, std::unique_ptr<Conn>> conns;
-  std::vector<bufferevent*> fresh;  // accepted since the last adopt_ev, each with a reference
-  event* adopt_ev = nullptr;
-  event* resume_ev = nullptr;  // accepting again after an accept() error
+  int cap = 0;   // this worker's share of max_connections
+  int open = 0;  // connections holding a socket (orphans do not)
+  HttpRequestParser::Limits limits;
+  // libevent's common timeouts (one queue per duration, O(1) to add and remove) for the
+  // request deadline, re-armed after every answer, and the linger.
+  const timeval* request_timeout = nullptr;
+  const timeval* linger_timeout = nullptr;
+  IdleQueue unused, kept;  // never completed a request; kept alive between requests
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::array<char, kReadChunk> rbuf{};
+  std::string scratch;  // a connection's pending bytes while they are parsed
+  std::vector<std::pair<std::string, std::string>> query;  // a request's parameters
+  time_t date_at = 0;
+  std::string date;  // "Date: ...\r\n" for date_at
 
   ~Worker() {
+    stopped = true;
     gateway.reset();
-    if (http) evhttp_free(http);  // closes the connections (on_closed)
-    release_fresh();
-    conns.clear();
-    for (event* ev : {stop_ev, drain_ev, adopt_ev, resume_ev})
+    drop_all();
+    for (event* ev : {listen_ev, stop_ev, drain_ev, resume_ev})
       if (ev) event_free(ev);
+    if (listen_fd >= 0) close(listen_fd);
     if (base) event_base_free(base);
   }
 
   // ---- connections: the cap, the request deadline, accept errors ----
   //
-  // evhttp accepts and owns its connections and has no cap or per-request deadline of its own
-  // (its timeout restarts with every byte read). It lets us create each connection's
-  // bufferevent, though: on_new_connection notes it, and adopt() (run right after, before any
-  // byte is read) finds the evhttp_connection that evhttp made the bufferevent's callback
-  // argument, makes room for it or refuses it, arms its deadline and a close callback that
-  // counts it out.
-  //
   // Each worker keeps its own share of max_connections and decides alone, in the order it
   // accepted: with one count for all workers, a worker could count in a connection accepted
-  // after one that another worker (preempted between accept() and adopt()) then refused, and a
-  // slot freed on one worker could go to a connection the other had already turned away.
+  // after one that another worker then refused, and a slot freed on one worker could go to a
+  // connection the other had already turned away.
   //
   // At its share, a worker closes the connection idle longest with no request in progress (one
   // that never completed a request before a kept-alive one: a flood of silent connections then
@@ -214,173 +252,343 @@ struct HttpServer::Worker {
   // grace of T would let a flood that reconnects faster than share / T keep every connection
   // too young to evict, and real clients refused.
 
-  static bufferevent* on_new_connection(event_base* base, void* arg) {
+  static void on_listen(evutil_socket_t, short, void* arg) {
     auto* w = static_cast<Worker*>(arg);
-    bufferevent* bev = bufferevent_socket_new(base, -1, 0);  // as evhttp's own
-    if (!bev) return nullptr;
-    bufferevent_incref(bev);  // adopt() may run after evhttp freed it (a failed setup)
-    w->fresh.push_back(bev);
-    event_active(w->adopt_ev, EV_TIMEOUT, 0);
-    return bev;
-  }
-
-  static void on_adopt(evutil_socket_t, short, void* arg) {
-    auto* w = static_cast<Worker*>(arg);
-    std::vector<bufferevent*> batch;
-    batch.swap(w->fresh);
-    for (bufferevent* bev : batch) {
-      w->adopt(bev);
-      bufferevent_decref(bev);
-    }
-  }
-
-  void release_fresh() {
-    for (bufferevent* bev : fresh) bufferevent_decref(bev);
-    fresh.clear();
-  }
-
-  void adopt(bufferevent* bev) {
-    void* arg = nullptr;
-    bufferevent_getcb(bev, nullptr, nullptr, nullptr, &arg);
-    auto* evcon = static_cast<evhttp_connection*>(arg);
-    if (!evcon || evhttp_connection_get_bufferevent(evcon) != bev) return;  // freed meanwhile
-    if (static_cast<int>(conns.size()) >= cap) {
-      Conn* victim = longest_idle();
-      if (!victim) {
-        server->metrics_.http_connection_refused();
-        evhttp_connection_free(evcon);
-        return;
+    for (int i = 0; i < kAcceptBatch && !w->draining; ++i) {
+      int fd = accept4(w->listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        w->adopt(fd);
+        continue;
       }
-      server->metrics_.http_connection_evicted();
-      evhttp_connection_free(victim->evcon);  // on_closed frees victim
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      w->server->accept_failed(errno);
+      event_del(w->listen_ev);
+      evtimer_add(w->resume_ev, &kAcceptBackoff);
+      return;
     }
-    server->metrics_.http_connection_opened();
-    auto c = std::make_unique<Conn>();
-    c->worker = this;
-    c->evcon = evcon;
-    c->deadline = evtimer_new(base, &Worker::on_deadline, c.get());
-    evhttp_connection_set_closecb(evcon, &Worker::on_closed, c.get());
-    arm(*c, server->opts_.request_timeout_s);
-    c->enter_queue(unused);
-    conns.emplace(evcon, std::move(c));
-  }
-
-  Conn* longest_idle() {
-    for (std::list<Conn*>* q : {&unused, &kept})
-      if (!q->empty()) return q->front();
-    return nullptr;
-  }
-
-  static void arm(Conn& c, int seconds) {
-    timeval tv{seconds, 0};
-    evtimer_add(c.deadline, &tv);
-  }
-
-  // Only armed while evhttp reads a request (or is done answering one), never while a handler
-  // owns it, so freeing the connection here is what evhttp does on its own timeouts.
-  static void on_deadline(evutil_socket_t, short, void* arg) {
-    auto* c = static_cast<Conn*>(arg);
-    if (!c->closing) c->worker->server->metrics_.http_request_timeout();
-    evhttp_connection_free(c->evcon);  // on_closed frees c
-  }
-
-  static void on_closed(evhttp_connection* evcon, void* arg) {
-    Worker* w = static_cast<Conn*>(arg)->worker;
-    w->server->metrics_.http_connection_closed();
-    w->conns.erase(evcon);
-  }
-
-  // A complete request arrived: no deadline while it is handled; the next one's starts when it
-  // is answered. A client that asked to close has its connection closed right after the answer.
-  void request_arrived(evhttp_request* req) {
-    evhttp_connection* evcon = evhttp_request_get_connection(req);
-    auto it = evcon ? conns.find(evcon) : conns.end();
-    if (it == conns.end()) return;
-    evtimer_del(it->second->deadline);
-    it->second->leave_queue();
-    evhttp_request_set_on_complete_cb(req, &Worker::on_answered, it->second.get());
-  }
-
-  static void on_answered(evhttp_request* req, void* arg) {
-    auto* c = static_cast<Conn*>(arg);
-    // evhttp closes such a connection itself, except after a CONNECT.
-    c->closing = asks_to_close(req);
-    arm(*c, c->closing ? 0 : c->worker->server->opts_.request_timeout_s);
-    if (!c->closing) c->enter_queue(c->worker->kept);
-  }
-
-  // evconnlistener passes its accept callback's argument (evhttp's), so the worker is found by
-  // its thread.
-  static thread_local Worker* current;
-
-  static void on_accept_error(evconnlistener* lev, void*) {
-    Worker* w = current;
-    w->server->accept_failed(EVUTIL_SOCKET_ERROR());
-    evconnlistener_disable(lev);
-    evtimer_add(w->resume_ev, &kAcceptBackoff);
   }
 
   static void on_resume(evutil_socket_t, short, void* arg) {
     auto* w = static_cast<Worker*>(arg);
-    if (!w->draining && w->bound) evconnlistener_enable(evhttp_bound_socket_get_listener(w->bound));
+    if (!w->draining) event_add(w->listen_ev, nullptr);
   }
 
-  void reply(evhttp_request* req, const api::Response& r,
-             const char* content_type = "application/json") {
-    evkeyvalq* h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", content_type);
-    for (const auto& [k, v] : r.headers) evhttp_add_header(h, k.c_str(), v.c_str());
-    // HEAD: the headers of the answer without its body. evhttp would send a body it was given
-    // (without a Content-Length) and adds no Content-Length of its own.
-    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
-      evhttp_add_header(h, "Content-Length", std::to_string(r.body.size()).c_str());
-    else
-      evbuffer_add(evhttp_request_get_output_buffer(req), r.body.data(), r.body.size());
-    // Taken before the reply: evhttp may free the request (and the connection) from there on.
-    bufferevent* bev = nullptr;
-    if (!in_evhttp_cb) {
-      evhttp_connection* evcon = evhttp_request_get_connection(req);
-      bev = evcon ? evhttp_connection_get_bufferevent(evcon) : nullptr;
+  void adopt(int fd) {
+    if (open >= cap) {
+      Conn* victim = longest_idle();
+      if (!victim) {
+        server->metrics_.http_connection_refused();
+        close(fd);
+        return;
+      }
+      server->metrics_.http_connection_evicted();
+      close_conn(victim);
     }
-    evhttp_send_reply(req, r.status, reason_phrase(r.status), nullptr);
+    // Answers are written whole; Nagle would hold a second pipelined answer for the ACK of the
+    // first.
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>(this, fd, limits);
+    c->read_ev = event_new(base, fd, EV_READ | EV_PERSIST, &Worker::on_readable, c.get());
+    c->deadline = evtimer_new(base, &Worker::on_deadline, c.get());
+    if (!c->read_ev || !c->deadline || event_add(c->read_ev, nullptr) != 0) return;
+    server->metrics_.http_connection_opened();
+    ++open;
+    arm(*c, request_timeout);
+    c->enter_queue(unused);
+    c->slot = conns.size();
+    conns.push_back(std::move(c));
+  }
+
+  // Frees every connection at once (the queues are dropped first: a connection leaving its
+  // queue would touch neighbours already freed).
+  void drop_all() {
+    for (auto& c : conns) c->queue = nullptr;
+    unused = kept = IdleQueue{};
+    conns.clear();
+    open = 0;
+  }
+
+  Conn* longest_idle() {
+    for (IdleQueue* q : {&unused, &kept})
+      if (q->head) return q->head;
+    return nullptr;
+  }
+
+  static void arm(Conn& c, const timeval* tv) { evtimer_add(c.deadline, tv); }
+
+  // Frees the connection; one with a request in progress loses its socket now and is freed
+  // when the answer comes (which then goes nowhere). Returns false (for flush's "c is gone").
+  bool close_conn(Conn* c) {
+    if (c->fd >= 0) {
+      server->metrics_.http_connection_closed();
+      --open;
+    }
+    if (c->busy) {
+      c->orphan = true;
+      c->leave_queue();
+      for (event** ev : {&c->read_ev, &c->write_ev, &c->deadline}) {
+        if (*ev) event_free(*ev);
+        *ev = nullptr;
+      }
+      close(c->fd);
+      c->fd = -1;
+      return false;
+    }
+    destroy(c);
+    return false;
+  }
+
+  void destroy(Conn* c) {
+    size_t at = c->slot;
+    if (at + 1 != conns.size()) {
+      std::swap(conns[at], conns.back());
+      conns[at]->slot = at;
+    }
+    conns.pop_back();  // frees c
+  }
+
+  // Armed while a request is awaited (from accept or the last answer), never while one is in
+  // progress.
+  static void on_deadline(evutil_socket_t, short, void* arg) {
+    auto* c = static_cast<Conn*>(arg);
+    if (!c->linger) c->worker->server->metrics_.http_request_timeout();
+    c->worker->close_conn(c);
+  }
+
+  // ---- reading: one read() per readiness, parsed in place; pipelined requests in order ----
+
+  static void on_readable(evutil_socket_t, short, void* arg) {
+    auto* c = static_cast<Conn*>(arg);
+    Worker* w = c->worker;
+    ssize_t n = read(c->fd, w->rbuf.data(), w->rbuf.size());
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) w->close_conn(c);
+      return;
+    }
+    if (n == 0) {
+      w->peer_closed(c);
+      return;
+    }
+    if (c->linger) return;  // dropped
+    if (c->busy || c->output_waits()) {
+      // Waits for the request in progress (or for the client to read its answers); within
+      // bounds, beyond which reading pauses until it is parsed.
+      c->pending.append(w->rbuf.data(), static_cast<size_t>(n));
+      if (c->pending.size() > w->limits.max_head + w->limits.max_body) w->pause_reading(c);
+      return;
+    }
+    if (c->pending.empty()) {
+      w->parse(c, w->rbuf.data(), static_cast<size_t>(n));
+    } else {
+      c->pending.append(w->rbuf.data(), static_cast<size_t>(n));
+      w->parse_pending(c);
+    }
+    w->flush(c);
+  }
+
+  void pause_reading(Conn* c) {
+    if (!c->reading) return;
+    event_del(c->read_ev);
+    c->reading = false;
+  }
+
+  // EOF: the client sends no more. Requests complete before it are still answered (a client may
+  // shut down its side after sending); otherwise the connection goes now.
+  void peer_closed(Conn* c) {
+    c->peer_closed = true;
+    pause_reading(c);  // an EOF stays readable
+    if (!c->busy && !c->output_waits() && c->pending.empty()) close_conn(c);
+  }
+
+  // Parses data[0, n) for c (no request in progress), answering what it can at once; what is
+  // left when a request goes asynchronous waits in c->pending. Does not write.
+  void parse(Conn* c, const char* data, size_t n) {
+    c->in_dispatch = true;
+    // Never with no bytes: http-parser takes an empty feed for the end of the stream.
+    while (!c->close_after && n > 0) {
+      size_t used = 0;
+      HttpRequestParser::Result r = c->parser.feed(data, n, used);
+      data += used;
+      n -= used;
+      if (c->parser.take_continue()) c->out += "HTTP/1.1 100 Continue\r\n\r\n";
+      if (r == HttpRequestParser::Result::kNeedMore) break;
+      if (r == HttpRequestParser::Result::kError) {
+        const int status = c->parser.error_status();
+        write_answer(c, api::render_error(status, c->parser.error_message()), "application/json",
+                     /*head=*/false, /*minor=*/1, /*keep_alive=*/false);
+        c->linger = true;
+        break;
+      }
+      request_arrived(c);
+      dispatch(c);
+      if (c->busy) {
+        c->pending.assign(data, n);
+        n = 0;
+        break;
+      }
+      if (!c->close_after) c->parser.next();
+    }
+    c->in_dispatch = false;
+    // Bytes after the answer that closes the connection are not read: dropped.
+    if (c->close_after) c->pending.clear();
+  }
+
+  // The pending bytes of c, once nothing holds them back.
+  void parse_pending(Conn* c) {
+    scratch.swap(c->pending);
+    parse(c, scratch.data(), scratch.size());
+    scratch.clear();
+    if (!c->reading && !c->peer_closed && !c->close_after && !c->output_waits() &&
+        c->pending.size() <= limits.max_head + limits.max_body) {
+      event_add(c->read_ev, nullptr);
+      c->reading = true;
+    }
+  }
+
+  // A complete request arrived: no deadline while it is handled; the next one's starts when it
+  // is answered.
+  static void request_arrived(Conn* c) {
+    evtimer_del(c->deadline);
+    c->leave_queue();
+    c->busy = true;
+  }
+
+  // ---- writing: each answer whole into c->out, sent in one send() ----
+
+  void write_answer(Conn* c, const api::Response& r, std::string_view content_type, bool head,
+                    int minor, bool keep_alive) {
+    std::string& o = c->out;
+    if (c->out_at == o.size()) {
+      o.clear();
+      c->out_at = 0;
+    }
+    o += minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ";
+    append_number(o, static_cast<uint64_t>(r.status));
+    o += ' ';
+    o += reason_phrase(r.status);
+    o += "\r\n";
+    o += date_header();
+    const bool has_body = r.status != 204 && r.status != 304;
+    if (has_body) {
+      o += "Content-Type: ";
+      o += content_type;
+      o += "\r\nContent-Length: ";
+      append_number(o, r.body.size());
+      o += "\r\n";
+    }
+    for (const auto& [k, v] : r.headers) {
+      o += k;
+      o += ": ";
+      o += v;
+      o += "\r\n";
+    }
+    if (!keep_alive)
+      o += "Connection: close\r\n";
+    else if (minor == 0)
+      o += "Connection: keep-alive\r\n";
+    o += "\r\n";
+    if (has_body && !head) o += r.body;
     server->metrics_.http_request(r.status);
-    if (bev) write_now(bev);
+    c->busy = false;
+    // Also bounds how long a client that does not read its answer holds the connection.
+    arm(*c, request_timeout);
+    if (keep_alive)
+      c->enter_queue(kept);
+    else
+      c->close_after = true;
   }
 
-  // evhttp writes a reply only once epoll reports the socket writable, which costs an
-  // epoll_ctl to watch EPOLLOUT, a wakeup, and an epoll_ctl to unwatch it, per request. The
-  // socket almost always has room, so write here and run evhttp's write-done step (which frees
-  // the request and starts reading the next one); a short write or an error is left to the
-  // bufferevent, which handles it as before. Not from evhttp's own request callback: there
-  // the write-done step could free the connection under evhttp's feet.
-  static void write_now(bufferevent* bev) {
-    evbuffer* out = bufferevent_get_output(bev);
-    if (evbuffer_get_length(out) == 0) return;
-    // A socket bufferevent keeps its output's start frozen outside its own write callback.
-    evbuffer_unfreeze(out, 1);
-    int n = evbuffer_write(out, bufferevent_getfd(bev));
-    evbuffer_freeze(out, 1);
-    if (n > 0 && evbuffer_get_length(out) == 0)
-      bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
+  // The Date header, formatted again only when the second changes.
+  const std::string& date_header() {
+    time_t now = time(nullptr);
+    if (now != date_at || date.empty()) {
+      date_at = now;
+      tm t{};
+      gmtime_r(&now, &t);
+      char buf[64];
+      size_t n = strftime(buf, sizeof buf, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &t);
+      date.assign(buf, n);
+    }
+    return date;
   }
 
-  // Answers an asynchronous request unless the server was torn down meanwhile.
-  void finish(evhttp_request* req, const api::Response& r) {
+  // Sends what c->out holds; then closes c when its last answer said so. False when c is gone.
+  bool flush(Conn* c) {
+    while (c->output_waits()) {
+      ssize_t n = send(c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return close_conn(c);
+      if (n > 0) c->out_at += static_cast<size_t>(n);
+      if (!c->output_waits()) break;
+      if (!c->write_ev) c->write_ev = event_new(base, c->fd, EV_WRITE, &Worker::on_writable, c);
+      if (c->write_ev) event_add(c->write_ev, nullptr);
+      return true;
+    }
+    c->out.clear();
+    c->out_at = 0;
+    if (c->busy) return true;
+    if (c->close_after) return done_with(c);
+    if (c->peer_closed && c->pending.empty()) return close_conn(c);
+    return true;
+  }
+
+  static void on_writable(evutil_socket_t, short, void* arg) {
+    auto* c = static_cast<Conn*>(arg);
+    Worker* w = c->worker;
+    // Requests that waited for the output to drain go on.
+    if (w->flush(c) && !c->busy && !c->output_waits() && !c->pending.empty() && !c->close_after) {
+      w->parse_pending(c);
+      w->flush(c);
+    }
+  }
+
+  // The last answer is out: close now, or after an error half-close and drop what the client
+  // still sends for a moment.
+  bool done_with(Conn* c) {
+    if (!c->linger || c->peer_closed) return close_conn(c);
+    shutdown(c->fd, SHUT_WR);
+    if (!c->reading) {
+      event_add(c->read_ev, nullptr);
+      c->reading = true;
+    }
+    arm(*c, linger_timeout);
+    c->enter_queue(unused);
+    return true;
+  }
+
+  // Answers c's request in progress. Inside the parse loop it is one more answer in `out`;
+  // later (from a Redis reply) it is sent at once with those of the requests that were waiting
+  // behind it.
+  void reply(Request* c, const api::Response& r,
+             std::string_view content_type = "application/json") {
+    const HttpRequest& q = c->parser.request();
+    const bool head = q.known_method && q.method == HTTP_HEAD;
+    // A stopping worker tells its clients to go, so that kept-alive ones do not hold the drain.
+    write_answer(c, r, content_type, head, q.minor, q.keep_alive && !draining);
+    if (c->in_dispatch) return;
+    if (!c->close_after) {
+      c->parser.next();
+      if (!c->pending.empty()) parse_pending(c);
+    }
+    flush(c);
+  }
+
+  // Answers an asynchronous request unless the server was torn down meanwhile, or drops it when
+  // its connection went meanwhile.
+  void finish(Request* req, const api::Response& r) {
     --inflight;
-    if (!http_freed) reply(req, r);
+    if (stopped) return;
+    if (req->orphan) return destroy(req);
+    reply(req, r);
   }
 
-  std::string body_of(evhttp_request* req) {
-    evbuffer* in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    std::string s(n, '\0');
-    if (n) evbuffer_copyout(in, s.data(), n);
-    return s;
-  }
+  const std::string& body_of(Request* req) { return req->parser.request().body; }
 
   // ---- one handler per endpoint: parse, ask the gateway, render ----
 
-  void handle_admit(evhttp_request* req) {
+  void handle_admit(Request* req) {
     AdmitRequest ar;
     if (auto e = api::parse_admit(body_of(req), ar)) {
       server->metrics_.admission("", "", "bad_request");
@@ -392,7 +600,7 @@ struct HttpServer::Worker {
     });
   }
 
-  void handle_settle(evhttp_request* req) {
+  void handle_settle(Request* req) {
     SettleRequest sr;
     if (auto e = api::parse_settle(body_of(req), sr)) {
       return reply(req, api::render_error(400, e->str()));
@@ -402,7 +610,7 @@ struct HttpServer::Worker {
                     [this, req](const SettleResult& r) { finish(req, api::render_settle(r)); });
   }
 
-  void handle_release(evhttp_request* req) {
+  void handle_release(Request* req) {
     ReleaseRequest rr;
     if (auto e = api::parse_release(body_of(req), rr)) {
       return reply(req, api::render_error(400, e->str()));
@@ -416,7 +624,7 @@ struct HttpServer::Worker {
   // While Redis does not answer: "down" (503, the box cannot admit) under redis.on_failure
   // closed, else "degraded" (200, so a load balancer keeps the box) with the mode and the
   // outage's age.
-  void handle_healthz(evhttp_request* req) {
+  void handle_healthz(Request* req) {
     const auto& snap = gateway->snapshot();
     const int64_t since = gateway->outage_since_ms();
     const bool outage = !gateway->redis_up() || since != 0;
@@ -445,7 +653,7 @@ struct HttpServer::Worker {
 
   // For orchestrators: ready to decide admissions (Redis answers; a configuration is always in
   // force once serving: the daemon does not start without one); 503 with the reasons otherwise.
-  void handle_readyz(evhttp_request* req) {
+  void handle_readyz(Request* req) {
     json why = json::array();
     if (draining) why.push_back("stopping");
     if (!gateway->redis_up())
@@ -459,7 +667,7 @@ struct HttpServer::Worker {
 
   // Runs on this worker's loop: a reload takes milliseconds (a few KiB of YAML), and the other
   // workers keep serving meanwhile.
-  void handle_reload(evhttp_request* req) {
+  void handle_reload(Request* req) {
     if (!server->reloader_) return reply(req, api::render_error(404, "no reload here"));
     ReloadOutcome r = server->reloader_->reload();
     json j = {{"status", r.ok ? "reloaded" : "refused"}, {"config_hash", r.hash}};
@@ -475,14 +683,14 @@ struct HttpServer::Worker {
   static constexpr std::string_view kTenantsPath = "/v1/admin/tenants/";
 
   // The tenant id of /v1/admin/tenants/<id>; answers 400 and returns empty when it is no id.
-  std::string tenant_of(evhttp_request* req) {
-    std::string id = path.substr(std::min(path.size(), kTenantsPath.size()));
+  std::string tenant_of(Request* req) {
+    std::string id(path.substr(std::min(path.size(), kTenantsPath.size())));
     if (common::valid_id(id)) return id;
     reply(req, api::render_error(400, "tenant: must match [A-Za-z0-9._-]{1,64} (in the path)"));
     return {};
   }
 
-  void handle_tenant_put(evhttp_request* req) {
+  void handle_tenant_put(Request* req) {
     std::string id = tenant_of(req);
     if (id.empty()) return;
     std::string plan;
@@ -504,7 +712,7 @@ struct HttpServer::Worker {
         });
   }
 
-  void handle_tenant_get(evhttp_request* req) {
+  void handle_tenant_get(Request* req) {
     std::string id = tenant_of(req);
     if (id.empty()) return;
     ++inflight;
@@ -522,7 +730,7 @@ struct HttpServer::Worker {
         });
   }
 
-  void handle_tenant_delete(evhttp_request* req) {
+  void handle_tenant_delete(Request* req) {
     std::string id = tenant_of(req);
     if (id.empty()) return;
     ++inflight;
@@ -541,19 +749,16 @@ struct HttpServer::Worker {
 
   // GET /v1/admin/tenants?cursor=<last id of the previous page>&limit=<1..1000>: the registry's
   // tenants in id order.
-  void handle_tenant_list(evhttp_request* req) {
+  void handle_tenant_list(Request* req) {
     const std::shared_ptr<const TenantDirectory>& dir = gateway->registry();
     if (!dir) return reply(req, api::render_error(503, "the tenant registry is not read yet"));
-    evkeyvalq q{};
-    const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
-    const char* query = uri ? evhttp_uri_get_query(uri) : nullptr;
-    if (query && evhttp_parse_query_str(query, &q) != 0)
+    if (!parse_query(req->parser.request().query, query))
       return reply(req, api::render_error(400, "the query string is malformed"));
     std::string cursor;
     size_t limit = kDefaultPage;
     std::string error;
-    for (evkeyval* kv = q.tqh_first; kv && error.empty(); kv = kv->next.tqe_next) {
-      std::string_view key = kv->key, value = kv->value;
+    for (const auto& [key, value] : query) {
+      if (!error.empty()) break;
       if (key == "cursor") {
         if (!value.empty() && !common::valid_id(value))
           error = "cursor: must be the last tenant of the previous page (or empty)";
@@ -565,10 +770,9 @@ struct HttpServer::Worker {
           error = "limit: must be an integer 1.." + std::to_string(kMaxPage);
         limit = n;
       } else {
-        error = std::string(key) + ": unknown parameter (cursor, limit)";
+        error = key + ": unknown parameter (cursor, limit)";
       }
     }
-    evhttp_clear_headers(&q);
     if (!error.empty()) return reply(req, api::render_error(400, error));
     // One more than asked says whether a next page exists.
     std::vector<TenantDirectory::Entry> page = dir->page(cursor, limit + 1);
@@ -577,7 +781,7 @@ struct HttpServer::Worker {
     reply(req, api::render_tenant_page(page, more, dir->version()));
   }
 
-  void handle_metrics(evhttp_request* req) {
+  void handle_metrics(Request* req) {
     reply(req, api::Response{200, {}, server->metrics_.render()},
           "text/plain; version=0.0.4; charset=utf-8");
   }
@@ -589,28 +793,28 @@ struct HttpServer::Worker {
   enum class Auth { kNone, kApi, kAdmin };
   struct Route {
     std::string_view path;
-    evhttp_cmd_type method;
+    http_method method;
     Auth auth;
-    void (Worker::*handle)(evhttp_request*);
+    void (Worker::*handle)(Request*);
   };
   static constexpr Route kRoutes[] = {
-      {"/v1/admit", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_admit},
-      {"/v1/settle", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_settle},
-      {"/v1/release", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_release},
-      {"/v1/admin/reload", EVHTTP_REQ_POST, Auth::kAdmin, &Worker::handle_reload},
-      {"/v1/admin/tenants", EVHTTP_REQ_GET, Auth::kAdmin, &Worker::handle_tenant_list},
+      {"/v1/admit", HTTP_POST, Auth::kApi, &Worker::handle_admit},
+      {"/v1/settle", HTTP_POST, Auth::kApi, &Worker::handle_settle},
+      {"/v1/release", HTTP_POST, Auth::kApi, &Worker::handle_release},
+      {"/v1/admin/reload", HTTP_POST, Auth::kAdmin, &Worker::handle_reload},
+      {"/v1/admin/tenants", HTTP_GET, Auth::kAdmin, &Worker::handle_tenant_list},
       // A path ending in '/' is a prefix: the rest is the resource (a tenant id).
-      {kTenantsPath, EVHTTP_REQ_GET, Auth::kAdmin, &Worker::handle_tenant_get},
-      {kTenantsPath, EVHTTP_REQ_PUT, Auth::kAdmin, &Worker::handle_tenant_put},
-      {kTenantsPath, EVHTTP_REQ_DELETE, Auth::kAdmin, &Worker::handle_tenant_delete},
-      {"/healthz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_healthz},
-      {"/readyz", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_readyz},
-      {"/metrics", EVHTTP_REQ_GET, Auth::kNone, &Worker::handle_metrics},
+      {kTenantsPath, HTTP_GET, Auth::kAdmin, &Worker::handle_tenant_get},
+      {kTenantsPath, HTTP_PUT, Auth::kAdmin, &Worker::handle_tenant_put},
+      {kTenantsPath, HTTP_DELETE, Auth::kAdmin, &Worker::handle_tenant_delete},
+      {"/healthz", HTTP_GET, Auth::kNone, &Worker::handle_healthz},
+      {"/readyz", HTTP_GET, Auth::kNone, &Worker::handle_readyz},
+      {"/metrics", HTTP_GET, Auth::kNone, &Worker::handle_metrics},
   };
 
   // Whether the request may use the route; answers it when not. The tokens come from the
   // configuration in force, so a reload rotates them.
-  bool authorized(evhttp_request* req, Auth auth) {
+  bool authorized(Request* req, Auth auth) {
     if (auth == Auth::kNone) return true;
     const config::Control& c = gateway->snapshot()->cfg.control;
     const std::string& token = auth == Auth::kAdmin ? c.admin_token : c.auth_token;
@@ -619,7 +823,8 @@ struct HttpServer::Worker {
       reply(req, api::render_error(404, "the admin API is off: set control.admin_token"));
       return false;
     }
-    const char* got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const HttpRequest& q = req->parser.request();
+    const char* got = q.has_authorization ? q.authorization.c_str() : nullptr;
     if (api::token_matches(token, got)) return true;
     api::Response r = api::render_error(
         401, got ? "invalid bearer token" : "missing bearer token (Authorization: Bearer …)");
@@ -628,36 +833,29 @@ struct HttpServer::Worker {
     return false;
   }
 
-  static void on_request(evhttp_request* req, void* arg) {
-    auto* w = static_cast<Worker*>(arg);
-    w->in_evhttp_cb = true;
-    w->dispatch(req);
-    w->in_evhttp_cb = false;
+  static bool matches(const Route& r, std::string_view path) {
+    return r.path == path ||
+           (r.path.back() == '/' && path.size() > r.path.size() && path.starts_with(r.path));
   }
 
-  void dispatch(evhttp_request* req) {
-    request_arrived(req);
-    const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
-    const char* p = uri ? evhttp_uri_get_path(uri) : nullptr;
-    path = p ? p : "";
-    // CONNECT's target is an authority, so evhttp parses no path out of it.
-    if (path.empty() && evhttp_request_get_uri(req)) path = evhttp_request_get_uri(req);
-    const Route* route = nullptr;
-    std::string allow;  // the methods of the path
+  // Every method reaches the table: a path it has with another method is a 405 with Allow.
+  void dispatch(Request* req) {
+    const HttpRequest& q = req->parser.request();
+    path = q.path;
     for (const Route& r : kRoutes) {
-      bool match = r.path == path || (r.path.back() == '/' && path.size() > r.path.size() &&
-                                      path.starts_with(r.path));
-      if (!match) continue;
-      allow += (allow.empty() ? "" : ", ") + std::string(method_name(r.method));
-      if (evhttp_request_get_command(req) == r.method) route = &r;
+      if (!q.known_method || q.method != r.method || !matches(r, path)) continue;
+      if (authorized(req, r.auth)) (this->*r.handle)(req);
+      return;
     }
-    if (allow.empty()) return reply(req, api::render_error(404, "no such path: " + path));
-    if (!route) {
-      api::Response r = api::render_error(405, "use " + allow);
-      r.headers.emplace_back("Allow", allow);
-      return reply(req, r);
-    }
-    if (authorized(req, route->auth)) (this->*route->handle)(req);
+    std::string allow;  // the methods of the path
+    for (const Route& r : kRoutes)
+      if (matches(r, path))
+        allow += (allow.empty() ? "" : ", ") + std::string(http_method_str(r.method));
+    if (allow.empty())
+      return reply(req, api::render_error(404, "no such path: " + std::string(path)));
+    api::Response r = api::render_error(405, "use " + allow);
+    r.headers.emplace_back("Allow", allow);
+    reply(req, r);
   }
 
   static void on_stop(evutil_socket_t, short, void* arg) {
@@ -665,7 +863,7 @@ struct HttpServer::Worker {
     if (w->draining) return;
     w->draining = true;
     w->drain_deadline = Clock::now() + kDrainLimit;
-    if (w->bound) evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
+    event_del(w->listen_ev);
     evtimer_del(w->resume_ev);
     timeval tv{0, 5000};
     event_add(w->drain_ev, &tv);
@@ -678,10 +876,10 @@ struct HttpServer::Worker {
       spdlog::warn("worker {}: {} requests abandoned at shutdown", w->index, w->inflight);
     event_del(w->drain_ev);
     // Closes idle keep-alive connections too.
-    evhttp_free(w->http);
-    w->http = nullptr;
-    w->http_freed = true;
-    w->release_fresh();
+    w->stopped = true;
+    for (auto& c : w->conns)
+      if (c->fd >= 0) w->server->metrics_.http_connection_closed();
+    w->drop_all();
     event_base_loopexit(w->base, nullptr);
   }
 };
@@ -718,47 +916,37 @@ bool HttpServer::start(std::string& error) {
     w->index = i;
     // Split as evenly as it goes; a worker holds at least one.
     w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));
-    // The changelist folds the add/del pairs that evhttp and hiredis make within one loop
-    // iteration into at most one epoll_ctl per fd (each base has its own epoll set, so the
-    // per-worker dup of the listening socket is never in the same set twice).
+    w->limits = {.max_head = kMaxHead, .max_body = opts_.max_body};
+    // The changelist folds the add/del pairs that hiredis makes within one loop iteration into
+    // at most one epoll_ctl per fd (each base has its own epoll set, so the per-worker dup of
+    // the listening socket is never in the same set twice).
     event_config* ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     w->base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
-    w->http = w->base ? evhttp_new(w->base) : nullptr;
-    if (!w->http) {
+    if (!w->base) {
       error = "cannot create an event loop";
       return false;
     }
-    evhttp_set_max_body_size(w->http, opts_.max_body);
-    evhttp_set_max_headers_size(w->http, 16 * 1024);
-    // evhttp's own timeout restarts with every byte, so it only drops a client that stops
-    // reading its answer; a second later than the request deadline (Conn), which it never
-    // pre-empts.
-    evhttp_set_timeout(w->http, opts_.request_timeout_s + 1);
-    // Every method reaches the route table, which answers 405 with Allow (evhttp: 501).
-    evhttp_set_allowed_methods(w->http, 0xffff);
-    evhttp_set_gencb(w->http, &Worker::on_request, w.get());
-    evhttp_set_bevcb(w->http, &Worker::on_new_connection, w.get());
-    int fd = dup(listen_fd_);  // each evhttp closes its own copy when freed
-    if (fd < 0) {
+    const timeval request_tv{opts_.request_timeout_s, 0};
+    w->request_timeout = event_base_init_common_timeout(w->base, &request_tv);
+    w->linger_timeout = event_base_init_common_timeout(w->base, &kLinger);
+    w->listen_fd = fcntl(listen_fd_, F_DUPFD_CLOEXEC, 0);
+    if (w->listen_fd < 0) {
       error = std::string("dup: ") + std::strerror(errno);
       return false;
     }
-    w->bound = evhttp_accept_socket_with_handle(w->http, fd);
-    if (!w->bound) {
-      close(fd);
+    w->listen_ev =
+        event_new(w->base, w->listen_fd, EV_READ | EV_PERSIST, &Worker::on_listen, w.get());
+    if (!w->listen_ev || event_add(w->listen_ev, nullptr) != 0) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
     w->gateway =
         std::make_unique<Gateway>(store_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms,
                                   decisions_.get(), "http", opts_.fallback);
-    evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(w->bound),
-                                &Worker::on_accept_error);
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
     w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
-    w->adopt_ev = event_new(w->base, -1, 0, &Worker::on_adopt, w.get());
     w->resume_ev = evtimer_new(w->base, &Worker::on_resume, w.get());
     workers_.push_back(std::move(w));
   }
@@ -768,10 +956,7 @@ bool HttpServer::start(std::string& error) {
   return true;
 }
 
-thread_local HttpServer::Worker* HttpServer::Worker::current = nullptr;
-
 void HttpServer::run_worker(Worker* w) {
-  Worker::current = w;
   event_base_dispatch(w->base);
   // A gateway (engine, dataplane client) belongs to this thread's loop: tear it down here.
   w->gateway.reset();

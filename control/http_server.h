@@ -1,7 +1,8 @@
-// dripgate-control's HTTP front: libevent evhttp on several worker threads, a route table and
-// the JSON (de)serialisation of api.h around the Gateway (gateway.h), which decides. Each worker
-// has its own event_base, evhttp and Gateway (hence its own Redis connections and dataplane
-// client); all accept on one listening socket bound once.
+// dripgate-control's HTTP front: an HTTP/1.1 server on several worker threads (requests parsed by
+// http_request.h, one libevent event per connection on the worker's loop), a route table and the
+// JSON (de)serialisation of api.h around the Gateway (gateway.h), which decides. Each worker has
+// its own event_base and Gateway (hence its own Redis connections and dataplane client); all
+// accept on one listening socket bound once.
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,7 @@ class Fallback;
 struct ServerOptions {
   std::string listen;  // "host:port" or "[v6]:port"
   int threads = 2;
-  size_t max_body = 64 * 1024;  // larger bodies get 413 from evhttp
+  size_t max_body = 64 * 1024;  // larger bodies get 413 (headers: 431 beyond 16 KiB)
   int dataplane_timeout_ms = 100;
   // Open at once, all workers (split between them); beyond it a newcomer evicts the longest idle
   // connection, or is closed when every one has a request in progress.

@@ -219,7 +219,7 @@ TEST_F(HttpTest, BadInputIs400NamingTheFieldAndTheDaemonKeepsServing) {
   auto rel = http(daemon_->port(), "POST", "/v1/release", R"({"request_id":"a b"})");
   EXPECT_EQ(rel.status, 400);
   EXPECT_NE(rel.body.find("request_id"), std::string::npos);
-  // Oversized bodies are cut off by evhttp.
+  // Oversized bodies are refused (413).
   EXPECT_EQ(admit(std::string(100 * 1024, ' ')).status, 413);
   EXPECT_EQ(http(daemon_->port(), "GET", "/v1/admit").status, 405);
   EXPECT_EQ(http(daemon_->port(), "GET", "/nope").status, 404);
@@ -854,6 +854,182 @@ TEST_F(HttpTest, HeadIsAnsweredWithHeadersOnly) {
   }
   ASSERT_TRUE(c.send(kKeepAliveGet));
   EXPECT_EQ(c.answer(), 200) << "bytes after a HEAD answer's headers";
+}
+
+// Several requests in one packet, one of them answered from Redis later than those behind it
+// could be: the answers come in the order of the requests.
+TEST_F(HttpTest, PipelinedRequestsInOnePacketAreAnsweredInOrder) {
+  start();
+  const std::string admit_body = R"({"tenant":"t-big","tokens":3})";
+  const std::string post =
+      "POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(admit_body.size()) +
+      "\r\n\r\n" + admit_body;
+  RawConn c(daemon_->port());
+  ASSERT_TRUE(c.send(post + kKeepAliveGet + "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n" + post +
+                     "POST /v1/admit HTTP/1.1\r\nContent-Length: 2\r\n\r\n[]" +
+                     "HEAD /metrics HTTP/1.1\r\n\r\n" + kKeepAliveGet));
+  auto a1 = c.next();
+  EXPECT_EQ(a1.status, 200) << a1.head << a1.body;
+  EXPECT_EQ(json::parse(a1.body, nullptr, false)["allowed"], true) << a1.body;
+  auto h = c.next();
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json::parse(h.body, nullptr, false)["status"], "ok") << h.body;
+  EXPECT_EQ(c.next().status, 404);
+  auto a2 = c.next();
+  EXPECT_EQ(a2.status, 200) << a2.body;
+  EXPECT_NE(json::parse(a2.body, nullptr, false)["request_id"],
+            json::parse(a1.body, nullptr, false)["request_id"]);
+  EXPECT_EQ(c.next().status, 400);
+  auto m = c.next(5s, /*head_only=*/true);
+  EXPECT_EQ(m.status, 405) << m.head;
+  EXPECT_EQ(c.next().status, 200);
+  EXPECT_FALSE(c.closed_within(100ms)) << "kept alive after the pipeline";
+}
+
+// A request cut into one-byte writes (well within the request deadline) is read whole.
+TEST_F(HttpTest, ARequestSplitIntoTinyWritesIsAnswered) {
+  start();
+  const std::string body = R"({"tenant":"t-big","user":"tiny","tokens":5})";
+  const std::string req =
+      "POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  RawConn c(daemon_->port());
+  for (char ch : req) {
+    ASSERT_TRUE(c.send(std::string(1, ch)));
+    std::this_thread::sleep_for(1ms);
+  }
+  auto a = c.next();
+  ASSERT_EQ(a.status, 200) << a.head << a.body;
+  EXPECT_EQ(json::parse(a.body, nullptr, false)["allowed"], true) << a.body;
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  EXPECT_EQ(c.answer(), 200);
+}
+
+// Headers beyond 16 KiB get 431, a body beyond control's limit 413 (said on its header, before
+// it is sent), then the connection is closed; the daemon serves on.
+TEST_F(HttpTest, OversizedHeadIs431AndOversizedBodyIs413) {
+  start();
+  {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') +
+                       "\r\n\r\n"));
+    auto a = c.next();
+    EXPECT_EQ(a.status, 431) << a.head;
+    EXPECT_EQ(a.header("Connection"), "close");
+    EXPECT_TRUE(c.closed_within(5s));
+  }
+  {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"));
+    auto a = c.next();
+    EXPECT_EQ(a.status, 413) << a.head;
+    EXPECT_NE(a.body.find("too large"), std::string::npos) << a.body;
+    EXPECT_TRUE(c.closed_within(5s));
+  }
+  {
+    // A chunked body over the limit: refused as it comes.
+    RawConn c(daemon_->port());
+    std::string chunk(40000, ' ');
+    ASSERT_TRUE(c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    for (int i = 0; i < 2; ++i) c.send("9c40\r\n" + chunk + "\r\n");
+    EXPECT_EQ(c.answer(), 413);
+  }
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  EXPECT_GE(metric("dripgate_http_requests_total{code=\"413\"}"), 2);
+}
+
+// A chunked request body is decoded; Expect: 100-continue is answered before the body is sent.
+TEST_F(HttpTest, ChunkedBodiesAndExpectContinue) {
+  start();
+  RawConn c(daemon_->port());
+  ASSERT_TRUE(
+      c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "b\r\n{\"tenant\":\"\r\n6\r\nt-big\"\r\n1\r\n}\r\n0\r\n\r\n"));
+  auto a = c.next();
+  ASSERT_EQ(a.status, 200) << a.head << a.body;
+  EXPECT_EQ(json::parse(a.body, nullptr, false)["allowed"], true) << a.body;
+
+  const std::string body = R"({"tenant":"t-big"})";
+  ASSERT_TRUE(
+      c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+             "Content-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n"));
+  // "100 Continue" has no Content-Length: read it as bytes.
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (got.find("\r\n\r\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    auto part = c.next(100ms, /*head_only=*/true);
+    if (part.status != 0) got = part.head;
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 100 Continue\r\n", 0), 0u) << got;
+  ASSERT_TRUE(c.send(body));
+  EXPECT_EQ(c.answer(), 200);
+}
+
+// HTTP/1.0: closed after the answer unless it asks for keep-alive; answered as 1.0.
+TEST_F(HttpTest, Http10IsClosedUnlessItAsksForKeepAlive) {
+  start();
+  {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send("GET /healthz HTTP/1.0\r\n\r\n"));
+    auto a = c.next();
+    EXPECT_EQ(a.status, 200);
+    EXPECT_EQ(a.head.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << a.head;
+    EXPECT_TRUE(c.closed_within(5s));
+  }
+  RawConn c(daemon_->port());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(c.send("GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    auto a = c.next();
+    EXPECT_EQ(a.status, 200);
+    EXPECT_EQ(a.header("Connection"), "keep-alive");
+  }
+  EXPECT_FALSE(c.closed_within(100ms));
+}
+
+// Bytes that are no HTTP/1.x: a 400 (505 for another version), and the connection is closed.
+TEST_F(HttpTest, MalformedRequestIs400AndClosed) {
+  start();
+  {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send("GET /healthz HTTP/2.0\r\n\r\n"));
+    EXPECT_EQ(c.answer(), 505);
+    EXPECT_TRUE(c.closed_within(5s));
+  }
+  for (std::string bad :
+       {"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", "\x16\x03\x01\x02\x00\x01\x00\r\n\r\n",
+        "POST /v1/admit HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: "
+        "chunked\r\n\r\n"}) {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send(bad));
+    EXPECT_EQ(c.answer(), 400) << bad;
+    EXPECT_TRUE(c.closed_within(5s)) << bad;
+  }
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+}
+
+// A stopping daemon answers the request in flight on a kept-alive connection with
+// Connection: close, so that such clients do not hold the drain.
+TEST_F(HttpTest, SigtermClosesAKeptAliveConnectionAfterItsAnswer) {
+  start();
+  ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);
+  RawConn c(daemon_->port());
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  ASSERT_EQ(c.answer(), 200);
+  redis_.pause();  // the admission below waits for Redis, then times out (200 ms): 503
+  const std::string body = R"({"tenant":"t-big"})";
+  ASSERT_TRUE(c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::this_thread::sleep_for(50ms);
+  int rc = -2;
+  std::thread stop([&] { rc = daemon_->terminate(); });
+  auto a = c.next();
+  stop.join();
+  redis_.resume();
+  EXPECT_EQ(a.status, 503) << a.head << a.body;
+  EXPECT_EQ(a.header("Connection"), "close") << a.head;
+  EXPECT_TRUE(c.closed_within(1s));
+  EXPECT_EQ(rc, 0) << daemon_->log();
 }
 
 // ---- configuration reload: SIGHUP and POST /v1/admin/reload ----
