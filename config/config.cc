@@ -45,6 +45,16 @@ std::optional<OnFailure> parse_on_failure(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view gate_mode_name(GateMode mode) {
+  return mode == GateMode::kShadow ? "shadow" : "enforce";
+}
+
+std::optional<GateMode> parse_gate_mode(std::string_view name) {
+  for (GateMode m : {GateMode::kEnforce, GateMode::kShadow})
+    if (gate_mode_name(m) == name) return m;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string num(double v) {
@@ -53,13 +63,20 @@ std::string num(double v) {
   return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
 }
 
-void bucket(YAML::Emitter& out, const Bucket& b) {
-  out << YAML::Flow << YAML::BeginMap << YAML::Key << "capacity" << YAML::Value << num(b.capacity)
-      << YAML::Key << "refill_per_s" << YAML::Value << num(b.refill_per_s) << YAML::EndMap;
-}
-
 void kv(YAML::Emitter& out, const char* key, const std::string& value) {
   out << YAML::Key << key << YAML::Value << value;
+}
+
+// `mode` only when it is not the default.
+void mode(YAML::Emitter& out, GateMode m) {
+  if (m != GateMode::kEnforce) kv(out, "mode", std::string(gate_mode_name(m)));
+}
+
+void bucket(YAML::Emitter& out, const Bucket& b) {
+  out << YAML::Flow << YAML::BeginMap << YAML::Key << "capacity" << YAML::Value << num(b.capacity)
+      << YAML::Key << "refill_per_s" << YAML::Value << num(b.refill_per_s);
+  mode(out, b.mode);
+  out << YAML::EndMap;
 }
 void kv(YAML::Emitter& out, const char* key, double value) {
   kv(out, key, num(value));
@@ -154,12 +171,14 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
     if (plan.quota->max_open_reservations > 0)
       kv(out, "max_open_reservations", plan.quota->max_open_reservations);
+    mode(out, plan.quota->mode);
     out << YAML::EndMap;
   }
   if (plan.concurrency) {
     out << YAML::Key << "concurrency" << YAML::Value << YAML::Flow << YAML::BeginMap;
     kv(out, "max_streams", plan.concurrency->max_streams);
     kv(out, "lease_s", plan.concurrency->lease_s);
+    mode(out, plan.concurrency->mode);
     out << YAML::EndMap;
   }
   if (plan.degrade) {
@@ -169,6 +188,7 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     out << YAML::EndMap;
   }
   if (plan.on_failure) kv(out, "on_failure", std::string(on_failure_name(*plan.on_failure)));
+  mode(out, plan.mode);
   out << YAML::EndMap;
 }
 

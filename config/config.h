@@ -15,9 +15,18 @@
 
 namespace dripgate::config {
 
+// A gate's `mode`: enforce (refuse) or shadow (compute and consume as enforce would, but admit,
+// naming the gate that would have refused in the answer's shadow_refused): a new limit tried
+// on live traffic.
+enum class GateMode { kEnforce, kShadow };
+// "enforce", "shadow".
+std::string_view gate_mode_name(GateMode mode);
+std::optional<GateMode> parse_gate_mode(std::string_view name);
+
 struct Bucket {
   double capacity = 0;
   double refill_per_s = 0;
+  GateMode mode = GateMode::kEnforce;
 
   bool operator==(const Bucket&) const = default;
 };
@@ -29,6 +38,7 @@ struct Quota {
   // admission is refused (429, reason "reservations"), so a client that never settles cannot
   // fill Redis.
   int64_t max_open_reservations = 0;
+  GateMode mode = GateMode::kEnforce;  // of the quota and the reservations cap
 
   bool operator==(const Quota&) const = default;
 };
@@ -36,6 +46,7 @@ struct Quota {
 struct Concurrency {
   int64_t max_streams = 0;
   int64_t lease_s = 120;
+  GateMode mode = GateMode::kEnforce;
 
   bool operator==(const Concurrency&) const = default;
 };
@@ -68,6 +79,9 @@ struct Plan {
   std::optional<Degrade> degrade;
   // Overrides redis.on_failure for this plan's tenants; unset: redis.on_failure.
   std::optional<OnFailure> on_failure;
+  // kShadow: every gate of the plan (buckets, quota, reservations, concurrency) is in shadow
+  // mode, whatever the gate's own mode says.
+  GateMode mode = GateMode::kEnforce;
 
   bool operator==(const Plan&) const = default;
 };

@@ -344,8 +344,23 @@ bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std
 
 // ---- sections ----
 
+// `mode: enforce | shadow`, in a gate's map (a bucket, quota, concurrency) and in a plan.
+void set_gate_mode(Ctx& ctx, const Fields& f, GateMode& out) {
+  const Entry* e = f.find("mode");
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path("mode"));
+  if (!s) return;
+  if (auto m = parse_gate_mode(*s))
+    out = *m;
+  else
+    ctx.error(e->value, f.path("mode"),
+              "unknown mode " + quote(*s) +
+                  "; expected enforce (refuse) or shadow (admit, and name the gate that would "
+                  "have refused)");
+}
+
 std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path) {
-  Fields f(ctx, n, path, {"capacity", "refill_per_s"});
+  Fields f(ctx, n, path, {"capacity", "refill_per_s", "mode"});
   if (!f.ok()) return std::nullopt;
   Bucket b;
   bool ok = true;
@@ -367,6 +382,7 @@ std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::stri
   } else {
     ok = false;
   }
+  set_gate_mode(ctx, f, b.mode);
   if (!ok) return std::nullopt;
   return b;
 }
@@ -723,8 +739,9 @@ void load_degrade(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& 
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, LocalModeUse& local) {
   Fields f(ctx, pe.value, path,
-           {"class", "gates", "quota", "concurrency", "degrade", "on_failure"});
+           {"class", "gates", "quota", "concurrency", "degrade", "on_failure", "mode"});
   if (!f.ok()) return;
+  set_gate_mode(ctx, f, p.mode);
   p.on_failure = get_on_failure(ctx, f);
   if (p.on_failure == OnFailure::kLocal && !local.at)
     local = {f.find("on_failure")->value, f.path("on_failure")};
@@ -743,7 +760,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
   }
   if (const Entry* e = f.find("quota")) {
     Fields q(ctx, e->value, f.path("quota"),
-             {"tokens_per_month", "reservation_ttl_s", "max_open_reservations"});
+             {"tokens_per_month", "reservation_ttl_s", "max_open_reservations", "mode"});
     if (q.ok()) {
       Quota quota;
       bool ok = false;
@@ -758,11 +775,12 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
       // among the quota months the gateway declares to the scripts (lua/lib_month.lua).
       set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1, 28 * 86400);
       set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
+      set_gate_mode(ctx, q, quota.mode);
       if (ok) p.quota = quota;
     }
   }
   if (const Entry* e = f.find("concurrency")) {
-    Fields c(ctx, e->value, f.path("concurrency"), {"max_streams", "lease_s"});
+    Fields c(ctx, e->value, f.path("concurrency"), {"max_streams", "lease_s", "mode"});
     if (c.ok()) {
       Concurrency conc;
       bool ok = false;
@@ -774,6 +792,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
         }
       }
       set_int(ctx, c, "lease_s", conc.lease_s, 1);
+      set_gate_mode(ctx, c, conc.mode);
       if (ok) p.concurrency = conc;
     }
   }

@@ -115,6 +115,8 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(c.tenants.at("ws-gates").plan, "walkthrough-gates");
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{200, 100}));
+  // A shadow gate is documented by example: it loads as one.
+  EXPECT_EQ(c.global_gates.model.at("llama-405b").mode, GateMode::kShadow);
 
   ASSERT_TRUE(c.dataplane);
   const Dataplane& dp = *c.dataplane;
@@ -196,7 +198,7 @@ plans:
       tenant: { capacity: 1, refill_per_s: 1, burst: 2 }
 )")),
             "t.yaml:4:47: plans.pro.gates.tenant.burst: unknown key 'burst' (allowed: capacity, "
-            "refill_per_s)");
+            "refill_per_s, mode)");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
             "api_key, ip)");
@@ -351,7 +353,7 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
             "t.yaml:1:53: global_gates.total.refill_per_s: must be > 0, got 0");
   EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, per: ip } }"),
             "t.yaml:1:56: global_gates.total.per: unknown key 'per' (allowed: capacity, "
-            "refill_per_s)");
+            "refill_per_s, mode)");
   EXPECT_EQ(error_of("global_gates: { totals: {} }"),
             "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
             "total)");
@@ -618,6 +620,52 @@ TEST(Control, AdminTokenInlineOrFromTheEnvironment) {
             "t.yaml:1:45: control.admin_token_env: admin_token is set too; give the token in one "
             "place");
   ::unsetenv("DG_TEST_ADMIN");
+}
+
+// `mode: shadow` per gate (tenant-scoped buckets, quota, concurrency, global gates) or per plan;
+// enforce is the default; anything else is an error naming the field; it survives to_yaml.
+TEST(Plans, GateModes) {
+  Config c = load_ok(
+      "plans:\n"
+      "  trial:\n"
+      "    gates:\n"
+      "      tenant: { capacity: 3, refill_per_s: 1, mode: shadow }\n"
+      "      user: { capacity: 3, refill_per_s: 1, mode: enforce }\n"
+      "      ip: { capacity: 3, refill_per_s: 1 }\n"
+      "    quota: { tokens_per_month: 10, mode: shadow }\n"
+      "    concurrency: { max_streams: 2, mode: shadow }\n"
+      "  dry: { mode: shadow, gates: { tenant: { capacity: 1, refill_per_s: 1 } } }\n"
+      "global_gates:\n"
+      "  model: { m: { capacity: 5, refill_per_s: 1, mode: shadow } }\n"
+      "  tool: { x: { capacity: 5, refill_per_s: 1 } }\n");
+  const Plan& trial = c.plans.at("trial");
+  EXPECT_EQ(trial.mode, GateMode::kEnforce);
+  EXPECT_EQ(trial.tenant->mode, GateMode::kShadow);
+  EXPECT_EQ(trial.user->mode, GateMode::kEnforce);
+  EXPECT_EQ(trial.ip->mode, GateMode::kEnforce);
+  EXPECT_EQ(trial.quota->mode, GateMode::kShadow);
+  EXPECT_EQ(trial.concurrency->mode, GateMode::kShadow);
+  EXPECT_EQ(c.plans.at("dry").mode, GateMode::kShadow);
+  EXPECT_EQ(c.plans.at("dry").tenant->mode, GateMode::kEnforce);
+  EXPECT_EQ(c.global_gates.model.at("m").mode, GateMode::kShadow);
+  EXPECT_EQ(c.global_gates.tool.at("x").mode, GateMode::kEnforce);
+  LoadResult back = load_string(to_yaml(c), "back.yaml");
+  ASSERT_TRUE(back.config) << (back.errors.empty() ? "" : back.errors[0].str());
+  back.config->source = c.source;
+  EXPECT_EQ(*back.config, c);
+
+  EXPECT_EQ(error_of("plans: { p: { gates: { tenant: { capacity: 1, refill_per_s: 1, mode: dry "
+                     "} } } }"),
+            "t.yaml:1:70: plans.p.gates.tenant.mode: unknown mode 'dry'; expected enforce "
+            "(refuse) or shadow (admit, and name the gate that would have refused)");
+  EXPECT_EQ(error_of("plans: { p: { mode: Shadow } }"),
+            "t.yaml:1:21: plans.p.mode: unknown mode 'Shadow'; expected enforce (refuse) or "
+            "shadow (admit, and name the gate that would have refused)");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_month: 1, mode: [shadow] } } }"),
+            "t.yaml:1:51: plans.p.quota.mode: expected a string, got a list");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 1, refill_per_s: 1, mode: off } }"),
+            "t.yaml:1:62: global_gates.total.mode: unknown mode 'off'; expected enforce "
+            "(refuse) or shadow (admit, and name the gate that would have refused)");
 }
 
 // redis.on_failure and its local mode's share and journal; a plan may fail its own way.

@@ -80,10 +80,17 @@ enum AdmitReply : size_t {
 };
 // gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}.
 constexpr size_t kGatesTokens = 3;
+// The snapshot entry of a bucket that took nothing (an empty shadow bucket, lib_bucket.lua).
+constexpr std::string_view kUntaken = "-";
 
 // A bucket's snapshot entry "<old tk> <old ts>" (" " when the key did not exist) appended to out
 // as two strings; false when it is malformed.
 bool split_old(std::string_view old, std::vector<std::string>& out) {
+  if (old == kUntaken) {  // nothing to restore: the undo leaves the bucket alone
+    out.emplace_back();
+    out.emplace_back();
+    return true;
+  }
   const size_t sp = old.find(' ');
   if (sp == std::string_view::npos) return false;
   out.emplace_back(old.substr(0, sp));
@@ -160,6 +167,8 @@ struct Engine::Impl {
     std::array<double, kMaxGlobalBuckets> global_tokens{};
     // Per global gate, what its ungates.lua needs (gates.lua's snapshot); empty: one token back.
     std::array<std::vector<std::string>, kMaxGlobalBuckets> global_undo;
+    // Per global gate: its bucket took nothing (an empty shadow bucket), there is nothing to undo.
+    std::array<bool, kMaxGlobalBuckets> global_untaken{};
   };
 
   using Op = std::shared_ptr<AdmitOp>;
@@ -175,6 +184,7 @@ struct Engine::Impl {
   void on_gates_reply(const Op& op, int i, const redisReply* r, std::string_view error);
   void part_done(const Op& op);
   void refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms);
+  void shadow_refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms);
   void failed(AdmitOp* op, std::string error);
   void on_late_admit(const Op& op, const redisReply* r);
   void on_late_gates(const Op& op, int i, const redisReply* r);
@@ -216,7 +226,8 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
-  std::string err = prepare(op->snap->tables, req, rng, op->p, view.registry().get());
+  std::string err =
+      prepare(op->snap->tables, req, rng, op->p, view.registry().get(), view.brake().get());
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
@@ -226,6 +237,7 @@ void Engine::Impl::admit(AdmitRequest req, std::function<void(AdmitResult)> done
   op->res.request_id = op->p.rid;
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
+  op->res.brake = op->p.brake;
   op->pending = 1 + op->p.ng;
   send(
       AdmitCall(op->p),
@@ -245,7 +257,7 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   for (int i = 0; i < p.nb; ++i) {
     double v = op->tokens_after[static_cast<size_t>(i)];
     // refund.lua gave the token back: the level before this admission.
-    if (refunded) v = std::min(p.buckets[i]->capacity, v + 1);
+    if (refunded && !(op->undo.untaken & (1u << i))) v = std::min(p.buckets[i]->capacity, v + 1);
     rem.push_back(bucket_remaining(*p.buckets[i], v));
   }
   if (plan.quota) {
@@ -275,7 +287,8 @@ void Engine::Impl::add_global_remaining(AdmitOp* op) {
     const auto at = static_cast<size_t>(i);
     double v = op->global_tokens[at];
     // ungates.lua gave the token back: the level before this admission.
-    if (op->global_parts[at] == Part::kAdmitted && op->res.outcome != Outcome::kAllowed)
+    if (op->global_parts[at] == Part::kAdmitted && op->res.outcome != Outcome::kAllowed &&
+        !op->global_untaken[at])
       v = std::min(op->p.globals[i]->capacity, v + 1);
     op->res.remaining.push_back(bucket_remaining(*op->p.globals[i], v));
   }
@@ -286,6 +299,16 @@ void Engine::Impl::refused_by(AdmitOp* op, std::string_view gate, int64_t retry_
   if (op->res.gate.empty() || retry_ms > op->res.retry_after_ms) {
     op->res.gate = std::string(gate);
     op->res.retry_after_ms = retry_ms;
+  }
+}
+
+// A part admitted although a shadow-mode gate of it would have refused: the answer names the
+// one with the longest wait, as for refusals.
+void Engine::Impl::shadow_refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms) {
+  if (gate.empty()) return;
+  if (op->res.shadow_refused.empty() || retry_ms > op->res.shadow_retry_ms) {
+    op->res.shadow_refused = std::string(gate);
+    op->res.shadow_retry_ms = retry_ms;
   }
 }
 
@@ -318,11 +341,15 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
     if (code != 1) {
       refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
-    } else if (op->p.ng > 0 && !decode_undo(op, r)) {
-      // Admitted without the snapshot a refund needs: cannot happen with our script; refund.lua
-      // then gives one token back per bucket.
-      op->undo.snapshot.clear();
-      failed(op, "redis: unexpected reply");
+    } else {
+      shadow_refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+      if (op->p.ng > 0 && !decode_undo(op, r)) {
+        // Admitted without the snapshot a refund needs: cannot happen with our script;
+        // refund.lua then gives one token back per bucket.
+        op->undo.snapshot.clear();
+        op->undo.untaken = 0;
+        failed(op, "redis: unexpected reply");
+      }
     }
   }
   part_done(op_ptr);
@@ -341,6 +368,7 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
     op->global_tokens[at] = as_double(elem(r, kGatesTokens));
     if (as_int(elem(r, kCode)) == 1) {
       op->global_parts[at] = Part::kAdmitted;
+      shadow_refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
       decode_gates_undo(op, i, r);
     } else {
       op->global_parts[at] = Part::kRefused;
@@ -389,6 +417,8 @@ void Engine::Impl::part_done(const Op& op_ptr) {
     undo(op_ptr, UndoOf::kGates, i, {}, then);
   }
   op->res.remaining.clear();
+  op->res.shadow_refused.clear();
+  op->res.shadow_retry_ms = 0;
   if (!op->error.empty()) {
     op->res.gate.clear();
     return fail(op, Outcome::kUnavailable, std::move(op->error));
@@ -440,7 +470,9 @@ void Engine::Impl::on_late_gates(const Op& op, int i, const redisReply* r) {
 void Engine::Impl::decode_gates_undo(AdmitOp* op, int i, const redisReply* r) {
   auto& out = op->global_undo[static_cast<size_t>(i)];
   out.clear();
+  op->global_untaken[static_cast<size_t>(i)] = false;
   if (r->elements < kGatesTokens + 3) return;
+  op->global_untaken[static_cast<size_t>(i)] = as_str(elem(r, kGatesTokens + 1)) == kUntaken;
   if (!split_old(as_str(elem(r, kGatesTokens + 1)), out)) return out.clear();
   out.emplace_back(as_str(elem(r, kGatesTokens)));
   out.emplace_back(as_str(elem(r, kGatesTokens + 2)));
@@ -482,8 +514,9 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
     send(RefundCall(op->p, op->undo), std::move(on_reply), std::move(on_lost),
          RedisClient::WhenStalled::kQueue);
   else
-    send(UngatesCall(op->p, gate, op->global_undo[static_cast<size_t>(gate)]), std::move(on_reply),
-         std::move(on_lost), RedisClient::WhenStalled::kQueue);
+    send(UngatesCall(op->p, gate, op->global_undo[static_cast<size_t>(gate)],
+                     !op->global_untaken[static_cast<size_t>(gate)]),
+         std::move(on_reply), std::move(on_lost), RedisClient::WhenStalled::kQueue);
 }
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
@@ -494,6 +527,7 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   const std::string_view new_ts = as_str(elem(r, at + nb));
   op->undo.snapshot.reserve(4 * nb);
   for (size_t i = 0; i < nb; ++i) {
+    if (as_str(elem(r, at + i)) == kUntaken) op->undo.untaken |= 1u << i;
     if (!split_old(as_str(elem(r, at + i)), op->undo.snapshot)) return false;
     op->undo.snapshot.emplace_back(as_str(elem(r, kTokens + i)));
     op->undo.snapshot.emplace_back(new_ts);
@@ -531,6 +565,10 @@ const std::shared_ptr<const Snapshot>& Engine::snapshot() {
 
 const std::shared_ptr<const TenantDirectory>& Engine::registry() {
   return impl_->view.registry();
+}
+
+const std::shared_ptr<const Brake>& Engine::brake() {
+  return impl_->view.brake();
 }
 
 RedisCalls& Engine::redis() {

@@ -17,6 +17,7 @@
 struct event_base;
 
 namespace dripgate::control {
+struct Brake;
 struct RedisObserver;
 struct Snapshot;
 class ConfigStore;
@@ -89,6 +90,12 @@ struct AdmitResult {
   std::string gate;     // refusing gate
   std::string reason;   // "rate" | "quota" | "concurrency" | "reservations"
   int64_t retry_after_ms = 0;
+  // Admitted only: the shadow-mode gate that would have refused (the one with the longest wait,
+  // as gate for a refusal), and that wait; empty when none would have.
+  std::string shadow_refused;
+  int64_t shadow_retry_ms = 0;
+  // The service-wide brake's factor applied to this request's enforced rates (1: none).
+  double brake = 1;
   std::vector<Remaining> remaining;
   std::string error;  // for 400/409/503: "field: message"
   // Refusals only (guidance.h): the tokens the quota lacks for this request, and the plan's
@@ -156,6 +163,8 @@ class Engine {
   const std::shared_ptr<const Snapshot>& snapshot();
   // The tenant registry's copy in force, the same way (null: none).
   const std::shared_ptr<const TenantDirectory>& registry();
+  // The service-wide brake in force, the same way (null: none).
+  const std::shared_ptr<const Brake>& brake();
   // This engine's Redis, for the admin API's registry calls (tenant_registry.h), on its loop.
   RedisCalls& redis();
   // tenant may be empty: it is then derived from a request_id the engine generated

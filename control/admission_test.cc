@@ -473,6 +473,151 @@ TEST_F(AdmissionTest, AllOrNothingForEveryGate) {
   EXPECT_NEAR(rem(r, "tenant"), 1, 1e-9);  // a full bucket of capacity 1
 }
 
+config::Bucket shadow_bucket(double cap, double rate) {
+  config::Bucket b{cap, rate};
+  b.mode = config::GateMode::kShadow;
+  return b;
+}
+
+// A shadow bucket of 3 admits the 4th, 5th, ... request, naming itself in shadow_refused; it
+// takes a token while it has one and nothing once empty (as an enforcing refusal takes
+// nothing): its level never goes below what enforcing would leave.
+TEST_F(AdmissionTest, ShadowBucketNeverRefuses) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = shadow_bucket(3, 0.0005);  // half the model's refill: twice its wait when empty
+  add_tenant(cfg, "sh", plan);
+  cfg.global_gates.model["m-sh"] = shadow_bucket(2, 0.001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  for (int i = 1; i <= 6; ++i) {
+    SCOPED_TRACE("admission " + std::to_string(i));
+    AdmitRequest r = req("sh");
+    r.model = "m-sh";
+    AdmitResult a = h.admit(r);
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+    // The longest wait: the tenant bucket (capacity 3) runs dry one request after the model's.
+    EXPECT_EQ(a.shadow_refused, i <= 2 ? "" : i == 3 ? "model" : "tenant");
+    if (i > 3) {
+      EXPECT_GT(a.shadow_retry_ms, 0);
+    }
+    EXPECT_NEAR(rem(a, "tenant"), std::max(0, 3 - i), 0.05);
+    EXPECT_NEAR(rem(a, "model"), std::max(0, 2 - i), 0.05);
+  }
+  EXPECT_NEAR(std::stod(s.str({"HGET", keys::bucket("sh", "tenant"), "tk"})), 0, 0.05);
+  EXPECT_NEAR(std::stod(s.str({"HGET", keys::global_bucket("model", "m-sh"), "tk"})), 0, 0.05);
+}
+
+// `mode: shadow` on a plan: every gate of it, quota and concurrency included, reports instead of
+// refusing; what an admitted request uses (its reservation, its lease) is counted as ever.
+TEST_F(AdmissionTest, ShadowPlanCoversQuotaAndConcurrency) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.mode = config::GateMode::kShadow;
+  plan.tenant = bucket(1, 0.001);
+  plan.quota = config::Quota{10, 600};
+  plan.concurrency = config::Concurrency{1, 600};
+  add_tenant(cfg, "shp", plan);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  AdmitResult first = h.admit(req("shp", 10));
+  ASSERT_EQ(first.outcome, Outcome::kAllowed) << first.error;
+  EXPECT_EQ(first.shadow_refused, "");
+  AdmitResult second = h.admit(req("shp", 10));
+  ASSERT_EQ(second.outcome, Outcome::kAllowed) << second.error;
+  EXPECT_EQ(second.shadow_refused, "quota");  // the longest wait: the month's end
+  std::time_t now = s.time_s();
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char month[8];
+  std::strftime(month, sizeof month, "%Y-%m", &tm);
+  EXPECT_EQ(s.str({"GET", keys::quota("shp", month)}), "20");
+  EXPECT_EQ(s.str({"ZCARD", keys::leases("shp")}), "2");
+  EXPECT_EQ(s.reservations("shp").size(), 2u);
+}
+
+// An enforced gate beside a shadow one still refuses, and the refusal leaves Redis byte for
+// byte as it was, also when a shadow bucket on the admitting side took nothing (it is left
+// alone by the undo), on either side of the call split.
+TEST_F(AdmissionTest, EnforcedBesideShadowUndoesByteForByte) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan a;  // shadow tenant bucket, enforced model gate
+  a.tenant = shadow_bucket(1, 0.001);
+  a.user = bucket(3, 0.001);  // outlasts the model gate: only one gate refuses
+  add_tenant(cfg, "sa", a);
+  cfg.global_gates.model["m-sa"] = bucket(2, 0.001);
+  config::Plan b;  // enforced tenant bucket, shadow model gate
+  b.tenant = bucket(2, 0.001);
+  add_tenant(cfg, "sb", b);
+  cfg.global_gates.model["m-sb"] = shadow_bucket(1, 0.001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  for (const std::string t : {"sa", "sb"}) {
+    SCOPED_TRACE("tenant " + t);
+    AdmitRequest r = req(t, 5);
+    r.model = "m-" + t;
+    r.user = "u";
+    ASSERT_EQ(h.admit(r).outcome, Outcome::kAllowed);
+    AdmitResult second = h.admit(r);  // the shadow bucket is empty now: admitted all the same
+    ASSERT_EQ(second.outcome, Outcome::kAllowed) << second.error;
+    EXPECT_EQ(second.shadow_refused, t == "sa" ? "tenant" : "model");
+    const auto before = s.dump();
+    AdmitResult third = h.admit(r);  // the enforced gate is empty: refused
+    ASSERT_EQ(third.outcome, Outcome::kRefused) << third.error;
+    EXPECT_EQ(third.gate, t == "sa" ? "model" : "tenant");
+    EXPECT_EQ(third.shadow_refused, "");
+    EXPECT_EQ(s.dump(), before);
+  }
+  // The enforced user gate refuses on the tenant's side: the shadow model gate's call is undone.
+  AdmitRequest r = req("sa");
+  r.user = "u2";
+  r.model = "m-sb";
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(h.admit(r).outcome, Outcome::kAllowed);
+  const auto before = s.dump();
+  AdmitResult refused = h.admit(r);
+  ASSERT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "user");
+  EXPECT_EQ(s.dump(), before);
+}
+
+// The brake scales every enforced rate of the plans it does not exempt; shadow gates keep
+// theirs. In force from the next request once published (brake_sync.h publishes what it reads).
+TEST_F(AdmissionTest, BrakeScalesEnforcedRates) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(10, 0.001);
+  add_tenant(cfg, "br", plan);
+  add_tenant(cfg, "br-exempt", plan);
+  config::Plan shadow;
+  shadow.tenant = shadow_bucket(10, 0.001);
+  add_tenant(cfg, "br-shadow", shadow);
+  Harness h(cfg);
+  Brake b;
+  b.factor = 0.5;
+  b.exempt_plans = {"plan-br-exempt"};
+  h.store().publish_brake(std::make_shared<const Brake>(b));
+  auto admitted = [&](const std::string& t) {
+    int n = 0;
+    for (int i = 0; i < 12; ++i) {
+      AdmitResult a = h.admit(req(t));
+      EXPECT_NE(a.outcome, Outcome::kUnavailable) << a.error;
+      if (a.outcome == Outcome::kAllowed && a.shadow_refused.empty()) ++n;
+      if (i == 0) {
+        EXPECT_EQ(a.brake, t == "br" ? 0.5 : 1.0) << t;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(admitted("br"), 5);
+  EXPECT_EQ(admitted("br-exempt"), 10);
+  EXPECT_EQ(admitted("br-shadow"), 10);
+  // Lifted: the full capacity again (the bucket's level is what the braked takes left).
+  h.store().publish_brake(nullptr);
+  AdmitResult after = h.admit(req("br"));
+  EXPECT_EQ(after.brake, 1.0);
+  EXPECT_EQ(find_gate(after, "tenant")->limit, 10);
+}
+
 // >= 32 threads, each with its own loop and engine, hammering one tenant.
 TEST_F(AdmissionTest, ConcurrentHammering) {
   config::Config cfg = base_config(redis_.port());
@@ -1441,7 +1586,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 22u);
+  ASSERT_EQ(call->args.size(), 26u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
@@ -1458,14 +1603,32 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
                            "dg:{t:ws-acme}:tb:user:alice"});
   EXPECT_EQ(call->keys, keys);
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
-  std::vector<std::string> args = {"rq-1",      attempt,        "0",
-                                   "42",        "1000",         "600",
-                                   "-1",        "-1",           "120",
-                                   "1",         m.prev.start_s, m.cur.start_s,
-                                   m.cur.end_s, m.next.end_s,   std::to_string(w),
-                                   "2",         "tenant",       "20",
-                                   "5",         "user",         "6",
-                                   "2"};
+  std::vector<std::string> args = {"rq-1",
+                                   attempt,
+                                   "0",
+                                   "42",
+                                   "1000",
+                                   "600",
+                                   "-1",
+                                   "-1",
+                                   "120",
+                                   "1",
+                                   m.prev.start_s,
+                                   m.cur.start_s,
+                                   m.cur.end_s,
+                                   m.next.end_s,
+                                   std::to_string(w),
+                                   "2",
+                                   "0",
+                                   "0",
+                                   "tenant",
+                                   "20",
+                                   "5",
+                                   "0",
+                                   "user",
+                                   "6",
+                                   "2",
+                                   "0"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();
@@ -1480,8 +1643,8 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
   EXPECT_EQ(call->args[15], "3");  // bucket_count
-  EXPECT_EQ(std::vector<std::string>(call->args.end() - 3, call->args.end()),
-            (std::vector<std::string>{"ip", "3", "1"}));
+  EXPECT_EQ(std::vector<std::string>(call->args.end() - 4, call->args.end()),
+            (std::vector<std::string>{"ip", "3", "1", "0"}));
   r.client_ip.clear();
   std::string err;
   r.tenant = "nobody";

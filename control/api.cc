@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -185,6 +186,13 @@ void write_remaining(JsonWriter& w, const std::vector<Remaining>& remaining) {
   w.end_object();
 }
 
+// The shortest text that reads back as v (a header's value).
+std::string number_text(double v) {
+  std::string s;
+  JsonWriter(s).number(v);
+  return s;
+}
+
 int64_t whole(double v) {
   if (!std::isfinite(v) || v <= 0) return 0;
   if (v > 9e15) return int64_t{9000000000000000};
@@ -247,6 +255,54 @@ std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& o
   if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
   out = std::move(r);
   return std::nullopt;
+}
+
+std::optional<FieldError> parse_brake(std::string_view body, Brake& out) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  if (auto e = reject_unknown(j, {"factor", "exempt_plans", "ttl_s"})) return e;
+  Brake b;
+  auto f = j.find("factor");
+  if (f == j.end() || f->is_null()) return FieldError{"factor", "required"};
+  if (!f->is_number() || !(f->get<double>() >= 0 && f->get<double>() <= 1))
+    return FieldError{"factor", "must be a number in [0, 1] (the share of every rate left)"};
+  b.factor = f->get<double>();
+  if (auto e = j.find("exempt_plans"); e != j.end() && !e->is_null()) {
+    if (!e->is_array()) return FieldError{"exempt_plans", "must be an array of plan names"};
+    for (size_t i = 0; i < e->size(); ++i) {
+      const json& p = (*e)[i];
+      const std::string field = "exempt_plans[" + std::to_string(i) + "]";
+      if (!p.is_string() || !common::valid_id(p.get_ref<const std::string&>()))
+        return FieldError{field, "must be a plan name ([A-Za-z0-9._-]{1,64})"};
+      b.exempt_plans.push_back(p.get<std::string>());
+    }
+    std::sort(b.exempt_plans.begin(), b.exempt_plans.end());
+    b.exempt_plans.erase(std::unique(b.exempt_plans.begin(), b.exempt_plans.end()),
+                         b.exempt_plans.end());
+  }
+  auto t = j.find("ttl_s");
+  const std::string ttl_rule =
+      "must be an integer number of seconds, 1.." + std::to_string(kMaxBrakeTtlS);
+  if (t == j.end() || t->is_null()) return FieldError{"ttl_s", "required (" + ttl_rule + ")"};
+  if (!t->is_number_integer() || t->get<int64_t>() < 1 || t->get<int64_t>() > kMaxBrakeTtlS)
+    return FieldError{"ttl_s", ttl_rule};
+  b.ttl_s = t->get<int64_t>();
+  out = std::move(b);
+  return std::nullopt;
+}
+
+Response render_brake(int status, const Brake* b) {
+  return Response{status, {}, json_body([&](JsonWriter& w) {
+                    w.key("brake");
+                    if (!b) {
+                      w.null();
+                      return;
+                    }
+                    w.begin_object().key("factor").number(b->factor);
+                    w.key("exempt_plans").begin_array();
+                    for (const auto& p : b->exempt_plans) w.string(p);
+                    w.end_array().key("ttl_s").integer(b->ttl_s).end_object();
+                  })};
 }
 
 std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan) {
@@ -380,6 +436,10 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
     if (status == 200) {
       w.key("allowed").boolean(true).key("request_id").string(r.request_id);
       w.key("class").string(r.cls);
+      if (!r.shadow_refused.empty()) {
+        w.key("shadow_refused").string(r.shadow_refused);
+        w.key("shadow_retry_after_ms").integer(r.shadow_retry_ms);
+      }
     } else {
       w.key("allowed").boolean(false).key("gate").string(r.gate).key("reason").string(r.reason);
       w.key("retry_after_ms").integer(r.retry_after_ms);
@@ -390,6 +450,7 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
   });
   resp.headers = ratelimit_headers(r);
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
+  if (r.brake < 1) resp.headers.emplace_back(kBrakeHeader, number_text(r.brake));
   return resp;
 }
 

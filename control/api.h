@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "control/admission.h"
+#include "control/brake.h"
 
 namespace dripgate::control::api {
 
@@ -25,6 +26,10 @@ struct FieldError {
 std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out);
 std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out);
 std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out);
+
+// POST /v1/admin/brake: {"factor": 0..1, "exempt_plans": [plan ids] (optional), "ttl_s": 1..
+// kMaxBrakeTtlS}. Whether the plans exist is the caller's to check, as for parse_tenant_plan.
+std::optional<FieldError> parse_brake(std::string_view body, Brake& out);
 
 // The tenant registry's PUT /v1/admin/tenants/<id>: {"plan": "<plan id>"}. Whether the plan
 // exists is the caller's to check (against the configuration in force).
@@ -52,6 +57,10 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, in
 Response render_settle(const SettleResult& r);
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);
+// The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.
+Response render_brake(int status, const Brake* b);
+// On an admission decided under the brake (brake.h): its factor.
+inline constexpr char kBrakeHeader[] = "Dripgate-Brake";
 // One tenant of the admin API: {"tenant", "plan", "source": "registry" | "config"}.
 Response render_tenant(int status, std::string_view tenant, std::string_view plan,
                        std::string_view source);

@@ -35,20 +35,4 @@ std::shared_ptr<const Snapshot> ConfigStore::current() const {
   return snap_;
 }
 
-void ConfigStore::publish_registry(std::shared_ptr<const TenantDirectory> next) {
-  std::shared_ptr<const TenantDirectory> old;
-  {
-    std::lock_guard lock(mu_);
-    old = std::move(registry_);
-    registry_ = std::move(next);
-    registry_generation_.fetch_add(1, std::memory_order_release);
-  }
-  // A copy of 100,000 tenants takes milliseconds to free: not under the lock the workers take.
-}
-
-std::shared_ptr<const TenantDirectory> ConfigStore::registry() const {
-  std::lock_guard lock(mu_);
-  return registry_;
-}
-
 }  // namespace dripgate::control

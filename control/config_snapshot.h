@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "control/brake.h"
 #include "control/script_calls.h"
 #include "control/tenant_directory.h"
 
@@ -34,6 +35,55 @@ struct Snapshot {
                                 const TenantDirectory* registry = nullptr) const;
 };
 
+// A value one thread publishes and every worker reads: a reader checks the generation (one
+// atomic load) and takes the lock only after a change (PublishedView).
+template <class T>
+class Published {
+ public:
+  void publish(std::shared_ptr<const T> next) {
+    std::shared_ptr<const T> old;
+    {
+      std::lock_guard lock(mu_);
+      old = std::move(value_);
+      value_ = std::move(next);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    // The old value is freed here, not under the lock the workers take (a registry copy of
+    // 100,000 tenants takes milliseconds to free).
+  }
+  std::shared_ptr<const T> get() const {
+    std::lock_guard lock(mu_);
+    return value_;
+  }
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const T> value_;
+  std::atomic<uint64_t> generation_{0};
+};
+
+// One thread's view of a Published value: the one it read last, refreshed when the generation
+// moved.
+template <class T>
+class PublishedView {
+ public:
+  explicit PublishedView(const Published<T>& source) : source_(source) {}
+  const std::shared_ptr<const T>& get() {
+    uint64_t g = source_.generation();
+    if (g != generation_) {
+      value_ = source_.get();
+      generation_ = g;
+    }
+    return value_;
+  }
+
+ private:
+  const Published<T>& source_;
+  uint64_t generation_ = 0;
+  std::shared_ptr<const T> value_;
+};
+
 class ConfigStore {
  public:
   explicit ConfigStore(std::shared_ptr<const Snapshot> first);
@@ -48,28 +98,35 @@ class ConfigStore {
 
   // The tenant registry's copy in force (tenant_directory.h), published the same way by its
   // poller (tenant_registry.h); null while none was read (or no poller runs).
-  void publish_registry(std::shared_ptr<const TenantDirectory> next);
-  std::shared_ptr<const TenantDirectory> registry() const;
-  uint64_t registry_generation() const {
-    return registry_generation_.load(std::memory_order_acquire);
+  void publish_registry(std::shared_ptr<const TenantDirectory> next) {
+    registry_.publish(std::move(next));
   }
+  std::shared_ptr<const TenantDirectory> registry() const { return registry_.get(); }
+  const Published<TenantDirectory>& published_registry() const { return registry_; }
   // Set by a poller when it starts: until its first copy, /readyz says the registry is missing.
   void expect_registry() { registry_expected_.store(true, std::memory_order_release); }
   bool registry_expected() const { return registry_expected_.load(std::memory_order_acquire); }
+
+  // The service-wide brake in force (brake.h), published by its poller (brake_sync.h); null
+  // while none is on.
+  void publish_brake(std::shared_ptr<const Brake> next) { brake_.publish(std::move(next)); }
+  std::shared_ptr<const Brake> brake() const { return brake_.get(); }
+  const Published<Brake>& published_brake() const { return brake_; }
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> snap_;
   std::atomic<uint64_t> generation_{0};
-  std::shared_ptr<const TenantDirectory> registry_;
-  std::atomic<uint64_t> registry_generation_{0};
+  Published<TenantDirectory> registry_;
+  Published<Brake> brake_;
   std::atomic<bool> registry_expected_{false};
 };
 
 // One thread's view of a store: the snapshot it read last, refreshed when the generation moved.
 class SnapshotView {
  public:
-  explicit SnapshotView(const ConfigStore& store) : store_(store) {}
+  explicit SnapshotView(const ConfigStore& store)
+      : store_(store), registry_(store.published_registry()), brake_(store.published_brake()) {}
   const std::shared_ptr<const Snapshot>& get() {
     uint64_t g = store_.generation();
     if (g != generation_ || !snap_) {
@@ -79,21 +136,16 @@ class SnapshotView {
     return snap_;
   }
   // The registry's copy, refreshed the same way; null when there is none.
-  const std::shared_ptr<const TenantDirectory>& registry() {
-    uint64_t g = store_.registry_generation();
-    if (g != registry_generation_) {
-      registry_ = store_.registry();
-      registry_generation_ = g;
-    }
-    return registry_;
-  }
+  const std::shared_ptr<const TenantDirectory>& registry() { return registry_.get(); }
+  // The brake in force, the same way; null when none is.
+  const std::shared_ptr<const Brake>& brake() { return brake_.get(); }
 
  private:
   const ConfigStore& store_;
   uint64_t generation_ = 0;
   std::shared_ptr<const Snapshot> snap_;
-  uint64_t registry_generation_ = 0;
-  std::shared_ptr<const TenantDirectory> registry_;
+  PublishedView<TenantDirectory> registry_;
+  PublishedView<Brake> brake_;
 };
 
 }  // namespace dripgate::control

@@ -168,8 +168,13 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
               if (q.gate == "quota")
                 fallback_->quota_left(again->tenant, static_cast<int64_t>(q.value));
         }
-        metrics_.admission(tenant, r.outcome == Outcome::kRefused ? r.gate : "",
-                           result_label(r.outcome), front_);
+        // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
+        const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
+        metrics_.admission(tenant,
+                           r.outcome == Outcome::kRefused ? r.gate
+                           : shadow                       ? r.shadow_refused
+                                                          : "",
+                           shadow ? "shadow_refused" : result_label(r.outcome), front_);
         if (who) decisions_->record(*who, r, result_label(r.outcome));
         if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
         flows_.put(r.request_id, *flow);

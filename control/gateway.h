@@ -73,6 +73,7 @@ class Gateway {
   const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
   const std::shared_ptr<const TenantDirectory>& registry() { return engine_.registry(); }
   RedisCalls& redis() { return engine_.redis(); }
+  const std::shared_ptr<const Brake>& brake() { return engine_.brake(); }
 
  private:
   // Feeds the metrics and notes when Redis went away.

@@ -23,6 +23,7 @@
 
 #include "common/id.h"
 #include "control/api.h"
+#include "control/brake_sync.h"
 #include "control/gateway.h"
 #include "control/http_request.h"
 #include "control/reload.h"
@@ -647,6 +648,8 @@ struct HttpServer::Worker {
       j["outage_s"] = since ? static_cast<double>(now - since) / 1000.0 : 0.0;
     }
     if (size_t n = gateway->journal_pending()) j["journal_pending"] = n;
+    if (const auto& b = gateway->brake())
+      j["brake"] = {{"factor", b->factor}, {"exempt_plans", b->exempt_plans}};
     reply(req,
           api::Response{status == "ok" || status == "degraded" ? 200 : 503, {}, j.dump() + "\n"});
   }
@@ -747,6 +750,42 @@ struct HttpServer::Worker {
         });
   }
 
+  // ---- the service-wide brake (brake_sync.h): every answer reflects Redis, not this daemon's
+  // copy (at most a poll behind) ----
+
+  void handle_brake_post(Request* req) {
+    Brake b;
+    if (auto e = api::parse_brake(body_of(req), b))
+      return reply(req, api::render_error(400, e->str()));
+    const config::Config& cfg = gateway->snapshot()->cfg;
+    for (size_t i = 0; i < b.exempt_plans.size(); ++i)
+      if (!cfg.plans.count(b.exempt_plans[i]))
+        return reply(
+            req, api::render_error(400, "exempt_plans: unknown plan '" + b.exempt_plans[i] + "'"));
+    ++inflight;
+    brake::set(gateway->redis(), b, [this, req, b](const std::string& error) {
+      if (!error.empty()) return finish(req, api::render_error(503, error));
+      finish(req, api::render_brake(200, &b));
+    });
+  }
+
+  void handle_brake_get(Request* req) {
+    ++inflight;
+    brake::read(gateway->redis(),
+                [this, req](const std::optional<Brake>& b, const std::string& error) {
+                  if (!error.empty()) return finish(req, api::render_error(503, error));
+                  finish(req, api::render_brake(200, b ? &*b : nullptr));
+                });
+  }
+
+  void handle_brake_delete(Request* req) {
+    ++inflight;
+    brake::lift(gateway->redis(), [this, req](const std::string& error) {
+      if (!error.empty()) return finish(req, api::render_error(503, error));
+      finish(req, api::render_brake(200, nullptr));
+    });
+  }
+
   // GET /v1/admin/tenants?cursor=<last id of the previous page>&limit=<1..1000>: the registry's
   // tenants in id order.
   void handle_tenant_list(Request* req) {
@@ -803,6 +842,9 @@ struct HttpServer::Worker {
       {"/v1/release", HTTP_POST, Auth::kApi, &Worker::handle_release},
       {"/v1/admin/reload", HTTP_POST, Auth::kAdmin, &Worker::handle_reload},
       {"/v1/admin/tenants", HTTP_GET, Auth::kAdmin, &Worker::handle_tenant_list},
+      {"/v1/admin/brake", HTTP_POST, Auth::kAdmin, &Worker::handle_brake_post},
+      {"/v1/admin/brake", HTTP_GET, Auth::kAdmin, &Worker::handle_brake_get},
+      {"/v1/admin/brake", HTTP_DELETE, Auth::kAdmin, &Worker::handle_brake_delete},
       // A path ending in '/' is a prefix: the rest is the resource (a tenant id).
       {kTenantsPath, HTTP_GET, Auth::kAdmin, &Worker::handle_tenant_get},
       {kTenantsPath, HTTP_PUT, Auth::kAdmin, &Worker::handle_tenant_put},

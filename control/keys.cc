@@ -60,6 +60,10 @@ std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }
 
+std::string brake() {
+  return "dg:{brake}:state";
+}
+
 std::string registry_tenants() {
   return "dg:{registry}:tenants";
 }

@@ -87,6 +87,10 @@ std::string registry_tenants();  // "dg:{registry}:tenants"
 std::string registry_version();  // "dg:{registry}:version"
 std::string registry_log();      // "dg:{registry}:log"
 
+// The service-wide brake (brake.h): the brake in force, a string expiring with it; a hash tag
+// of its own, so it has a slot of its own on a cluster.
+std::string brake();  // "dg:{brake}:state"
+
 // The tenant of an engine-generated request id "<tenant>.<16 hex>": everything before the last
 // '.', or empty when the id has no '.'.
 std::string_view tenant_of_request_id(std::string_view request_id);

@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "common/error.h"
 #include "common/redis_url.h"
 #include "config/config.h"
+#include "control/brake_sync.h"
 #include "control/fallback.h"
 #include "control/http_server.h"
 #include "control/reload.h"
@@ -130,8 +133,17 @@ int main(int argc, char** argv) {
   // The tenant registry's copy, read before serving so that its tenants are known from the first
   // request; when Redis does not answer within the wait, serving starts all the same (/readyz
   // says the registry is missing until it is read).
-  dripgate::control::RegistrySync registry(store, cfg.redis);
+  // The brake too, so that a daemon started while it is on obeys it from the first request;
+  // both are read at once, within the same 5 s.
+  const auto read_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::string err;
+  dripgate::control::BrakeSync brake(store, cfg.redis,
+                                     [&metrics](double f) { metrics.brake_factor(f); });
+  if (!brake.start(std::chrono::milliseconds(0), err) && !err.empty()) {
+    spdlog::critical("{}", err);
+    return 1;
+  }
+  dripgate::control::RegistrySync registry(store, cfg.redis);
   if (!registry.start(std::chrono::seconds(5), err)) {
     if (!err.empty()) {
       spdlog::critical("{}", err);
@@ -139,6 +151,9 @@ int main(int argc, char** argv) {
     }
     spdlog::warn("tenant registry: not read within 5 s; serving without it until it is");
   }
+  if (!brake.wait_loaded(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+          read_by - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{}))))
+    spdlog::warn("brake: not read within 5 s; serving without it until it is");
   dripgate::control::HttpServer server(store, metrics, opts, &reloader);
   if (!server.start(err)) {
     spdlog::critical("{}", err);
@@ -169,6 +184,7 @@ int main(int argc, char** argv) {
   server.stop();
   server.join();
   registry.stop();
+  brake.stop();
   spdlog::info("stopped");
   return 0;
 }

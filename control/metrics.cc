@@ -197,6 +197,11 @@ std::string Metrics::render() const {
   scalar("dripgate_journal_pending",
          "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
          load(journal_pending_));
+  header(out, "dripgate_brake_factor",
+         "The service-wide brake's factor on every enforced rate (POST /v1/admin/brake); 1: no "
+         "brake.",
+         "gauge");
+  out += "dripgate_brake_factor " + format_double(brake_factor()) + '\n';
   return out;
 }
 

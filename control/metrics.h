@@ -75,6 +75,9 @@ class Metrics : public RedisObserver {
   }
   // A journaled local decision sent to Redis: in ("ok") or to try again ("retry").
   void reconciled(bool ok) { reconciled_.inc({ok ? "ok" : "retry"}); }
+  // The service-wide brake's factor in force on this daemon (1: no brake).
+  void brake_factor(double f) { brake_factor_.store(f, std::memory_order_relaxed); }
+  double brake_factor() const { return brake_factor_.load(std::memory_order_relaxed); }
   void journal_pending(size_t n) {
     journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
   }
@@ -107,6 +110,7 @@ class Metrics : public RedisObserver {
   CounterFamily degraded_;
   CounterFamily reconciled_;
   std::atomic<int64_t> journal_pending_{0};
+  std::atomic<double> brake_factor_{1.0};
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};

@@ -54,12 +54,20 @@ static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMa
 
 }  // namespace
 
-Gate::Gate(std::string n, const config::Bucket& b)
+Gate::Gate(std::string n, const config::Bucket& b, bool plan_shadow)
     : name(std::move(n)),
       capacity(b.capacity),
       refill(b.refill_per_s),
       cap_s(fmt_double(b.capacity)),
-      rate_s(fmt_double(b.refill_per_s)) {}
+      rate_s(fmt_double(b.refill_per_s)),
+      shadow(plan_shadow || b.mode == config::GateMode::kShadow ? "1" : "0") {}
+
+Gate::Gate(const Gate& g, double factor) : Gate(g) {
+  capacity = g.capacity * factor;
+  refill = g.refill * factor;
+  cap_s = fmt_double(capacity);
+  rate_s = fmt_double(refill);
+}
 
 namespace {
 
@@ -74,11 +82,16 @@ void set_keys(TenantInfo& ti, const std::string& name) {
 
 PlanGates plan_gates_of(const config::Plan& p) {
   PlanGates g;
-  if (p.tenant) g.tenant.emplace("tenant", *p.tenant);
-  if (p.user) g.user.emplace("user", *p.user);
-  if (p.api_key) g.api_key.emplace("api_key", *p.api_key);
-  if (p.ip) g.ip.emplace("ip", *p.ip);
+  const bool shadow = p.mode == config::GateMode::kShadow;
+  if (p.tenant) g.tenant.emplace("tenant", *p.tenant, shadow);
+  if (p.user) g.user.emplace("user", *p.user, shadow);
+  if (p.api_key) g.api_key.emplace("api_key", *p.api_key, shadow);
+  if (p.ip) g.ip.emplace("ip", *p.ip, shadow);
   return g;
+}
+
+std::string_view shadow_s(const config::Plan& p, config::GateMode gate) {
+  return p.mode == config::GateMode::kShadow || gate == config::GateMode::kShadow ? "1" : "0";
 }
 
 TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
@@ -95,10 +108,12 @@ TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
   ti.res_ttl_s = std::to_string(ti.res_ttl);
   if (p.quota && q.max_open_reservations > 0)
     ti.max_open_s = std::to_string(q.max_open_reservations);
+  ti.quota_shadow_s = shadow_s(p, q.mode);
   config::Concurrency c = p.concurrency.value_or(config::Concurrency{});
   if (p.concurrency) ti.max_streams_s = std::to_string(c.max_streams);
   ti.lease_s = std::to_string(std::max<int64_t>(1, c.lease_s));
   if (p.concurrency) ti.lease_len_s = std::max<int64_t>(1, c.lease_s);
+  ti.streams_shadow_s = shadow_s(p, c.mode);
   return ti;
 }
 
@@ -177,8 +192,25 @@ const TenantInfo* Tables::find(const std::string& name, std::shared_ptr<const Te
   return unlisted.get();
 }
 
+namespace {
+
+// Points p's enforced gates at copies with the brake's rates (shadow gates keep theirs: they
+// show what the configured limit would do).
+void apply_brake(Prepared& p, const Brake& brake) {
+  size_t next = 0;
+  auto scale = [&](const Gate*& g) {
+    if (g->shadow == "1") return;
+    g = &p.braked[next++].emplace(*g, brake.factor);
+  };
+  for (int i = 0; i < p.nb; ++i) scale(p.buckets[i]);
+  for (int i = 0; i < p.ng; ++i) scale(p.globals[i]);
+  if (next > 0) p.brake = brake.factor;
+}
+
+}  // namespace
+
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p, const TenantDirectory* registry) {
+                    Prepared& p, const TenantDirectory* registry, const Brake* brake) {
   if (req.tenant.empty()) return "tenant: required";
   if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
   std::string why;
@@ -246,6 +278,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.attempt_keys[i] = p.globals[i]->id.empty()
                             ? keys::total_attempt(p.attempt)
                             : keys::global_attempt(p.globals[i]->name, p.globals[i]->id, p.attempt);
+  if (brake && brake->applies_to(t.plan->name)) apply_brake(p, *brake);
   return {};
 }
 
@@ -337,6 +370,8 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgLeaseS, t.lease_s);
   args.set(s::kArgSnapshot, "1");
   args.set(s::kArgFresh, p.fresh ? "1" : "0");
+  args.set(s::kArgQuotaShadow, t.quota_shadow_s);
+  args.set(s::kArgStreamsShadow, t.streams_shadow_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i) {
     keys.add(p.bucket_keys[i]);
@@ -344,6 +379,7 @@ AdmitCall::AdmitCall(const Prepared& p)
     g[s::kArgBucketGate] = p.buckets[i]->name;
     g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
     g[s::kArgBucketRefill] = p.buckets[i]->rate_s;
+    g[s::kArgBucketShadow] = p.buckets[i]->shadow;
     args.add(g);
   }
 }
@@ -361,18 +397,21 @@ GatesCall::GatesCall(const Prepared& p, int i)
   g[s::kArgBucketGate] = gate.name;
   g[s::kArgBucketCapacity] = gate.cap_s;
   g[s::kArgBucketRefill] = gate.rate_s;
+  g[s::kArgBucketShadow] = gate.shadow;
   args.add(g);
 }
 
-UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot)
+UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot,
+                         bool took)
     : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 1,
            lua::ungates::kArgsFixed, lua::ungates::kArgsFixed + lua::ungates::kArgBucketStride) {
   namespace s = lua::ungates;
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
-  keys.add(gate.key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
-  args.set(s::kArgBucketCount, kCounts[1]);
+  args.set(s::kArgBucketCount, kCounts[took ? 1 : 0]);
+  if (!took) return;
+  keys.add(gate.key);
   std::array<std::string_view, s::kArgBucketStride> g;
   g.fill("");
   g[s::kArgBucketCapacity] = gate.cap_s;
@@ -399,9 +438,11 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
   args.set(s::kArgReservationTtl, p.t->res_ttl_s);
   // Without a snapshot (a lost reply) whether the quota key existed is unknown: keep it.
   args.set(s::kArgQuotaExisted, undo.quota_existed || undo.snapshot.empty() ? "1" : "0");
-  args.set(s::kArgBucketCount, kCounts[p.nb]);
   const bool exact = undo.snapshot.size() == 4 * static_cast<size_t>(p.nb);
+  int n = 0;
   for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
+    if (undo.untaken & (1u << i)) continue;
+    ++n;
     keys.add(p.bucket_keys[i]);
     std::array<std::string_view, s::kArgBucketStride> g;
     g.fill("");
@@ -415,6 +456,7 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
     }
     args.add(g);
   }
+  args.set(s::kArgBucketCount, kCounts[n]);
   for (size_t j = 0; j + 1 < undo.pruned.size(); j += 2) {
     std::array<std::string_view, s::kArgPrunedStride> g;
     g[s::kArgPrunedMember] = undo.pruned[j];

@@ -20,6 +20,7 @@
 
 #include "config/config.h"
 #include "control/admission.h"
+#include "control/brake.h"
 #include "control/keys.h"
 #include "control/tenant_directory.h"
 
@@ -37,8 +38,14 @@ struct Gate {
   std::string cap_s, rate_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
   std::string id;   // global gates: the model or tool name ("" for total)
+  // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.
+  std::string_view shadow = "0";
 
-  Gate(std::string n, const config::Bucket& b);
+  // plan_shadow: the plan's `mode` is shadow.
+  Gate(std::string n, const config::Bucket& b, bool plan_shadow = false);
+  // g under a brake: capacity and refill times factor.
+  Gate(const Gate& g, double factor);
+  Gate(const Gate&) = default;
 };
 
 // A plan's tenant-scoped buckets, once per plan: every tenant on the plan points at them (a
@@ -54,6 +61,8 @@ struct TenantInfo {
   const Gate *tenant = nullptr, *user = nullptr, *api_key = nullptr, *ip = nullptr;
   std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
   std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
+  // "1": the quota (and reservations) / concurrency gate is in shadow mode.
+  std::string_view quota_shadow_s = "0", streams_shadow_s = "0";
   int64_t res_ttl = 600;  // reservation_ttl_s
   // The time-named keys (quota months, reservation windows) of a call made now.
   void time_keys(keys::TimeKeys& out) const;
@@ -94,8 +103,13 @@ struct Tables {
 inline constexpr size_t kMaxTenantBuckets = 4;
 inline constexpr size_t kMaxGlobalBuckets = 3;
 
-// An admission being built: validated input, key names and the buckets it goes through.
+// An admission being built: validated input, key names and the buckets it goes through. Filled
+// in place and never copied: under a brake, buckets and globals point into `braked`.
 struct Prepared {
+  Prepared() = default;
+  Prepared(const Prepared&) = delete;
+  Prepared& operator=(const Prepared&) = delete;
+
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;  // t's owner for a tenant on the default plan
   std::string rid, user_key, api_key_key, ip_key, tokens_s;
@@ -115,13 +129,19 @@ struct Prepared {
   int nb = 0;
   std::array<const Gate*, kMaxGlobalBuckets> globals{};
   int ng = 0;
+  // Under a brake (brake.h): the enforced gates of this request with their rates scaled, which
+  // its calls and their undos carry. Empty otherwise, so that a request pays nothing for it.
+  std::array<std::optional<Gate>, kMaxTenantBuckets + kMaxGlobalBuckets> braked;
+  double brake = 1;  // the factor applied
 };
 
 // Validates req and fills p (generating a request id when req has none); returns an error
 // "field: message" or an empty string.
-// registry: the tenant registry's copy in force (null: none).
+// registry: the tenant registry's copy in force (null: none); brake: the brake in force (null:
+// none).
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p, const TenantDirectory* registry = nullptr);
+                    Prepared& p, const TenantDirectory* registry = nullptr,
+                    const Brake* brake = nullptr);
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
@@ -188,8 +208,9 @@ struct GatesCall : Call {
 // never), or cancels that call if it has not run.
 struct UngatesCall : Call {
   // snapshot: gates.lua's old tk, old ts, new tk, new ts of the bucket; empty when its reply was
-  // lost (ungates.lua then gives one token back).
-  UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot);
+  // lost (ungates.lua then gives one token back). took: false when gates.lua took nothing (an
+  // empty shadow bucket): only the marker is undone.
+  UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot, bool took = true);
 };
 
 // What admit.lua returned that refund.lua needs to undo the admission exactly. Empty when its
@@ -197,7 +218,9 @@ struct UngatesCall : Call {
 struct Undo {
   bool quota_existed = false;
   std::vector<std::string> snapshot;  // per bucket: old tk, old ts, new tk, new ts
-  std::vector<std::string> pruned;    // the expired leases admit.lua pruned: member, score, ...
+  // Bit i: bucket i took nothing (an empty shadow bucket): refund.lua leaves it alone.
+  unsigned untaken = 0;
+  std::vector<std::string> pruned;  // the expired leases admit.lua pruned: member, score, ...
 };
 
 // refund.lua: undoes p's admission after a global gate refused it, or after the request was

@@ -1,7 +1,5 @@
 #include "control/tenant_registry.h"
 
-#include <event2/event.h>
-#include <event2/thread.h>
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
@@ -101,62 +99,18 @@ struct RegistrySync::Scan {
 
 RegistrySync::RegistrySync(ConfigStore& store, const config::Redis& redis,
                            std::chrono::milliseconds poll)
-    : store_(store), redis_cfg_(redis), poll_(poll) {
-  redis_cfg_.pool_size = 1;
-  redis_cfg_.timeout_ms = std::max(redis_cfg_.timeout_ms, 1000);
-}
+    : store_(store), poller_(redis, poll, {&lua::kRegistryChanges}, "tenant registry") {}
 
-RegistrySync::~RegistrySync() {
-  stop();
-  for (event* ev : {timer_, stop_ev_})
-    if (ev) event_free(ev);
-  if (base_) event_base_free(base_);
-}
+RegistrySync::~RegistrySync() = default;
 
 bool RegistrySync::start(std::chrono::milliseconds wait, std::string& error) {
-  static std::once_flag threads_once;
-  std::call_once(threads_once, [] { evthread_use_pthreads(); });
-  base_ = event_base_new();
-  if (!base_) {
-    error = "tenant registry: cannot create an event loop";
-    return false;
-  }
-  redis_ = make_redis_calls(base_, redis_cfg_, {&lua::kRegistryChanges});
-  timer_ = event_new(base_, -1, EV_PERSIST, &RegistrySync::on_timer, this);
-  stop_ev_ = event_new(base_, -1, 0, &RegistrySync::on_stop, this);
-  timeval tv{static_cast<time_t>(poll_.count() / 1000),
-             static_cast<suseconds_t>(poll_.count() % 1000 * 1000)};
-  event_add(timer_, &tv);
-  event_active(timer_, EV_TIMEOUT, 0);  // the first poll now
   store_.expect_registry();
   full_started_ = std::chrono::steady_clock::now();
-  thread_ = std::thread([this] { run(); });
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, wait, [this] { return loaded(); });
-}
-
-void RegistrySync::stop() {
-  if (stop_ev_ && thread_.joinable()) event_active(stop_ev_, EV_TIMEOUT, 0);
-  if (thread_.joinable()) thread_.join();
-}
-
-void RegistrySync::run() {
-  event_base_dispatch(base_);
-  // The client belongs to this loop: its last callbacks ("client shut down") run here.
-  stopping_ = true;
-  redis_.reset();
-}
-
-void RegistrySync::on_timer(int, short, void* arg) {
-  static_cast<RegistrySync*>(arg)->poll();
-}
-
-void RegistrySync::on_stop(int, short, void* arg) {
-  event_base_loopexit(static_cast<RegistrySync*>(arg)->base_, nullptr);
+  return poller_.start([this] { poll(); }, wait, error);
 }
 
 void RegistrySync::poll() {
-  if (busy_ || !redis_) return;
+  if (busy_) return;
   busy_ = true;
   namespace s = lua::registry_changes;
   static const std::string max_changes = std::to_string(registry::kMaxChanges);
@@ -169,8 +123,9 @@ void RegistrySync::poll() {
   std::array<std::string_view, s::kArgsFixed> av{};
   av[s::kArgSince] = since;
   av[s::kArgMax] = max_changes;
-  redis_->evalsha(lua::kRegistryChanges, kv, av,
-                  [this](const redisReply* r, std::string_view error) { on_changes(r, error); });
+  poller_.redis()->evalsha(
+      lua::kRegistryChanges, kv, av,
+      [this](const redisReply* r, std::string_view error) { on_changes(r, error); });
 }
 
 void RegistrySync::on_changes(const redisReply* r, std::string_view error) {
@@ -202,7 +157,7 @@ void RegistrySync::on_changes(const redisReply* r, std::string_view error) {
 void RegistrySync::scan(std::shared_ptr<Scan> s) {
   static const std::string count = std::to_string(registry::kScanCount);
   std::array<std::string_view, 5> argv{"HSCAN", registry_keys().tenants, s->cursor, "COUNT", count};
-  redis_->command(argv, [this, s](const redisReply* r, std::string_view error) {
+  poller_.redis()->command(argv, [this, s](const redisReply* r, std::string_view error) {
     std::string bad = bad_reply(r, error);
     const redisReply* cursor = elem(r, 0);
     const redisReply* fields = elem(r, 1);
@@ -230,20 +185,17 @@ void RegistrySync::publish(std::shared_ptr<const TenantDirectory> next) {
   spdlog::debug("tenant registry: version {} in force ({} tenants)", next->version(), next->size());
   copy_ = next;
   store_.publish_registry(std::move(next));
-  if (!loaded()) {
-    std::lock_guard lock(mu_);
-    loaded_.store(true, std::memory_order_release);
-    cv_.notify_all();
-  }
+  poller_.set_loaded();
 }
 
 void RegistrySync::failed(std::string_view why) {
   busy_ = false;
-  if (stopping_ || failing_) return;
+  if (poller_.stopping() || failing_) return;
   failing_ = true;
   spdlog::warn(
       "tenant registry: cannot read it ({}); the copy {} stays in force, retrying every {} ms", why,
-      copy_ ? "of version " + std::to_string(copy_->version()) : "(none yet)", poll_.count());
+      copy_ ? "of version " + std::to_string(copy_->version()) : "(none yet)",
+      poller_.period().count());
 }
 
 }  // namespace dripgate::control

@@ -29,10 +29,8 @@
 
 #include "config/config.h"
 #include "control/config_snapshot.h"
+#include "control/poll_thread.h"
 #include "control/redis_calls.h"
-
-struct event;
-struct event_base;
 
 namespace dripgate::control {
 
@@ -72,8 +70,8 @@ class RegistrySync {
   // Starts polling and waits up to `wait` for the first copy; false when it is not there yet
   // (Redis unreachable: polling goes on). `error` says why the thread could not start.
   bool start(std::chrono::milliseconds wait, std::string& error);
-  void stop();
-  bool loaded() const { return loaded_.load(std::memory_order_acquire); }
+  void stop() { poller_.stop(); }
+  bool loaded() const { return poller_.loaded(); }
   // How long the last full read took (the first copy, or a resync), for the log and the bench.
   std::chrono::microseconds last_full_read() const {
     return std::chrono::microseconds(full_read_us_.load(std::memory_order_relaxed));
@@ -81,34 +79,20 @@ class RegistrySync {
 
  private:
   struct Scan;
-  void run();
   void poll();
   void on_changes(const redisReply* r, std::string_view error);
   void scan(std::shared_ptr<Scan> s);
   void publish(std::shared_ptr<const TenantDirectory> next);
   void failed(std::string_view why);
-  static void on_timer(int fd, short what, void* arg);
-  static void on_stop(int fd, short what, void* arg);
 
   ConfigStore& store_;
-  config::Redis redis_cfg_;
-  std::chrono::milliseconds poll_;
-  event_base* base_ = nullptr;
-  event* timer_ = nullptr;
-  event* stop_ev_ = nullptr;
-  std::unique_ptr<RedisCalls> redis_;
-  std::thread thread_;
   // Loop thread only.
   bool busy_ = false;  // a poll or a full read is in progress
   bool failing_ = false;
-  bool stopping_ = false;
   std::shared_ptr<const TenantDirectory> copy_;  // the last one published
   std::chrono::steady_clock::time_point full_started_{};
-  // Shared with start().
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::atomic<bool> loaded_{false};
   std::atomic<int64_t> full_read_us_{0};
+  PollThread poller_;  // last: stopped first
 };
 
 }  // namespace dripgate::control

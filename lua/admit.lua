@@ -4,12 +4,15 @@
 -- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
 -- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
--- taken back before the script ends). redis.call('TIME') is the only clock.
+-- taken back before the script ends). redis.call('TIME') is the only clock. A gate in shadow mode
+-- (a bucket's shadow flag, quota_shadow, streams_shadow) is evaluated and consumed the same way
+-- but does not refuse: the request is admitted and the reply names it.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
 -- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
--- @argv bucket...(gate capacity refill)
+-- @argv quota_shadow streams_shadow
+-- @argv bucket...(gate capacity refill shadow)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
@@ -41,18 +44,24 @@
 --                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
---   bucket...     per bucket: gate name, capacity, refill per second
+--   quota_shadow  "1": the quota and reservations gates only report (shadow mode: a request
+--                 they would refuse is admitted, reserved and counted like any other)
+--   streams_shadow "1": the same for the concurrency gate (the lease is taken)
+--   bucket...     per bucket: gate name, capacity, refill per second, shadow ("1": an empty
+--                 bucket does not refuse; it gives nothing, as an enforcing refusal takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
 -- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
 -- month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
 --   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
---   "reservations" refuses when max_open reservations are open. quota_used and live_leases are
+--   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
+--   retry_after_ms name the shadow gate that would have refused (longest wait; "" and 0: none),
+--   shadow refusals are not reported beside a real one. quota_used and live_leases are
 --   after the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
 --   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket "<old tk> <old
---   ts>" (" " when the key did not exist), then the new ts of every bucket (their new tk are
+--   ts>" (" " when the key did not exist; "-" for an empty shadow bucket: nothing taken), then the new ts of every bucket (their new tk are
 --   tokens_i), exactly as stored; then, with a concurrency gate, the number k of expired leases
 --   pruned and k pairs member, score.
 
@@ -97,23 +106,21 @@ local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
 local snapshot = ARGV[A_SNAPSHOT] == '1'
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
-local refused, retry = '', 0
-local function refuse(gate, ms)
-  if refused == '' or ms > retry then
-    refused = gate
-    retry = ms
-  end
-end
-
 -- Buckets: first access is a full bucket; tokens = min(cap, tokens + elapsed * rate).
 -- @include lib_bucket.lua
+local r = {'', 0, '', 0}
+local quota_shadow = ARGV[A_QUOTA_SHADOW] == '1'
+local streams_shadow = ARGV[A_STREAMS_SHADOW] == '1'
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate, now_us)
   buckets[i] = b
-  if b.cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate)) end
+  if b.cur < 1 then
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate),
+                 ARGV[a + A_BUCKET_SHADOW] == '1')
+  end
 end
 
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
@@ -129,7 +136,7 @@ else
   used, q_created, q_existed = tonumber(raw or '0'), false, raw ~= false
 end
 if budget >= 0 and used + tokens > budget then
-  refuse('quota', next_month * 1000 - now_ms)
+  refusal_note(r, 'quota', next_month * 1000 - now_ms, quota_shadow)
 end
 
 -- Concurrency: live leases are those with a deadline after now (expired ones are ignored here
@@ -142,18 +149,18 @@ if max_streams >= 0 then
                          'LIMIT', 0, 1)
     first_ms = tonumber(f[2]) - now_ms
   end
-  if live >= max_streams then refuse('concurrency', first_ms) end
+  if live >= max_streams then refusal_note(r, 'concurrency', first_ms, streams_shadow) end
 end
 
 -- Open reservations: the previous window's count goes when its hash expires.
 local open_cur = tonumber(cur[2] or '0')
 if max_open >= 0 and open_cur + tonumber(prev_open or '0') >= max_open then
-  refuse('reservations', (cur_expire - res_ttl) * 1000 - now_ms)
+  refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
-local out = {0, refused, retry, used, next_month - sec, next_month - month_start, live, first_ms,
+local out = {0, r[1], r[2], used, next_month - sec, next_month - month_start, live, first_ms,
              q_existed and 1 or 0}
-if refused ~= '' then
+if r[1] ~= '' then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
@@ -163,13 +170,13 @@ if refused ~= '' then
   return out
 end
 
--- Admitted: consume everything.
-out[1] = 1
+-- Admitted: consume everything (an empty shadow bucket has nothing to give).
+out[1], out[2], out[3] = 1, r[3], r[4]
 local ts = bucket_now_text(t)
 for i = 1, n do
-  local b = buckets[i]
-  out[9 + i] = bucket_take(b, sec, ts)
-  if snapshot then out[9 + n + i] = b.tk .. ' ' .. b.ts end
+  local old
+  out[9 + i], old = bucket_admit(buckets[i], sec, ts)
+  if snapshot then out[9 + n + i] = old end
 end
 if snapshot then out[10 + 2 * n] = ts end
 

@@ -16,19 +16,22 @@
 -- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
 -- @keys attempt bucket...
--- @argv attempt_ttl bucket_count bucket...(gate capacity refill)
+-- @argv attempt_ttl bucket_count bucket...(gate capacity refill shadow)
 --
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
 --                  bucket's hash tag): the marker
 --       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
---       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second
+--       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, shadow
+--                     ("1": the gate only reports: an empty one does not refuse, see below)
 --
 -- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}: code 1 admitted, 0
 -- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
--- strings, after the decision. snapshot (admitted): per bucket "<old tk> <old ts>" (" " when the
--- key did not exist), then the new ts of every bucket, for ungates.lua to restore them byte for
--- byte when another part of the admission refuses.
+-- strings, after the decision. Admitted, gate and retry_after_ms name the shadow gate that
+-- would have refused (the longest wait; "" and 0: none). snapshot (admitted): per bucket "<old
+-- tk> <old ts>" (" " when the key did not exist; "-" for an empty shadow bucket, which gave
+-- nothing), then the new ts of every bucket, for ungates.lua to restore them byte for byte when
+-- another part of the admission refuses.
 
 if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
@@ -38,7 +41,7 @@ local now_us = sec * 1000000 + tonumber(t[2])
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_bucket.lua
-local refused, retry = '', 0
+local r = {'', 0, '', 0}
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
@@ -47,23 +50,21 @@ for i = 1, n do
   local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
   buckets[i] = b
   if b.cur < 1 then
-    local ms = bucket_wait_ms(b.cur, rate)
-    if refused == '' or ms > retry then refused, retry = ARGV[a + A_BUCKET_GATE], ms end
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate),
+                 ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
 
-local out = {0, refused, retry}
-if refused ~= '' then
+local out = {0, r[1], r[2]}
+if r[1] ~= '' then
   for i = 1, n do out[3 + i] = string.format('%.17g', buckets[i].cur) end
   return out
 end
 
-out[1] = 1
+out[1], out[2], out[3] = 1, r[3], r[4]
 local ts = bucket_now_text(t)
 for i = 1, n do
-  local b = buckets[i]
-  out[3 + i] = bucket_take(b, sec, ts)
-  out[3 + n + i] = b.tk .. ' ' .. b.ts
+  out[3 + i], out[3 + n + i] = bucket_admit(buckets[i], sec, ts)
 end
 out[4 + 2 * n] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])

@@ -26,6 +26,14 @@ local function bucket_wait_ms(cur, rate)
   return 86400000
 end
 
+-- Notes a gate that would refuse, keeping the one with the longest wait, apart for enforced gates
+-- (r[1] gate, r[2] ms: the request is refused) and shadow ones (r[3], r[4]: it is admitted all
+-- the same and the answer names the gate). r starts as {'', 0, '', 0}.
+local function refusal_note(r, gate, ms, shadow)
+  local i = shadow and 3 or 1
+  if r[i] == '' or ms > r[i + 1] then r[i], r[i + 1] = gate, ms end
+end
+
 -- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion.
 local function bucket_now_text(t)
   return t[1] .. string.sub('00000' .. t[2], -6)
@@ -49,6 +57,15 @@ local function bucket_take(b, sec, ts)
     redis.call('HSET', b.key, 'tk', tk, 'ts', ts)
   end
   return tk
+end
+
+-- Admits bucket b: takes its token (bucket_take), or, for a shadow bucket that is empty (the
+-- request is admitted all the same: the gate only reports), takes nothing, as an enforcing
+-- refusal takes nothing. Returns tk after the decision and the undo's snapshot entry "<old tk>
+-- <old ts>" (" " when the key did not exist), or "-" when nothing was taken (no undo then).
+local function bucket_admit(b, sec, ts)
+  if b.cur < 1 then return string.format('%.17g', b.cur), '-' end
+  return bucket_take(b, sec, ts), b.tk .. ' ' .. b.ts
 end
 
 -- Gives back the token one take took from the bucket at key k: byte for byte (tk and ts as they
