@@ -402,6 +402,17 @@ struct HttpServer::Worker {
                     [this, req](const SettleResult& r) { finish(req, api::render_settle(r)); });
   }
 
+  void handle_charge(evhttp_request* req) {
+    ChargeRequest cr;
+    if (auto e = api::parse_charge(body_of(req), cr)) {
+      server->metrics_.charge("", "bad_request");
+      return reply(req, api::render_error(400, e->str()));
+    }
+    ++inflight;
+    gateway->charge(std::move(cr),
+                    [this, req](const ChargeResult& r) { finish(req, api::render_charge(r)); });
+  }
+
   void handle_release(evhttp_request* req) {
     ReleaseRequest rr;
     if (auto e = api::parse_release(body_of(req), rr)) {
@@ -596,6 +607,7 @@ struct HttpServer::Worker {
   static constexpr Route kRoutes[] = {
       {"/v1/admit", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_admit},
       {"/v1/settle", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_settle},
+      {"/v1/charge", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_charge},
       {"/v1/release", EVHTTP_REQ_POST, Auth::kApi, &Worker::handle_release},
       {"/v1/admin/reload", EVHTTP_REQ_POST, Auth::kAdmin, &Worker::handle_reload},
       {"/v1/admin/tenants", EVHTTP_REQ_GET, Auth::kAdmin, &Worker::handle_tenant_list},

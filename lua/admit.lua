@@ -9,7 +9,7 @@
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
 -- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
--- @argv bucket...(gate capacity refill)
+-- @argv bucket...(gate capacity refill cost)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
@@ -41,7 +41,9 @@
 --                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
---   bucket...     per bucket: gate name, capacity, refill per second
+--   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
+--                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
+--                 api_key_tokens)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
 -- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
@@ -111,9 +113,11 @@ local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
+  local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate, now_us)
+  b.cost = cost
   buckets[i] = b
-  if b.cur < 1 then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate)) end
+  if b.cur < cost then refuse(ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate, cost)) end
 end
 
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
@@ -168,7 +172,7 @@ out[1] = 1
 local ts = bucket_now_text(t)
 for i = 1, n do
   local b = buckets[i]
-  out[9 + i] = bucket_take(b, sec, ts)
+  out[9 + i] = bucket_take(b, sec, ts, b.cost)
   if snapshot then out[9 + n + i] = b.tk .. ' ' .. b.ts end
 end
 if snapshot then out[10 + 2 * n] = ts end
