@@ -157,12 +157,18 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
 void write_plan(YAML::Emitter& out, const Plan& plan) {
   out << YAML::BeginMap;
   out << YAML::Key << "class" << YAML::Value << plan.cls;
-  if (plan.tenant || plan.user || plan.api_key || plan.ip) {
+  if (plan.tenant || plan.user || plan.api_key || plan.ip || plan.tenant_tokens ||
+      plan.user_tokens || plan.api_key_tokens) {
     out << YAML::Key << "gates" << YAML::Value << YAML::BeginMap;
     if (plan.tenant) bucket(out << YAML::Key << "tenant" << YAML::Value, *plan.tenant);
     if (plan.user) bucket(out << YAML::Key << "user" << YAML::Value, *plan.user);
     if (plan.api_key) bucket(out << YAML::Key << "api_key" << YAML::Value, *plan.api_key);
     if (plan.ip) bucket(out << YAML::Key << "ip" << YAML::Value, *plan.ip);
+    for (auto [name, b] : {std::pair<const char*, const std::optional<Bucket>*>{
+                               "tenant_tokens", &plan.tenant_tokens},
+                           {"user_tokens", &plan.user_tokens},
+                           {"api_key_tokens", &plan.api_key_tokens}})
+      if (*b) bucket(out << YAML::Key << name << YAML::Value, **b);
     out << YAML::EndMap;
   }
   if (plan.quota) {
@@ -212,9 +218,11 @@ void write_admission(YAML::Emitter& out, const Config& cfg) {
   out << YAML::EndMap;
 
   out << YAML::Key << "global_gates" << YAML::Value << YAML::BeginMap;
-  for (const auto* kind : {"tool", "model"}) {
-    const auto& gates =
-        std::strcmp(kind, "tool") == 0 ? cfg.global_gates.tool : cfg.global_gates.model;
+  for (auto [kind, gates_p] : {std::pair<const char*, const std::map<std::string, Bucket>*>{
+                                   "tool", &cfg.global_gates.tool},
+                               {"model", &cfg.global_gates.model},
+                               {"model_tokens", &cfg.global_gates.model_tokens}}) {
+    const auto& gates = *gates_p;
     out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
     for (const auto& [name, b] : gates) bucket(out << YAML::Key << name << YAML::Value, b);
     out << YAML::EndMap;

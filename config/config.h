@@ -74,6 +74,9 @@ struct Plan {
   std::optional<Bucket> tenant, user, api_key;
   // Each client address (a request's client_ip; IPv6 per /64) within the tenant.
   std::optional<Bucket> ip;
+  // Token-rate buckets: each admission takes its `tokens` estimate, not 1, from the tenant's,
+  // the user's and the API key's; settle and stream charges correct it to the tokens used.
+  std::optional<Bucket> tenant_tokens, user_tokens, api_key_tokens;
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
@@ -180,6 +183,8 @@ struct Control {
 struct GlobalGates {
   std::map<std::string, Bucket> tool;
   std::map<std::string, Bucket> model;
+  // A model's LLM tokens per second across tenants: takes each admission's estimate.
+  std::map<std::string, Bucket> model_tokens;
   // Every admission of every tenant: a flood stops here before the tenants' own limits.
   std::optional<Bucket> total;
 

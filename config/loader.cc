@@ -751,12 +751,17 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
     }
   }
   if (const Entry* e = f.find("gates")) {
-    Fields g(ctx, e->value, f.path("gates"), {"tenant", "user", "api_key", "ip"});
-    if (const Entry* b = g.find("tenant")) p.tenant = load_bucket(ctx, b->value, g.path("tenant"));
-    if (const Entry* b = g.find("user")) p.user = load_bucket(ctx, b->value, g.path("user"));
-    if (const Entry* b = g.find("api_key"))
-      p.api_key = load_bucket(ctx, b->value, g.path("api_key"));
-    if (const Entry* b = g.find("ip")) p.ip = load_bucket(ctx, b->value, g.path("ip"));
+    Fields g(ctx, e->value, f.path("gates"),
+             {"tenant", "user", "api_key", "ip", "tenant_tokens", "user_tokens", "api_key_tokens"});
+    for (auto [name, out] : {std::pair<const char*, std::optional<Bucket>*>{"tenant", &p.tenant},
+                             {"user", &p.user},
+                             {"api_key", &p.api_key},
+                             {"ip", &p.ip},
+                             {"tenant_tokens", &p.tenant_tokens},
+                             {"user_tokens", &p.user_tokens},
+                             {"api_key_tokens", &p.api_key_tokens}}) {
+      if (const Entry* b = g.find(name)) *out = load_bucket(ctx, b->value, g.path(name));
+    }
   }
   if (const Entry* e = f.find("quota")) {
     Fields q(ctx, e->value, f.path("quota"),
@@ -800,15 +805,18 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
 }
 
 void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
-  Fields f(ctx, n, "global_gates", {"tool", "model", "total"});
+  Fields f(ctx, n, "global_gates", {"tool", "model", "model_tokens", "total"});
   const Entry* total = f.find("total");
   if (total) g.total = load_bucket(ctx, total->value, f.path("total"));
-  for (const char* kind : {"tool", "model"}) {
+  for (auto [kind, out_p] :
+       {std::pair<const char*, std::map<std::string, Bucket>*>{"tool", &g.tool},
+        {"model", &g.model},
+        {"model_tokens", &g.model_tokens}}) {
     const Entry* e = f.find(kind);
     if (!e) continue;
     auto es = entries(ctx, e->value, f.path(kind));
     if (!es) continue;
-    auto& out = std::string_view(kind) == "tool" ? g.tool : g.model;
+    auto& out = *out_p;
     for (const auto& gate : *es) {
       std::string path = join(f.path(kind), gate.key);
       bool id_ok = check_id(ctx, gate.key_node, path, gate.key);

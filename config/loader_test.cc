@@ -201,7 +201,7 @@ plans:
             "refill_per_s, mode)");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
-            "api_key, ip)");
+            "api_key, ip, tenant_tokens, user_tokens, api_key_tokens)");
   EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
@@ -356,9 +356,43 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
             "refill_per_s, mode)");
   EXPECT_EQ(error_of("global_gates: { totals: {} }"),
             "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
-            "total)");
+            "model_tokens, total)");
   EXPECT_FALSE(load_ok("plans: { p: {} }").plans.at("p").ip);
   EXPECT_FALSE(load_ok("{}").global_gates.total);
+}
+
+// The token-rate gates are buckets like the others, checked alike, under their fixed names.
+TEST(Errors, TokenRateGatesAreCheckedLikeEveryBucket) {
+  EXPECT_EQ(
+      error_of("plans: { p: { gates: { tenant_tokens: { capacity: 0, refill_per_s: 1 } } } }"),
+      "t.yaml:1:51: plans.p.gates.tenant_tokens.capacity: must be >= 1, got 0 (a request "
+      "costs 1 token)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { user_tokens: { capacity: 5, refill_per_s: -1 } } } }"),
+            "t.yaml:1:66: plans.p.gates.user_tokens.refill_per_s: must be > 0, got -1");
+  EXPECT_EQ(error_of("plans: { p: { gates: { api_key_tokens: { capacity: 5 } } } }"),
+            "t.yaml:1:40: plans.p.gates.api_key_tokens.refill_per_s: required field is missing");
+  EXPECT_EQ(error_of("global_gates: { model_tokens: { gpt: { capacity: 5, refill_per_s: 0 } } }"),
+            "t.yaml:1:67: global_gates.model_tokens.gpt.refill_per_s: must be > 0, got 0");
+  EXPECT_EQ(
+      error_of("global_gates: { model_tokens: { \"a b\": { capacity: 5, refill_per_s: 1 } } }"),
+      "t.yaml:1:33: global_gates.model_tokens.a b: 'a b' is not a valid id (1 to 64 of A-Z "
+      "a-z 0-9 . _ -)");
+  Config c = load_ok(R"(
+plans:
+  p:
+    gates:
+      tenant_tokens: { capacity: 60000, refill_per_s: 1000 }
+      user_tokens: { capacity: 6000, refill_per_s: 100 }
+      api_key_tokens: { capacity: 3000, refill_per_s: 50 }
+global_gates:
+  model_tokens: { gpt: { capacity: 900000, refill_per_s: 15000 } }
+)");
+  const Plan& p = c.plans.at("p");
+  EXPECT_EQ(p.tenant_tokens, (Bucket{60000, 1000}));
+  EXPECT_EQ(p.user_tokens, (Bucket{6000, 100}));
+  EXPECT_EQ(p.api_key_tokens, (Bucket{3000, 50}));
+  EXPECT_EQ(c.global_gates.model_tokens.at("gpt"), (Bucket{900000, 15000}));
+  EXPECT_FALSE(p.tenant);
 }
 
 // On a Redis Cluster one gates.lua call cannot take the total bucket and a model's or tool's

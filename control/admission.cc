@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 
 #include "control/config_snapshot.h"
 #include "control/redis_calls.h"
@@ -23,6 +24,11 @@ namespace {
 
 Remaining bucket_remaining(const Gate& g, double tokens) {
   return control::bucket_remaining(g.name, g.capacity, g.refill, tokens);
+}
+
+// What a bucket took from an admission: 1, or the estimate on a token-rate gate.
+double cost_of(const Prepared& p, const Gate& g) {
+  return g.per_token ? static_cast<double>(p.tokens) : 1;
 }
 
 std::string_view reason_of(std::string_view gate) {
@@ -195,6 +201,12 @@ struct Engine::Impl {
             std::chrono::steady_clock::time_point since = {}, std::function<void()> then = {});
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
+  template <class Result>
+  struct CorrectOp;
+  template <class Request, class Result>
+  void correct(const Request& req, std::function<void(Result)> done);
+  template <class Result>
+  void correct_done(const std::shared_ptr<CorrectOp<Result>>& op);
   void add_global_remaining(AdmitOp* op);
   void fail(AdmitOp* op, Outcome o, std::string error) {
     op->res.outcome = o;
@@ -256,8 +268,9 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   auto& rem = op->res.remaining;
   for (int i = 0; i < p.nb; ++i) {
     double v = op->tokens_after[static_cast<size_t>(i)];
-    // refund.lua gave the token back: the level before this admission.
-    if (refunded && !(op->undo.untaken & (1u << i))) v = std::min(p.buckets[i]->capacity, v + 1);
+    // refund.lua gave back what it took: the level before this admission.
+    if (refunded && !(op->undo.untaken & (1u << i)))
+      v = std::min(p.buckets[i]->capacity, v + cost_of(p, *p.buckets[i]));
     rem.push_back(bucket_remaining(*p.buckets[i], v));
   }
   if (plan.quota) {
@@ -286,10 +299,10 @@ void Engine::Impl::add_global_remaining(AdmitOp* op) {
   for (int i = 0; i < op->p.ng; ++i) {
     const auto at = static_cast<size_t>(i);
     double v = op->global_tokens[at];
-    // ungates.lua gave the token back: the level before this admission.
+    // ungates.lua gave back what it took: the level before this admission.
     if (op->global_parts[at] == Part::kAdmitted && op->res.outcome != Outcome::kAllowed &&
         !op->global_untaken[at])
-      v = std::min(op->p.globals[i]->capacity, v + 1);
+      v = std::min(op->p.globals[i]->capacity, v + cost_of(op->p, *op->p.globals[i]));
     op->res.remaining.push_back(bucket_remaining(*op->p.globals[i], v));
   }
 }
@@ -541,6 +554,127 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   return true;
 }
 
+// A settle's or a stream charge's calls: settle.lua or charge.lua in the tenant's slot and,
+// with a model_tokens gate, correct_gates.lua in the gate's, sent together (one round trip in
+// wall time) and joined. Answered 503 when either failed: both are idempotent per slot (the
+// reservation says settled, the gate's taken record is gone), so a settle sent again completes
+// what a failed part left. A charge is not: one answered 503 may have been recorded, and the
+// settle's total corrects the quota and every bucket to the tokens used all the same.
+template <class Result>
+struct Engine::Impl::CorrectOp {
+  std::function<void(Result)> done;
+  Result res;
+  Correction c;
+  int pending = 0;
+  std::string error;
+  int64_t code = -1;  // the tenant-slot script's code
+  int64_t used = 0, month_left = 0, lease_left_ms = -1;
+  std::array<double, 3> tokens_after{};
+  double model_after = 0;
+  bool model_corrected = false;
+};
+
+template <class Request, class Result>
+void Engine::Impl::correct(const Request& req, std::function<void(Result)> done) {
+  constexpr bool kSettle = std::is_same_v<Result, SettleResult>;
+  // The calls are packed and written before this returns: the snapshot need not outlive it.
+  std::shared_ptr<const Snapshot> snap = view.get();
+  auto op = std::make_shared<CorrectOp<Result>>();
+  op->done = std::move(done);
+  std::string err =
+      prepare_correction(snap->tables, req.tenant, req.request_id, req.tokens, req.user,
+                         req.api_key, req.model, op->c, view.registry().get());
+  if (!err.empty()) return post_bad_request(*redis, std::move(err), std::move(op->done));
+  op->pending = op->c.model ? 2 : 1;
+  auto tenant_part = [this, op](const redisReply* r, std::string_view e) {
+    const size_t n = static_cast<size_t>(op->c.nb);
+    std::string bad = bad_reply(r, e, 1);
+    if (bad.empty()) {
+      op->code = as_int(elem(r, 0));
+      const size_t need = kSettle ? (op->code == 1 ? 4 + n : 4) : (op->code == 1 ? 5 + n : 1);
+      if (r->elements < need) bad = "redis: unexpected reply";
+    }
+    if (!bad.empty()) {
+      op->error = std::move(bad);
+    } else if constexpr (kSettle) {
+      // {settled (1/0), detail, charged, quota used, tokens_1 .. tokens_n}
+      op->res.settled = op->code == 1;
+      op->res.detail = std::string(as_str(elem(r, 1)));
+      op->res.charged = as_int(elem(r, 2));
+      op->used = as_int(elem(r, 3));
+    } else if (op->code == 1) {
+      // {code, used, month_left_s, lease_left_ms, reserved, tokens_1 .. tokens_n}
+      op->used = as_int(elem(r, 1));
+      op->month_left = as_int(elem(r, 2));
+      op->lease_left_ms = as_int(elem(r, 3));
+      op->res.charged = as_int(elem(r, 4));
+      for (size_t i = 0; i < n; ++i) op->tokens_after[i] = as_double(elem(r, 5 + i));
+    }
+    correct_done(op);
+  };
+  if constexpr (kSettle)
+    send(SettleCall(op->c), std::move(tenant_part));
+  else
+    send(ChargeCall(op->c), std::move(tenant_part));
+  if (!op->c.model) return;
+  send(CorrectGatesCall(op->c, kSettle), [this, op](const redisReply* r, std::string_view e) {
+    // {code, delta, tokens_1}
+    std::string bad = bad_reply(r, e, 2);
+    if (!bad.empty()) {
+      if (op->error.empty()) op->error = std::move(bad);
+    } else if (as_int(elem(r, 0)) == 1 && r->elements >= 3) {
+      op->model_corrected = true;
+      op->model_after = as_double(elem(r, 2));
+    }
+    correct_done(op);
+  });
+}
+
+template <class Result>
+void Engine::Impl::correct_done(const std::shared_ptr<CorrectOp<Result>>& op) {
+  if (--op->pending > 0) return;
+  Result& res = op->res;
+  const Correction& c = op->c;
+  const config::Plan& plan = *c.t->plan;
+  if (!op->error.empty()) {
+    res.outcome = Outcome::kUnavailable;
+    res.error = std::move(op->error);
+  } else if constexpr (std::is_same_v<Result, SettleResult>) {
+    res.outcome = Outcome::kAllowed;
+    res.remaining = plan.quota ? std::max<int64_t>(0, plan.quota->tokens_per_month - op->used) : -1;
+  } else if (op->code == 0) {
+    res.outcome = Outcome::kNotFound;
+    res.error = "request_id: no open reservation '" + c.rid +
+                "' (never admitted, refused, expired or past reservation_ttl_s)";
+  } else if (op->code == 2) {
+    res.outcome = Outcome::kConflict;
+    res.error = "request_id: '" + c.rid + "' is settled: a charge after its settle changes nothing";
+  } else {
+    res.outcome = Outcome::kAllowed;
+    res.lease_s = op->lease_left_ms > 0 ? op->lease_left_ms / 1000 : 0;
+    if (plan.quota) {
+      Remaining q;
+      q.gate = "quota";
+      q.limit = static_cast<double>(plan.quota->tokens_per_month);
+      q.value = static_cast<double>(std::max<int64_t>(0, plan.quota->tokens_per_month - op->used));
+      q.reset_s = op->month_left;
+      res.remaining.push_back(q);
+      // Recorded all the same (the tokens were used); the proxy is told to cut the stream.
+      if (op->used > plan.quota->tokens_per_month) {
+        res.outcome = Outcome::kRefused;
+        res.gate = res.reason = "quota";
+        res.retry_after_ms = op->month_left * 1000;
+      }
+    }
+    for (int i = 0; i < c.nb; ++i)
+      res.remaining.push_back(
+          bucket_remaining(*c.buckets[i], op->tokens_after[static_cast<size_t>(i)]));
+    if (op->model_corrected) res.remaining.push_back(bucket_remaining(*c.model, op->model_after));
+  }
+  auto done = std::move(op->done);
+  done(std::move(res));
+}
+
 Engine::Engine(const ConfigStore& store, event_base* base, RedisObserver* observer)
     : impl_(std::make_unique<Impl>(store, base, observer)) {}
 
@@ -580,34 +714,12 @@ RedisCalls& Engine::redis() {
 // with the count the client sent; its retry answers "already_settled" with that same charge. A
 // release that ran anyway ended the lease the client wanted ended; its retry answers
 // released = false.
-void Engine::settle(std::string tenant, std::string request_id, int64_t tokens,
-                    std::function<void(SettleResult)> done) {
-  Impl& im = *impl_;
-  // The call is packed and written before this returns: the snapshot need not outlive it.
-  std::shared_ptr<const Snapshot> snap = im.view.get();
-  const TenantInfo* t = nullptr;
-  std::shared_ptr<const TenantInfo> unlisted;
-  std::string err =
-      resolve(snap->tables, tenant, request_id, &t, unlisted, im.view.registry().get());
-  if (err.empty()) err = check_tokens(tokens);
-  if (!err.empty()) return post_bad_request(*im.redis, std::move(err), std::move(done));
-  std::optional<int64_t> budget;
-  if (t->plan->quota) budget = t->plan->quota->tokens_per_month;
-  im.send(SettleCall(*t, request_id, tokens),
-          [done = std::move(done), budget](const redisReply* r, std::string_view e) {
-            SettleResult res;
-            res.error = bad_reply(r, e, 4);
-            if (res.error.empty()) {
-              // {settled (1/0), detail, charged, quota used}
-              res.outcome = Outcome::kAllowed;
-              res.settled = as_int(elem(r, 0)) == 1;
-              res.detail = std::string(as_str(elem(r, 1)));
-              res.charged = as_int(elem(r, 2));
-              int64_t used = as_int(elem(r, 3));
-              res.remaining = budget ? std::max<int64_t>(0, *budget - used) : -1;
-            }
-            done(std::move(res));
-          });
+void Engine::settle(SettleRequest req, std::function<void(SettleResult)> done) {
+  impl_->correct(req, std::move(done));
+}
+
+void Engine::charge(ChargeRequest req, std::function<void(ChargeResult)> done) {
+  impl_->correct(req, std::move(done));
 }
 
 void Engine::release(std::string tenant, std::string request_id,

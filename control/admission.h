@@ -53,6 +53,17 @@ struct SettleRequest {
   std::string tenant;  // optional: derived by the engine from a generated request_id
   std::string request_id;
   int64_t tokens = 0;
+  // The admission's user, api_key and model: their token-rate gates (user_tokens,
+  // api_key_tokens, model_tokens) are corrected to the tokens used. Empty: not corrected.
+  std::string user{}, api_key{}, model{};
+};
+
+// One charge of a stream (POST /v1/charge): the tokens used since the request's last charge.
+struct ChargeRequest {
+  std::string tenant;  // optional, as for settle
+  std::string request_id;
+  int64_t tokens = 0;
+  std::string user{}, api_key{}, model{};  // as for settle
 };
 
 struct ReleaseRequest {
@@ -78,7 +89,8 @@ enum class Outcome {
   kAllowed,      // 200
   kRefused,      // 429
   kBadRequest,   // 400: error names the field
-  kConflict,     // 409: request_id already in use
+  kConflict,     // 409: request_id already in use; a charge after its settle
+  kNotFound,     // 404: a charge for a request with no live reservation
   kUnavailable,  // 503: Redis unreachable or timed out
 };
 
@@ -114,6 +126,20 @@ struct SettleResult {
   std::string detail;     // "settled" | "already_settled" | "expired" | "not_recorded"
   std::string error;
   std::string degraded;  // as AdmitResult's
+};
+
+struct ChargeResult {
+  // kAllowed: charged; kRefused: charged, and the quota is now spent (gate and reason "quota":
+  // the proxy cuts the stream); kConflict: settled already, kNotFound: no live reservation
+  // (neither changes anything).
+  Outcome outcome = Outcome::kUnavailable;
+  std::string gate, reason;  // "quota" when refused
+  int64_t retry_after_ms = 0;
+  int64_t charged = 0;  // what the request has been charged so far (estimate + charges)
+  int64_t lease_s = 0;  // the renewed lease (s); 0: the request holds no live lease
+  // The quota and the request's token-rate gates after the charge.
+  std::vector<Remaining> remaining;
+  std::string error;
 };
 
 struct ReleaseResult {
@@ -169,8 +195,8 @@ class Engine {
   RedisCalls& redis();
   // tenant may be empty: it is then derived from a request_id the engine generated
   // ("<tenant>.<hex>"); otherwise kBadRequest naming "tenant".
-  void settle(std::string tenant, std::string request_id, int64_t tokens,
-              std::function<void(SettleResult)> done);
+  void settle(SettleRequest req, std::function<void(SettleResult)> done);
+  void charge(ChargeRequest req, std::function<void(ChargeResult)> done);
   void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
   // Applies c (reconcile.lua); done(error) with an empty error once it is in Redis, now or by an
   // earlier call.

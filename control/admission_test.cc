@@ -117,7 +117,13 @@ class Harness {
     return run<AdmitResult>([&](auto done) { engine_->admit(req, done); });
   }
   SettleResult settle(const std::string& tenant, const std::string& rid, int64_t tokens) {
-    return run<SettleResult>([&](auto done) { engine_->settle(tenant, rid, tokens, done); });
+    return settle(SettleRequest{tenant, rid, tokens, {}, {}, {}});
+  }
+  SettleResult settle(SettleRequest r) {
+    return run<SettleResult>([&](auto done) { engine_->settle(r, done); });
+  }
+  ChargeResult charge(ChargeRequest r) {
+    return run<ChargeResult>([&](auto done) { engine_->charge(r, done); });
   }
   ReleaseResult release(const std::string& tenant, const std::string& rid) {
     return run<ReleaseResult>([&](auto done) { engine_->release(tenant, rid, done); });
@@ -616,6 +622,234 @@ TEST_F(AdmissionTest, BrakeScalesEnforcedRates) {
   AdmitResult after = h.admit(req("br"));
   EXPECT_EQ(after.brake, 1.0);
   EXPECT_EQ(find_gate(after, "tenant")->limit, 10);
+}
+
+// Token-rate gates take the request's estimate, not 1; each refuses alone, all-or-nothing (every
+// key byte-identical after the refusal, the model_tokens gate's taken record included); an
+// estimate above a capacity is a 400 naming tokens: no wait would let it pass.
+TEST_F(AdmissionTest, TokenRateGatesTakeTheEstimateAllOrNothing) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 0.001);
+  plan.tenant_tokens = bucket(1000, 1);
+  plan.user_tokens = bucket(600, 1);
+  plan.api_key_tokens = bucket(500, 1);
+  plan.quota = config::Quota{100000, 600};
+  add_tenant(cfg, "tok", plan);
+  config::Plan wide;
+  wide.tenant_tokens = bucket(100000, 1);
+  add_tenant(cfg, "tok-wide", wide);
+  cfg.global_gates.model_tokens["m-tok"] = bucket(800, 1);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  AdmitRequest r = req("tok", 400);
+  r.user = "u1";
+  r.api_key = "k1";
+  r.model = "m-tok";
+  AdmitResult first = h.admit(r);
+  ASSERT_EQ(first.outcome, Outcome::kAllowed) << first.error;
+  EXPECT_NEAR(rem(first, "tenant"), 99, 0.01);
+  EXPECT_NEAR(rem(first, "tenant_tokens"), 600, 1);
+  EXPECT_NEAR(rem(first, "user_tokens"), 200, 1);
+  EXPECT_NEAR(rem(first, "api_key_tokens"), 100, 1);
+  EXPECT_NEAR(rem(first, "model_tokens"), 400, 1);
+  EXPECT_EQ(s.str({"GET", keys::global_taken("model_tokens", "m-tok", first.request_id)}), "400");
+
+  // 150 > the api key's 100 left: refused by it alone, nothing written anywhere.
+  struct Case {
+    std::string user, api_key, gate;
+    int64_t tokens;
+  };
+  for (const Case& c :
+       {Case{"u1", "k1", "api_key_tokens", 150}, Case{"u1", "k2", "user_tokens", 250},
+        Case{"u2", "k2", "model_tokens", 450}, Case{"", "", "tenant_tokens", 650}}) {
+    SCOPED_TRACE(c.gate);
+    AdmitRequest again = r;
+    again.user = c.user;
+    again.api_key = c.api_key;
+    again.tokens = c.tokens;
+    if (c.gate == "tenant_tokens") again.model.clear();
+    auto before = s.dump();
+    AdmitResult second = h.admit(again);
+    ASSERT_EQ(second.outcome, Outcome::kRefused) << second.error;
+    EXPECT_EQ(second.gate, c.gate);
+    EXPECT_EQ(second.reason, "rate");
+    EXPECT_GT(second.retry_after_ms, 0);
+    EXPECT_EQ(s.dump(), before);
+  }
+  // Refused by the model_tokens gate after admit.lua took the tenant's token buckets: refund.lua
+  // gives the estimate back byte for byte.
+  AdmitRequest w = req("tok-wide", 450);
+  w.model = "m-tok";
+  auto before = s.dump();
+  AdmitResult refused = h.admit(w);
+  ASSERT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "model_tokens");
+  EXPECT_EQ(s.dump(), before);
+  EXPECT_NEAR(rem(refused, "tenant_tokens"), 100000, 1e-6);
+  // Refused by the tenant gate while the model_tokens gate admitted: ungates.lua gives the
+  // estimate back and removes the taken record.
+  s.str({"HSET", keys::bucket("tok", "tenant"), "tk", "0.5", "ts",
+         std::to_string(s.time_s()) + "000000"});
+  before = s.dump();
+  AdmitRequest small = r;
+  small.user = "u3";
+  small.api_key = "k3";
+  small.tokens = 10;
+  refused = h.admit(small);
+  ASSERT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "tenant");
+  EXPECT_EQ(s.dump(), before);
+
+  AdmitRequest huge = req("tok", 1001);
+  AdmitResult bad = h.admit(huge);
+  EXPECT_EQ(bad.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(bad.error,
+            "tokens: 1001 exceeds the capacity 1000 of the tenant_tokens gate: it can never be "
+            "admitted");
+  huge = req("tok-wide", 801);
+  huge.model = "m-tok";
+  EXPECT_EQ(
+      h.admit(huge).error.rfind("tokens: 801 exceeds the capacity 800 of the model_tokens", 0), 0u);
+}
+
+// Settle corrects the token-rate gates once: a refund below the estimate, an extra charge above
+// it that takes the buckets below zero, so that the next request waits exactly for the debt.
+TEST_F(AdmissionTest, SettleCorrectsTheTokenRateGatesOnce) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant_tokens = bucket(1000, 1);
+  plan.quota = config::Quota{100000, 600};
+  add_tenant(cfg, "set", plan);
+  cfg.global_gates.model_tokens["m-set"] = bucket(1000, 1);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  auto tk = [&](const std::string& key) { return std::stod(s.str({"HGET", key, "tk"})); };
+  const std::string tenant_key = keys::bucket("set", "tenant_tokens");
+  const std::string model_key = keys::global_bucket("model_tokens", "m-set");
+  AdmitRequest r = req("set", 300);
+  r.model = "m-set";
+  AdmitResult a = h.admit(r);
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  SettleRequest sr{"set", a.request_id, 100, {}, {}, "m-set"};
+  SettleResult st = h.settle(sr);
+  ASSERT_EQ(st.outcome, Outcome::kAllowed) << st.error;
+  EXPECT_TRUE(st.settled);
+  // 1000 - 300 + 200 back (and at most a few seconds of refill, capped at the capacity).
+  EXPECT_NEAR(tk(tenant_key), 900, 5);
+  EXPECT_NEAR(tk(model_key), 900, 5);
+  EXPECT_EQ(s.str({"EXISTS", keys::global_taken("model_tokens", "m-set", a.request_id)}), "0");
+  // Again: already settled, nothing corrected twice.
+  auto before = s.dump();
+  st = h.settle(sr);
+  EXPECT_FALSE(st.settled);
+  EXPECT_EQ(st.detail, "already_settled");
+  EXPECT_EQ(s.dump(), before);
+
+  // 300 reserved, 1500 used: 1200 more, below zero.
+  a = h.admit(r);
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  st = h.settle(SettleRequest{"set", a.request_id, 1500, {}, {}, "m-set"});
+  ASSERT_TRUE(st.settled) << st.error;
+  const double t_level = tk(tenant_key), m_level = tk(model_key);
+  EXPECT_NEAR(t_level, -600, 10);
+  EXPECT_NEAR(m_level, -600, 10);
+  // The next request (10 tokens) waits for the debt: (10 - level) / 1 per s, to the second.
+  AdmitResult next = h.admit(req("set", 10));
+  ASSERT_EQ(next.outcome, Outcome::kRefused);
+  EXPECT_EQ(next.gate, "tenant_tokens");
+  EXPECT_NEAR(static_cast<double>(next.retry_after_ms), (10 - t_level) * 1000, 2000);
+}
+
+// A stream's charges take the quota and the token-rate gate as they come, keep the lease past
+// lease_s, answer 429 quota on the charge that crosses the budget (recorded: the tokens were
+// used); the settle's total subtracts what the reservation and the charges took; a charge after
+// the settle is a 409 that changes nothing, one for an unknown request a 404.
+TEST_F(AdmissionTest, StreamChargesRenewTheLeaseAndStopAtTheQuota) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant_tokens = bucket(100000, 1);
+  plan.quota = config::Quota{1000, 600};
+  plan.concurrency = config::Concurrency{1, 1};
+  add_tenant(cfg, "str", plan);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  auto used = [&] { return s.str({"GET", keys::quota("str", keys::current_months().cur.name)}); };
+  AdmitResult a = h.admit(req("str", 100));
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  ChargeRequest c{"str", a.request_id, 100, {}, {}, {}};
+  // Three charges over 1.8 s: the lease of 1 s is renewed by each, so the one stream allowed
+  // is still held.
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(600));
+    ChargeResult cr = h.charge(c);
+    ASSERT_EQ(cr.outcome, Outcome::kAllowed) << cr.error;
+    EXPECT_EQ(cr.charged, 100 + 100 * (i + 1));
+    EXPECT_EQ(cr.lease_s, 1);
+  }
+  EXPECT_EQ(used(), "400");
+  EXPECT_NEAR(std::stod(s.str({"HGET", keys::bucket("str", "tenant_tokens"), "tk"})), 99600, 10);
+  AdmitResult other = h.admit(req("str", 1));
+  EXPECT_EQ(other.outcome, Outcome::kRefused);
+  EXPECT_EQ(other.gate, "concurrency");
+  // 400 + 700 = 1100 > 1000: recorded, and the stream is told to stop.
+  c.tokens = 700;
+  ChargeResult over = h.charge(c);
+  EXPECT_EQ(over.outcome, Outcome::kRefused);
+  EXPECT_EQ(over.gate, "quota");
+  EXPECT_EQ(over.reason, "quota");
+  EXPECT_GT(over.retry_after_ms, 0);
+  EXPECT_EQ(used(), "1100");
+  // The stream's total: 1150, of which 1100 were taken.
+  SettleResult st = h.settle("str", a.request_id, 1150);
+  ASSERT_TRUE(st.settled) << st.error;
+  EXPECT_EQ(used(), "1150");
+  auto before = s.dump();
+  c.tokens = 5;
+  ChargeResult late = h.charge(c);
+  EXPECT_EQ(late.outcome, Outcome::kConflict);
+  EXPECT_EQ(s.dump(), before);
+  c.request_id = "never-admitted";
+  ChargeResult unknown = h.charge(c);
+  EXPECT_EQ(unknown.outcome, Outcome::kNotFound);
+  EXPECT_EQ(s.dump(), before);
+}
+
+// The race: 40 requests in flight at all times on one tenant_tokens gate never admit more tokens
+// than capacity + refill * t + one request's estimate.
+TEST_F(AdmissionTest, TokenRateGateHoldsUnderFortyInFlight) {
+  config::Config cfg = base_config(redis_.port());
+  cfg.redis.pool_size = 4;
+  config::Plan plan;
+  plan.tenant_tokens = bucket(1000, 200);
+  add_tenant(cfg, "race", plan);
+  Harness h(cfg);
+  constexpr int64_t kEstimate = 37;
+  int64_t admitted = 0;
+  int inflight = 0, errors = 0, refused = 0;
+  const auto start = Clock::now();
+  std::function<void()> issue = [&] {
+    ++inflight;
+    h.engine().admit(req("race", kEstimate), [&](AdmitResult r) {
+      --inflight;
+      if (r.outcome == Outcome::kAllowed)
+        admitted += kEstimate;
+      else if (r.outcome == Outcome::kRefused)
+        ++refused;
+      else
+        ++errors;
+      if (Clock::now() - start < milliseconds(1500)) issue();
+    });
+  };
+  for (int i = 0; i < 40; ++i) issue();
+  ASSERT_TRUE(h.wait_until([&] { return inflight == 0; }, milliseconds(30000)));
+  const double t = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(errors, 0);
+  EXPECT_GT(refused, 0);
+  EXPECT_GE(admitted, 1000 - kEstimate);
+  EXPECT_LE(static_cast<double>(admitted), 1000 + 200 * t + kEstimate) << "t " << t << " s";
+  std::printf("race: 40 in flight, %.2f s, admitted %lld tokens (bound %.0f), %d refused\n", t,
+              static_cast<long long>(admitted), 1000 + 200 * t + kEstimate, refused);
 }
 
 // >= 32 threads, each with its own loop and engine, hammering one tenant.
@@ -1586,7 +1820,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 26u);
+  ASSERT_EQ(call->args.size(), 28u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
@@ -1624,10 +1858,12 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
                                    "tenant",
                                    "20",
                                    "5",
+                                   "1",
                                    "0",
                                    "user",
                                    "6",
                                    "2",
+                                   "1",
                                    "0"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
@@ -1643,8 +1879,8 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
   EXPECT_EQ(call->args[15], "3");  // bucket_count
-  EXPECT_EQ(std::vector<std::string>(call->args.end() - 4, call->args.end()),
-            (std::vector<std::string>{"ip", "3", "1", "0"}));
+  EXPECT_EQ(std::vector<std::string>(call->args.end() - 5, call->args.end()),
+            (std::vector<std::string>{"ip", "3", "1", "1", "0"}));
   r.client_ip.clear();
   std::string err;
   r.tenant = "nobody";

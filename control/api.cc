@@ -237,12 +237,25 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
 std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out) {
   json j;
   if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"tenant", "request_id", "tokens"})) return e;
+  if (auto e = reject_unknown(j, {"tenant", "request_id", "tokens", "user", "api_key", "model"}))
+    return e;
   SettleRequest r;
   if (auto e = get_id(j, "tenant", false, r.tenant)) return e;
   if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
   if (auto e = get_tokens(j, true, r.tokens)) return e;
+  if (auto e = get_id(j, "user", false, r.user)) return e;
+  if (auto e = get_id(j, "api_key", false, r.api_key)) return e;
+  if (auto e = get_id(j, "model", false, r.model)) return e;
   out = std::move(r);
+  return std::nullopt;
+}
+
+// The same fields as a settle's: tokens are those used since the request's last charge.
+std::optional<FieldError> parse_charge(std::string_view body, ChargeRequest& out) {
+  SettleRequest s;
+  if (auto e = parse_settle(body, s)) return e;
+  out = ChargeRequest{std::move(s.tenant), std::move(s.request_id), s.tokens,
+                      std::move(s.user),   std::move(s.api_key),    std::move(s.model)};
   return std::nullopt;
 }
 
@@ -333,6 +346,8 @@ int status_of(Outcome o) {
       return 400;
     case Outcome::kConflict:
       return 409;
+    case Outcome::kNotFound:
+      return 404;
     case Outcome::kUnavailable:
       return 503;
   }
@@ -380,14 +395,23 @@ bool token_matches(const std::string& expected, const char* header) {
   return diff == 0;
 }
 
-Headers ratelimit_headers(const AdmitResult& r) {
+namespace {
+
+Headers ratelimit_headers(bool refused, int64_t retry_after_ms,
+                          const std::vector<Remaining>& remaining) {
   Headers h;
-  if (r.outcome == Outcome::kRefused)
-    h.emplace_back("Retry-After", std::to_string(retry_after_seconds(r.retry_after_ms)));
-  if (!r.remaining.empty()) {
-    h.emplace_back("RateLimit-Policy", ratelimit_policy_header(r.remaining));
-    h.emplace_back("RateLimit", ratelimit_header(r.remaining));
+  if (refused) h.emplace_back("Retry-After", std::to_string(retry_after_seconds(retry_after_ms)));
+  if (!remaining.empty()) {
+    h.emplace_back("RateLimit-Policy", ratelimit_policy_header(remaining));
+    h.emplace_back("RateLimit", ratelimit_header(remaining));
   }
+  return h;
+}
+
+}  // namespace
+
+Headers ratelimit_headers(const AdmitResult& r) {
+  Headers h = ratelimit_headers(r.outcome == Outcome::kRefused, r.retry_after_ms, r.remaining);
   if (!r.degraded.empty()) h.emplace_back(kDegradedHeader, r.degraded);
   return h;
 }
@@ -469,6 +493,27 @@ Response render_settle(const SettleResult& r) {
                     }
                     w.key("detail").string(r.detail);
                   })};
+}
+
+// 200 or, for the charge that took the month's quota past its budget (recorded all the same),
+// 429 with gate and reason "quota": the proxy cuts the stream.
+Response render_charge(const ChargeResult& r) {
+  int status = status_of(r.outcome);
+  if (status != 200 && status != 429)
+    return render_error(status, r.error.empty() ? "charge failed" : r.error);
+  Response resp;
+  resp.status = status;
+  resp.body = json_body([&](JsonWriter& w) {
+    w.key("charged").integer(r.charged);
+    if (status == 429) {
+      w.key("gate").string(r.gate).key("reason").string(r.reason);
+      w.key("retry_after_ms").integer(r.retry_after_ms);
+    }
+    w.key("lease_s").integer(r.lease_s);
+    write_remaining(w, r.remaining);
+  });
+  resp.headers = ratelimit_headers(status == 429, r.retry_after_ms, r.remaining);
+  return resp;
 }
 
 Response render_release(const ReleaseResult& r, const std::string& flow_tag) {

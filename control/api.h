@@ -25,6 +25,7 @@ struct FieldError {
 // rejected (a misspelt "token" must not silently reserve nothing).
 std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out);
 std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out);
+std::optional<FieldError> parse_charge(std::string_view body, ChargeRequest& out);
 std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out);
 
 // POST /v1/admin/brake: {"factor": 0..1, "exempt_plans": [plan ids] (optional), "ttl_s": 1..
@@ -55,6 +56,7 @@ struct Response {
 // 0: the system clock).
 Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0);
 Response render_settle(const SettleResult& r);
+Response render_charge(const ChargeResult& r);
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);
 // The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.

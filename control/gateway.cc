@@ -23,6 +23,8 @@ const char* result_label(Outcome o) {
       return "bad_request";
     case Outcome::kConflict:
       return "conflict";
+    case Outcome::kNotFound:
+      return "not_found";
     case Outcome::kUnavailable:
       return "unavailable";
   }
@@ -208,33 +210,49 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
   std::string tenant = tenant_of(req.tenant, req.request_id);
   std::string rid = req.request_id;
   int64_t tokens = req.tokens;
-  engine_.settle(std::move(req.tenant), std::move(req.request_id), req.tokens,
-                 [this, tenant = std::move(tenant), rid = std::move(rid), tokens,
-                  done = std::move(done)](SettleResult r) mutable {
-                   if (r.outcome != Outcome::kUnavailable) {
-                     redis_answered();
-                     if (fallback_ && r.remaining >= 0 &&
-                         failure_mode(engine_.snapshot()->cfg, tenant) == config::OnFailure::kLocal)
-                       fallback_->quota_left(tenant, r.remaining);
-                     return done(std::move(r));
-                   }
-                   redis_failed();
-                   const config::OnFailure mode = failure_mode(engine_.snapshot()->cfg, tenant);
-                   if (mode == config::OnFailure::kOpen) {
-                     // Nothing is recorded under open: the client is told so.
-                     r = SettleResult{};
-                     r.outcome = Outcome::kAllowed;
-                     r.remaining = -1;
-                     r.detail = "not_recorded";
-                     r.degraded = "open";
-                   } else if (mode == config::OnFailure::kLocal && fallback_) {
-                     r = fallback_->defer_settle(tenant, rid, tokens);
-                   } else {
-                     return done(std::move(r));
-                   }
-                   metrics_.degraded(r.degraded, result_label(r.outcome));
-                   done(std::move(r));
-                 });
+  engine_.settle(std::move(req), [this, tenant = std::move(tenant), rid = std::move(rid), tokens,
+                                  done = std::move(done)](SettleResult r) mutable {
+    if (r.outcome != Outcome::kUnavailable) {
+      redis_answered();
+      if (fallback_ && r.remaining >= 0 &&
+          failure_mode(engine_.snapshot()->cfg, tenant) == config::OnFailure::kLocal)
+        fallback_->quota_left(tenant, r.remaining);
+      return done(std::move(r));
+    }
+    redis_failed();
+    const config::OnFailure mode = failure_mode(engine_.snapshot()->cfg, tenant);
+    if (mode == config::OnFailure::kOpen) {
+      // Nothing is recorded under open: the client is told so.
+      r = SettleResult{};
+      r.outcome = Outcome::kAllowed;
+      r.remaining = -1;
+      r.detail = "not_recorded";
+      r.degraded = "open";
+    } else if (mode == config::OnFailure::kLocal && fallback_) {
+      r = fallback_->defer_settle(tenant, rid, tokens);
+    } else {
+      return done(std::move(r));
+    }
+    metrics_.degraded(r.degraded, result_label(r.outcome));
+    done(std::move(r));
+  });
+}
+
+// A stream's charge is Redis's alone: without Redis it is a 503 (the settle's total, deferred
+// or local like any settle, corrects everything the stream used).
+void Gateway::charge(ChargeRequest req, std::function<void(ChargeResult)> done) {
+  std::shared_ptr<const Snapshot> snap = engine_.snapshot();
+  std::string tenant(
+      snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
+  engine_.charge(std::move(req), [this, tenant = std::move(tenant),
+                                  done = std::move(done)](ChargeResult r) mutable {
+    if (r.outcome == Outcome::kUnavailable)
+      redis_failed();
+    else if (r.outcome != Outcome::kBadRequest)
+      redis_answered();
+    metrics_.charge(tenant, result_label(r.outcome));
+    done(std::move(r));
+  });
 }
 
 void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> done) {

@@ -58,6 +58,8 @@ class Gateway {
   // sending right after the answer finds its flow already in its class.
   void admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
   void settle(SettleRequest req, std::function<void(SettleResult)> done);
+  // One charge of a stream (POST /v1/charge).
+  void charge(ChargeRequest req, std::function<void(ChargeResult)> done);
   // The request is over whether or not it held a lease: its flow leaves its class.
   void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
 

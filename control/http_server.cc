@@ -611,6 +611,17 @@ struct HttpServer::Worker {
                     [this, req](const SettleResult& r) { finish(req, api::render_settle(r)); });
   }
 
+  void handle_charge(Request* req) {
+    ChargeRequest cr;
+    if (auto e = api::parse_charge(body_of(req), cr)) {
+      server->metrics_.charge("", "bad_request");
+      return reply(req, api::render_error(400, e->str()));
+    }
+    ++inflight;
+    gateway->charge(std::move(cr),
+                    [this, req](const ChargeResult& r) { finish(req, api::render_charge(r)); });
+  }
+
   void handle_release(Request* req) {
     ReleaseRequest rr;
     if (auto e = api::parse_release(body_of(req), rr)) {
@@ -839,6 +850,7 @@ struct HttpServer::Worker {
   static constexpr Route kRoutes[] = {
       {"/v1/admit", HTTP_POST, Auth::kApi, &Worker::handle_admit},
       {"/v1/settle", HTTP_POST, Auth::kApi, &Worker::handle_settle},
+      {"/v1/charge", HTTP_POST, Auth::kApi, &Worker::handle_charge},
       {"/v1/release", HTTP_POST, Auth::kApi, &Worker::handle_release},
       {"/v1/admin/reload", HTTP_POST, Auth::kAdmin, &Worker::handle_reload},
       {"/v1/admin/tenants", HTTP_GET, Auth::kAdmin, &Worker::handle_tenant_list},

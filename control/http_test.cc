@@ -362,6 +362,56 @@ TEST_F(HttpTest, SettleReplacesTheReservation) {
   EXPECT_EQ(s2.body_json()["remaining"], 880);
 }
 
+// A stream end to end: the token-rate gates in the admission's answer and headers, charges
+// as it goes, 429 quota on the crossing charge, the settle's total, 409 after it, 404 for an
+// unknown request, 400 naming the field, and the charges counted in /metrics.
+TEST_F(HttpTest, StreamChargesThenSettle) {
+  std::string yaml = test_config(dp_socket_);
+  yaml.replace(yaml.find("tenants:\n"), 9,
+               "  tok:\n"
+               "    gates: { tenant_tokens: { capacity: 5000, refill_per_s: 1 } }\n"
+               "    quota: { tokens_per_month: 1000 }\n"
+               "tenants:\n  t-tok: { plan: tok }\n");
+  yaml += "global_gates: { model_tokens: { mt: { capacity: 5000, refill_per_s: 1 } } }\n";
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, yaml);
+  auto a = admit(R"({"tenant":"t-tok","model":"mt","tokens":300})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_NE(a.header("ratelimit").find("\"tenant_tokens\";r=4700"), std::string::npos)
+      << a.header("ratelimit");
+  EXPECT_NE(a.header("ratelimit").find("\"model_tokens\";r=4700"), std::string::npos)
+      << a.header("ratelimit");
+  std::string rid = a.body_json()["request_id"];
+  auto charge = [&](int tokens, const std::string& id) {
+    return http(daemon_->port(), "POST", "/v1/charge",
+                R"({"tenant":"t-tok","model":"mt","request_id":")" + id + R"(","tokens":)" +
+                    std::to_string(tokens) + "}");
+  };
+  auto c1 = charge(200, rid);
+  ASSERT_EQ(c1.status, 200) << c1.body;
+  EXPECT_EQ(c1.body_json()["charged"], 500);
+  EXPECT_EQ(c1.body_json()["remaining"]["quota"], 500) << c1.body;
+  auto c2 = charge(600, rid);
+  ASSERT_EQ(c2.status, 429) << c2.body;
+  EXPECT_EQ(c2.body_json()["reason"], "quota");
+  EXPECT_EQ(c2.body_json()["charged"], 1100);
+  EXPECT_FALSE(c2.header("retry-after").empty());
+  auto s = http(daemon_->port(), "POST", "/v1/settle",
+                R"({"tenant":"t-tok","model":"mt","request_id":")" + rid + R"(","tokens":1200})");
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.body_json()["charged"], 1200);
+  EXPECT_EQ(charge(5, rid).status, 409);
+  EXPECT_EQ(charge(5, "t-tok.0123456789abcdef").status, 404);
+  auto bad = http(daemon_->port(), "POST", "/v1/charge", R"({"request_id":"x","tokens":-1})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("tokens"), std::string::npos) << bad.body;
+  auto m = metrics();
+  for (const char* want : {"dripgate_charges_total{tenant=\"t-tok\",result=\"allowed\"} 1\n",
+                           "dripgate_charges_total{tenant=\"t-tok\",result=\"refused\"} 1\n",
+                           "dripgate_charges_total{tenant=\"t-tok\",result=\"conflict\"} 1\n",
+                           "dripgate_charges_total{tenant=\"t-tok\",result=\"not_found\"} 1\n"})
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+}
+
 TEST_F(HttpTest, RedisStoppedIs503ThenRecovers) {
   start();
   ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);

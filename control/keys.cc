@@ -56,6 +56,10 @@ std::string global_attempt(std::string_view kind, std::string_view name, std::st
   return join({"dg:{g:", kind, ":", name, "}:a:", attempt});
 }
 
+std::string global_taken(std::string_view kind, std::string_view name, std::string_view rid) {
+  return join({"dg:{g:", kind, ":", name, "}:s:", rid});
+}
+
 std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }

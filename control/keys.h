@@ -70,7 +70,7 @@ std::string leases(std::string_view tenant);
 std::string applied(std::string_view tenant);
 // "dg:{g:<kind>:<name>}:applied": the same for a global gate's bucket.
 std::string global_applied(std::string_view kind, std::string_view name);
-// "dg:{g:<kind>:<name>}:tb", kind "model" or "tool".
+// "dg:{g:<kind>:<name>}:tb", kind "model", "model_tokens" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
 // "dg:{g:total}:tb": the bucket of every admission of every tenant.
 std::string total_bucket();
@@ -79,6 +79,11 @@ std::string total_attempt(std::string_view attempt);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;
 // deleted once undone), in the slot of its bucket.
 std::string global_attempt(std::string_view kind, std::string_view name, std::string_view attempt);
+
+// "dg:{g:model_tokens:<name>}:s:<request_id>": the tokens one request has taken from a
+// model_tokens gate (its estimate, then its stream charges), until its settle corrects them to
+// the tokens used.
+std::string global_taken(std::string_view kind, std::string_view name, std::string_view rid);
 
 // The tenant registry (tenant_registry.h): the hash tenant -> plan, the count of changes made
 // to it and the log of the newest ones. One hash tag for all three, so each registry script

@@ -138,6 +138,12 @@ Metrics::Metrics()
                 "Admissions, settles and releases decided without Redis (redis.on_failure), by "
                 "mode (open: unchecked; local: on this daemon's share, journaled) and result.",
                 {"mode", "result"}),
+      charges_("dripgate_charges_total",
+               "Stream charges (POST /v1/charge) by tenant and result: allowed (recorded), "
+               "refused (recorded, the month's quota is spent: the stream is to be cut), "
+               "not_found (no open reservation), conflict (after the settle), bad_request, "
+               "unavailable.",
+               {"tenant", "result"}),
       reconciled_("dripgate_reconciled_total",
                   "Journaled local decisions sent to Redis once it answered again, by result "
                   "(ok: in Redis; retry: sent again later).",
@@ -165,6 +171,7 @@ void Metrics::dataplane(const std::string& op, const std::string& result) {
 std::string Metrics::render() const {
   std::string out;
   admissions_.render(out);
+  charges_.render(out);
   redis_rtt_.render(out);
   redis_errors_.render(out);
   header(out, "dripgate_redis_up", "1 when the last Redis call succeeded.", "gauge");

@@ -54,6 +54,12 @@ class Metrics : public RedisObserver {
   // front: "http" | "grpc", the API the request came by.
   void admission(const std::string& tenant, const std::string& gate, const std::string& result,
                  const std::string& front = "http");
+  // A stream's charge (POST /v1/charge): result as for admission, "refused" being a charge
+  // recorded over the month's quota (the stream is to be cut), "not_found" one for no open
+  // reservation, "conflict" one after the settle.
+  void charge(const std::string& tenant, const std::string& result) {
+    charges_.inc({tenant, result});
+  }
   void http_request(int code) { http_requests_.inc({std::to_string(code)}); }
   // The HTTP front's connections: open now, refused or evicted (idle, to make room) at
   // control.max_connections, closed for not sending a complete request within
@@ -95,6 +101,7 @@ class Metrics : public RedisObserver {
   const CounterFamily& http_requests() const { return http_requests_; }
   const CounterFamily& config_reloads() const { return config_reloads_; }
   const CounterFamily& degraded_decisions() const { return degraded_; }
+  const CounterFamily& charges() const { return charges_; }
   const Histogram& redis_round_trip() const { return redis_rtt_; }
 
   // The Prometheus text exposition format, version 0.0.4.
@@ -108,6 +115,7 @@ class Metrics : public RedisObserver {
   CounterFamily dataplane_untag_;
   CounterFamily config_reloads_;
   CounterFamily degraded_;
+  CounterFamily charges_;
   CounterFamily reconciled_;
   std::atomic<int64_t> journal_pending_{0};
   std::atomic<double> brake_factor_{1.0};

@@ -43,7 +43,7 @@ void reconcile(Engine& engine, const std::string& journal_id, const JournalRecor
     case JournalRecord::Op::kRelease:
       return done(true);
     case JournalRecord::Op::kResettle:
-      return engine.settle(r.tenant, r.request_id, r.tokens,
+      return engine.settle(SettleRequest{r.tenant, r.request_id, r.tokens, {}, {}, {}},
                            [done = std::move(done), rid = r.request_id](SettleResult s) {
                              if (s.outcome == Outcome::kBadRequest)
                                spdlog::warn("reconcile: settle of {} dropped: {}", rid, s.error);

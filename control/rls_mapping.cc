@@ -37,8 +37,13 @@ std::string* field_of(AdmitRequest& a, const std::string& gate) {
 
 // The engine's gates behind a descriptor gate: the tenant's plan brings its quota, its
 // concurrency and its cap on open reservations with it, and the total gate, which every
-// admission passes, is reported where the tenant is named (every request names it).
+// admission passes, is reported where the tenant is named (every request names it). A gate's
+// token-rate bucket (tenant_tokens, user_tokens, api_key_tokens, model_tokens) is reported on
+// its descriptor too.
 bool covers(const std::string& gate, const std::string& engine_gate) {
+  if (engine_gate.size() == gate.size() + 7 && engine_gate.starts_with(gate) &&
+      engine_gate.ends_with("_tokens"))
+    return true;
   if (gate == "tenant")
     return engine_gate == "tenant" || engine_gate == "quota" || engine_gate == "concurrency" ||
            engine_gate == "reservations" || engine_gate == "total";

@@ -48,14 +48,15 @@ constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
 
 const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 
-// Bucket counts as ARGV strings (at most four tenant buckets, three global ones).
-constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4"};
+// Bucket counts as ARGV strings (at most seven tenant buckets, four global ones).
+constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
 static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMaxGlobalBuckets);
 
 }  // namespace
 
-Gate::Gate(std::string n, const config::Bucket& b, bool plan_shadow)
+Gate::Gate(std::string n, const config::Bucket& b, bool tokens, bool plan_shadow)
     : name(std::move(n)),
+      per_token(tokens),
       capacity(b.capacity),
       refill(b.refill_per_s),
       cap_s(fmt_double(b.capacity)),
@@ -75,6 +76,7 @@ namespace {
 void set_keys(TenantInfo& ti, const std::string& name) {
   ti.name = name;
   ti.tenant_key = keys::bucket(name, "tenant");
+  if (ti.tenant_tokens) ti.tenant_tokens_key = keys::bucket(name, "tenant_tokens");
   ti.quota_prefix = keys::quota_prefix(name);
   ti.reservations_prefix = keys::reservations(name);
   ti.leases_key = keys::leases(name);
@@ -83,10 +85,13 @@ void set_keys(TenantInfo& ti, const std::string& name) {
 PlanGates plan_gates_of(const config::Plan& p) {
   PlanGates g;
   const bool shadow = p.mode == config::GateMode::kShadow;
-  if (p.tenant) g.tenant.emplace("tenant", *p.tenant, shadow);
-  if (p.user) g.user.emplace("user", *p.user, shadow);
-  if (p.api_key) g.api_key.emplace("api_key", *p.api_key, shadow);
-  if (p.ip) g.ip.emplace("ip", *p.ip, shadow);
+  if (p.tenant) g.tenant.emplace("tenant", *p.tenant, false, shadow);
+  if (p.user) g.user.emplace("user", *p.user, false, shadow);
+  if (p.api_key) g.api_key.emplace("api_key", *p.api_key, false, shadow);
+  if (p.ip) g.ip.emplace("ip", *p.ip, false, shadow);
+  if (p.tenant_tokens) g.tenant_tokens.emplace("tenant_tokens", *p.tenant_tokens, true, shadow);
+  if (p.user_tokens) g.user_tokens.emplace("user_tokens", *p.user_tokens, true, shadow);
+  if (p.api_key_tokens) g.api_key_tokens.emplace("api_key_tokens", *p.api_key_tokens, true, shadow);
   return g;
 }
 
@@ -102,6 +107,9 @@ TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
   ti.user = ptr(g.user);
   ti.api_key = ptr(g.api_key);
   ti.ip = ptr(g.ip);
+  ti.tenant_tokens = ptr(g.tenant_tokens);
+  ti.user_tokens = ptr(g.user_tokens);
+  ti.api_key_tokens = ptr(g.api_key_tokens);
   config::Quota q = p.quota.value_or(config::Quota{});
   if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
   ti.res_ttl = std::max<int64_t>(1, q.reservation_ttl_s);
@@ -141,6 +149,12 @@ Tables::Tables(const config::Config& cfg) {
     g.key = keys::global_bucket("model", name);
     g.id = name;
     models.emplace(name, std::move(g));
+  }
+  for (const auto& [name, b] : cfg.global_gates.model_tokens) {
+    Gate g("model_tokens", b, true);
+    g.key = keys::global_bucket("model_tokens", name);
+    g.id = name;
+    model_tokens.emplace(name, std::move(g));
   }
   for (const auto& [name, b] : cfg.global_gates.tool) {
     Gate g("tool", b);
@@ -265,19 +279,50 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.buckets[p.nb] = &*t.ip;
     p.bucket_keys[p.nb++] = p.ip_key;
   }
+  // The token-rate gates take the estimate, in the same call as the request gates.
+  if (t.tenant_tokens) {
+    p.buckets[p.nb] = t.tenant_tokens;
+    p.bucket_keys[p.nb++] = t.tenant_tokens_key;
+  }
+  if (t.user_tokens && !req.user.empty()) {
+    p.user_tokens_key = keys::bucket(t.name, "user_tokens", req.user);
+    p.buckets[p.nb] = t.user_tokens;
+    p.bucket_keys[p.nb++] = p.user_tokens_key;
+  }
+  if (t.api_key_tokens && !req.api_key.empty()) {
+    p.api_key_tokens_key = keys::bucket(t.name, "key_tokens", req.api_key);
+    p.buckets[p.nb] = t.api_key_tokens;
+    p.bucket_keys[p.nb++] = p.api_key_tokens_key;
+  }
   if (!req.model.empty()) {
     auto m = tables.models.find(req.model);
     if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
+    auto mt = tables.model_tokens.find(req.model);
+    if (mt != tables.model_tokens.end()) p.globals[p.ng++] = &mt->second;
   }
   if (!req.tool.empty()) {
     auto g = tables.tools.find(req.tool);
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
   if (tables.total) p.globals[p.ng++] = &*tables.total;
+  for (int i = 0; i < p.ng; ++i) {
+    const Gate& g = *p.globals[i];
+    p.attempt_keys[i] = g.id.empty() ? keys::total_attempt(p.attempt)
+                                     : keys::global_attempt(g.name, g.id, p.attempt);
+    if (g.per_token) p.taken_keys[i] = keys::global_taken(g.name, g.id, p.rid);
+  }
+  // An estimate above a token-rate gate's capacity can never pass, however long the client
+  // waits: a 400 naming tokens tells it so, where a 429 would invite retries.
+  auto too_big = [&](const Gate& g) -> std::string {
+    if (!g.per_token || static_cast<double>(p.tokens) <= g.capacity) return {};
+    return "tokens: " + p.tokens_s + " exceeds the capacity " + g.cap_s + " of the " + g.name +
+           " gate: it can never be admitted";
+  };
+  for (int i = 0; i < p.nb; ++i)
+    if (auto e = too_big(*p.buckets[i]); !e.empty()) return e;
   for (int i = 0; i < p.ng; ++i)
-    p.attempt_keys[i] = p.globals[i]->id.empty()
-                            ? keys::total_attempt(p.attempt)
-                            : keys::global_attempt(p.globals[i]->name, p.globals[i]->id, p.attempt);
+    if (auto e = too_big(*p.globals[i]); !e.empty()) return e;
+  // The brake after the capacity check: an estimate the plan's capacity holds waits out a brake.
   if (brake && brake->applies_to(t.plan->name)) apply_brake(p, *brake);
   return {};
 }
@@ -334,7 +379,13 @@ constexpr TimePositions time_positions() {
 constexpr TimePositions kAdmitTime = DRIPGATE_TIME_POSITIONS(lua::admit);
 constexpr TimePositions kSettleTime = DRIPGATE_TIME_POSITIONS(lua::settle);
 constexpr TimePositions kRefundTime = DRIPGATE_TIME_POSITIONS(lua::refund);
+constexpr TimePositions kChargeTime = DRIPGATE_TIME_POSITIONS(lua::charge);
 #undef DRIPGATE_TIME_POSITIONS
+
+// What a bucket takes from an admission: 1, or the estimate on a token-rate gate.
+std::string_view cost_of(const Prepared& p, const Gate& g) {
+  return g.per_token ? std::string_view(p.tokens_s) : std::string_view("1");
+}
 
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
@@ -379,6 +430,7 @@ AdmitCall::AdmitCall(const Prepared& p)
     g[s::kArgBucketGate] = p.buckets[i]->name;
     g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
     g[s::kArgBucketRefill] = p.buckets[i]->rate_s;
+    g[s::kArgBucketCost] = cost_of(p, *p.buckets[i]);
     g[s::kArgBucketShadow] = p.buckets[i]->shadow;
     args.add(g);
   }
@@ -390,13 +442,16 @@ GatesCall::GatesCall(const Prepared& p, int i)
   namespace s = lua::gates;
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
+  keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
   keys.add(gate.key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
+  args.set(s::kArgTakenTtl, gate.per_token ? std::string_view(p.t->res_ttl_s) : "0");
   args.set(s::kArgBucketCount, kCounts[1]);
   std::array<std::string_view, s::kArgBucketStride> g;
   g[s::kArgBucketGate] = gate.name;
   g[s::kArgBucketCapacity] = gate.cap_s;
   g[s::kArgBucketRefill] = gate.rate_s;
+  g[s::kArgBucketCost] = cost_of(p, gate);
   g[s::kArgBucketShadow] = gate.shadow;
   args.add(g);
 }
@@ -408,6 +463,7 @@ UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string
   namespace s = lua::ungates;
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
+  keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgBucketCount, kCounts[took ? 1 : 0]);
   if (!took) return;
@@ -415,6 +471,7 @@ UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string
   std::array<std::string_view, s::kArgBucketStride> g;
   g.fill("");
   g[s::kArgBucketCapacity] = gate.cap_s;
+  g[s::kArgBucketCost] = cost_of(p, gate);
   if (snapshot.size() == 4) {
     g[s::kArgBucketOldTk] = snapshot[0];
     g[s::kArgBucketOldTs] = snapshot[1];
@@ -447,6 +504,7 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
     std::array<std::string_view, s::kArgBucketStride> g;
     g.fill("");
     g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
+    g[s::kArgBucketCost] = cost_of(p, *p.buckets[i]);
     if (exact) {
       const std::string* old_new = &undo.snapshot[4 * i];  // old tk, old ts, new tk, new ts
       g[s::kArgBucketOldTk] = old_new[0];
@@ -465,16 +523,107 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
   }
 }
 
-SettleCall::SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens)
-    : Call(lua::kSettle, lua::settle::kKeysFixed, lua::settle::kKeysFixed, lua::settle::kArgsFixed,
-           lua::settle::kArgsFixed),
-      tokens_s(std::to_string(tokens)) {
+std::string prepare_correction(const Tables& tables, std::string tenant, const std::string& rid,
+                               int64_t tokens, const std::string& user, const std::string& api_key,
+                               const std::string& model, Correction& c,
+                               const TenantDirectory* registry) {
+  std::string err = resolve(tables, tenant, rid, &c.t, c.unlisted, registry);
+  if (err.empty()) err = check_tokens(tokens);
+  if (!err.empty()) return err;
+  for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &user},
+                              {"api_key", &api_key},
+                              {"model", &model}}) {
+    if (!value->empty() && !id_ok(*value)) return std::string(field) + ": " + std::string(kIdRule);
+  }
+  const TenantInfo& t = *c.t;
+  c.rid = rid;
+  c.tokens = tokens;
+  c.tokens_s = std::to_string(tokens);
+  t.time_keys(c.time_keys);
+  if (t.tenant_tokens) {
+    c.buckets[c.nb] = t.tenant_tokens;
+    c.bucket_keys[c.nb++] = t.tenant_tokens_key;
+  }
+  if (t.user_tokens && !user.empty()) {
+    c.user_key = keys::bucket(t.name, "user_tokens", user);
+    c.buckets[c.nb] = t.user_tokens;
+    c.bucket_keys[c.nb++] = c.user_key;
+  }
+  if (t.api_key_tokens && !api_key.empty()) {
+    c.api_key_key = keys::bucket(t.name, "key_tokens", api_key);
+    c.buckets[c.nb] = t.api_key_tokens;
+    c.bucket_keys[c.nb++] = c.api_key_key;
+  }
+  if (!model.empty()) {
+    auto m = tables.model_tokens.find(model);
+    if (m != tables.model_tokens.end()) {
+      c.model = &m->second;
+      c.taken_key = keys::global_taken(c.model->name, c.model->id, rid);
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// The (capacity refill) groups of a correction's tenant-slot buckets, in KEYS and ARGV, at the
+// positions the script names.
+template <size_t Stride>
+void add_corrected_buckets(Call& call, const Correction& c, size_t count_at, size_t cap_at,
+                           size_t refill_at) {
+  call.args.set(count_at, kCounts[c.nb]);
+  for (int i = 0; i < c.nb; ++i) {
+    call.keys.add(c.bucket_keys[i]);
+    std::array<std::string_view, Stride> g;
+    g[cap_at] = c.buckets[i]->cap_s;
+    g[refill_at] = c.buckets[i]->rate_s;
+    call.args.add(g);
+  }
+}
+
+}  // namespace
+
+SettleCall::SettleCall(const Correction& c)
+    : Call(lua::kSettle, lua::settle::kKeysFixed, lua::settle::kKeysFixed + 3,
+           lua::settle::kArgsFixed, lua::settle::kArgsFixed + 3 * lua::settle::kArgBucketStride) {
   namespace s = lua::settle;
-  t.time_keys(time_keys);
-  set_time_keys(*this, time_keys, kSettleTime);
-  args.set(s::kArgRequestId, request_id);
-  args.set(s::kArgReservationTtl, t.res_ttl_s);
-  args.set(s::kArgTokens, tokens_s);
+  set_time_keys(*this, c.time_keys, kSettleTime);
+  args.set(s::kArgRequestId, c.rid);
+  args.set(s::kArgReservationTtl, c.t->res_ttl_s);
+  args.set(s::kArgTokens, c.tokens_s);
+  add_corrected_buckets<s::kArgBucketStride>(*this, c, s::kArgBucketCount, s::kArgBucketCapacity,
+                                             s::kArgBucketRefill);
+}
+
+ChargeCall::ChargeCall(const Correction& c)
+    : Call(lua::kCharge, lua::charge::kKeysFixed, lua::charge::kKeysFixed + 3,
+           lua::charge::kArgsFixed, lua::charge::kArgsFixed + 3 * lua::charge::kArgBucketStride) {
+  namespace s = lua::charge;
+  set_time_keys(*this, c.time_keys, kChargeTime);
+  keys.set(s::kKeyLeases, c.t->leases_key);
+  args.set(s::kArgRequestId, c.rid);
+  args.set(s::kArgReservationTtl, c.t->res_ttl_s);
+  args.set(s::kArgTokens, c.tokens_s);
+  args.set(s::kArgLeaseS, c.t->lease_s);
+  add_corrected_buckets<s::kArgBucketStride>(*this, c, s::kArgBucketCount, s::kArgBucketCapacity,
+                                             s::kArgBucketRefill);
+}
+
+CorrectGatesCall::CorrectGatesCall(const Correction& c, bool final)
+    : Call(lua::kCorrectGates, lua::correct_gates::kKeysFixed, lua::correct_gates::kKeysFixed + 1,
+           lua::correct_gates::kArgsFixed,
+           lua::correct_gates::kArgsFixed + lua::correct_gates::kArgBucketStride) {
+  namespace s = lua::correct_gates;
+  assert(c.model);
+  keys.set(s::kKeyTaken, c.taken_key);
+  args.set(s::kArgTokens, c.tokens_s);
+  args.set(s::kArgFinal, final ? "1" : "0");
+  args.set(s::kArgBucketCount, kCounts[1]);
+  keys.add(c.model->key);
+  std::array<std::string_view, s::kArgBucketStride> g;
+  g[s::kArgBucketCapacity] = c.model->cap_s;
+  g[s::kArgBucketRefill] = c.model->rate_s;
+  args.add(g);
 }
 
 ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)

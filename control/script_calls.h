@@ -32,7 +32,12 @@ namespace dripgate::control {
 
 // One configured token bucket with its ARGV strings formatted once.
 struct Gate {
-  std::string name;  // "tenant", "user", "api_key", "ip", "model", "tool", "total"
+  // "tenant", "user", "api_key", "ip", "model", "tool", "total"; the token-rate gates
+  // "tenant_tokens", "user_tokens", "api_key_tokens", "model_tokens"
+  std::string name;
+  // A token-rate gate: an admission takes its token estimate (not 1), settle and stream charges
+  // correct it to the tokens used.
+  bool per_token = false;
   double capacity = 0;
   double refill = 0;
   std::string cap_s, rate_s;
@@ -41,8 +46,9 @@ struct Gate {
   // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.
   std::string_view shadow = "0";
 
-  // plan_shadow: the plan's `mode` is shadow.
-  Gate(std::string n, const config::Bucket& b, bool plan_shadow = false);
+  // tokens: a token-rate gate (its cost is the request's estimate, not 1); plan_shadow: the
+  // plan's `mode` is shadow.
+  Gate(std::string n, const config::Bucket& b, bool tokens = false, bool plan_shadow = false);
   // g under a brake: capacity and refill times factor.
   Gate(const Gate& g, double factor);
   Gate(const Gate&) = default;
@@ -52,6 +58,7 @@ struct Gate {
 // tenant's own state is its keys), so 100,000 tenants do not hold 100,000 copies.
 struct PlanGates {
   std::optional<Gate> tenant, user, api_key, ip;
+  std::optional<Gate> tenant_tokens, user_tokens, api_key_tokens;
 };
 
 struct TenantInfo {
@@ -59,7 +66,8 @@ struct TenantInfo {
   const config::Plan* plan = nullptr;
   // The plan's gates (Tables::plan_gates), null when the plan has none.
   const Gate *tenant = nullptr, *user = nullptr, *api_key = nullptr, *ip = nullptr;
-  std::string tenant_key, quota_prefix, reservations_prefix, leases_key;
+  const Gate *tenant_tokens = nullptr, *user_tokens = nullptr, *api_key_tokens = nullptr;
+  std::string tenant_key, tenant_tokens_key, quota_prefix, reservations_prefix, leases_key;
   std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
   // "1": the quota (and reservations) / concurrency gate is in shadow mode.
   std::string_view quota_shadow_s = "0", streams_shadow_s = "0";
@@ -81,7 +89,7 @@ struct Tables {
   std::optional<TenantInfo> any;
   // Every plan's, with its keys unset, by plan name: for the tenants of the tenant registry.
   std::unordered_map<std::string, TenantInfo> plans;
-  std::unordered_map<std::string, Gate> models, tools;
+  std::unordered_map<std::string, Gate> models, model_tokens, tools;
   std::optional<Gate> total;  // every admission, when configured
 
   explicit Tables(const config::Config& cfg);
@@ -98,10 +106,11 @@ struct Tables {
                          std::string* why = nullptr) const;
 };
 
-// The most buckets one admission goes through: tenant, user, api_key and ip in the tenant's
-// admit.lua call; model, tool and total in the global gates.lua call.
-inline constexpr size_t kMaxTenantBuckets = 4;
-inline constexpr size_t kMaxGlobalBuckets = 3;
+// The most buckets one admission goes through: tenant, user, api_key, ip and the token-rate
+// tenant_tokens, user_tokens, api_key_tokens in the tenant's admit.lua call; model,
+// model_tokens, tool and total each in its own gates.lua call (each has its own hash tag).
+inline constexpr size_t kMaxTenantBuckets = 7;
+inline constexpr size_t kMaxGlobalBuckets = 4;
 
 // An admission being built: validated input, key names and the buckets it goes through. Filled
 // in place and never copied: under a brake, buckets and globals point into `braked`.
@@ -112,7 +121,7 @@ struct Prepared {
 
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;  // t's owner for a tenant on the default plan
-  std::string rid, user_key, api_key_key, ip_key, tokens_s;
+  std::string rid, user_key, api_key_key, ip_key, user_tokens_key, api_key_tokens_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
   std::string attempt;  // 8 hex digits
@@ -122,6 +131,9 @@ struct Prepared {
   // Per global gate, keys::global_attempt of the attempt: each gate's gates.lua call leaves its
   // marker in that gate's own hash slot.
   std::array<std::string, kMaxGlobalBuckets> attempt_keys;
+  // Per global gate, its gates.lua taken record (keys::global_taken of request_id) for a
+  // model_tokens gate, whose settle and stream charges correct what it took; empty otherwise.
+  std::array<std::string, kMaxGlobalBuckets> taken_keys;
   bool fresh = false;  // rid was generated here: it cannot be in use yet
   int64_t tokens = 0;
   std::array<const Gate*, kMaxTenantBuckets> buckets{};
@@ -230,11 +242,40 @@ struct RefundCall : Call {
   RefundCall(const Prepared& p, const Undo& undo);
 };
 
-// settle.lua: replaces request_id's reservation with the actual token count.
-struct SettleCall : Call {
-  SettleCall(const TenantInfo& t, const std::string& request_id, int64_t tokens);
-  std::string tokens_s;
+// The token-rate gates a settle or a stream charge corrects: the tenant's own (tenant_tokens,
+// and user_tokens / api_key_tokens for the user and API key it names) in the tenant's slot,
+// and a model_tokens gate in its own.
+struct Correction {
+  const TenantInfo* t = nullptr;
+  std::shared_ptr<const TenantInfo> unlisted;  // t's owner for a tenant on the default plan
+  std::string rid, tokens_s, user_key, api_key_key, taken_key;
+  int64_t tokens = 0;
+  std::array<const Gate*, 3> buckets{};
+  std::array<std::string_view, 3> bucket_keys{};
+  int nb = 0;
+  const Gate* model = nullptr;  // its model_tokens gate; null: none
   keys::TimeKeys time_keys;
+};
+// Validates a settle's or charge's fields and fills c; an error "field: message" or empty.
+std::string prepare_correction(const Tables& tables, std::string tenant, const std::string& rid,
+                               int64_t tokens, const std::string& user, const std::string& api_key,
+                               const std::string& model, Correction& c,
+                               const TenantDirectory* registry = nullptr);
+
+// settle.lua: replaces request_id's reservation with the actual token count, and corrects the
+// tenant-slot token-rate buckets.
+struct SettleCall : Call {
+  explicit SettleCall(const Correction& c);
+};
+
+// charge.lua: one stream charge in the tenant's slot.
+struct ChargeCall : Call {
+  explicit ChargeCall(const Correction& c);
+};
+
+// correct_gates.lua: the model_tokens gate's part of a settle (final) or a charge.
+struct CorrectGatesCall : Call {
+  CorrectGatesCall(const Correction& c, bool final);
 };
 
 // release.lua: ends request_id's lease.

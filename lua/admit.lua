@@ -12,7 +12,7 @@
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
 -- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
 -- @argv quota_shadow streams_shadow
--- @argv bucket...(gate capacity refill shadow)
+-- @argv bucket...(gate capacity refill cost shadow)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
@@ -47,8 +47,10 @@
 --   quota_shadow  "1": the quota and reservations gates only report (shadow mode: a request
 --                 they would refuse is admitted, reserved and counted like any other)
 --   streams_shadow "1": the same for the concurrency gate (the lease is taken)
---   bucket...     per bucket: gate name, capacity, refill per second, shadow ("1": an empty
---                 bucket does not refuse; it gives nothing, as an enforcing refusal takes nothing)
+--   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
+--                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
+--                 api_key_tokens), shadow ("1": a bucket holding less than its cost does not
+--                 refuse; it gives nothing, as an enforcing refusal takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
 -- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
@@ -115,10 +117,12 @@ local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
+  local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate, now_us)
+  b.cost = cost
   buckets[i] = b
-  if b.cur < 1 then
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate),
+  if b.cur < cost then
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end

@@ -15,15 +15,23 @@
 -- call ran. ungates.lua of a call that has not run writes "cancelled" there instead, so that
 -- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
--- @keys attempt bucket...
--- @argv attempt_ttl bucket_count bucket...(gate capacity refill shadow)
+-- @keys attempt taken bucket...
+-- @argv attempt_ttl taken_ttl bucket_count bucket...(gate capacity refill cost shadow)
 --
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
 --                  bucket's hash tag): the marker
+--       taken      a model_tokens gate: "dg:{g:model_tokens:<name>}:s:<request_id>", the tokens
+--                  the request has taken from the bucket so far (its estimate, then its stream
+--                  charges), for settle_gates.lua to correct to the tokens used; other gates
+--                  pass the attempt key again (taken_ttl 0: not written)
 --       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
---       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, shadow
---                     ("1": the gate only reports: an empty one does not refuse, see below)
+--       taken_ttl     seconds the taken record is kept (the plan's reservation_ttl_s: a settle
+--                     after it corrects nothing, like a settle of an expired reservation); 0: none
+--       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
+--                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
+--                     gate only reports: one that holds less than its cost does not refuse, see
+--                     below)
 --
 -- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}: code 1 admitted, 0
 -- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
@@ -47,10 +55,12 @@ for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
+  local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
+  b.cost = cost
   buckets[i] = b
-  if b.cur < 1 then
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate),
+  if b.cur < cost then
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
@@ -63,9 +73,15 @@ end
 
 out[1], out[2], out[3] = 1, r[3], r[4]
 local ts = bucket_now_text(t)
+local taken = 0
 for i = 1, n do
-  out[3 + i], out[3 + n + i] = bucket_admit(buckets[i], sec, ts)
+  local b = buckets[i]
+  out[3 + i], out[3 + n + i] = bucket_admit(b, sec, ts)
+  if out[3 + n + i] ~= '-' then taken = taken + b.cost end
 end
 out[4 + 2 * n] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
+if ARGV[A_TAKEN_TTL] ~= '0' then
+  redis.call('SET', KEYS[K_TAKEN], taken, 'EX', ARGV[A_TAKEN_TTL])
+end
 return out

@@ -44,6 +44,6 @@ for i = 1, #KEYS - K_BUCKET + 1 do
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
                         tonumber(ARGV[a + A_BUCKET_REFILL]), now_us)
   if b.cur < 1 then b.cur = 1 end
-  bucket_take(b, sec, ts)
+  bucket_take(b, sec, ts, 1)
 end
 return 1

@@ -12,9 +12,10 @@
 --
 -- When it ran: buckets are restored byte for byte from the snapshot (the prior tk/ts, or the key
 -- deleted when it did not exist) when nobody touched them since admit.lua wrote them; otherwise
--- (another admission built on our write, or no snapshot because the reply was lost) only our
--- token is given back: tk + 1, capped at capacity, which is the level the bucket would have had
--- without our take, refill being computed from ts when read. The quota counter of the
+-- (another admission built on our write, or no snapshot because the reply was lost) only what we
+-- took is given back: tk + cost (1, or the estimate on a token-rate gate), capped at capacity,
+-- which is the level the bucket would have had without our take, refill being computed from ts
+-- when read. The quota counter of the
 -- admission's month gets the reservation back (and disappears again if admit.lua created it),
 -- the reservation is removed, the lease removed and the expired leases admit.lua pruned put back,
 -- so with a snapshot the lease zset is as before too. Running it twice changes nothing more: the
@@ -23,7 +24,7 @@
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt fresh reservation_ttl quota_existed month_prev_start month_start
 -- @argv month_end month_next_end res_base bucket_count
--- @argv bucket...(capacity old_tk old_ts new_tk new_ts) pruned...(member score)
+-- @argv bucket...(capacity cost old_tk old_ts new_tk new_ts) pruned...(member score)
 --
 -- KEYS: quota_prev, quota_cur, quota_next, res_m2 .. res_p2: the quota counters and
 --                     reservation windows around the gateway's clock, as for admit.lua
@@ -37,8 +38,9 @@
 --       quota_existed    "1" when the quota key existed before admit.lua
 --       month_prev_start .. month_next_end, res_base: as for admit.lua
 --       bucket_count     n
---       bucket...        per bucket: capacity, old tk, old ts ("" = no key), new tk, new ts; all
---                        but capacity "" when there is no snapshot
+--       bucket...        per bucket: capacity, the tokens admit.lua took (its cost), old tk,
+--                        old ts ("" = no key), new tk, new ts; all but capacity and cost ""
+--                        when there is no snapshot
 --       pruned...        to the end: the expired leases admit.lua pruned (none without a
 --                        concurrency gate or a snapshot), as member, score
 --
@@ -76,9 +78,10 @@ local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
+  local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local old_tk, old_ts = ARGV[a + A_BUCKET_OLD_TK], ARGV[a + A_BUCKET_OLD_TS]
   local new_tk, new_ts = ARGV[a + A_BUCKET_NEW_TK], ARGV[a + A_BUCKET_NEW_TS]
-  bucket_untake(KEYS[K_BUCKET + i - 1], cap, old_tk, old_ts, new_tk, new_ts)
+  bucket_untake(KEYS[K_BUCKET + i - 1], cap, cost, old_tk, old_ts, new_tk, new_ts)
 end
 
 -- Put the pruned leases back before removing ours, so the set (and its TTL) never vanishes.
