@@ -89,9 +89,9 @@ def capture(clis, http_port, body):
     cmds = [[bytes(x, "utf-8").decode("unicode_escape")
              for x in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
             for line in out.splitlines() if not re.search(r"\[\d+ lua\]", line)]
-    # Not the admission's: the tenant registry's poll and the cluster client's slot-map reads.
+    # Not the admission's: the registry's and the brake's polls, the cluster's slot-map reads.
     cmds = [c for c in cmds if c and c[0].lower() != "cluster"
-            and not any("{registry}" in x for x in c)]
+            and not any("{registry}" in x or "{brake}" in x for x in c)]
     calls = [c for c in cmds if c[0].lower() in ("evalsha", "eval", "fcall", "fcall_ro")]
     if not calls:
         sys.exit("bench: no script call seen in MONITOR output:\n" + out)
