@@ -5,8 +5,9 @@
 -- up; each wrk thread has its own source address), which the daemon tags on the dataplane.
 -- With DG_TENANTS=N every request names one of N tenants "t-0" .. "t-<N-1>" in turn (the plan
 -- "*" admits them), so that on a Redis Cluster the admissions spread over the masters.
+-- DG_BODY replaces the request body (admit_bench.sh's five-gate request).
 wrk.method = "POST"
-wrk.body = '{"tenant":"ws-bench","tokens":1}'
+wrk.body = os.getenv("DG_BODY") or '{"tenant":"ws-bench","tokens":1}'
 wrk.headers["Content-Type"] = "application/json"
 
 if os.getenv("DG_FLOWS") == "1" then

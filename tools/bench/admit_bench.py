@@ -17,6 +17,13 @@ every window starts from the same state (one tenant bucket, no reservations):
             loop at low concurrency, the same for both sides.
   memory    used_memory and DBSIZE before and after --memory-calls admit calls (the captured
             call, new request ids): bytes and keys per open reservation.
+  five      N rounds of a request that passes five gates (--five-body: tenant and user request
+            buckets, the tenant's token-rate bucket, a model's and a tool's global buckets, and
+            the quota): the daemon under wrk at --conns, then redis-benchmark -r sending the
+            daemon's three script calls of one admission (admit.lua, two gates.lua: one call
+            per hash slot), one redis-benchmark process per call, all at once, --conns
+            connections each; decisions/s of the raw side = calls per process / the wall time
+            until the last process is done (a decision needs all three calls).
 """
 import argparse
 import csv
@@ -100,9 +107,12 @@ def capture(clis, http_port, body):
 
 def replayable(call, rid):
     """`call` with its request id made new by redis-benchmark -r for every call: same length as
-    the daemon's id, so the reservation key and record weigh the same."""
+    the daemon's id, so the reservation key and record weigh the same. A global gate's attempt
+    marker key (":a:<8 hex digits>", which gates.lua answers "cancelled" once it exists) is made
+    new the same way."""
     new_rid = (rid[:-len(RAND)] if len(rid) > len(RAND) else rid + ".") + RAND
-    return [x.replace(rid, new_rid) for x in call]
+    return [re.sub(r"(\}:a:)[0-9a-f]{8}$", r"\g<1>" + RAND, x.replace(rid, new_rid))
+            for x in call]
 
 
 def wrk(url, script, conns, secs, env=None):
@@ -129,6 +139,25 @@ def redis_benchmark(base, call, conns, n):
     get = lambda k: float(row[head.index(k)])
     return {"rate": get("rps"), "p50": get("p50_latency_ms") * 1000,
             "p99": get("p99_latency_ms") * 1000, "decisions": n, "errors": 0}
+
+
+def warn_failed(windows):
+    """A warning for each (name, window) with failed Redis calls or HTTP errors."""
+    for name, w in windows:
+        if w["failed"] or w["errors"]:
+            print(f"  warning: {name} window: {w['failed']} failed Redis calls, "
+                  f"{w['errors']} HTTP errors")
+
+
+def redis_benchmarks(base, calls, conns, n):
+    """One redis-benchmark per call in `calls`, all started at once, each sending its call n
+    times: decisions/s = n / the wall time until the last one is done."""
+    t0 = time.monotonic()
+    procs = [subprocess.Popen(base + ["-c", str(conns), "-n", str(n), "-r", RAND_RANGE, "-q"]
+                              + call, stdout=subprocess.DEVNULL) for call in calls]
+    if any(p.wait() for p in procs):
+        sys.exit("bench: redis-benchmark failed")
+    return {"rate": n / (time.monotonic() - t0), "decisions": n, "errors": 0}
 
 
 class Bench:
@@ -228,10 +257,7 @@ class Bench:
                   f"{d['daemon_us'] / d['redis_us']:.2f}", flush=True)
             if abs(d["calls"] - d["decisions"]) > 0.02 * d["decisions"]:
                 print(f"  warning: {d['calls']} script calls for {d['decisions']} decisions")
-            for name, w in (("daemon", d), ("redis-benchmark admit", raw), ("minimal", mn)):
-                if w["failed"] or w["errors"]:
-                    print(f"  warning: {name} window: {w['failed']} failed Redis calls, "
-                          f"{w['errors']} HTTP errors")
+            warn_failed((("daemon", d), ("redis-benchmark admit", raw), ("minimal", mn)))
 
         half_target = statistics.median(d["rate"] for d, _, _ in peak) / 2
         conns = a.half_conns
@@ -252,7 +278,38 @@ class Bench:
                   flush=True)
 
         mem = self.memory(a.memory_calls, a.conns)
-        self.report(peak, half, conns, half_target, mem)
+        five = self.five() if a.five_body else []
+        self.report(peak, half, conns, half_target, mem, five)
+
+    def five(self):
+        """The five-gate rounds: (daemon, raw) windows; each window's Redis CPU is the sum of
+        every EVALSHA's usec over the decisions."""
+        a = self.a
+        cmds, calls, rid = capture([self.cli], a.http_port, a.five_body)
+        calls = [replayable(c, rid) for c in calls]
+        print(f"five gates: the daemon's Redis commands for one admission: {len(cmds)} "
+              f"({', '.join(c[0].upper() for c in cmds)}), {len(calls)} script calls")
+        for c in calls:
+            once = [c[0]] + [x.replace(RAND, "8" * len(RAND)) for x in c[1:]]
+            if self.redis(*once).split()[:1] != ["1"]:
+                sys.exit("bench: a replayed five-gate call does not admit: " + " ".join(c))
+        body = {"DG_BODY": a.five_body}
+        n = self.size(redis_benchmarks(self.rb, calls, a.conns, 5000)["rate"], a.seconds)
+        rounds = []
+        for r in range(a.rounds):
+            d = self.window(lambda: wrk(self.url, a.wrk_script, a.conns, a.seconds, body),
+                            "evalsha")
+            raw = self.window(lambda: redis_benchmarks(self.rb, calls, a.conns, n), "evalsha")
+            n = self.size(raw["rate"], a.seconds)
+            for w in (d, raw):
+                w["redis_call_us"] = w["usec_per_call"] * w["calls"] / max(w["decisions"], 1)
+            rounds.append((d, raw))
+            print(f"five-gate round {r + 1}: decisions/s daemon {d['rate']:.0f}, redis-benchmark "
+                  f"{raw['rate']:.0f}, ratio {d['rate'] / raw['rate']:.2f}; Redis script us/"
+                  f"decision {d['redis_call_us']:.1f} vs {raw['redis_call_us']:.1f}; CPU us/"
+                  f"decision daemon {d['daemon_us']:.1f}, Redis {d['redis_us']:.1f}", flush=True)
+            warn_failed((("daemon", d), ("redis-benchmark", raw)))
+        return rounds
 
     def memory(self, n, conns):
         self.redis("flushall")
@@ -263,7 +320,7 @@ class Bench:
         self.redis("flushall")
         return {"n": n, "bytes": (m1 - m0) / n, "keys": (k1 - k0) / n}
 
-    def report(self, peak, half, conns, half_target, mem):
+    def report(self, peak, half, conns, half_target, mem, five):
         a = self.a
         med = lambda xs: statistics.median(list(xs))
         ratios = [d["rate"] / raw["rate"] for d, raw, _ in peak]
@@ -289,6 +346,20 @@ class Bench:
             (f"Redis bytes/open reservation, N={mem['n']}", None, mem["bytes"], None, "<= 100 B",
              mem["bytes"] <= 100, "{:.0f}"),
         ]
+        five_ratios = [d["rate"] / raw["rate"] for d, raw in five]
+        if five:
+            rows += [
+                (f"five gates: decisions/s, {a.conns} conns", med(raw["rate"] for _, raw in five),
+                 med(d["rate"] for d, _ in five), med(five_ratios), ">= 0.8x",
+                 med(five_ratios) >= 0.8, "{:.0f}"),
+                ("five gates: Redis script us/decision", med(r["redis_call_us"] for _, r in five),
+                 med(d["redis_call_us"] for d, _ in five),
+                 med(d["redis_call_us"] / r["redis_call_us"] for d, r in five), "", None,
+                 "{:.1f}"),
+                ("five gates: CPU us/decision (Redis | daemon)",
+                 med(d["redis_us"] for d, _ in five), med(d["daemon_us"] for d, _ in five),
+                 med(d["daemon_us"] / d["redis_us"] for d, _ in five), "", None, "{:.1f}"),
+            ]
         print(f"\nAdmission benchmark: {a.rounds} rounds of {a.seconds} s, daemon "
               f"{a.threads} worker thread(s), Redis over "
               f"{'a unix socket' if a.redis_socket else 'TCP'}; medians over the rounds, "
@@ -306,6 +377,9 @@ class Bench:
         print("decisions/s ratio by round: " + " ".join(f"{x:.2f}" for x in ratios))
         print("usec_per_call ratio by round: " + " ".join(f"{x:.2f}" for x in upc))
         print("CPU/decision ratio by round: " + " ".join(f"{x:.2f}" for x in cpu))
+        if five:
+            print("five-gate decisions/s ratio by round: " +
+                  " ".join(f"{x:.2f}" for x in five_ratios))
         print(f"baselines: redis-benchmark -r sending the daemon's admit call (decisions/s, "
               f"latency); the minimal bucket script (HMGET, TIME, HSET, EXPIRE) for "
               f"usec_per_call; Redis's CPU in the daemon's windows for CPU/decision")
@@ -334,6 +408,7 @@ def main():
     p = arguments(__doc__)
     p.add_argument("--half-conns", type=int, default=0)
     p.add_argument("--memory-calls", type=int, default=100000)
+    p.add_argument("--five-body", default="", help="the five-gate request; empty: not measured")
     Bench(p.parse_args()).run()
 
 

@@ -8,8 +8,12 @@
 #                                 same Redis (INFO commandstats after CONFIG RESETSTAT)
 #   daemon CPU per decision    vs Redis CPU per decision in the same window (/proc/<pid>/stat)
 #   Redis bytes per open reservation (used_memory over --memory-calls admissions)
-# The plan (admit_bench.yaml): a tenant bucket + a monthly quota, generous enough that nothing
-# is refused. Prints every round, then medians and a summary table. Not a test: figures only.
+#   five gates: decisions/s of a request passing the tenant's and the user's buckets, the
+#                 tenant's token-rate bucket, a model's and a tool's global buckets (three script
+#                 calls, one per hash slot) vs redis-benchmark -r sending those three calls at once
+# The plans (admit_bench.yaml): a tenant bucket + a monthly quota (and the five-gate plan),
+# generous enough that nothing is refused. Prints every round, then medians and a summary
+# table. Not a test: figures only.
 #
 # --cluster measures scale-out instead (tools/bench/admit_cluster.py runs it): 1 daemon on one
 # Redis node and 2 daemons on a 3-master Redis Cluster, each beside redis-benchmark EVALSHA of
@@ -113,4 +117,5 @@ wait_port "$http_port"
 python3 "$here/admit_bench.py" "${redis[@]}" --redis-pid "$redis_pid" --daemon-pid "${pids[-1]}" \
   --http-port "$http_port" --wrk-script "$here/admit_bench.lua" --rounds "$rounds" \
   --seconds "$seconds" --conns "$conns" --half-conns "$half_conns" --threads "$threads" \
-  --memory-calls "$memory_calls"
+  --memory-calls "$memory_calls" \
+  --five-body '{"tenant":"ws-five","user":"u-bench","model":"m-bench","tool":"t-bench","tokens":100}'

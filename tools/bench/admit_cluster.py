@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import threading
 
-from admit_bench import RAND, capture, redis_benchmark, replayable, wrk
+from admit_bench import RAND, capture, redis_benchmark, replayable, warn_failed, wrk
 
 TENANTS_IN_LOAD = "1000"
 
@@ -196,10 +196,7 @@ def main():
                   f"{d['rate']:.0f}, redis-benchmark {raw['rate']:.0f}, ratio "
                   f"{d['rate'] / raw['rate']:.2f}; usec_per_call {d['usec_per_call']:.2f} | "
                   f"{raw['usec_per_call']:.2f}", flush=True)
-            for name, w in (("daemons", d), ("redis-benchmark", raw)):
-                if w["failed"] or w["errors"]:
-                    print(f"  warning: {name} window: {w['failed']} failed Redis calls, "
-                          f"{w['errors']} HTTP errors")
+            warn_failed((("daemons", d), ("redis-benchmark", raw)))
     mem = {t.name: t.memory(a.tenants) for t in tops}
 
     med = lambda xs: statistics.median(list(xs))
