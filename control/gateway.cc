@@ -173,9 +173,9 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
         // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
         const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
         metrics_.admission(tenant,
-                           r.outcome == Outcome::kRefused ? r.gate
-                           : shadow                       ? r.shadow_refused
-                                                          : "",
+                           r.outcome == Outcome::kRefused ? std::string_view(r.gate)
+                           : shadow                       ? std::string_view(r.shadow_refused)
+                                                          : std::string_view(),
                            shadow ? "shadow_refused" : result_label(r.outcome), front_);
         if (who) decisions_->record(*who, r, result_label(r.outcome));
         if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});

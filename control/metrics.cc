@@ -1,8 +1,10 @@
 #include "control/metrics.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <unordered_map>
 
 namespace dripgate::control {
 namespace {
@@ -35,30 +37,58 @@ void header(std::string& out, const std::string& name, const std::string& help, 
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
+std::atomic<uint64_t> next_family_id{0};
+
+// A thread's counters by family id and label values, each value length-prefixed (a value may
+// hold any byte). Never shrinks: it holds what the families hold, which never shrink either.
+struct ThreadCounters {
+  std::string key;  // reused: building a key allocates nothing once it has grown
+  std::unordered_map<std::string, std::atomic<uint64_t>*> counters;
+};
+
+void append_raw(std::string& key, const void* p, size_t n) {
+  key.append(static_cast<const char*>(p), n);
+}
+
 }  // namespace
 
 CounterFamily::CounterFamily(std::string name, std::string help,
                              std::vector<std::string> label_names)
-    : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+    : id_(next_family_id.fetch_add(1, std::memory_order_relaxed)),
+      name_(std::move(name)),
+      help_(std::move(help)),
+      label_names_(std::move(label_names)) {}
 
-void CounterFamily::inc(const std::vector<std::string>& label_values, uint64_t n) {
-  {
-    std::shared_lock lock(mu_);
-    auto it = values_.find(label_values);
-    if (it != values_.end()) {
-      it->second->fetch_add(n, std::memory_order_relaxed);
-      return;
-    }
+// Counted on every request: a lookup in this thread's cache and an atomic add, no lock and no
+// allocation (the family's shared lock, taken by every worker, made its cache line bounce
+// between cores, and the label vector was allocated anew each time).
+void CounterFamily::inc(Labels label_values, uint64_t n) {
+  thread_local ThreadCounters mine;
+  std::string& key = mine.key;
+  key.clear();
+  append_raw(key, &id_, sizeof id_);
+  for (std::string_view v : label_values) {
+    const uint32_t len = static_cast<uint32_t>(v.size());
+    append_raw(key, &len, sizeof len);
+    key.append(v);
   }
-  std::unique_lock lock(mu_);
-  auto& slot = values_[label_values];
-  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
-  slot->fetch_add(n, std::memory_order_relaxed);
+  auto it = mine.counters.find(key);
+  if (it == mine.counters.end()) it = mine.counters.emplace(key, counter(label_values)).first;
+  it->second->fetch_add(n, std::memory_order_relaxed);
 }
 
-uint64_t CounterFamily::value(const std::vector<std::string>& label_values) const {
+std::atomic<uint64_t>* CounterFamily::counter(Labels label_values) {
+  std::vector<std::string> labels(label_values.begin(), label_values.end());
+  std::unique_lock lock(mu_);
+  auto& slot = values_[std::move(labels)];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  return slot.get();
+}
+
+uint64_t CounterFamily::value(Labels label_values) const {
+  std::vector<std::string> labels(label_values.begin(), label_values.end());
   std::shared_lock lock(mu_);
-  auto it = values_.find(label_values);
+  auto it = values_.find(labels);
   return it == values_.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
@@ -159,12 +189,18 @@ Metrics::Metrics()
   for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
 }
 
-void Metrics::admission(const std::string& tenant, const std::string& gate,
-                        const std::string& result, const std::string& front) {
+void Metrics::admission(std::string_view tenant, std::string_view gate, std::string_view result,
+                        std::string_view front) {
   admissions_.inc({tenant, gate, result, front});
 }
 
-void Metrics::dataplane(const std::string& op, const std::string& result) {
+void Metrics::http_request(int code) {
+  char buf[16];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, code);
+  http_requests_.inc({std::string_view(buf, ec == std::errc() ? end - buf : 0)});
+}
+
+void Metrics::dataplane(std::string_view op, std::string_view result) {
   (op == "untag" ? dataplane_untag_ : dataplane_tag_).inc({result});
 }
 

@@ -1,14 +1,17 @@
 // Prometheus metrics of dripgate-control: one registry shared by every worker thread. Counting is
-// lock-free (atomics); only the first use of a new label set takes a lock.
+// lock-free (atomics) and allocation-free: each thread finds a label set's counter in a cache of
+// its own; only a thread's first use of a label set takes the family's lock.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "control/redis_client.h"
@@ -18,12 +21,18 @@ namespace dripgate::control {
 // A counter with labels; label values are escaped when rendered.
 class CounterFamily {
  public:
+  using Labels = std::initializer_list<std::string_view>;
   CounterFamily(std::string name, std::string help, std::vector<std::string> label_names);
-  void inc(const std::vector<std::string>& label_values, uint64_t n = 1);
-  uint64_t value(const std::vector<std::string>& label_values) const;
+  void inc(Labels label_values, uint64_t n = 1);
+  uint64_t value(Labels label_values) const;
   void render(std::string& out) const;
 
  private:
+  // The counter of a label set, created at 0 on first use; its address never changes.
+  std::atomic<uint64_t>* counter(Labels label_values);
+
+  // Names this family in the threads' caches (an address could be reused by a later family).
+  const uint64_t id_;
   std::string name_, help_;
   std::vector<std::string> label_names_;
   mutable std::shared_mutex mu_;
@@ -52,15 +61,13 @@ class Metrics : public RedisObserver {
 
   // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none;
   // front: "http" | "grpc", the API the request came by.
-  void admission(const std::string& tenant, const std::string& gate, const std::string& result,
-                 const std::string& front = "http");
+  void admission(std::string_view tenant, std::string_view gate, std::string_view result,
+                 std::string_view front = "http");
   // A stream's charge (POST /v1/charge): result as for admission, "refused" being a charge
   // recorded over the month's quota (the stream is to be cut), "not_found" one for no open
   // reservation, "conflict" one after the settle.
-  void charge(const std::string& tenant, const std::string& result) {
-    charges_.inc({tenant, result});
-  }
-  void http_request(int code) { http_requests_.inc({std::to_string(code)}); }
+  void charge(std::string_view tenant, std::string_view result) { charges_.inc({tenant, result}); }
+  void http_request(int code);
   // The HTTP front's connections: open now, refused or evicted (idle, to make room) at
   // control.max_connections, closed for not sending a complete request within
   // control.request_timeout_s, and failed accept() calls.
@@ -71,14 +78,12 @@ class Metrics : public RedisObserver {
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
   // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
-  void dataplane(const std::string& op, const std::string& result);
+  void dataplane(std::string_view op, std::string_view result);
   // A configuration reload (SIGHUP or the admin API): applied, or refused with the old one kept.
   void config_reload(bool ok) { config_reloads_.inc({ok ? "ok" : "error"}); }
   // A decision made without Redis (redis.on_failure): mode "open" | "local", result as
   // admission's.
-  void degraded(const std::string& mode, const std::string& result) {
-    degraded_.inc({mode, result});
-  }
+  void degraded(std::string_view mode, std::string_view result) { degraded_.inc({mode, result}); }
   // A journaled local decision sent to Redis: in ("ok") or to try again ("retry").
   void reconciled(bool ok) { reconciled_.inc({ok ? "ok" : "retry"}); }
   // The service-wide brake's factor in force on this daemon (1: no brake).
