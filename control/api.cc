@@ -360,25 +360,38 @@ int64_t retry_after_seconds(int64_t retry_after_ms) {
 }
 
 // Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
+// Both headers are written on every answer: appended into one string, numbers by to_chars.
 std::string ratelimit_policy_header(const std::vector<Remaining>& remaining) {
   std::string out;
+  out.reserve(48 * remaining.size());
   for (const auto& r : remaining) {
     if (!out.empty()) out += ", ";
-    out += "\"" + r.gate + "\";q=" + std::to_string(whole(r.limit));
+    out += '"';
+    out += r.gate;
+    out += "\";q=";
+    append_integer(out, whole(r.limit));
     if (r.gate == "quota") out += ";qu=\"tokens\"";
-    if (r.gate == "concurrency") out += ";qu=\"concurrent-requests\"";
-    if (r.gate != "concurrency")
-      out += ";w=" + std::to_string(std::max<int64_t>(1, whole(std::ceil(r.window_s))));
+    if (r.gate == "concurrency") {
+      out += ";qu=\"concurrent-requests\"";
+    } else {
+      out += ";w=";
+      append_integer(out, std::max<int64_t>(1, whole(std::ceil(r.window_s))));
+    }
   }
   return out;
 }
 
 std::string ratelimit_header(const std::vector<Remaining>& remaining) {
   std::string out;
+  out.reserve(40 * remaining.size());
   for (const auto& r : remaining) {
     if (!out.empty()) out += ", ";
-    out += "\"" + r.gate + "\";r=" + std::to_string(whole(std::floor(r.value))) +
-           ";t=" + std::to_string(std::max<int64_t>(0, r.reset_s));
+    out += '"';
+    out += r.gate;
+    out += "\";r=";
+    append_integer(out, whole(std::floor(r.value)));
+    out += ";t=";
+    append_integer(out, std::max<int64_t>(0, r.reset_s));
   }
   return out;
 }

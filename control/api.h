@@ -39,7 +39,8 @@ std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& 
 // Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
 std::string flow_json(const Flow& flow);
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+// Header names are string literals (no copy per answer); values are built per answer.
+using Headers = std::vector<std::pair<std::string_view, std::string>>;
 
 // On an answer decided without Redis (redis.on_failure): its mode, "open" or "local".
 inline constexpr char kDegradedHeader[] = "Dripgate-Degraded";

@@ -26,6 +26,7 @@
 #include "control/brake_sync.h"
 #include "control/gateway.h"
 #include "control/http_request.h"
+#include "control/json_writer.h"
 #include "control/reload.h"
 #include "control/tenant_registry.h"
 
@@ -122,12 +123,6 @@ int make_listener(const std::string& listen, int& port, std::string& error) {
   port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return fd;
-}
-
-void append_number(std::string& out, uint64_t n) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
-  out.append(buf, end);
 }
 
 }  // namespace
@@ -466,7 +461,7 @@ struct HttpServer::Worker {
       c->out_at = 0;
     }
     o += minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ";
-    append_number(o, static_cast<uint64_t>(r.status));
+    append_integer(o, r.status);
     o += ' ';
     o += reason_phrase(r.status);
     o += "\r\n";
@@ -476,7 +471,7 @@ struct HttpServer::Worker {
       o += "Content-Type: ";
       o += content_type;
       o += "\r\nContent-Length: ";
-      append_number(o, r.body.size());
+      append_integer(o, static_cast<int64_t>(r.body.size()));
       o += "\r\n";
     }
     for (const auto& [k, v] : r.headers) {

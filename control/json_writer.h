@@ -12,6 +12,13 @@
 
 namespace dripgate::control {
 
+// v in decimal at the end of out (JSON integers, header values, the status line).
+inline void append_integer(std::string& out, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
 class JsonWriter {
  public:
   explicit JsonWriter(std::string& out) : out_(out) {}
@@ -34,9 +41,7 @@ class JsonWriter {
   }
   JsonWriter& integer(int64_t v) {
     value_prefix();
-    char buf[24];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    out_.append(buf, r.ptr);
+    append_integer(out_, v);
     return *this;
   }
   // The shortest text that reads back as v; a non-finite v (not JSON) as null.

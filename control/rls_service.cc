@@ -60,9 +60,9 @@ uint32_t u32(int64_t v) {
 }
 
 void add_header(google::protobuf::RepeatedPtrField<envoy::config::core::v3::HeaderValue>* to,
-                const std::string& key, const std::string& value) {
+                std::string_view key, const std::string& value) {
   auto* h = to->Add();
-  h->set_key(key);
+  h->set_key(key.data(), key.size());
   h->set_value(value);
 }
 
