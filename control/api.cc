@@ -7,90 +7,103 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 #include "common/id.h"
 #include "config/config.h"
 #include "control/guidance.h"
+#include "control/json_reader.h"
 #include "control/json_writer.h"
 
 namespace dripgate::control::api {
 namespace {
 
-using json = nlohmann::json;
+using Kind = JsonReader::Kind;
+using Value = JsonReader::Value;
 
 // Far above any real request; keeps sums in Lua (doubles) exact.
 constexpr int64_t kMaxTokens = int64_t{1} << 50;
 
-// A repeated key is refused, not resolved: a front that reads the first "tenant" and a back that
-// reads the last would admit one tenant and charge another.
-std::optional<FieldError> parse_object(std::string_view body, json& out) {
-  std::vector<std::set<std::string>> open_objects;  // keys seen, per object being parsed
-  std::optional<std::string> duplicate;
-  auto watch = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == json::parse_event_t::object_end) open_objects.pop_back();
-    if (event == json::parse_event_t::key && !duplicate &&
-        !open_objects.back().insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  out = json::parse(body.begin(), body.end(), watch, /*allow_exceptions=*/false);
-  if (out.is_discarded()) return FieldError{"", "body is not valid JSON"};
-  if (duplicate) return FieldError{*duplicate, "duplicate key"};
-  if (!out.is_object()) return FieldError{"", "body must be a JSON object"};
+// The body as an object: one reader per thread, so that reading a body allocates nothing once
+// the thread's reader has grown to the API's bodies. Valid until the thread's next read.
+std::optional<FieldError> read_object(std::string_view body, const JsonReader*& out) {
+  thread_local JsonReader reader;
+  switch (reader.read(body)) {
+    case JsonReader::Status::kInvalid:
+      return FieldError{"", "body is not valid JSON"};
+    case JsonReader::Status::kDuplicate:
+      return FieldError{reader.duplicate(), "duplicate key"};
+    case JsonReader::Status::kNotObject:
+      return FieldError{"", "body must be a JSON object"};
+    case JsonReader::Status::kOk:
+      break;
+  }
+  out = &reader;
   return std::nullopt;
 }
 
-std::optional<FieldError> reject_unknown(const json& obj,
+std::optional<FieldError> reject_unknown(const JsonReader& j, int obj,
                                          std::initializer_list<std::string_view> known,
-                                         const std::string& prefix = "") {
-  for (const auto& [key, value] : obj.items()) {
+                                         std::string_view prefix = "") {
+  for (size_t i = static_cast<size_t>(obj) + 1; i < j.size(); ++i) {
+    if (j[i].parent != obj) continue;
     bool ok = false;
-    for (auto k : known) ok = ok || key == k;
-    if (!ok) return FieldError{prefix + key, "unknown field"};
+    for (auto k : known) ok = ok || j[i].key == k;
+    if (!ok) return FieldError{std::string(prefix) + j[i].key, "unknown field"};
   }
+  return std::nullopt;
+}
+
+// A member that is present and not null, or nullptr.
+const Value* present(const JsonReader& j, int obj, std::string_view name) {
+  const Value* v = j.find(obj, name);
+  return v && v->kind != Kind::kNull ? v : nullptr;
+}
+
+// An integer value (nlohmann reads a number without a sign as unsigned, one with a minus as
+// signed); nullopt for any other value and for one above INT64_MAX.
+std::optional<int64_t> integer_of(const Value& v) {
+  if (v.kind == Kind::kInteger) return v.integer;
+  if (v.kind == Kind::kUnsigned && v.unsigned_ <= static_cast<uint64_t>(INT64_MAX))
+    return static_cast<int64_t>(v.unsigned_);
   return std::nullopt;
 }
 
 // An id field: absent or null leaves `out` empty unless required.
-std::optional<FieldError> get_id(const json& obj, const char* name, bool required, std::string& out,
+std::optional<FieldError> get_id(const JsonReader& j, int obj, const char* name, bool required,
+                                 std::string& out,
                                  bool (*valid)(std::string_view) = common::valid_id) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) {
+  const Value* v = present(j, obj, name);
+  if (!v) {
     if (required) return FieldError{name, "required"};
     return std::nullopt;
   }
-  if (!it->is_string()) return FieldError{name, "must be a string"};
-  const auto& s = it->get_ref<const std::string&>();
-  if (!valid(s)) return FieldError{name, "must match [A-Za-z0-9._-]{1,64}"};
-  out = s;
+  if (v->kind != Kind::kString) return FieldError{name, "must be a string"};
+  if (!valid(v->text)) return FieldError{name, "must match [A-Za-z0-9._-]{1,64}"};
+  out = v->text;
   return std::nullopt;
 }
 
-std::optional<FieldError> get_tokens(const json& obj, bool required, int64_t& out) {
-  auto it = obj.find("tokens");
-  if (it == obj.end() || it->is_null()) {
+std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t& out) {
+  const Value* v = present(j, JsonReader::kBody, "tokens");
+  if (!v) {
     if (required) return FieldError{"tokens", "required"};
     return std::nullopt;
   }
   const char* msg = "must be a non-negative integer";
-  if (it->is_number_unsigned()) {
-    auto v = it->get<uint64_t>();
-    if (v > static_cast<uint64_t>(kMaxTokens)) return FieldError{"tokens", "too large"};
-    out = static_cast<int64_t>(v);
-  } else if (it->is_number_integer()) {
-    auto v = it->get<int64_t>();
-    if (v < 0) return FieldError{"tokens", msg};
-    out = v;
-  } else if (it->is_number_float()) {
+  if (v->kind == Kind::kUnsigned) {
+    if (v->unsigned_ > static_cast<uint64_t>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    out = static_cast<int64_t>(v->unsigned_);
+  } else if (v->kind == Kind::kInteger) {  // a minus sign: below zero, or -0
+    if (v->integer < 0) return FieldError{"tokens", msg};
+    out = 0;
+  } else if (v->kind == Kind::kFloat) {
     // 300.0 is an integer written by a careless serializer; 300.5 is not.
-    double v = it->get<double>();
-    if (!std::isfinite(v) || v < 0 || std::floor(v) != v) return FieldError{"tokens", msg};
-    if (v > static_cast<double>(kMaxTokens)) return FieldError{"tokens", "too large"};
-    out = static_cast<int64_t>(v);
+    double d = v->number;
+    if (!std::isfinite(d) || d < 0 || std::floor(d) != d) return FieldError{"tokens", msg};
+    if (d > static_cast<double>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    out = static_cast<int64_t>(d);
   } else {
     return FieldError{"tokens", msg};
   }
@@ -102,51 +115,46 @@ bool valid_ip(const std::string& s) {
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
-std::optional<FieldError> get_port(const json& flow, const char* name, uint16_t& out) {
+std::optional<FieldError> get_port(const JsonReader& j, int flow, const char* name, uint16_t& out) {
   std::string field = std::string("flow.") + name;
-  auto it = flow.find(name);
-  if (it == flow.end() || it->is_null()) return FieldError{field, "required"};
-  if (!it->is_number_integer() && !it->is_number_unsigned())
-    return FieldError{field, "must be an integer 1..65535"};
-  auto v = it->get<int64_t>();
-  if (v < 1 || v > 65535) return FieldError{field, "must be an integer 1..65535"};
-  out = static_cast<uint16_t>(v);
+  const Value* v = present(j, flow, name);
+  if (!v) return FieldError{field, "required"};
+  std::optional<int64_t> port = integer_of(*v);
+  if (!port || *port < 1 || *port > 65535) return FieldError{field, "must be an integer 1..65535"};
+  out = static_cast<uint16_t>(*port);
   return std::nullopt;
 }
 
-std::optional<FieldError> get_flow(const json& obj, std::optional<Flow>& out) {
-  auto it = obj.find("flow");
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) return FieldError{"flow", "must be an object"};
-  const json& f = *it;
-  if (auto e = reject_unknown(f, {"src", "sport", "dst", "dport", "proto"}, "flow.")) return e;
+std::optional<FieldError> get_flow(const JsonReader& j, std::optional<Flow>& out) {
+  const Value* v = present(j, JsonReader::kBody, "flow");
+  if (!v) return std::nullopt;
+  if (v->kind != Kind::kObject) return FieldError{"flow", "must be an object"};
+  const int f = j.index_of(v);
+  if (auto e = reject_unknown(j, f, {"src", "sport", "dst", "dport", "proto"}, "flow.")) return e;
   Flow flow;
   for (auto [name, dst] : {std::pair{"src", &flow.src}, std::pair{"dst", &flow.dst}}) {
     std::string field = std::string("flow.") + name;
-    auto a = f.find(name);
-    if (a == f.end() || a->is_null()) return FieldError{field, "required"};
-    if (!a->is_string() || !valid_ip(a->get<std::string>()))
+    const Value* a = present(j, f, name);
+    if (!a) return FieldError{field, "required"};
+    if (a->kind != Kind::kString || !valid_ip(a->text))
       return FieldError{field, "must be an IPv4 or IPv6 address"};
-    *dst = a->get<std::string>();
+    *dst = a->text;
   }
-  if (auto e = get_port(f, "sport", flow.sport)) return e;
-  if (auto e = get_port(f, "dport", flow.dport)) return e;
-  auto p = f.find("proto");
+  if (auto e = get_port(j, f, "sport", flow.sport)) return e;
+  if (auto e = get_port(j, f, "dport", flow.dport)) return e;
+  const Value* p = present(j, f, "proto");
   const char* msg = "must be \"tcp\", \"udp\", 6 or 17";
-  if (p == f.end() || p->is_null()) return FieldError{"flow.proto", "required"};
-  if (p->is_string()) {
-    const auto& s = p->get_ref<const std::string&>();
-    if (s == "tcp") {
+  if (!p) return FieldError{"flow.proto", "required"};
+  if (p->kind == Kind::kString) {
+    if (p->text == "tcp") {
       flow.proto = 6;
-    } else if (s == "udp") {
+    } else if (p->text == "udp") {
       flow.proto = 17;
     } else {
       return FieldError{"flow.proto", msg};
     }
-  } else if (p->is_number_integer() || p->is_number_unsigned()) {
-    auto v = p->get<int64_t>();
-    if (v != 6 && v != 17) return FieldError{"flow.proto", msg};
-    flow.proto = static_cast<uint8_t>(v);
+  } else if (std::optional<int64_t> n = integer_of(*p); n && (*n == 6 || *n == 17)) {
+    flow.proto = static_cast<uint8_t>(*n);
   } else {
     return FieldError{"flow.proto", msg};
   }
@@ -159,12 +167,12 @@ std::optional<FieldError> get_flow(const json& obj, std::optional<Flow>& out) {
 
 // client_ip: a string here; whether it is an address is the engine's check (prepare), which
 // normalises it in the same step and answers every front alike.
-std::optional<FieldError> get_client_ip(const json& obj, std::string& out) {
-  auto it = obj.find("client_ip");
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string() || it->get_ref<const std::string&>().empty())
+std::optional<FieldError> get_client_ip(const JsonReader& j, std::string& out) {
+  const Value* v = present(j, JsonReader::kBody, "client_ip");
+  if (!v) return std::nullopt;
+  if (v->kind != Kind::kString || v->text.empty())
     return FieldError{"client_ip", "must be an IPv4 or IPv6 address"};
-  out = it->get<std::string>();
+  out = v->text;
   return std::nullopt;
 }
 
@@ -215,18 +223,21 @@ std::string json_body(Fill fill) {
 }  // namespace
 
 std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) {
-  json j;
-  if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"tenant", "user", "api_key", "model", "tool", "tokens",
-                                  "request_id", "flow", "client_ip"}))
+  const JsonReader* jr = nullptr;
+  if (auto e = read_object(body, jr)) return e;
+  const JsonReader& j = *jr;
+  constexpr int o = JsonReader::kBody;
+  if (auto e = reject_unknown(j, o,
+                              {"tenant", "user", "api_key", "model", "tool", "tokens", "request_id",
+                               "flow", "client_ip"}))
     return e;
   AdmitRequest r;
-  if (auto e = get_id(j, "tenant", true, r.tenant)) return e;
-  if (auto e = get_id(j, "user", false, r.user)) return e;
-  if (auto e = get_id(j, "api_key", false, r.api_key)) return e;
-  if (auto e = get_id(j, "model", false, r.model)) return e;
-  if (auto e = get_id(j, "tool", false, r.tool)) return e;
-  if (auto e = get_id(j, "request_id", false, r.request_id)) return e;
+  if (auto e = get_id(j, o, "tenant", true, r.tenant)) return e;
+  if (auto e = get_id(j, o, "user", false, r.user)) return e;
+  if (auto e = get_id(j, o, "api_key", false, r.api_key)) return e;
+  if (auto e = get_id(j, o, "model", false, r.model)) return e;
+  if (auto e = get_id(j, o, "tool", false, r.tool)) return e;
+  if (auto e = get_id(j, o, "request_id", false, r.request_id)) return e;
   if (auto e = get_tokens(j, false, r.tokens)) return e;
   if (auto e = get_flow(j, r.flow)) return e;
   if (auto e = get_client_ip(j, r.client_ip)) return e;
@@ -235,17 +246,19 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
 }
 
 std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out) {
-  json j;
-  if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"tenant", "request_id", "tokens", "user", "api_key", "model"}))
+  const JsonReader* jr = nullptr;
+  if (auto e = read_object(body, jr)) return e;
+  const JsonReader& j = *jr;
+  constexpr int o = JsonReader::kBody;
+  if (auto e = reject_unknown(j, o, {"tenant", "request_id", "tokens", "user", "api_key", "model"}))
     return e;
   SettleRequest r;
-  if (auto e = get_id(j, "tenant", false, r.tenant)) return e;
-  if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
+  if (auto e = get_id(j, o, "tenant", false, r.tenant)) return e;
+  if (auto e = get_id(j, o, "request_id", true, r.request_id, valid_request_id)) return e;
   if (auto e = get_tokens(j, true, r.tokens)) return e;
-  if (auto e = get_id(j, "user", false, r.user)) return e;
-  if (auto e = get_id(j, "api_key", false, r.api_key)) return e;
-  if (auto e = get_id(j, "model", false, r.model)) return e;
+  if (auto e = get_id(j, o, "user", false, r.user)) return e;
+  if (auto e = get_id(j, o, "api_key", false, r.api_key)) return e;
+  if (auto e = get_id(j, o, "model", false, r.model)) return e;
   out = std::move(r);
   return std::nullopt;
 }
@@ -260,46 +273,57 @@ std::optional<FieldError> parse_charge(std::string_view body, ChargeRequest& out
 }
 
 std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out) {
-  json j;
-  if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"tenant", "request_id"})) return e;
+  const JsonReader* jr = nullptr;
+  if (auto e = read_object(body, jr)) return e;
+  const JsonReader& j = *jr;
+  constexpr int o = JsonReader::kBody;
+  if (auto e = reject_unknown(j, o, {"tenant", "request_id"})) return e;
   ReleaseRequest r;
-  if (auto e = get_id(j, "tenant", false, r.tenant)) return e;
-  if (auto e = get_id(j, "request_id", true, r.request_id, valid_request_id)) return e;
+  if (auto e = get_id(j, o, "tenant", false, r.tenant)) return e;
+  if (auto e = get_id(j, o, "request_id", true, r.request_id, valid_request_id)) return e;
   out = std::move(r);
   return std::nullopt;
 }
 
 std::optional<FieldError> parse_brake(std::string_view body, Brake& out) {
-  json j;
-  if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"factor", "exempt_plans", "ttl_s"})) return e;
+  const JsonReader* jr = nullptr;
+  if (auto e = read_object(body, jr)) return e;
+  const JsonReader& j = *jr;
+  constexpr int o = JsonReader::kBody;
+  if (auto e = reject_unknown(j, o, {"factor", "exempt_plans", "ttl_s"})) return e;
   Brake b;
-  auto f = j.find("factor");
-  if (f == j.end() || f->is_null()) return FieldError{"factor", "required"};
-  if (!f->is_number() || !(f->get<double>() >= 0 && f->get<double>() <= 1))
+  const Value* f = present(j, o, "factor");
+  if (!f) return FieldError{"factor", "required"};
+  const double factor = f->kind == Kind::kFloat      ? f->number
+                        : f->kind == Kind::kInteger  ? static_cast<double>(f->integer)
+                        : f->kind == Kind::kUnsigned ? static_cast<double>(f->unsigned_)
+                                                     : -1;
+  if (!(factor >= 0 && factor <= 1))
     return FieldError{"factor", "must be a number in [0, 1] (the share of every rate left)"};
-  b.factor = f->get<double>();
-  if (auto e = j.find("exempt_plans"); e != j.end() && !e->is_null()) {
-    if (!e->is_array()) return FieldError{"exempt_plans", "must be an array of plan names"};
-    for (size_t i = 0; i < e->size(); ++i) {
-      const json& p = (*e)[i];
-      const std::string field = "exempt_plans[" + std::to_string(i) + "]";
-      if (!p.is_string() || !common::valid_id(p.get_ref<const std::string&>()))
+  b.factor = factor;
+  if (const Value* e = present(j, o, "exempt_plans")) {
+    if (e->kind != Kind::kArray)
+      return FieldError{"exempt_plans", "must be an array of plan names"};
+    const int arr = j.index_of(e);
+    size_t n = 0;
+    for (size_t i = static_cast<size_t>(arr) + 1; i < j.size(); ++i) {
+      if (j[i].parent != arr) continue;
+      const std::string field = "exempt_plans[" + std::to_string(n++) + "]";
+      if (j[i].kind != Kind::kString || !common::valid_id(j[i].text))
         return FieldError{field, "must be a plan name ([A-Za-z0-9._-]{1,64})"};
-      b.exempt_plans.push_back(p.get<std::string>());
+      b.exempt_plans.push_back(j[i].text);
     }
     std::sort(b.exempt_plans.begin(), b.exempt_plans.end());
     b.exempt_plans.erase(std::unique(b.exempt_plans.begin(), b.exempt_plans.end()),
                          b.exempt_plans.end());
   }
-  auto t = j.find("ttl_s");
+  const Value* t = present(j, o, "ttl_s");
   const std::string ttl_rule =
       "must be an integer number of seconds, 1.." + std::to_string(kMaxBrakeTtlS);
-  if (t == j.end() || t->is_null()) return FieldError{"ttl_s", "required (" + ttl_rule + ")"};
-  if (!t->is_number_integer() || t->get<int64_t>() < 1 || t->get<int64_t>() > kMaxBrakeTtlS)
-    return FieldError{"ttl_s", ttl_rule};
-  b.ttl_s = t->get<int64_t>();
+  if (!t) return FieldError{"ttl_s", "required (" + ttl_rule + ")"};
+  std::optional<int64_t> ttl = integer_of(*t);
+  if (!ttl || *ttl < 1 || *ttl > kMaxBrakeTtlS) return FieldError{"ttl_s", ttl_rule};
+  b.ttl_s = *ttl;
   out = std::move(b);
   return std::nullopt;
 }
@@ -319,10 +343,10 @@ Response render_brake(int status, const Brake* b) {
 }
 
 std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan) {
-  json j;
-  if (auto e = parse_object(body, j)) return e;
-  if (auto e = reject_unknown(j, {"plan"})) return e;
-  return get_id(j, "plan", true, plan);
+  const JsonReader* j = nullptr;
+  if (auto e = read_object(body, j)) return e;
+  if (auto e = reject_unknown(*j, JsonReader::kBody, {"plan"})) return e;
+  return get_id(*j, JsonReader::kBody, "plan", true, plan);
 }
 
 std::string flow_json(const Flow& flow) {
