@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <vector>
 
 #include "common/id.h"
