@@ -77,6 +77,12 @@ void DecisionLog::record(const DecisionWho& who, const AdmitResult& r, std::stri
   w.key("result").string(result);
   if (!r.gate.empty()) w.key("gate").string(r.gate);
   if (!r.reason.empty()) w.key("reason").string(r.reason);
+  if (!r.shadow_refused.empty()) {
+    w.key("shadow_refused").string(r.shadow_refused);
+    w.key("shadow_retry_after_ms").integer(r.shadow_retry_ms);
+  }
+  // The factor the brake cut this request's enforced rates to (absent: not braked).
+  if (r.brake < 1) w.key("brake").number(r.brake);
   w.key("remaining").begin_object();
   for (const auto& g : r.remaining) w.key(g.gate).number(g.value);
   w.end_object();

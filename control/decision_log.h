@@ -3,6 +3,9 @@
 //   {"time":"2026-12-01T06:13:27.123Z","tenant":"ws-a","user":"u1","model":"llama-70b",
 //    "gates":["tenant","user","model"],"result":"refused","gate":"model","reason":"rate",
 //    "remaining":{"tenant":3,"user":1,"model":0}}
+// An admission a shadow-mode gate would have refused adds "shadow_refused" (that gate) and
+// "shadow_retry_after_ms" (its result stays "allowed": the request was admitted); one decided
+// under the service-wide brake adds "brake" (the factor its enforced rates were cut to).
 // Written off the request path: a decision is appended to its worker's buffer, and a timer
 // (every second, or sooner once the buffer holds 64 KiB) writes the buffer with one write() to
 // a file opened O_APPEND. Each write holds whole lines, so the workers' lines never interleave.

@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "control/brake.h"
 #include "tests/event_loop.h"
 #include "tests/line_peer.h"
 #include "tests/redis_server.h"
@@ -143,6 +144,50 @@ TEST_F(GatewayTest, DecisionLogWritesOneLinePerDecisionOffTheRequestPath) {
   std::ifstream in(cfg_.control.decision_log.path);
   std::string all(std::istreambuf_iterator<char>(in), {});
   EXPECT_EQ(all.find("secret-key"), std::string::npos);
+}
+
+// An admission a shadow gate would have refused is logged as admitted, naming that gate and its
+// wait; one decided under the service-wide brake carries the factor.
+TEST_F(GatewayTest, DecisionLogNamesTheShadowRefusalAndTheBrake) {
+  log_decisions(1.0);
+  config::Plan trial;
+  trial.name = "trial";
+  trial.cls = "bronze";
+  trial.tenant = config::Bucket{1, 0.5, config::GateMode::kShadow};
+  cfg_.plans["trial"] = trial;
+  cfg_.tenants["t-trial"] = {"t-trial", "trial"};
+  config::Plan wide;  // room enough at half its rates
+  wide.name = "wide";
+  wide.tenant = config::Bucket{10, 10};
+  cfg_.plans["wide"] = wide;
+  cfg_.tenants["t-wide"] = {"t-wide", "wide"};
+  ASSERT_EQ(admit("t-trial", std::nullopt).result.shadow_refused, "");
+  AdmitResult shadowed = admit("t-trial", std::nullopt).result;
+  ASSERT_EQ(shadowed.outcome, Outcome::kAllowed);
+  ASSERT_EQ(shadowed.shadow_refused, "tenant");
+  // Shadow gates are not braked: a plan of shadow gates only is decided at its own rates.
+  store_->publish_brake(std::make_shared<Brake>(Brake{0.5, {}, 60}));
+  ASSERT_EQ(admit("t-trial", std::nullopt).result.brake, 1);
+  ASSERT_EQ(admit("t-open", std::nullopt).result.brake, 1);  // no bucket to brake
+  AdmitResult braked = admit("t-wide", std::nullopt).result;
+  ASSERT_EQ(braked.outcome, Outcome::kAllowed);
+  ASSERT_EQ(braked.brake, 0.5);
+  gateway_.reset();  // writes what is buffered
+  std::vector<json> lines = decision_lines();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_FALSE(lines[0].contains("shadow_refused")) << lines[0];
+  EXPECT_EQ(lines[1]["result"], "allowed");
+  EXPECT_EQ(lines[1]["shadow_refused"], "tenant") << lines[1];
+  // One token at 0.5/s: about two seconds away.
+  EXPECT_EQ(lines[1]["shadow_retry_after_ms"], shadowed.shadow_retry_ms);
+  EXPECT_GT(lines[1]["shadow_retry_after_ms"].get<int64_t>(), 1000);
+  EXPECT_LE(lines[1]["shadow_retry_after_ms"].get<int64_t>(), 2000);
+  EXPECT_FALSE(lines[1].contains("gate"));
+  for (int i : {0, 1, 2, 3}) EXPECT_FALSE(lines[i].contains("brake")) << lines[i];
+  EXPECT_EQ(lines[4]["tenant"], "t-wide");
+  EXPECT_EQ(lines[4]["result"], "allowed");
+  EXPECT_EQ(lines[4]["brake"], 0.5) << lines[4];
+  EXPECT_FALSE(lines[4].contains("shadow_refused"));
 }
 
 TEST_F(GatewayTest, DecisionLogSamples) {
