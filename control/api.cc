@@ -449,6 +449,8 @@ Headers ratelimit_headers(bool refused, int64_t retry_after_ms,
 Headers ratelimit_headers(const AdmitResult& r) {
   Headers h = ratelimit_headers(r.outcome == Outcome::kRefused, r.retry_after_ms, r.remaining);
   if (!r.degraded.empty()) h.emplace_back(kDegradedHeader, r.degraded);
+  if (!r.shadow_refused.empty()) h.emplace_back(kShadowRefusedHeader, r.shadow_refused);
+  if (r.brake < 1) h.emplace_back(kBrakeHeader, number_text(r.brake));
   return h;
 }
 
@@ -510,7 +512,6 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
   });
   resp.headers = ratelimit_headers(r);
   if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
-  if (r.brake < 1) resp.headers.emplace_back(kBrakeHeader, number_text(r.brake));
   return resp;
 }
 

@@ -44,6 +44,11 @@ using Headers = std::vector<std::pair<std::string_view, std::string>>;
 
 // On an answer decided without Redis (redis.on_failure): its mode, "open" or "local".
 inline constexpr char kDegradedHeader[] = "Dripgate-Degraded";
+// On an admission decided under the brake (brake.h): its factor.
+inline constexpr char kBrakeHeader[] = "Dripgate-Brake";
+// On an admission a shadow-mode gate would have refused: that gate (as the body's
+// shadow_refused). Envoy's rate-limit service in shadow mode answers OK; this says why.
+inline constexpr char kShadowRefusedHeader[] = "Dripgate-Shadow-Refused";
 
 struct Response {
   int status = 200;
@@ -62,8 +67,6 @@ Response render_release(const ReleaseResult& r, const std::string& flow_tag = {}
 Response render_error(int status, const std::string& message);
 // The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.
 Response render_brake(int status, const Brake* b);
-// On an admission decided under the brake (brake.h): its factor.
-inline constexpr char kBrakeHeader[] = "Dripgate-Brake";
 // One tenant of the admin API: {"tenant", "plan", "source": "registry" | "config"}.
 Response render_tenant(int status, std::string_view tenant, std::string_view plan,
                        std::string_view source);
@@ -78,8 +81,9 @@ int status_of(Outcome o);
 std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
 std::string ratelimit_header(const std::vector<Remaining>& remaining);
 // An allowed or refused admission's Retry-After (refused only), RateLimit-Policy and RateLimit
-// headers, and Dripgate-Degraded when decided without Redis: the HTTP answer's, and the gRPC
-// answer's response_headers_to_add.
+// headers, Dripgate-Degraded when decided without Redis, Dripgate-Shadow-Refused when a shadow
+// gate would have refused it and Dripgate-Brake when decided under the brake: the HTTP
+// answer's, and the gRPC answer's response_headers_to_add.
 Headers ratelimit_headers(const AdmitResult& r);
 // Whole seconds, rounded up.
 int64_t retry_after_seconds(int64_t retry_after_ms);

@@ -195,6 +195,32 @@ TEST(Render, Allowed) {
   EXPECT_EQ(header(r, "RateLimit"), "\"tenant\";r=3;t=2, \"quota\";r=700;t=86400");
 }
 
+// What a shadow gate would have refused and the brake's factor are headers of the shared
+// builder, so the HTTP answer and the gRPC one (response_headers_to_add) both carry them.
+TEST(Render, ShadowRefusalAndBrakeAreHeadersOfBothFronts) {
+  AdmitResult a;
+  a.outcome = Outcome::kAllowed;
+  a.request_id = "ws-acme.00ff";
+  a.remaining = {{"tenant", 0, 5, 5, 2}};
+  auto plain = render_admit(a);
+  EXPECT_EQ(header(plain, kShadowRefusedHeader), "<absent>");
+  EXPECT_EQ(header(plain, kBrakeHeader), "<absent>");
+  a.shadow_refused = "tenant";
+  a.shadow_retry_ms = 1500;
+  a.brake = 0.25;
+  auto r = render_admit(a);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(header(r, kShadowRefusedHeader), "tenant");
+  EXPECT_EQ(header(r, kBrakeHeader), "0.25");
+  EXPECT_EQ(header(r, "Retry-After"), "<absent>");  // admitted: nothing to wait for
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["shadow_refused"], "tenant");
+  EXPECT_EQ(j["shadow_retry_after_ms"], 1500);
+  // The headers of the answer are ratelimit_headers' (plus the HTTP-only flow tag).
+  Headers shared = ratelimit_headers(a);
+  EXPECT_EQ(shared, r.headers);
+}
+
 TEST(Render, RefusedCarriesRetryAfterRoundedUp) {
   AdmitResult a;
   a.outcome = Outcome::kRefused;

@@ -57,7 +57,8 @@ bool brake_seen(int port, bool on) {
 }
 
 // A shadow bucket of 3 through the HTTP API: the 4th and 5th requests are admitted with
-// shadow_refused, and the metrics count them apart, with the gate.
+// shadow_refused and the Dripgate-Shadow-Refused header, and the metrics count them apart, with
+// the gate.
 TEST(Shadow, AdmitsAndCountsWhatItWouldHaveRefused) {
   RedisServer redis;
   const std::string yaml =
@@ -71,6 +72,7 @@ TEST(Shadow, AdmitsAndCountsWhatItWouldHaveRefused) {
     HttpResponse r = http(d.port(), "POST", "/v1/admit", R"({"tenant":"t"})");
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.body_json().value("shadow_refused", ""), i <= 3 ? "" : "tenant") << r.body;
+    EXPECT_EQ(r.header("dripgate-shadow-refused"), i <= 3 ? "<absent>" : "tenant");
   }
   const std::string metrics = http(d.port(), "GET", "/metrics").body;
   EXPECT_NE(metrics.find("dripgate_admissions_total{tenant=\"t\",gate=\"tenant\",result=\"shadow_"

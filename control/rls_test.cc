@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "control/brake.h"
 #include "control/fallback.h"
 #include "control/keys.h"
 #include "control/metrics.h"
@@ -159,6 +160,53 @@ TEST_F(RlsTest, TokenBucketTable) {
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "grpc"}), 5u);
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "tenant", "refused", "grpc"}), 1u);
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "http"}), 0u);
+}
+
+// Shadow mode as Envoy's own rate-limit service has it: a shadow gate that would refuse leaves
+// the descriptor's status and the overall code OK (the request goes upstream with its id), and
+// the response names the gate in Dripgate-Shadow-Refused; an enforcing gate refuses as ever.
+// Both are counted as over HTTP.
+TEST_F(RlsTest, ShadowGateAnswersOkNamingItEnforcedOneIsOverLimit) {
+  add_tenant(cfg_, "ws-shadow", plan(config::Bucket{2, 0.001, config::GateMode::kShadow}));
+  add_tenant(cfg_, "ws-enforce", plan(config::Bucket{2, 0.001}));
+  start();
+  for (int i = 1; i <= 3; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    Answer a = call("dripgate", {{{"tenant", "ws-shadow"}}});
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    EXPECT_EQ(a.resp.overall_code(), Response::OK);
+    ASSERT_EQ(a.resp.statuses_size(), 1);
+    EXPECT_EQ(a.resp.statuses(0).code(), Response::OK);
+    EXPECT_EQ(a.resp.statuses(0).current_limit().name(), "tenant");
+    EXPECT_EQ(a.header("Dripgate-Shadow-Refused"), i <= 2 ? "(none)" : "tenant");
+    EXPECT_EQ(a.header("Retry-After"), "(none)");
+    EXPECT_EQ(a.resp.request_headers_to_add_size(), 2);
+  }
+  for (int i = 1; i <= 3; ++i) {
+    SCOPED_TRACE("enforced request " + std::to_string(i));
+    Answer a = call("dripgate", {{{"tenant", "ws-enforce"}}});
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    const auto want = i <= 2 ? Response::OK : Response::OVER_LIMIT;
+    EXPECT_EQ(a.resp.overall_code(), want);
+    ASSERT_EQ(a.resp.statuses_size(), 1);
+    EXPECT_EQ(a.resp.statuses(0).code(), want);
+    EXPECT_EQ(a.header("Dripgate-Shadow-Refused"), "(none)");
+  }
+  EXPECT_EQ(metrics_.admissions().value({"ws-shadow", "", "allowed", "grpc"}), 2u);
+  EXPECT_EQ(metrics_.admissions().value({"ws-shadow", "tenant", "shadow_refused", "grpc"}), 1u);
+  EXPECT_EQ(metrics_.admissions().value({"ws-enforce", "tenant", "refused", "grpc"}), 1u);
+}
+
+// The service-wide brake shows on the gRPC answer as on the HTTP one.
+TEST_F(RlsTest, BrakeFactorIsAResponseHeader) {
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{1e6, 1e6}));
+  start();
+  EXPECT_EQ(call("dripgate", {{{"tenant", "ws-acme"}}}).header("Dripgate-Brake"), "(none)");
+  store_->publish_brake(std::make_shared<Brake>(Brake{0.5, {}, 60}));
+  Answer a = call("dripgate", {{{"tenant", "ws-acme"}}});
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(a.resp.overall_code(), Response::OK);
+  EXPECT_EQ(a.header("Dripgate-Brake"), "0.5");
 }
 
 // Envoy's remote_address descriptor (or a client_ip one) is the admission's client_ip: the plan's
