@@ -46,8 +46,9 @@ DecisionLogFile::~DecisionLogFile() {
   ::close(fd_);
 }
 
-DecisionLog::DecisionLog(event_base* base, const DecisionLogFile& file, double sample)
-    : fd_(file.fd()), sample_(sample), rng_(std::random_device{}()) {
+DecisionLog::DecisionLog(event_base* base, const DecisionLogFile& file, double sample,
+                         std::string front)
+    : fd_(file.fd()), sample_(sample), front_(std::move(front)), rng_(std::random_device{}()) {
   timer_ = event_new(base, -1, EV_PERSIST, &DecisionLog::on_timer, this);
   event_add(timer_, &kFlushEvery);
 }
@@ -66,6 +67,7 @@ void DecisionLog::record(const DecisionWho& who, const AdmitResult& r, std::stri
   w.begin_object();
   char time[32];
   w.key("time").string(utc_millis(time));
+  w.key("front").string(front_);
   w.key("tenant").string(who.tenant);
   for (auto [name, value] : {std::pair<const char*, const std::string*>{"user", &who.user},
                              {"model", &who.model},

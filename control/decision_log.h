@@ -48,8 +48,9 @@ struct DecisionWho {
 // One worker's writer, on that worker's loop; the file outlives it.
 class DecisionLog {
  public:
-  // sample: the share of decisions written, (0, 1].
-  DecisionLog(event_base* base, const DecisionLogFile& file, double sample);
+  // sample: the share of decisions written, (0, 1]; front: who asked ("http", "grpc"), written
+  // in every line, as the metrics label it.
+  DecisionLog(event_base* base, const DecisionLogFile& file, double sample, std::string front);
   ~DecisionLog();  // writes what is buffered
   DecisionLog(const DecisionLog&) = delete;
   DecisionLog& operator=(const DecisionLog&) = delete;
@@ -65,6 +66,7 @@ class DecisionLog {
 
   int fd_;
   double sample_;
+  std::string front_;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> draw_{0.0, 1.0};
   std::string buf_;

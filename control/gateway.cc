@@ -67,8 +67,8 @@ Gateway::Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows
       engine_(store, base, &watch_),
       dp_(base, store.current()->cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {
   if (decisions)
-    decisions_ = std::make_unique<DecisionLog>(base, *decisions,
-                                               store.current()->cfg.control.decision_log.sample);
+    decisions_ = std::make_unique<DecisionLog>(
+        base, *decisions, store.current()->cfg.control.decision_log.sample, front_);
   if (fallback_) {
     tick_ = event_new(base, -1, EV_PERSIST, &Gateway::on_tick, this);
     evtimer_add(tick_, &kReconcileTick);

@@ -123,6 +123,7 @@ TEST_F(GatewayTest, DecisionLogWritesOneLinePerDecisionOffTheRequestPath) {
   // Written by the worker's timer, without the gateway going away.
   ASSERT_TRUE(loop_.wait_until([&] { return decision_lines().size() == 3; }, 5000ms));
   std::vector<json> lines = decision_lines();
+  EXPECT_EQ(lines[0]["front"], "http");  // the Gateway's default front
   EXPECT_EQ(lines[0]["tenant"], "t-leased");
   EXPECT_EQ(lines[0]["user"], "u1");
   EXPECT_EQ(lines[0]["model"], "m1");

@@ -54,6 +54,9 @@ class HttpServer {
   void stop();
   void join();
   int port() const { return port_; }
+  // The decision log's file once start() opened it (control.decision_log), for the gRPC front to
+  // write to as well; null without a log.
+  const DecisionLogFile* decisions() const { return decisions_.get(); }
   Metrics& metrics() { return metrics_; }
 
  private:

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics.
   std::optional<dripgate::control::RlsServer> rls;
   if (!cfg.control.grpc_listen.empty()) {
-    rls.emplace(store, metrics, opts.threads, fallback.get());
+    rls.emplace(store, metrics, opts.threads, fallback.get(), server.decisions());
     if (!rls->start(cfg.control.grpc_listen, err)) {
       spdlog::critical("{}", err);
       return 1;

@@ -203,8 +203,13 @@ class RlsServer::Service final : public pb::RateLimitService::CallbackService {
   std::atomic<size_t> next_{0};
 };
 
-RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback)
-    : store_(store), metrics_(metrics), threads_(std::max(1, threads)), fallback_(fallback) {}
+RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback,
+                     const DecisionLogFile* decisions)
+    : store_(store),
+      metrics_(metrics),
+      threads_(std::max(1, threads)),
+      fallback_(fallback),
+      decisions_(decisions) {}
 
 RlsServer::~RlsServer() {
   stop();
@@ -221,8 +226,8 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
       error = "grpc: cannot create an event loop";
       return false;
     }
-    l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, nullptr, "grpc",
-                                           fallback_);
+    l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, decisions_,
+                                           "grpc", fallback_);
     loops_.push_back(std::move(l));
   }
   service_ = std::make_unique<Service>(*this);

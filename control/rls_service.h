@@ -24,6 +24,7 @@ class Server;
 
 namespace dripgate::control {
 
+class DecisionLogFile;
 class Fallback;
 
 class RlsServer {
@@ -31,8 +32,10 @@ class RlsServer {
   // store and metrics outlive the server; threads: event loops deciding calls (at least 1).
   // Every call runs on the store's configuration in force when it arrives (a reload applies).
   // fallback: the process's local decisions (redis.on_failure: local), shared with the HTTP
-  // front; null: none.
-  RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback = nullptr);
+  // front; null: none. decisions: the decision log's file (control.decision_log), shared with
+  // the HTTP front, which opens it; null: no log.
+  RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback = nullptr,
+            const DecisionLogFile* decisions = nullptr);
   ~RlsServer();  // stops if still running
   RlsServer(const RlsServer&) = delete;
   RlsServer& operator=(const RlsServer&) = delete;
@@ -52,6 +55,7 @@ class RlsServer {
   Metrics& metrics_;
   int threads_;
   Fallback* fallback_;
+  const DecisionLogFile* decisions_;
   FlowRegistry flows_;  // the gateways need one; a ShouldRateLimit call carries no flow
   std::vector<std::unique_ptr<Loop>> loops_;
   std::unique_ptr<Service> service_;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "control/brake.h"
+#include "control/decision_log.h"
 #include "control/fallback.h"
 #include "control/keys.h"
 #include "control/metrics.h"
@@ -76,7 +78,7 @@ class RlsTest : public ::testing::Test {
 
   void start() {
     store_ = std::make_unique<ConfigStore>(cfg_);  // cfg_ as the test has set it up
-    server_ = std::make_unique<RlsServer>(*store_, metrics_, 2, fallback_.get());
+    server_ = std::make_unique<RlsServer>(*store_, metrics_, 2, fallback_.get(), decisions_.get());
     std::string err;
     ASSERT_TRUE(server_->start("127.0.0.1:0", err)) << err;
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -117,7 +119,8 @@ class RlsTest : public ::testing::Test {
   config::Config cfg_;
   Metrics metrics_;
   std::unique_ptr<ConfigStore> store_;
-  std::unique_ptr<Fallback> fallback_;  // declared before the server: outlives it
+  std::unique_ptr<Fallback> fallback_;          // declared before the server: outlives it
+  std::unique_ptr<DecisionLogFile> decisions_;  // the same
   std::unique_ptr<RlsServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::RateLimitService::Stub> stub_;
@@ -195,6 +198,39 @@ TEST_F(RlsTest, ShadowGateAnswersOkNamingItEnforcedOneIsOverLimit) {
   EXPECT_EQ(metrics_.admissions().value({"ws-shadow", "", "allowed", "grpc"}), 2u);
   EXPECT_EQ(metrics_.admissions().value({"ws-shadow", "tenant", "shadow_refused", "grpc"}), 1u);
   EXPECT_EQ(metrics_.admissions().value({"ws-enforce", "tenant", "refused", "grpc"}), 1u);
+}
+
+// The gRPC front writes the decision log as the HTTP one does, each line naming its front; a
+// shadow refusal is logged as admitted, naming the gate.
+TEST_F(RlsTest, DecisionsAreLoggedNamingTheFront) {
+  char tmpl[] = "/tmp/dripgate-rls-log-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  cfg_.control.decision_log = config::DecisionLog{dir + "/decisions.jsonl", 1.0};
+  std::string error;
+  decisions_ = DecisionLogFile::open(cfg_.control.decision_log.path, error);
+  ASSERT_TRUE(decisions_) << error;
+  add_tenant(cfg_, "ws-shadow", plan(config::Bucket{1, 0.001, config::GateMode::kShadow}));
+  add_tenant(cfg_, "ws-enforce", plan(config::Bucket{1, 0.001}));
+  start();
+  for (const char* tenant : {"ws-shadow", "ws-shadow", "ws-enforce", "ws-enforce"})
+    ASSERT_TRUE(call("dripgate", {{{"tenant", tenant}}}).status.ok());
+  server_->stop();  // the loops' writers write what they buffered
+  server_.reset();
+  std::map<std::string, std::vector<nlohmann::json>> by_tenant;
+  std::ifstream in(cfg_.control.decision_log.path);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["front"], "grpc") << line;
+    by_tenant[j["tenant"].get<std::string>()].push_back(j);
+  }
+  ASSERT_EQ(by_tenant["ws-shadow"].size(), 2u);
+  EXPECT_EQ(by_tenant["ws-shadow"][1]["result"], "allowed");
+  EXPECT_EQ(by_tenant["ws-shadow"][1]["shadow_refused"], "tenant") << by_tenant["ws-shadow"][1];
+  ASSERT_EQ(by_tenant["ws-enforce"].size(), 2u);
+  EXPECT_EQ(by_tenant["ws-enforce"][0]["result"], "allowed");
+  EXPECT_EQ(by_tenant["ws-enforce"][1]["result"], "refused");
+  EXPECT_EQ(by_tenant["ws-enforce"][1]["gate"], "tenant");
+  std::filesystem::remove_all(dir);
 }
 
 // The service-wide brake shows on the gRPC answer as on the HTTP one.
