@@ -8,8 +8,8 @@
 //           answers again (reconcile.h).
 // One Fallback per process, shared by every worker (HTTP and gRPC), so that a settle reaching
 // another worker than its admission still finds its local reservation. Thread-safe (one mutex;
-// taken on the request path only for tenants whose plan fails `local`, and for a settle or
-// release while local reservations are open).
+// taken on the request path only for tenants whose plan fails `local`, and for a settle, stream
+// charge or release while local reservations are open).
 #pragma once
 
 #include <atomic>
