@@ -120,6 +120,15 @@ void post_bad_request(RedisCalls& redis, std::string error, std::function<void(R
 
 }  // namespace
 
+std::string charge_not_found_error(const std::string& request_id) {
+  return "request_id: no open reservation '" + request_id +
+         "' (never admitted, refused, expired or past reservation_ttl_s)";
+}
+
+std::string charge_settled_error(const std::string& request_id) {
+  return "request_id: '" + request_id + "' is settled: a charge after its settle changes nothing";
+}
+
 // reset_s (whole seconds until full) is the first second at which lib_bucket.lua's refill
 // min(cap, tk + elapsed * rate) reaches the capacity; admission_test checks the two agree.
 Remaining bucket_remaining(std::string gate, double capacity, double refill, double tokens) {
@@ -644,11 +653,10 @@ void Engine::Impl::correct_done(const std::shared_ptr<CorrectOp<Result>>& op) {
     res.remaining = plan.quota ? std::max<int64_t>(0, plan.quota->tokens_per_month - op->used) : -1;
   } else if (op->code == 0) {
     res.outcome = Outcome::kNotFound;
-    res.error = "request_id: no open reservation '" + c.rid +
-                "' (never admitted, refused, expired or past reservation_ttl_s)";
+    res.error = charge_not_found_error(c.rid);
   } else if (op->code == 2) {
     res.outcome = Outcome::kConflict;
-    res.error = "request_id: '" + c.rid + "' is settled: a charge after its settle changes nothing";
+    res.error = charge_settled_error(c.rid);
   } else {
     res.outcome = Outcome::kAllowed;
     res.lease_s = op->lease_left_ms > 0 ? op->lease_left_ms / 1000 : 0;

@@ -140,6 +140,7 @@ struct ChargeResult {
   // The quota and the request's token-rate gates after the charge.
   std::vector<Remaining> remaining;
   std::string error;
+  std::string degraded;  // as AdmitResult's ("local": a local reservation's charge)
 };
 
 struct ReleaseResult {
@@ -151,12 +152,19 @@ struct ReleaseResult {
 
 // One part of a decision made while Redis did not answer (redis.on_failure: local), charged to
 // Redis later by reconcile.lua, in one hash slot: tokens added to a month's quota counter and
-// one token taken from each bucket, once per record_id (idempotent).
+// each bucket's cost taken from it, once per record_id (idempotent).
 struct Charge {
   struct Bucket {
     std::string key, capacity, refill;  // the full limits, as the plan gives them
+    // What the local decision took (1, a token-rate gate's estimate, 0 for a shadow bucket that
+    // gave nothing); for a correction (exact) the delta to apply.
+    std::string cost = "1";
   };
-  std::string record_id;    // "<journal id>:<sequence>"
+  std::string record_id;  // "<journal id>:<sequence>"
+  // false: an admission (each bucket debited down to empty, never below); true: a local settle's
+  // or stream charge's correction, applied as settle.lua does (a refund up to the capacity, an
+  // extra charge possibly below zero).
+  bool exact = false;
   std::string applied_key;  // keys::applied or keys::global_applied: the slot of the call
   // keys::quota of the decision's month (tenant part); applied_key otherwise (same slot,
   // nothing added to it): every key the script touches is declared.
@@ -210,6 +218,11 @@ class Engine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A stream charge's answers for a request that has no open reservation (404) or is settled
+// (409): the same words from Redis's decision and a local one.
+std::string charge_not_found_error(const std::string& request_id);
+std::string charge_settled_error(const std::string& request_id);
 
 // The request-id rule: an id ([A-Za-z0-9._-]{1,64}), or one the engine generated,
 // "<tenant>.<16 hex>" (which may be longer than 64 when the tenant name is long).

@@ -1939,4 +1939,44 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   EXPECT_LE(ttl, kAppliedTtlS);
 }
 
+// A bucket's cost: an admission takes it, down to empty and never below (nor further down from
+// below zero); a correction (exact) applies its delta as settle.lua does, below zero or back up
+// to the capacity.
+TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
+  Harness h(base_config(redis_.port()));
+  Sync s(redis_.port());
+  auto charge = [&](const Charge& c) {
+    return h.run<std::string>([&](auto done) { h.engine().charge(c, done); });
+  };
+  const std::string tb = keys::bucket("t", "tenant_tokens");
+  Charge c;
+  c.record_id = "00000000000000aa:1";
+  c.applied_key = keys::applied("t");
+  c.quota_key = keys::quota("t", "2026-12");
+  c.month_end = "1798761600";
+  c.tokens = 300;
+  c.buckets = {{tb, "1000", "0", "300"}};
+  EXPECT_EQ(charge(c), "");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "700");
+  Charge settle = c;
+  settle.record_id = "00000000000000aa:2";
+  settle.exact = true;
+  settle.tokens = 500;
+  settle.buckets[0].cost = "900";  // used far more than estimated: below zero
+  EXPECT_EQ(charge(settle), "");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "-200");
+  c.record_id = "00000000000000aa:3";  // an admission finds it below zero: left there
+  EXPECT_EQ(charge(c), "");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "-200");
+  settle.record_id = "00000000000000aa:4";
+  settle.buckets[0].cost = "-5000";  // a refund stops at the capacity
+  EXPECT_EQ(charge(settle), "");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "1000");
+  c.record_id = "00000000000000aa:5";
+  c.buckets[0].cost = "1200";  // more than it holds: emptied, not below
+  EXPECT_EQ(charge(c), "");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");
+  EXPECT_EQ(s.str({"GET", c.quota_key}), "1900");
+}
+
 }  // namespace dripgate::control

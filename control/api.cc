@@ -550,6 +550,7 @@ Response render_charge(const ChargeResult& r) {
     write_remaining(w, r.remaining);
   });
   resp.headers = ratelimit_headers(status == 429, r.retry_after_ms, r.remaining);
+  if (!r.degraded.empty()) resp.headers.emplace_back(kDegradedHeader, r.degraded);
   return resp;
 }
 

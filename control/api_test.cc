@@ -369,6 +369,18 @@ TEST(Render, ErrorsAndOtherOutcomes) {
   EXPECT_EQ(json::parse(render_release(rel).body), json::parse(R"({"released":false})"));
   rel.outcome = Outcome::kUnavailable;
   EXPECT_EQ(render_release(rel).status, 503);
+
+  // A local reservation's charge during an outage says it was decided locally.
+  ChargeResult c;
+  c.outcome = Outcome::kAllowed;
+  c.charged = 150;
+  c.degraded = "local";
+  Response cr = render_charge(c);
+  EXPECT_EQ(cr.status, 200);
+  EXPECT_EQ(header(cr, "Dripgate-Degraded"), "local");
+  EXPECT_EQ(json::parse(cr.body)["charged"], 150);
+  c.degraded.clear();
+  EXPECT_EQ(header(render_charge(c), "Dripgate-Degraded"), "<absent>");
   EXPECT_EQ(json::parse(render_error(401, "missing bearer token").body)["error"],
             "missing bearer token");
 }

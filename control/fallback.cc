@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 #include "control/keys.h"
 #include "control/script_calls.h"
@@ -25,6 +27,22 @@ int64_t system_ms() {
 // A reservation without a quota gate still lives this long (settle answers for it).
 constexpr int64_t kDefaultReservationTtlMs = 600 * 1000;
 
+// A journaled bucket as the local limiter takes it back after a restart: its local limits are
+// not known (the configuration and brake of the decision), so its level is not corrected here.
+LocalBucket local_bucket(const JournalRecord::Bucket& b, bool global, const std::string& id) {
+  LocalBucket l;
+  l.key = b.key;
+  l.gate = b.gate;
+  l.capacity = -1;
+  l.cost = std::strtod(b.cost.c_str(), nullptr);
+  l.per_token = b.gate.ends_with("_tokens");
+  l.global = global;
+  l.id = id;
+  l.full_capacity = b.capacity;
+  l.full_refill = b.refill;
+  return l;
+}
+
 LocalAdmit local_of(const JournalRecord& r) {
   LocalAdmit a;
   a.tenant = r.tenant;
@@ -36,16 +54,43 @@ LocalAdmit local_of(const JournalRecord& r) {
   a.reservation_ttl_ms = r.reservation_ttl_ms;
   a.month = r.month;
   a.month_end = r.month_end;
+  for (const JournalRecord::Bucket& b : r.buckets) a.buckets.push_back(local_bucket(b, false, {}));
+  for (const JournalRecord::Global& g : r.globals)
+    a.buckets.push_back(local_bucket(g.bucket, true, g.name));
   return a;
+}
+
+// rec's buckets (the tenant's) and globals from local buckets, each with the plan's limits and
+// cost(i): what bucket i took, or the correction it gets.
+template <class Cost>
+void journal_buckets(JournalRecord& rec, const std::vector<LocalBucket>& buckets, Cost cost) {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const LocalBucket& b = buckets[i];
+    JournalRecord::Bucket j;
+    j.key = b.key;
+    j.capacity = b.full_capacity;
+    j.refill = b.full_refill;
+    j.cost = std::to_string(static_cast<int64_t>(cost(i)));
+    j.gate = b.gate;
+    if (b.global)
+      rec.globals.push_back({b.gate, b.id, std::move(j)});
+    else
+      rec.buckets.push_back(std::move(j));
+  }
 }
 
 }  // namespace
 
-config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant) {
-  auto t = cfg.tenants.find(tenant);
-  if (t == cfg.tenants.end()) t = cfg.tenants.find(std::string(config::kAnyTenant));
-  if (t != cfg.tenants.end()) {
-    auto p = cfg.plans.find(t->second.plan);
+config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant,
+                               const TenantDirectory* registry) {
+  const std::string* plan = registry ? registry->plan_of(tenant) : nullptr;
+  if (!plan) {
+    auto t = cfg.tenants.find(tenant);
+    if (t == cfg.tenants.end()) t = cfg.tenants.find(std::string(config::kAnyTenant));
+    if (t != cfg.tenants.end()) plan = &t->second.plan;
+  }
+  if (plan) {
+    auto p = cfg.plans.find(*plan);
     if (p != cfg.plans.end() && p->second.on_failure) return *p->second.on_failure;
   }
   return cfg.redis.on_failure;
@@ -91,6 +136,9 @@ Fallback::Fallback(std::unique_ptr<Journal> journal, Clock now)
       case JournalRecord::Op::kSettle:
         limiter_.restore_settle(r.request_id, r.tokens);
         break;
+      case JournalRecord::Op::kCharge:
+        limiter_.restore_charge(r.request_id, r.tokens);
+        break;
       case JournalRecord::Op::kRelease:
         limiter_.restore_release(r.request_id);
         break;
@@ -107,10 +155,13 @@ void Fallback::counts() {
   pending_.store(journal_->pending_count(), std::memory_order_relaxed);
 }
 
-AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng) {
+AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng,
+                            const TenantDirectory* registry, const Brake* brake) {
   AdmitResult res;
   Prepared p;
-  std::string err = prepare(snap.tables, req, rng, p);
+  // Without the brake: it scales the local shares below, while the journal keeps the plan's
+  // limits (reconciliation charges what was admitted to the full buckets).
+  std::string err = prepare(snap.tables, req, rng, p, registry);
   if (!err.empty()) {
     res.outcome = Outcome::kBadRequest;
     res.error = std::move(err);
@@ -122,23 +173,35 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   res.degraded = "local";
   const config::Plan& plan = *p.t->plan;
   const double share = snap.cfg.redis.local_share;
+  const double factor = brake && brake->applies_to(plan.name) ? brake->factor : 1;
 
   LocalAdmit a;
   JournalRecord rec;
   a.tenant = rec.tenant = p.t->name;
   a.request_id = rec.request_id = p.rid;
   a.tokens = rec.tokens = p.tokens;
-  for (int i = 0; i < p.nb; ++i) {
-    const Gate& g = *p.buckets[i];
-    a.buckets.push_back(
-        {std::string(p.bucket_keys[i]), g.name, g.capacity * share, g.refill * share});
-    rec.buckets.push_back({std::string(p.bucket_keys[i]), g.cap_s, g.rate_s});
-  }
-  for (int i = 0; i < p.ng; ++i) {
-    const Gate& g = *p.globals[i];
-    a.buckets.push_back({g.key, g.name, g.capacity * share, g.refill * share});
-    rec.globals.push_back({g.name, g.id, {g.key, g.cap_s, g.rate_s}});
-  }
+  a.buckets.reserve(static_cast<size_t>(p.nb + p.ng));
+  // As prepare's brake: enforced gates only (a shadow one shows what the plan's limit would do).
+  auto add = [&](const Gate& g, std::string_view key, bool global) {
+    LocalBucket& b = a.buckets.emplace_back();
+    b.key = key;
+    b.gate = g.name;
+    b.shadow = g.shadow == "1";
+    const double scale = b.shadow ? share : share * factor;
+    if (!b.shadow && factor < 1) res.brake = factor;
+    b.capacity = g.capacity * scale;
+    b.refill = g.refill * scale;
+    b.cost = g.per_token ? static_cast<double>(p.tokens) : 1;
+    b.per_token = g.per_token;
+    b.global = global;
+    b.id = g.id;
+    b.full_capacity = g.cap_s;
+    b.full_refill = g.rate_s;
+  };
+  for (int i = 0; i < p.nb; ++i) add(*p.buckets[i], p.bucket_keys[i], false);
+  for (int i = 0; i < p.ng; ++i) add(*p.globals[i], p.globals[i]->key, true);
+  a.quota_shadow = p.t->quota_shadow_s == "1";
+  a.streams_shadow = p.t->streams_shadow_s == "1";
   a.reservation_ttl_ms =
       plan.quota ? plan.quota->reservation_ttl_s * 1000 : kDefaultReservationTtlMs;
   if (plan.concurrency) {
@@ -186,6 +249,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
     }
     return res;
   }
+  journal_buckets(rec, a.buckets, [&](size_t i) { return v.taken[i]; });
   // The limiter has taken the request's share: should the journal fail, the client is told
   // 503 and charged nothing in Redis, while this daemon stays charged (the safe side).
   if (!journal_->append(rec)) {
@@ -198,6 +262,8 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   }
   counts();
   res.outcome = Outcome::kAllowed;
+  res.shadow_refused = std::move(v.shadow_refused);
+  res.shadow_retry_ms = v.shadow_retry_ms;
   return res;
 }
 
@@ -216,6 +282,7 @@ std::optional<SettleResult> Fallback::settle(const std::string& request_id, int6
     rec.at_ms = now_();
     rec.month = s->reservation.month;
     rec.month_end = s->reservation.month_end;
+    journal_buckets(rec, s->reservation.token_gates, [&](size_t) { return s->delta; });
     if (!journal_->append(rec)) {
       spdlog::error("journal: cannot write a local settle ({})", std::strerror(errno));
       res.outcome = Outcome::kUnavailable;
@@ -229,6 +296,53 @@ std::optional<SettleResult> Fallback::settle(const std::string& request_id, int6
   res.charged = s->charged;
   res.remaining = s->remaining;
   res.detail = s->first ? "settled" : "already_settled";
+  return res;
+}
+
+std::optional<ChargeResult> Fallback::charge(const std::string& request_id, int64_t tokens) {
+  std::lock_guard lock(mu_);
+  const int64_t now = now_();
+  std::optional<LocalCharge> c = limiter_.charge(request_id, tokens, now);
+  if (!c) return std::nullopt;
+  ChargeResult res;
+  res.degraded = "local";
+  if (c->code == LocalCharge::Code::kSettled) {
+    res.outcome = Outcome::kConflict;
+    res.error = charge_settled_error(request_id);
+    return res;
+  }
+  if (c->code == LocalCharge::Code::kExpired) {
+    res.outcome = Outcome::kNotFound;
+    res.error = charge_not_found_error(request_id);
+    return res;
+  }
+  JournalRecord rec;
+  rec.op = JournalRecord::Op::kCharge;
+  rec.tenant = c->reservation.tenant;
+  rec.request_id = request_id;
+  rec.tokens = tokens;
+  rec.at_ms = now;
+  rec.month = c->reservation.month;
+  rec.month_end = c->reservation.month_end;
+  journal_buckets(rec, c->reservation.token_gates, [&](size_t) { return tokens; });
+  // As for a settle: the tokens were used, and only a record can bring them to Redis.
+  if (!journal_->append(rec)) {
+    spdlog::error("journal: cannot write a local charge ({})", std::strerror(errno));
+    res.outcome = Outcome::kUnavailable;
+    res.error = kJournalUnwritable;
+    return res;
+  }
+  counts();
+  res.outcome = Outcome::kAllowed;
+  res.charged = c->charged;
+  res.lease_s = c->lease_left_ms > 0 ? c->lease_left_ms / 1000 : 0;
+  res.remaining = std::move(c->remaining);
+  // Recorded all the same (the tokens were used); the proxy is told to cut the stream.
+  if (c->over_quota) {
+    res.outcome = Outcome::kRefused;
+    res.gate = res.reason = "quota";
+    res.retry_after_ms = c->quota_reset_ms;
+  }
   return res;
 }
 
@@ -311,8 +425,18 @@ std::vector<JournalRecord> Fallback::claim(size_t max) {
   std::vector<JournalRecord> out;
   if (claimed_) return out;
   limiter_.sweep(now_());
+  // A batch's records go out together, so a correction (a settle's or a stream charge's bucket
+  // deltas stop at the capacity, an admission's at empty: their order matters) waits for the
+  // next batch when a record of its request is in this one; the later records of that request
+  // wait with it.
+  std::unordered_set<std::string> in_batch, held;
   for (const JournalRecord* r : journal_->pending()) {
     if (out.size() == max) break;
+    if (held.count(r->request_id) || (r->exact() && in_batch.count(r->request_id))) {
+      held.insert(r->request_id);
+      continue;
+    }
+    in_batch.insert(r->request_id);
     out.push_back(*r);
   }
   if (out.empty()) {

@@ -1,13 +1,15 @@
 // What dripgate-control decides while Redis does not answer (redis.on_failure, or a plan's own):
 //   closed  503, as without this file;
 //   open    admitted without any gate (open_admit), said (Dripgate-Degraded: open) and counted;
-//   local   decided here by a LocalLimiter on redis.local_share of every limit, each admission,
-//           settle and release journaled (journal.h) and charged to Redis once it answers again
-//           (reconcile.h).
+//   local   decided here by a LocalLimiter on redis.local_share of every limit (times the last
+//           known brake factor for the enforced gates of a braked plan), shadow gates reporting
+//           as they do in the scripts; each admission, settle, stream charge and release
+//           journaled (journal.h) with the plan's own limits, and charged to Redis once it
+//           answers again (reconcile.h).
 // One Fallback per process, shared by every worker (HTTP and gRPC), so that a settle reaching
 // another worker than its admission still finds its local reservation. Thread-safe (one mutex;
-// taken on the request path only for tenants whose plan fails `local`, and for a settle or
-// release while local reservations are open).
+// taken on the request path only for tenants whose plan fails `local`, and for a settle, stream
+// charge or release while local reservations are open).
 #pragma once
 
 #include <atomic>
@@ -30,8 +32,11 @@
 namespace dripgate::control {
 
 // The mode a tenant's requests fail in: its plan's on_failure, else redis.on_failure (also for
-// a tenant that is not configured: it is refused before Redis is asked).
-config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant);
+// a tenant that is not configured: it is refused before Redis is asked). The plan is the one
+// Tables::find resolves: the tenant registry's (null: none) when it names the tenant, else the
+// file's entry, else "*".
+config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant,
+                               const TenantDirectory* registry = nullptr);
 
 // An admission under `open`: allowed, the request id given or generated as the engine does,
 // no gate consulted. req must have been validated (the engine answered 503, not 400).
@@ -46,11 +51,19 @@ class Fallback {
                                         Clock now = {});
 
   // Under `local`: the decision of this daemon alone. kUnavailable when the journal cannot be
-  // written (a decision that could not be charged later is not made).
-  AdmitResult admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng);
+  // written (a decision that could not be charged later is not made). registry: the tenant
+  // registry's copy in force (null: none), so that its tenants are decided as with Redis; brake:
+  // the brake read last (null: none), which scales the local shares of the enforced gates.
+  AdmitResult admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng,
+                    const TenantDirectory* registry = nullptr, const Brake* brake = nullptr);
   // A local reservation's settle (decided here, before and after Redis is back); nullopt when
   // request_id is not one.
   std::optional<SettleResult> settle(const std::string& request_id, int64_t tokens);
+  // A stream charge of a local reservation (charge.lua's answers: 200, 429 quota once the
+  // allowance is spent past its limit, 409 after the settle, 404 once expired); nullopt when
+  // request_id is not one. Its token-rate gates are the ones the admission took, whatever the
+  // charge names.
+  std::optional<ChargeResult> charge(const std::string& request_id, int64_t tokens);
   // A local lease's release; nullopt when request_id holds none.
   std::optional<ReleaseResult> release(const std::string& request_id);
   // A settle or release Redis could not take during the outage: journaled, sent to Redis when

@@ -137,7 +137,7 @@ void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const
   if (mode == config::OnFailure::kOpen) {
     r = open_admit(snap, req, rng_);
   } else if (mode == config::OnFailure::kLocal && fallback_) {
-    r = fallback_->admit(snap, req, rng_);
+    r = fallback_->admit(snap, req, rng_, engine_.registry().get(), engine_.brake().get());
   } else {
     return;
   }
@@ -153,7 +153,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   if (decisions_ && decisions_->sampled())
     who = DecisionWho{req.tenant, req.user, req.model, req.tool};
   // What the request is decided by should Redis not answer: kept only when not `closed`.
-  const config::OnFailure mode = failure_mode(snap->cfg, req.tenant);
+  const config::OnFailure mode = failure_mode(snap->cfg, req.tenant, engine_.registry().get());
   std::optional<AdmitRequest> again;
   if (mode != config::OnFailure::kClosed) again = req;
   engine_.admit(
@@ -215,12 +215,14 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
     if (r.outcome != Outcome::kUnavailable) {
       redis_answered();
       if (fallback_ && r.remaining >= 0 &&
-          failure_mode(engine_.snapshot()->cfg, tenant) == config::OnFailure::kLocal)
+          failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get()) ==
+              config::OnFailure::kLocal)
         fallback_->quota_left(tenant, r.remaining);
       return done(std::move(r));
     }
     redis_failed();
-    const config::OnFailure mode = failure_mode(engine_.snapshot()->cfg, tenant);
+    const config::OnFailure mode =
+        failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
     if (mode == config::OnFailure::kOpen) {
       // Nothing is recorded under open: the client is told so.
       r = SettleResult{};
@@ -238,12 +240,20 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
   });
 }
 
-// A stream's charge is Redis's alone: without Redis it is a 503 (the settle's total, deferred
-// or local like any settle, corrects everything the stream used).
+// A local reservation's stream charge is decided here, as its settle (Redis never held it). A
+// charge of a reservation Redis holds is Redis's alone: without Redis it is a 503 (charge.lua
+// is not idempotent, so it cannot be sent again later; the settle's total, deferred like any
+// settle, corrects everything the stream used).
 void Gateway::charge(ChargeRequest req, std::function<void(ChargeResult)> done) {
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   std::string tenant(
       snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
+  if (fallback_ && fallback_->any_open() && check_tokens(req.tokens).empty())
+    if (auto local = fallback_->charge(req.request_id, req.tokens)) {
+      metrics_.degraded(local->degraded, result_label(local->outcome));
+      metrics_.charge(tenant, result_label(local->outcome));
+      return later(std::move(done), std::move(*local));
+    }
   engine_.charge(std::move(req), [this, tenant = std::move(tenant),
                                   done = std::move(done)](ChargeResult r) mutable {
     if (r.outcome == Outcome::kUnavailable)
@@ -273,7 +283,8 @@ void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> d
                    done = std::move(done)](ReleaseResult r) mutable {
                     if (r.outcome == Outcome::kUnavailable) {
                       redis_failed();
-                      const config::OnFailure mode = failure_mode(engine_.snapshot()->cfg, tenant);
+                      const config::OnFailure mode =
+                          failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
                       if (mode == config::OnFailure::kOpen) {
                         r = ReleaseResult{};
                         r.outcome = Outcome::kAllowed;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -16,22 +17,31 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kOps[] = {"admit", "settle", "release", "resettle", "rerelease"};
+constexpr const char* kOps[] = {"admit", "settle", "release", "resettle", "rerelease", "charge"};
 
-json bucket_json(const Charge::Bucket& b) {
-  return json::array({b.key, b.capacity, b.refill});
+json bucket_json(const JournalRecord::Bucket& b) {
+  return json::array({b.key, b.capacity, b.refill, b.cost, b.gate});
 }
 
-Charge::Bucket bucket_of(const json& j) {
-  return Charge::Bucket{j.at(0).get<std::string>(), j.at(1).get<std::string>(),
-                        j.at(2).get<std::string>()};
+// [key, capacity, refill, cost, gate]; the old layout [key, capacity, refill] took 1 from every
+// bucket.
+JournalRecord::Bucket bucket_of(const json& j) {
+  JournalRecord::Bucket b;
+  b.key = j.at(0).get<std::string>();
+  b.capacity = j.at(1).get<std::string>();
+  b.refill = j.at(2).get<std::string>();
+  if (j.size() >= 5) {
+    b.cost = j.at(3).get<std::string>();
+    b.gate = j.at(4).get<std::string>();
+  }
+  return b;
 }
 
 std::string to_line(const JournalRecord& r) {
   json j = {{"seq", r.seq},       {"op", kOps[static_cast<int>(r.op)]},
             {"tenant", r.tenant}, {"request_id", r.request_id},
             {"tokens", r.tokens}, {"at_ms", r.at_ms}};
-  if (r.op == JournalRecord::Op::kAdmit || r.op == JournalRecord::Op::kSettle) {
+  if (r.op == JournalRecord::Op::kAdmit || r.exact()) {
     j["month"] = r.month;
     j["month_end"] = r.month_end;
   }
@@ -40,6 +50,8 @@ std::string to_line(const JournalRecord& r) {
     j["lease_ms"] = r.lease_ms;
     j["max_streams"] = r.max_streams;
     if (r.allowance) j["allowance"] = *r.allowance;
+  }
+  if (r.op == JournalRecord::Op::kAdmit || r.exact()) {
     json b = json::array();
     for (const auto& x : r.buckets) b.push_back(bucket_json(x));
     j["buckets"] = std::move(b);
@@ -55,7 +67,7 @@ JournalRecord from_json(const json& j) {
   r.seq = j.at("seq").get<uint64_t>();
   std::string op = j.at("op").get<std::string>();
   bool known = false;
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < static_cast<int>(std::size(kOps)); ++i)
     if (op == kOps[i]) {
       r.op = static_cast<JournalRecord::Op>(i);
       known = true;
@@ -74,6 +86,9 @@ JournalRecord from_json(const json& j) {
     r.lease_ms = j.at("lease_ms").get<int64_t>();
     r.max_streams = j.at("max_streams").get<int64_t>();
     if (j.contains("allowance")) r.allowance = j.at("allowance").get<int64_t>();
+  }
+  // A settle written before settles corrected token-rate buckets has none.
+  if (r.op == JournalRecord::Op::kAdmit || (r.exact() && j.contains("buckets"))) {
     for (const auto& b : j.at("buckets")) r.buckets.push_back(bucket_of(b));
     for (const auto& g : j.at("globals"))
       r.globals.push_back(

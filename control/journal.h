@@ -1,13 +1,16 @@
 // The journal of the decisions made while Redis did not answer (redis.on_failure: local): one
-// JSON line per local admission, settle and release, appended to redis.journal with one write()
-// each (O_APPEND), and kept in memory until it is in Redis. A record's id, "<journal id>:<seq>",
-// is unique for good (the journal id is random, made when the file is created, and kept when
-// the file is compacted), so reconcile.lua charges each record once, however often it is sent.
+// JSON line per local admission, settle, stream charge and release, appended to redis.journal with
+// one write() each (O_APPEND), and kept in memory until it is in Redis. A record's id, "<journal
+// id>:<seq>", is unique for good (the journal id is random, made when the file is created, and kept
+// when the file is compacted), so reconcile.lua charges each record once, however often it is sent.
 // A daemon restarted during an outage reads its journal back: nothing decided is lost.
 //
 // The file: a header line {"journal":"<16 hex>","next":<seq>}, then records, and
 // {"applied":<seq>} lines once a record is in Redis. Emptied back to a header when every record
-// is applied and nothing local is open. Not thread-safe: Fallback owns it.
+// is applied and nothing local is open. A bucket is [key, capacity, refill, cost, gate] (the
+// plan's limits, what the decision took or corrects, the gate's name); a line written before
+// buckets had a cost, [key, capacity, refill], is read as cost 1 of an unnamed gate. Not
+// thread-safe: Fallback owns it.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +27,20 @@ namespace dripgate::control {
 struct JournalRecord {
   enum class Op {
     kAdmit,      // a local admission: charge `tokens` (the estimate), debit the buckets
-    kSettle,     // a local reservation settled: charge `tokens` (actual - estimate)
+    kSettle,     // a local reservation settled: charge `tokens` (actual - reserved), and
+                 // correct its token-rate buckets by their cost (the same delta)
     kRelease,    // a local lease ended: nothing for Redis (kept for a restart)
     kResettle,   // a Redis reservation settled during the outage: settle.lua, `tokens` actual
     kRerelease,  // a Redis lease released during the outage: release.lua
+    kCharge,     // a local reservation's stream charge: `tokens` to the quota and to its
+                 // token-rate buckets, reconciled like a settle's correction
+  };
+  struct Bucket : Charge::Bucket {
+    std::string gate;  // "tenant", "tenant_tokens", ...; "" in a line of the old layout
   };
   struct Global {
-    std::string kind, name;  // "model"/"tool" and its id
-    Charge::Bucket bucket;
+    std::string kind, name;  // "model"/"model_tokens"/"tool"/"total" and its id
+    Bucket bucket;
   };
   uint64_t seq = 0;
   Op op = Op::kAdmit;
@@ -43,11 +52,15 @@ struct JournalRecord {
   int64_t month_end = 0;
   int64_t reservation_ttl_ms = 0, lease_ms = 0, max_streams = -1;
   std::optional<int64_t> allowance;
-  std::vector<Charge::Bucket> buckets;  // the tenant's, full limits
+  // kAdmit: every bucket the decision went through, cost = what it took; kSettle and kCharge:
+  // the reservation's token-rate buckets, cost = the correction. Full limits.
+  std::vector<Bucket> buckets;  // the tenant's
   std::vector<Global> globals;
 
   // Whether reconciling it needs Redis at all.
   bool for_redis() const { return op != Op::kRelease; }
+  // A correction (kSettle, kCharge): its buckets take their cost as settle.lua would.
+  bool exact() const { return op == Op::kSettle || op == Op::kCharge; }
 };
 
 class Journal {

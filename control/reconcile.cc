@@ -10,15 +10,16 @@ namespace dripgate::control {
 
 namespace {
 
-// The tenant-slot part of a local admission or settle.
+// The tenant-slot part of a local admission, settle or stream charge.
 Charge tenant_charge(const std::string& record_id, const JournalRecord& r) {
   Charge c;
   c.record_id = record_id;
+  c.exact = r.exact();
   c.applied_key = keys::applied(r.tenant);
   c.quota_key = keys::quota(r.tenant, r.month);
   c.month_end = std::to_string(r.month_end);
   c.tokens = r.tokens;
-  if (r.op == JournalRecord::Op::kAdmit) c.buckets = r.buckets;
+  c.buckets.assign(r.buckets.begin(), r.buckets.end());
   return c;
 }
 
@@ -27,6 +28,7 @@ Charge global_charge(const std::string& record_id, const JournalRecord& r,
                      const JournalRecord::Global& g) {
   Charge c;
   c.record_id = record_id;
+  c.exact = r.exact();
   c.applied_key = keys::global_applied(g.kind, g.name);
   c.quota_key = c.applied_key;  // same slot; nothing is added to it (tokens 0)
   c.month_end = std::to_string(r.month_end);
@@ -58,6 +60,7 @@ void reconcile(Engine& engine, const std::string& journal_id, const JournalRecor
                             });
     case JournalRecord::Op::kAdmit:
     case JournalRecord::Op::kSettle:
+    case JournalRecord::Op::kCharge:
       break;
   }
   std::vector<Charge> parts{tenant_charge(record_id, r)};

@@ -1,7 +1,9 @@
 // Reconciliation: a journaled local decision (journal.h) brought into Redis once it answers
-// again. A local admission charges its estimate to the month's quota counter and takes a token
-// from each of its buckets, tenant and global (reconcile.lua, one call per hash slot); a local
-// settle charges actual - estimate; a settle or release that Redis missed during the outage is
+// again. A local admission charges its estimate to the month's quota counter and takes what each
+// of its buckets took locally, tenant and global (reconcile.lua, one call per hash slot); a local
+// settle charges actual - reserved and a local stream charge its tokens, both correcting the
+// reservation's token-rate buckets by the same amount (as settle.lua and charge.lua do); a
+// settle or release that Redis missed during the outage is
 // sent as it was asked (settle.lua and release.lua, idempotent by request_id). Every call is
 // idempotent, so a record sent twice (a crash between Redis applying it and the journal saying
 // so) is charged once.

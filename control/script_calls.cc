@@ -647,11 +647,13 @@ ReconcileCall::ReconcileCall(const Charge& c)
   args.set(s::kArgAppliedTtl, kTtl);
   args.set(s::kArgMonthEnd, c.month_end);
   args.set(s::kArgTokens, tokens_s);
+  args.set(s::kArgExact, c.exact ? "1" : "0");
   for (const Charge::Bucket& b : c.buckets) {
     keys.add(b.key);
     std::array<std::string_view, s::kArgBucketStride> g;
     g[s::kArgBucketCapacity] = b.capacity;
     g[s::kArgBucketRefill] = b.refill;
+    g[s::kArgBucketCost] = b.cost;
     args.add(g);
   }
 }

@@ -4,22 +4,28 @@
 -- records again after its restart).
 --
 -- @keys applied quota bucket...
--- @argv record_id applied_ttl month_end tokens bucket...(capacity refill)
+-- @argv record_id applied_ttl month_end tokens exact bucket...(capacity refill cost)
 --
 -- KEYS: applied       set "dg:{t:<tenant>}:applied" (or "dg:{g:<kind>:<name>}:applied"): the
 --                     record ids charged here
 --       quota         "dg:{t:<tenant>}:q:YYYY-MM", the counter of the decision's month (the
 --                     gateway's clock when it was made); a global gate's record charges no
 --                     tokens and passes its applied set here
---       bucket...     the bucket hashes to take one token from each (lib_bucket.lua)
+--       bucket...     the bucket hashes the decision went through (lib_bucket.lua)
 -- ARGV: record_id     "<journal id>:<sequence>", unique per decision
 --       applied_ttl   seconds the applied set is kept after its last change
 --       month_end     the next month's first second (unix s), for the counter's expiry
 --       tokens        added to the month's counter (may be negative: a settle below the estimate)
---       bucket...     per bucket: capacity, refill per second (the full limits, not a share)
+--       exact         0: an admission; 1: a correction (a local settle or stream charge)
+--       bucket...     per bucket: capacity, refill per second (the full limits, not a share) and
+--                     cost: what the local decision took (1 for a request gate, the estimate for
+--                     a token-rate gate, 0 for a shadow bucket that had nothing to give); for a
+--                     correction the delta (actual - reserved, or a charge's tokens)
 --
--- Returns 1 when charged now, 0 when the record had been charged before. A bucket is debited
--- down to empty, never below: the local share already bounded what was admitted.
+-- Returns 1 when charged now, 0 when the record had been charged before. An admission debits a
+-- bucket by its cost down to empty, never below (the local share already bounded what was
+-- admitted; a bucket already below zero stays where it is); a correction applies its delta as
+-- settle.lua does: a refund up to the capacity, an extra charge possibly below zero.
 
 -- @include lib_bucket.lua
 
@@ -39,11 +45,16 @@ end
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local ts = bucket_now_text(t)
+local exact = ARGV[A_EXACT] == '1'
 for i = 1, #KEYS - K_BUCKET + 1 do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
-  local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
-                        tonumber(ARGV[a + A_BUCKET_REFILL]), now_us)
-  if b.cur < 1 then b.cur = 1 end
-  bucket_take(b, sec, ts, 1)
+  local key, cap = KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY])
+  local rate, cost = tonumber(ARGV[a + A_BUCKET_REFILL]), tonumber(ARGV[a + A_BUCKET_COST])
+  if exact then
+    bucket_correct(key, cap, rate, now_us, sec, ts, cost)
+  else
+    local b = bucket_read(key, cap, rate, now_us)
+    bucket_take(b, sec, ts, math.min(cost, math.max(b.cur, 0)))
+  end
 end
 return 1
