@@ -67,9 +67,8 @@ class GatewayTest : public ::testing::Test {
   }
   template <class R, class Req>
   R run(void (Gateway::*call)(Req, std::function<void(R)>), Req req) {
-    std::optional<R> out;
-    (gateway().*call)(std::move(req), [&](R r) { out = std::move(r); });
-    EXPECT_TRUE(loop_.wait_until([&] { return out.has_value(); }, 5000ms));
+    auto out = loop_.await<R>([&](auto done) { (gateway().*call)(std::move(req), done); }, 5000ms);
+    EXPECT_TRUE(out) << "no answer within 5 s";
     return out.value_or(R{});
   }
   AdmitDecision admit(const std::string& tenant, std::optional<Flow> flow) {

@@ -4,6 +4,9 @@
 #include <event2/event.h>
 
 #include <chrono>
+#include <functional>
+#include <optional>
+#include <utility>
 
 namespace dripgate::testing {
 
@@ -27,6 +30,16 @@ class EventLoop {
       event_base_dispatch(base_);
     }
     return true;
+  }
+
+  // Starts an asynchronous call that answers once through a callback, start(done), and runs the
+  // loop until it has answered; nullopt when `limit` passed first.
+  template <class R, class Start>
+  std::optional<R> await(Start start, std::chrono::milliseconds limit) {
+    std::optional<R> out;
+    start(std::function<void(R)>([&](R r) { out = std::move(r); }));
+    if (!wait_until([&] { return out.has_value(); }, limit)) return std::nullopt;
+    return out;
   }
 
  private:
