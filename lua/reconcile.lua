@@ -41,8 +41,9 @@ local now_us = sec * 1000000 + tonumber(t[2])
 local ts = bucket_now_text(t)
 for i = 1, #KEYS - K_BUCKET + 1 do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  -- Warm-up 0: a local decision was bounded by the daemon's share already; no ramp here.
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
-                        tonumber(ARGV[a + A_BUCKET_REFILL]), now_us)
+                        tonumber(ARGV[a + A_BUCKET_REFILL]), 0, now_us)
   if b.cur < 1 then b.cur = 1 end
   bucket_take(b, sec, ts, 1)
 end
