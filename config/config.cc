@@ -75,6 +75,7 @@ void mode(YAML::Emitter& out, GateMode m) {
 void bucket(YAML::Emitter& out, const Bucket& b) {
   out << YAML::Flow << YAML::BeginMap << YAML::Key << "capacity" << YAML::Value << num(b.capacity)
       << YAML::Key << "refill_per_s" << YAML::Value << num(b.refill_per_s);
+  if (b.warmup_s > 0) kv(out, "warmup_s", num(b.warmup_s));
   mode(out, b.mode);
   out << YAML::EndMap;
 }

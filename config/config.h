@@ -27,6 +27,10 @@ struct Bucket {
   double capacity = 0;
   double refill_per_s = 0;
   GateMode mode = GateMode::kEnforce;
+  // Warm-up (s, 0: none): a bucket the gate creates (first use, its key expired or lost) starts
+  // at a third of capacity and refill and ramps linearly to all of them over warmup_s
+  // (lua/lib_bucket.lua).
+  double warmup_s = 0;
 
   bool operator==(const Bucket&) const = default;
 };

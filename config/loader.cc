@@ -261,11 +261,14 @@ std::optional<int64_t> parse_int(std::string_view s, bool* range) {
   return v;
 }
 
-// A number; `min_exclusive` for rates and capacities that must be > 0.
+// A number; `min_exclusive` for rates and capacities that must be > 0; `max` inclusive, with
+// `max_note` saying what it is.
 struct NumRule {
   double min = 0;
   bool exclusive = false;
   const char* note = nullptr;
+  double max = std::numeric_limits<double>::infinity();
+  const char* max_note = nullptr;
 };
 
 std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::string& path,
@@ -286,6 +289,12 @@ std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::strin
     std::string msg = std::string("must be ") + (rule.exclusive ? "> " : ">= ") +
                       num_str(rule.min) + ", got " + n.Scalar();
     if (rule.note) msg += std::string(" (") + rule.note + ")";
+    ctx.error(n, path, msg);
+    return std::nullopt;
+  }
+  if (*v > rule.max) {
+    std::string msg = "must be <= " + num_str(rule.max) + ", got " + n.Scalar();
+    if (rule.max_note) msg += std::string(" (") + rule.max_note + ")";
     ctx.error(n, path, msg);
     return std::nullopt;
   }
@@ -360,7 +369,7 @@ void set_gate_mode(Ctx& ctx, const Fields& f, GateMode& out) {
 }
 
 std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path) {
-  Fields f(ctx, n, path, {"capacity", "refill_per_s", "mode"});
+  Fields f(ctx, n, path, {"capacity", "refill_per_s", "warmup_s", "mode"});
   if (!f.ok()) return std::nullopt;
   Bucket b;
   bool ok = true;
@@ -381,6 +390,14 @@ std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::stri
       ok = false;
   } else {
     ok = false;
+  }
+  // Warm-up of a new bucket; 0 (the default) is none.
+  if (const Entry* e = f.find("warmup_s")) {
+    if (auto v = get_double(ctx, e->value, f.path("warmup_s"),
+                            {0, false, "0 is no warm-up", 86400, "a day"}))
+      b.warmup_s = *v;
+    else
+      ok = false;
   }
   set_gate_mode(ctx, f, b.mode);
   if (!ok) return std::nullopt;

@@ -115,6 +115,8 @@ TEST(Examples, DefaultHasWhatTheDemoNeeds) {
   EXPECT_EQ(c.tenants.at("ws-gates").plan, "walkthrough-gates");
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{200, 100}));
+  // Warm-up is documented by example.
+  EXPECT_EQ(c.plans.at("pro").tenant_tokens->warmup_s, 60);
   // A shadow gate is documented by example: it loads as one.
   EXPECT_EQ(c.global_gates.model.at("llama-405b").mode, GateMode::kShadow);
 
@@ -198,7 +200,7 @@ plans:
       tenant: { capacity: 1, refill_per_s: 1, burst: 2 }
 )")),
             "t.yaml:4:47: plans.pro.gates.tenant.burst: unknown key 'burst' (allowed: capacity, "
-            "refill_per_s, mode)");
+            "refill_per_s, warmup_s, mode)");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
             "api_key, ip, tenant_tokens, user_tokens, api_key_tokens)");
@@ -335,6 +337,38 @@ TEST(Errors, ZeroAndNegativeRatesAndCapacities) {
             "t.yaml:1:58: global_gates.model.m.refill_per_s: must be > 0, got 0");
 }
 
+// warmup_s: seconds, 0 (no warm-up) up to a day, on every kind of bucket; each bad value is an
+// error naming file, line, column and field.
+TEST(Errors, WarmupIsSecondsUpToADay) {
+  auto plan = [](const char* gate, const char* warmup) {
+    return error_of(std::string("plans: { p: { gates: { ") + gate +
+                    ": { capacity: 5, refill_per_s: 1, warmup_s: " + warmup + " } } } }");
+  };
+  EXPECT_EQ(plan("tenant", "-1"),
+            "t.yaml:1:74: plans.p.gates.tenant.warmup_s: must be >= 0, got -1 (0 is no warm-up)");
+  EXPECT_EQ(plan("user_tokens", "86400.5"),
+            "t.yaml:1:79: plans.p.gates.user_tokens.warmup_s: must be <= 86400, got 86400.5 (a "
+            "day)");
+  EXPECT_EQ(plan("ip", "abc"),
+            "t.yaml:1:70: plans.p.gates.ip.warmup_s: expected a number, got 'abc'");
+  EXPECT_EQ(plan("api_key", "\"60\""),
+            "t.yaml:1:75: plans.p.gates.api_key.warmup_s: expected a number, got the string '60'");
+  EXPECT_EQ(plan("tenant", "[60]"),
+            "t.yaml:1:74: plans.p.gates.tenant.warmup_s: expected a number, got a list");
+  EXPECT_EQ(error_of("global_gates: { model_tokens: { m: { capacity: 5, refill_per_s: 1, "
+                     "warmup_s: 1e6 } } }"),
+            "t.yaml:1:78: global_gates.model_tokens.m.warmup_s: must be <= 86400, got 1e6 (a "
+            "day)");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, warmup_s: .nan } }"),
+            "t.yaml:1:66: global_gates.total.warmup_s: expected a number, got '.nan'");
+  // In range, and 0: none.
+  Config c = load_ok(
+      "plans: { p: { gates: { tenant: { capacity: 5, refill_per_s: 1, warmup_s: 86400 }, user: { "
+      "capacity: 5, refill_per_s: 1, warmup_s: 0 } } } }");
+  EXPECT_EQ(c.plans.at("p").tenant->warmup_s, 86400);
+  EXPECT_EQ(c.plans.at("p").user->warmup_s, 0);
+}
+
 // The ip gate (per plan) and the total gate (global) are buckets like the others, checked alike.
 TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
   EXPECT_EQ(error_of("plans: { p: { gates: { ip: { capacity: 0, refill_per_s: 1 } } } }"),
@@ -353,7 +387,7 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
             "t.yaml:1:53: global_gates.total.refill_per_s: must be > 0, got 0");
   EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, per: ip } }"),
             "t.yaml:1:56: global_gates.total.per: unknown key 'per' (allowed: capacity, "
-            "refill_per_s, mode)");
+            "refill_per_s, warmup_s, mode)");
   EXPECT_EQ(error_of("global_gates: { totals: {} }"),
             "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
             "model_tokens, total)");
@@ -1235,7 +1269,8 @@ plans:
       tenant:  { capacity: 21, refill_per_s: 5.5 }
       user:    { capacity: 7, refill_per_s: 2.25 }
       api_key: { capacity: 11, refill_per_s: 0.125 }
-      ip:      { capacity: 13, refill_per_s: 0.5 }
+      ip:      { capacity: 13, refill_per_s: 0.5, warmup_s: 30 }
+      tenant_tokens: { capacity: 60000, refill_per_s: 1000, warmup_s: 120.5, mode: shadow }
     quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
     on_failure: open
@@ -1246,7 +1281,8 @@ tenants:
 global_gates:
   tool: { web_search: { capacity: 3, refill_per_s: 0.75 } }
   model: { llama-70b: { capacity: 201, refill_per_s: 101 } }
-  total: { capacity: 5000, refill_per_s: 2500 }
+  model_tokens: { llama-70b: { capacity: 90000, refill_per_s: 900, warmup_s: 600 } }
+  total: { capacity: 5000, refill_per_s: 2500, warmup_s: 86400 }
 dataplane:
   eal: ["-l", "2-3", "--vdev=net_ring0"]
   ports: { client: 3, cluster: 2, rx_queues: 4 }
@@ -1295,7 +1331,8 @@ dataplane:
   EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
   EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
   EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
-  EXPECT_EQ(pro.ip, (Bucket{13, 0.5}));
+  EXPECT_EQ(pro.ip, (Bucket{13, 0.5, GateMode::kEnforce, 30}));
+  EXPECT_EQ(pro.tenant_tokens, (Bucket{60000, 1000, GateMode::kShadow, 120.5}));
   EXPECT_EQ(pro.quota, (Quota{123456789012, 601, 9}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
   EXPECT_EQ(c.plans.at("lite").cls, "default");
@@ -1304,7 +1341,9 @@ dataplane:
   EXPECT_EQ(c.tenants.at("ws-2"), (Tenant{"ws-2", "lite"}));
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{3, 0.75}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{201, 101}));
-  EXPECT_EQ(c.global_gates.total, (Bucket{5000, 2500}));
+  EXPECT_EQ(c.global_gates.model_tokens.at("llama-70b"),
+            (Bucket{90000, 900, GateMode::kEnforce, 600}));
+  EXPECT_EQ(c.global_gates.total, (Bucket{5000, 2500, GateMode::kEnforce, 86400}));
   ASSERT_TRUE(c.dataplane);
   const Dataplane& dp = *c.dataplane;
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "2-3", "--vdev=net_ring0"}));

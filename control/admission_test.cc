@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "control/keys.h"
@@ -1755,19 +1756,25 @@ TEST(Months, AroundAnyDayAreTheThreeConsecutiveMonths) {
   }
 }
 
+// lib_bucket.lua's bucket_read and bucket_wait_ms (with the ramp's helpers) as admit.lua embeds
+// them, for a test script to call at a chosen time.
+std::string bucket_read_text() {
+  const std::string& text = admit_script_text();
+  const auto b = text.find("local function bucket_ramp_gain");
+  const auto e = text.find("local function refusal_note");
+  EXPECT_NE(b, std::string::npos);
+  EXPECT_NE(e, std::string::npos);
+  return b == std::string::npos || e == std::string::npos ? std::string() : text.substr(b, e - b);
+}
+
 // The engine reports a bucket's reset (whole seconds until full) from its own arithmetic; it must
 // be the second at which the scripts' refill (lib_bucket.lua's bucket_read, run here on the
 // stored state at a chosen time) first reaches the capacity, and the value must be what is stored.
 TEST_F(AdmissionTest, BucketResetMatchesTheLuaRefill) {
-  const std::string& text = admit_script_text();
-  auto b = text.find("local function bucket_read");
-  auto e = text.find("local function bucket_wait_ms");
-  ASSERT_NE(b, std::string::npos);
-  ASSERT_NE(e, std::string::npos);
   // KEYS[1] bucket; ARGV: capacity, rate, seconds after the stored timestamp.
-  std::string script = text.substr(b, e - b) + R"(
+  std::string script = bucket_read_text() + R"(
 local ts = tonumber(redis.call('HGET', KEYS[1], 'ts'))
-local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ts + ARGV[3] * 1000000)
+local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), 0, ts + ARGV[3] * 1000000)
 return string.format('%.17g', b.cur))";
   struct Case {
     double cap, rate;
@@ -1804,11 +1811,360 @@ return string.format('%.17g', b.cur))";
   }
 }
 
+// ---- warm-up (lua/lib_bucket.lua): a new bucket ramps from a third of its capacity and refill
+// to all of them over warmup_s ----
+
+config::Bucket warm_bucket(double cap, double rate, double warmup_s) {
+  config::Bucket b{cap, rate};
+  b.warmup_s = warmup_s;
+  return b;
+}
+
+// Tokens a bucket of rate R and warm-up W gains from age a0 to a1: the integral of R/3 +
+// (2R/3)·a/W up to W, of R after, from its antiderivative (the script integrates otherwise).
+double ramp_integral(double rate, double w, double a0, double a1) {
+  auto f = [&](double a) {
+    if (a <= w) return rate * a / 3 + rate * a * a / (3 * w);
+    return 2 * rate * w / 3 + rate * (a - w);
+  };
+  return f(a1) - f(a0);
+}
+
+// Seconds after age a until the ramp's integral from a reaches need, by bisection.
+double ramp_wait(double rate, double w, double a, double need) {
+  double lo = 0, hi = 1;
+  while (ramp_integral(rate, w, a, a + hi) < need) hi *= 2;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    (ramp_integral(rate, w, a, a + mid) < need ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+// Redis TIME in microseconds.
+int64_t time_us(Sync& s) {
+  redisReply* r = s.cmd({"TIME"});
+  int64_t us = std::stoll(r->element[0]->str) * 1000000 + std::stoll(r->element[1]->str);
+  freeReplyObject(r);
+  return us;
+}
+
+// "<sec><usec, 6 digits>", the text of a bucket's ts and c.
+std::string us_text(int64_t us) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld%06lld", static_cast<long long>(us / 1000000),
+           static_cast<long long>(us % 1000000));
+  return buf;
+}
+
+// Requests admitted in a row (stopping at the first refusal, at most `limit`).
+int admitted_in_a_row(Harness& h, const AdmitRequest& r, int limit) {
+  int n = 0;
+  while (n < limit) {
+    AdmitResult a = h.admit(r);
+    EXPECT_NE(a.outcome, Outcome::kUnavailable) << a.error;
+    if (a.outcome != Outcome::kAllowed) break;
+    ++n;
+  }
+  return n;
+}
+
+// A new bucket holds a third of its capacity and is stamped with its creation time c (= its
+// first ts, kept by later takes); its key lives until it would be full, warm-up included. One
+// created W/2 ago holds at most 2C/3, one created more than W ago all of C. A hash without c is
+// warm; a gate without warm-up writes no c at all.
+TEST_F(AdmissionTest, WarmupStartsAtAThirdAndRampsToTheCapacity) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan warm;
+  warm.tenant = warm_bucket(30, 0.001, 600);
+  for (const char* t : {"w-new", "w-half", "w-done", "w-old"}) add_tenant(cfg, t, warm);
+  config::Plan plain;
+  plain.tenant = bucket(30, 0.001);
+  add_tenant(cfg, "w-plain", plain);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  const std::string key = keys::bucket("w-new", "tenant");
+  AdmitResult first = h.admit(req("w-new"));
+  ASSERT_EQ(first.outcome, Outcome::kAllowed) << first.error;
+  EXPECT_NEAR(rem(first, "tenant"), 9, 1e-3);
+  const std::string c = s.str({"HGET", key, "c"});
+  EXPECT_EQ(c, s.str({"HGET", key, "ts"}));
+  // Full 30 s from empty at the full rate... of 0.001/s, plus the 600 s of warm-up left.
+  EXPECT_GE(std::stoll(s.str({"TTL", key})), 30000 + 600);
+  EXPECT_EQ(admitted_in_a_row(h, req("w-new"), 40), 9);
+  EXPECT_EQ(s.str({"HGET", key, "c"}), c);
+
+  // Created W/2 and 2W ago, full: 20 and 30 requests (the ramp's capacity, not tk).
+  const int64_t now = time_us(s);
+  for (auto [tenant, age_s] : {std::pair<const char*, int64_t>{"w-half", 300}, {"w-done", 1200}}) {
+    s.str({"HSET", keys::bucket(tenant, "tenant"), "tk", "30", "ts", us_text(now), "c",
+           us_text(now - age_s * 1000000)});
+  }
+  AdmitResult half = h.admit(req("w-half"));
+  ASSERT_EQ(half.outcome, Outcome::kAllowed) << half.error;
+  EXPECT_NEAR(rem(half, "tenant"), 19, 0.05);  // 2C/3 - 1, a few ms later
+  EXPECT_EQ(admitted_in_a_row(h, req("w-half"), 40), 19);
+  EXPECT_EQ(admitted_in_a_row(h, req("w-done"), 40), 30);
+  // A hash without c (a bucket made before the gate had warm-up) is warm, as is every bucket of
+  // a gate without warm-up, which writes no c.
+  s.str({"HSET", keys::bucket("w-old", "tenant"), "tk", "30", "ts", us_text(now)});
+  EXPECT_EQ(admitted_in_a_row(h, req("w-old"), 40), 30);
+  EXPECT_EQ(admitted_in_a_row(h, req("w-plain"), 40), 30);
+  EXPECT_EQ(s.str({"HEXISTS", keys::bucket("w-plain", "tenant"), "c"}), "0");
+  EXPECT_EQ(s.str({"HEXISTS", keys::bucket("w-old", "tenant"), "c"}), "0");
+}
+
+// The script's own read and wait (lua/lib_bucket.lua as embedded in admit.lua) at chosen
+// instants: the refill is the exact integral of the ramp, piecewise around W, and the wait for
+// a cost is exact to the millisecond: the level reaches it then and not a millisecond before,
+// whether the ramp's level (a quadratic), the rate after W, or the ramp's capacity holds it back.
+TEST_F(AdmissionTest, WarmupRefillIsTheRampsIntegralAndTheWaitIsExact) {
+  // KEYS[1] bucket; ARGV: capacity, rate, warm-up, now (µs), cost.
+  const std::string script = bucket_read_text() + R"(
+local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+                      tonumber(ARGV[4]))
+return {string.format('%.17g', b.cur), string.format('%.17g', b.lim),
+        bucket_wait_ms(b, tonumber(ARGV[5]))})";
+  Harness h(base_config(redis_.port()));
+  Sync s(redis_.port());
+  const std::string key = keys::bucket("w-math", "tenant");
+  const int64_t c0 = 1'700'000'000'000'000;  // the bucket's creation, µs
+  struct Read {
+    double cur, lim;
+    int64_t wait_ms;
+  };
+  auto read = [&](double cap, double rate, double w, int64_t now_us, double cost) {
+    redisReply* r = s.cmd({"EVAL", script, "1", key, std::to_string(cap), std::to_string(rate),
+                           std::to_string(w), std::to_string(now_us), std::to_string(cost)});
+    Read out{};
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+      out = {std::stod(r->element[0]->str), std::stod(r->element[1]->str),
+             static_cast<int64_t>(r->element[2]->integer)};
+    } else {
+      ADD_FAILURE() << (r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
+    }
+    freeReplyObject(r);
+    return out;
+  };
+  struct Case {
+    double cap, rate, w, tk, ts_age_s, now_age_s, cost;
+  };
+  const Case cases[] = {
+      {1e6, 10, 600, 5, 100, 150, 400},      // within the ramp: a quadratic
+      {1e6, 10, 600, 5, 500, 800, 5000},     // a refill across W, then the full rate
+      {1e6, 10, 600, 5, 500, 550, 5000},     // a wait across W
+      {1e6, 10, 600, 5, 700, 900, 3000},     // after W: linear
+      {1e6, 10, 600, 5, 0, 0.25, 1000},      // just created
+      {3000, 1, 600, 5000, 10, 10, 2500},    // the ramp's capacity holds it back: 440 s
+      {1000, 2.5, 86400, 3, 3600, 3601, 7},  // a day's ramp
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE("cap " + std::to_string(k.cap) + " rate " + std::to_string(k.rate) + " ages " +
+                 std::to_string(k.ts_age_s) + ".." + std::to_string(k.now_age_s));
+    const int64_t ts = c0 + static_cast<int64_t>(k.ts_age_s * 1e6);
+    const int64_t now = c0 + static_cast<int64_t>(k.now_age_s * 1e6);
+    std::ostringstream tk;
+    tk << k.tk;
+    s.str({"DEL", key});
+    s.str({"HSET", key, "tk", tk.str(), "ts", us_text(ts), "c", us_text(c0)});
+    const Read r = read(k.cap, k.rate, k.w, now, k.cost);
+    const double lim = k.now_age_s >= k.w ? k.cap : k.cap / 3 + 2 * k.cap / 3 * k.now_age_s / k.w;
+    const double want = std::min(lim, k.tk + ramp_integral(k.rate, k.w, k.ts_age_s, k.now_age_s));
+    EXPECT_NEAR(r.cur, want, 1e-6 * want);
+    EXPECT_NEAR(r.lim, lim, 1e-9 * lim);
+    // Not rate(now) · elapsed.
+    if (k.now_age_s - k.ts_age_s >= 10 && k.ts_age_s < k.w) {
+      const double naive = k.tk + k.rate * (1 + 2 * std::min(k.now_age_s, k.w) / k.w) / 3 *
+                                      (k.now_age_s - k.ts_age_s);
+      EXPECT_GT(std::abs(naive - want), 1e-3) << "a case that tells the integral apart";
+    }
+    ASSERT_GT(r.wait_ms, 0);
+    // The level at now + wait holds the cost, a millisecond before it does not.
+    const double at = read(k.cap, k.rate, k.w, now + r.wait_ms * 1000, k.cost).cur;
+    const double before = read(k.cap, k.rate, k.w, now + (r.wait_ms - 1) * 1000, k.cost).cur;
+    EXPECT_GE(at, k.cost - 1e-9 * k.cost) << r.wait_ms;
+    EXPECT_LT(before, k.cost) << r.wait_ms;
+  }
+  // No refill at all (a brake of 0): a day, as without warm-up.
+  s.str({"DEL", key});
+  EXPECT_EQ(read(30, 0, 600, c0, 20).wait_ms, 86400000);
+  // A key never seen: a third of the capacity, the ramp from age 0.
+  const Read fresh = read(30, 1, 600, c0, 20);
+  EXPECT_EQ(fresh.cur, 10);
+  EXPECT_EQ(fresh.lim, 10);
+  // 20 needs cap(a) = 20 (a = 300 s) and a level of 20 (10 + the integral from 0: 28.6 s).
+  EXPECT_EQ(fresh.wait_ms, 300000);
+  EXPECT_EQ(read(1e6, 1, 600, c0, 20).wait_ms, 0);  // held already
+}
+
+// The engine's retry_after during the ramp is the ramp's own: for a token-rate gate at age W/2,
+// the time the quadratic takes to refill the estimate, not estimate / rate(now) (185 ms apart).
+// A refusal by an existing warming bucket writes nothing; a cost above C/3 on a new bucket
+// creates it (level C/3, c = now), so that its ramp starts, and waits for the capacity and the
+// level to reach the cost; the next refusal then writes nothing.
+TEST_F(AdmissionTest, WarmupRetryAfterFollowsTheRampAndANewBucketStarts) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant_tokens = warm_bucket(3000, 10, 600);
+  add_tenant(cfg, "wt", plan);
+  add_tenant(cfg, "wt-new", plan);
+  config::Plan small;
+  small.tenant_tokens = warm_bucket(3000, 1, 600);
+  add_tenant(cfg, "wt-small", small);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  const std::string key = keys::bucket("wt", "tenant_tokens");
+  const int64_t t0 = time_us(s) / 1000000 * 1000000;  // a whole second: ts <= the script's now
+  s.str({"HSET", key, "tk", "0", "ts", us_text(t0), "c", us_text(t0 - 300'000'000)});
+  const auto before = s.dump();
+  const int64_t lo = time_us(s);
+  AdmitResult r = h.admit(req("wt", 100));
+  const int64_t hi = time_us(s);
+  ASSERT_EQ(r.outcome, Outcome::kRefused) << r.error;
+  EXPECT_EQ(r.gate, "tenant_tokens");
+  EXPECT_EQ(s.dump(), before);
+  // The script ran between lo and hi: its level was the integral from 300 s to 300 s + d.
+  auto wait_at = [&](int64_t now) {
+    const double d = static_cast<double>(now - t0) / 1e6;
+    const double need = 100 - ramp_integral(10, 600, 300, 300 + d);
+    return ramp_wait(10, 600, 300 + d, need) * 1000;
+  };
+  EXPECT_GE(static_cast<double>(r.retry_after_ms), std::floor(wait_at(hi)));
+  EXPECT_LE(static_cast<double>(r.retry_after_ms), std::ceil(wait_at(lo)) + 1);
+  // (100 - level) / rate(now) would be about 15000 ms.
+  const double d = static_cast<double>(hi - t0) / 1e6;
+  const double naive =
+      (100 - ramp_integral(10, 600, 300, 300 + d)) / (10 * (1 + 2 * (300 + d) / 600) / 3) * 1000;
+  EXPECT_LT(static_cast<double>(r.retry_after_ms), naive - 100);
+
+  // A new bucket holds 1000: 600 passes, 600 more does not.
+  const std::string nkey = keys::bucket("wt-new", "tenant_tokens");
+  ASSERT_EQ(h.admit(req("wt-new", 600)).outcome, Outcome::kAllowed);
+  AdmitResult second = h.admit(req("wt-new", 600));
+  ASSERT_EQ(second.outcome, Outcome::kRefused);
+  EXPECT_NEAR(rem(second, "tenant_tokens"), 400, 1);
+  // A settle below the estimate gives back up to the ramp's capacity (1000 and a little), not
+  // the full one: 950 (as if refilled since) + 300 would be 1250.
+  AdmitResult taken = h.admit(req("wt-new", 300));
+  ASSERT_EQ(taken.outcome, Outcome::kAllowed) << taken.error;
+  s.str({"HSET", nkey, "tk", "950"});
+  SettleResult settled = h.settle("wt-new", taken.request_id, 0);
+  EXPECT_TRUE(settled.settled) << settled.error;
+  EXPECT_GE(std::stod(s.str({"HGET", nkey, "tk"})), 1000);
+  EXPECT_LE(std::stod(s.str({"HGET", nkey, "tk"})), 1001);
+
+  // 1500 > C/3 on a bucket never seen: refused, and the bucket is created at 1000 with c = now.
+  const std::string skey = keys::bucket("wt-small", "tenant_tokens");
+  AdmitResult cold = h.admit(req("wt-small", 1500));
+  ASSERT_EQ(cold.outcome, Outcome::kRefused) << cold.error;
+  EXPECT_EQ(cold.gate, "tenant_tokens");
+  EXPECT_EQ(s.str({"HGET", skey, "tk"}), "1000");
+  EXPECT_EQ(s.str({"HGET", skey, "c"}), s.str({"HGET", skey, "ts"}));
+  // The capacity reaches 1500 at 150 s; the level (1000 + 400 over the ramp, then 1/s) at 700 s.
+  EXPECT_NEAR(static_cast<double>(cold.retry_after_ms), 700000, 50);
+  const auto created = s.dump();
+  AdmitResult again = h.admit(req("wt-small", 1500));
+  ASSERT_EQ(again.outcome, Outcome::kRefused);
+  EXPECT_EQ(s.dump(), created);
+  EXPECT_NEAR(static_cast<double>(again.retry_after_ms), 700000, 100);
+}
+
+// A refusal by another gate leaves a new warming bucket uncreated (it would have admitted: its
+// first admission starts its ramp), and the undo of an admission that created one deletes it
+// (refund.lua, ungates.lua). Global gates (gates.lua) and shadow buckets warm up alike: a new
+// shadow bucket reports from a third of its capacity on.
+TEST_F(AdmissionTest, WarmupAllOrNothingGlobalAndShadowGates) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(1, 0.0001);
+  plan.user = warm_bucket(30, 0.001, 600);
+  add_tenant(cfg, "wa", plan);
+  config::Plan warm;
+  warm.tenant = warm_bucket(30, 0.001, 600);
+  add_tenant(cfg, "wr", warm);
+  config::Plan shadow;
+  shadow.tenant = shadow_bucket(30, 0.001);
+  shadow.tenant->warmup_s = 600;
+  add_tenant(cfg, "ws", shadow);
+  add_tenant(cfg, "wm", config::Plan{});
+  cfg.global_gates.model["m-warm"] = warm_bucket(30, 0.001, 600);
+  cfg.global_gates.model["m-fresh"] = warm_bucket(30, 0.001, 600);
+  cfg.global_gates.model["m-deny"] = bucket(1, 0.0001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  // A refusal by `gate` that leaves every key as it was.
+  auto refused_as_before = [&](const AdmitRequest& r, const std::string& gate) {
+    const auto before = s.dump();
+    AdmitResult a = h.admit(r);
+    EXPECT_EQ(a.outcome, Outcome::kRefused) << a.error;
+    EXPECT_EQ(a.gate, gate);
+    EXPECT_EQ(s.dump(), before);
+    return a;
+  };
+
+  AdmitRequest r = req("wa");
+  r.user = "u1";
+  ASSERT_EQ(h.admit(r).outcome, Outcome::kAllowed);  // the tenant bucket is empty now
+  r.user = "u2";
+  AdmitResult refused = refused_as_before(r, "tenant");  // no bucket for u2
+  EXPECT_NEAR(rem(refused, "user"), 10, 1e-6);
+
+  // Admitted by the new m-fresh bucket, refused by the tenant: ungates.lua deletes the bucket.
+  AdmitRequest fresh = req("wa");
+  fresh.model = "m-fresh";
+  refused_as_before(fresh, "tenant");
+  EXPECT_EQ(s.str({"EXISTS", keys::global_bucket("model", "m-fresh")}), "0");
+
+  // The model gate warms up: 10 of 30 admitted, then it refuses, writing nothing.
+  AdmitRequest m = req("wm");
+  m.model = "m-warm";
+  EXPECT_EQ(admitted_in_a_row(h, m, 40), 10);
+  EXPECT_GT(refused_as_before(m, "model").retry_after_ms, 0);
+  EXPECT_EQ(s.str({"HGET", keys::global_bucket("model", "m-warm"), "c"}).size(), 16u);
+
+  // A new warming tenant bucket admitted, the model refusing: refund.lua deletes it.
+  AdmitRequest deny = req("wm");
+  deny.model = "m-deny";
+  ASSERT_EQ(h.admit(deny).outcome, Outcome::kAllowed);
+  deny.tenant = "wr";
+  refused_as_before(deny, "model");
+  EXPECT_EQ(s.str({"EXISTS", keys::bucket("wr", "tenant")}), "0");
+
+  // A shadow bucket warms up too: every request admitted, named from the 11th on.
+  for (int i = 1; i <= 12; ++i) {
+    AdmitResult a = h.admit(req("ws"));
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+    EXPECT_EQ(a.shadow_refused, i <= 10 ? "" : "tenant") << i;
+  }
+}
+
+// Under a brake the ramp runs over the braked capacity and refill: a new bucket of 30 under a
+// brake of 0.5 holds 5.
+TEST_F(AdmissionTest, WarmupRunsOverTheBrakedRates) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = warm_bucket(30, 0.001, 600);
+  add_tenant(cfg, "wb", plan);
+  Harness h(cfg);
+  Brake b;
+  b.factor = 0.5;
+  h.store().publish_brake(std::make_shared<const Brake>(b));
+  AdmitResult first = h.admit(req("wb"));
+  ASSERT_EQ(first.outcome, Outcome::kAllowed) << first.error;
+  EXPECT_EQ(first.brake, 0.5);
+  EXPECT_NEAR(rem(first, "tenant"), 4, 1e-3);
+  EXPECT_EQ(admitted_in_a_row(h, req("wb"), 20), 4);
+}
+
 TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   config::Config cfg = base_config(6379);
   config::Plan plan;
   plan.tenant = bucket(20, 5);
   plan.user = bucket(6, 2);
+  plan.user->warmup_s = 30;
   plan.quota = config::Quota{1000, 600};
   add_tenant(cfg, "ws-acme", plan);
   AdmitRequest r = req("ws-acme", 42);
@@ -1820,7 +2176,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 28u);
+  ASSERT_EQ(call->args.size(), 30u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
@@ -1860,11 +2216,13 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
                                    "5",
                                    "1",
                                    "0",
+                                   "0",
                                    "user",
                                    "6",
                                    "2",
                                    "1",
-                                   "0"};
+                                   "0",
+                                   "30"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();
@@ -1879,8 +2237,8 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
   EXPECT_EQ(call->args[15], "3");  // bucket_count
-  EXPECT_EQ(std::vector<std::string>(call->args.end() - 5, call->args.end()),
-            (std::vector<std::string>{"ip", "3", "1", "1", "0"}));
+  EXPECT_EQ(std::vector<std::string>(call->args.end() - 6, call->args.end()),
+            (std::vector<std::string>{"ip", "3", "1", "1", "0", "0"}));
   r.client_ip.clear();
   std::string err;
   r.tenant = "nobody";

@@ -61,6 +61,7 @@ Gate::Gate(std::string n, const config::Bucket& b, bool tokens, bool plan_shadow
       refill(b.refill_per_s),
       cap_s(fmt_double(b.capacity)),
       rate_s(fmt_double(b.refill_per_s)),
+      warmup_s(fmt_double(b.warmup_s)),
       shadow(plan_shadow || b.mode == config::GateMode::kShadow ? "1" : "0") {}
 
 Gate::Gate(const Gate& g, double factor) : Gate(g) {
@@ -387,6 +388,47 @@ std::string_view cost_of(const Prepared& p, const Gate& g) {
   return g.per_token ? std::string_view(p.tokens_s) : std::string_view("1");
 }
 
+// Where a script's bucket group takes each field: admit.lua and gates.lua (gate capacity refill
+// cost shadow warmup_s), the corrections settle.lua, charge.lua and correct_gates.lua (capacity
+// refill warmup_s; no gate, cost or shadow: kNone).
+inline constexpr size_t kNone = ~size_t{0};
+template <size_t Stride>
+struct BucketPositions {
+  size_t capacity, refill, warmup_s, gate = kNone, cost = kNone, shadow = kNone;
+};
+#define DRIPGATE_ADMIT_BUCKET(s)                                                         \
+  BucketPositions<s::kArgBucketStride> {                                                 \
+    s::kArgBucketCapacity, s::kArgBucketRefill, s::kArgBucketWarmupS, s::kArgBucketGate, \
+        s::kArgBucketCost, s::kArgBucketShadow                                           \
+  }
+#define DRIPGATE_CORRECTED_BUCKET(s)                                 \
+  BucketPositions<s::kArgBucketStride> {                             \
+    s::kArgBucketCapacity, s::kArgBucketRefill, s::kArgBucketWarmupS \
+  }
+constexpr auto kAdmitBucket = DRIPGATE_ADMIT_BUCKET(lua::admit);
+constexpr auto kGatesBucket = DRIPGATE_ADMIT_BUCKET(lua::gates);
+constexpr auto kSettleBucket = DRIPGATE_CORRECTED_BUCKET(lua::settle);
+constexpr auto kChargeBucket = DRIPGATE_CORRECTED_BUCKET(lua::charge);
+constexpr auto kCorrectGatesBucket = DRIPGATE_CORRECTED_BUCKET(lua::correct_gates);
+#undef DRIPGATE_ADMIT_BUCKET
+#undef DRIPGATE_CORRECTED_BUCKET
+
+// The one place a bucket's KEYS entry and ARGV group are written, for every script that reads a
+// bucket's limits. cost: what the bucket takes (scripts with a cost field).
+template <size_t Stride>
+void add_bucket(Call& call, std::string_view key, const Gate& g, BucketPositions<Stride> at,
+                std::string_view cost = {}) {
+  call.keys.add(key);
+  std::array<std::string_view, Stride> f;
+  f[at.capacity] = g.cap_s;
+  f[at.refill] = g.rate_s;
+  f[at.warmup_s] = g.warmup_s;
+  if (at.gate != kNone) f[at.gate] = g.name;
+  if (at.cost != kNone) f[at.cost] = cost;
+  if (at.shadow != kNone) f[at.shadow] = g.shadow;
+  call.args.add(f);
+}
+
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
@@ -424,16 +466,8 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgQuotaShadow, t.quota_shadow_s);
   args.set(s::kArgStreamsShadow, t.streams_shadow_s);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
-  for (int i = 0; i < p.nb; ++i) {
-    keys.add(p.bucket_keys[i]);
-    std::array<std::string_view, s::kArgBucketStride> g;
-    g[s::kArgBucketGate] = p.buckets[i]->name;
-    g[s::kArgBucketCapacity] = p.buckets[i]->cap_s;
-    g[s::kArgBucketRefill] = p.buckets[i]->rate_s;
-    g[s::kArgBucketCost] = cost_of(p, *p.buckets[i]);
-    g[s::kArgBucketShadow] = p.buckets[i]->shadow;
-    args.add(g);
-  }
+  for (int i = 0; i < p.nb; ++i)
+    add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));
 }
 
 GatesCall::GatesCall(const Prepared& p, int i)
@@ -443,17 +477,10 @@ GatesCall::GatesCall(const Prepared& p, int i)
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
   keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
-  keys.add(gate.key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgTakenTtl, gate.per_token ? std::string_view(p.t->res_ttl_s) : "0");
   args.set(s::kArgBucketCount, kCounts[1]);
-  std::array<std::string_view, s::kArgBucketStride> g;
-  g[s::kArgBucketGate] = gate.name;
-  g[s::kArgBucketCapacity] = gate.cap_s;
-  g[s::kArgBucketRefill] = gate.rate_s;
-  g[s::kArgBucketCost] = cost_of(p, gate);
-  g[s::kArgBucketShadow] = gate.shadow;
-  args.add(g);
+  add_bucket(*this, gate.key, gate, kGatesBucket, cost_of(p, gate));
 }
 
 UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot,
@@ -566,19 +593,13 @@ std::string prepare_correction(const Tables& tables, std::string tenant, const s
 
 namespace {
 
-// The (capacity refill) groups of a correction's tenant-slot buckets, in KEYS and ARGV, at the
-// positions the script names.
+// The (capacity refill warmup_s) groups of a correction's tenant-slot buckets, in KEYS and ARGV,
+// at the positions the script names.
 template <size_t Stride>
-void add_corrected_buckets(Call& call, const Correction& c, size_t count_at, size_t cap_at,
-                           size_t refill_at) {
+void add_corrected_buckets(Call& call, const Correction& c, size_t count_at,
+                           BucketPositions<Stride> at) {
   call.args.set(count_at, kCounts[c.nb]);
-  for (int i = 0; i < c.nb; ++i) {
-    call.keys.add(c.bucket_keys[i]);
-    std::array<std::string_view, Stride> g;
-    g[cap_at] = c.buckets[i]->cap_s;
-    g[refill_at] = c.buckets[i]->rate_s;
-    call.args.add(g);
-  }
+  for (int i = 0; i < c.nb; ++i) add_bucket(call, c.bucket_keys[i], *c.buckets[i], at);
 }
 
 }  // namespace
@@ -591,8 +612,7 @@ SettleCall::SettleCall(const Correction& c)
   args.set(s::kArgRequestId, c.rid);
   args.set(s::kArgReservationTtl, c.t->res_ttl_s);
   args.set(s::kArgTokens, c.tokens_s);
-  add_corrected_buckets<s::kArgBucketStride>(*this, c, s::kArgBucketCount, s::kArgBucketCapacity,
-                                             s::kArgBucketRefill);
+  add_corrected_buckets(*this, c, s::kArgBucketCount, kSettleBucket);
 }
 
 ChargeCall::ChargeCall(const Correction& c)
@@ -605,8 +625,7 @@ ChargeCall::ChargeCall(const Correction& c)
   args.set(s::kArgReservationTtl, c.t->res_ttl_s);
   args.set(s::kArgTokens, c.tokens_s);
   args.set(s::kArgLeaseS, c.t->lease_s);
-  add_corrected_buckets<s::kArgBucketStride>(*this, c, s::kArgBucketCount, s::kArgBucketCapacity,
-                                             s::kArgBucketRefill);
+  add_corrected_buckets(*this, c, s::kArgBucketCount, kChargeBucket);
 }
 
 CorrectGatesCall::CorrectGatesCall(const Correction& c, bool final)
@@ -619,11 +638,7 @@ CorrectGatesCall::CorrectGatesCall(const Correction& c, bool final)
   args.set(s::kArgTokens, c.tokens_s);
   args.set(s::kArgFinal, final ? "1" : "0");
   args.set(s::kArgBucketCount, kCounts[1]);
-  keys.add(c.model->key);
-  std::array<std::string_view, s::kArgBucketStride> g;
-  g[s::kArgBucketCapacity] = c.model->cap_s;
-  g[s::kArgBucketRefill] = c.model->rate_s;
-  args.add(g);
+  add_bucket(*this, c.model->key, *c.model, kCorrectGatesBucket);
 }
 
 ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)

@@ -41,6 +41,9 @@ struct Gate {
   double capacity = 0;
   double refill = 0;
   std::string cap_s, rate_s;
+  // The bucket's warmup_s (lua/lib_bucket.lua; "0": none). Not scaled by a brake: the ramp runs
+  // over the braked capacity and refill.
+  std::string warmup_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
   std::string id;   // global gates: the model or tool name ("" for total)
   // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.

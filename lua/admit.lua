@@ -4,7 +4,9 @@
 -- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
 -- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
--- taken back before the script ends). redis.call('TIME') is the only clock. A gate in shadow mode
+-- taken back before the script ends). One exception: a bucket with warm-up that does not exist
+-- yet and holds less than its cost at C/3 is created by the refusal (lib_bucket.lua's
+-- bucket_start), so that its ramp starts; nothing else is written. redis.call('TIME') is the only clock. A gate in shadow mode
 -- (a bucket's shadow flag, quota_shadow, streams_shadow) is evaluated and consumed the same way
 -- but does not refuse: the request is admitted and the reply names it.
 --
@@ -12,7 +14,7 @@
 -- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
 -- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
 -- @argv quota_shadow streams_shadow
--- @argv bucket...(gate capacity refill cost shadow)
+-- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
@@ -50,7 +52,9 @@
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
 --                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
 --                 api_key_tokens), shadow ("1": a bucket holding less than its cost does not
---                 refuse; it gives nothing, as an enforcing refusal takes nothing)
+--                 refuse; it gives nothing, as an enforcing refusal takes nothing), warmup_s
+--                 (the ramp from a third of the capacity and refill to all of them of a new
+--                 bucket, lib_bucket.lua; "0": none)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
 -- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
@@ -108,7 +112,8 @@ local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
 local snapshot = ARGV[A_SNAPSHOT] == '1'
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
--- Buckets: first access is a full bucket; tokens = min(cap, tokens + elapsed * rate).
+-- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
+-- refill since ts).
 -- @include lib_bucket.lua
 local r = {'', 0, '', 0}
 local quota_shadow = ARGV[A_QUOTA_SHADOW] == '1'
@@ -118,11 +123,12 @@ for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
   local cost = tonumber(ARGV[a + A_BUCKET_COST])
-  local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate, now_us)
+  local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate,
+                        tonumber(ARGV[a + A_BUCKET_WARMUP_S]), now_us)
   b.cost = cost
   buckets[i] = b
   if b.cur < cost then
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate, cost),
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
@@ -164,19 +170,22 @@ end
 
 local out = {0, r[1], r[2], used, next_month - sec, next_month - month_start, live, first_ms,
              q_existed and 1 or 0}
+local ts = bucket_now_text(t)
 if r[1] ~= '' then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
     redis.call('DECRBY', qkey, ARGV[A_TOKENS])
   end
-  for i = 1, n do out[9 + i] = string.format('%.17g', buckets[i].cur) end
+  for i = 1, n do
+    bucket_start(buckets[i], sec, ts)
+    out[9 + i] = string.format('%.17g', buckets[i].cur)
+  end
   return out
 end
 
 -- Admitted: consume everything (an empty shadow bucket has nothing to give).
 out[1], out[2], out[3] = 1, r[3], r[4]
-local ts = bucket_now_text(t)
 for i = 1, n do
   local old
   out[9 + i], old = bucket_admit(buckets[i], sec, ts)

@@ -13,7 +13,7 @@
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id reservation_ttl tokens lease_s month_prev_start month_start
--- @argv month_end month_next_end res_base bucket_count bucket...(capacity refill)
+-- @argv month_end month_next_end res_base bucket_count bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev .. res_p2  as for settle.lua
 --       leases        zset "dg:{t:<tenant>}:leases"
@@ -22,7 +22,7 @@
 --       tokens        used since the last charge (integer >= 0)
 --       lease_s       the plan's lease length (s)
 --       month_prev_start .. month_next_end, res_base: as for admit.lua
---       bucket_count  n; bucket...  per bucket: capacity, refill per second
+--       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) as settle.lua does. Returns {code, used,
 -- month_left_s, lease_left_ms, reserved, tokens_1 .. tokens_n}: code 1 charged, 0 no live
@@ -77,7 +77,8 @@ local ts = bucket_now_text(t)
 for i = 1, tonumber(ARGV[A_BUCKET_COUNT]) do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
-                        tonumber(ARGV[a + A_BUCKET_REFILL]), now_us)
+                        tonumber(ARGV[a + A_BUCKET_REFILL]), tonumber(ARGV[a + A_BUCKET_WARMUP_S]),
+                        now_us)
   out[5 + i] = bucket_take(b, sec, ts, tokens)
 end
 return out

@@ -10,13 +10,13 @@
 -- settled, or past the plan's reservation_ttl_s): nothing written.
 --
 -- @keys taken bucket...
--- @argv tokens final bucket_count bucket...(capacity refill)
+-- @argv tokens final bucket_count bucket...(capacity refill warmup_s)
 --
 -- KEYS: taken      "dg:{g:model_tokens:<name>}:s:<request_id>"
 --       bucket...  the bucket hashes (lib_bucket.lua)
 -- ARGV: tokens     a charge: used since the last charge; a settle: the request's total
 --       final      "1": a settle; "0": a charge
---       bucket_count  n; bucket...  per bucket: capacity, refill per second
+--       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Returns {code, delta, tokens_1 .. tokens_n}: code 1 corrected by delta tokens taken (negative:
 -- given back), 0 no record (nothing written); tokens_i as strings.
@@ -42,6 +42,7 @@ local out = {1, delta}
 for i = 1, tonumber(ARGV[A_BUCKET_COUNT]) do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   out[2 + i] = bucket_correct(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
-                              tonumber(ARGV[a + A_BUCKET_REFILL]), now_us, sec, ts, delta)
+                              tonumber(ARGV[a + A_BUCKET_REFILL]),
+                              tonumber(ARGV[a + A_BUCKET_WARMUP_S]), now_us, sec, ts, delta)
 end
 return out

@@ -7,8 +7,10 @@
 -- "dg:{g:tool:<name>}:tb", "dg:{g:total}:tb") carries its own hash tag, so on a Redis Cluster it
 -- has its own slot, and one call per slot keeps every script's keys in one slot. When any part
 -- refuses, the engine undoes the parts that admitted (refund.lua, ungates.lua). All-or-nothing
--- across the buckets given (the engine gives one): a refusal writes nothing. Same bucket math as
--- admit.lua (lib_bucket.lua).
+-- across the buckets given (the engine gives one): a refusal writes nothing, but for admit.lua's
+-- one exception (a new bucket with warm-up that holds less than its cost is created, so that
+-- its ramp starts: lib_bucket.lua's bucket_start). Same bucket math as admit.lua
+-- (lib_bucket.lua).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
 -- the request was answered 503 or never (a lost connection), and only Redis can tell whether the
@@ -16,7 +18,7 @@
 -- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
 -- @keys attempt taken bucket...
--- @argv attempt_ttl taken_ttl bucket_count bucket...(gate capacity refill cost shadow)
+-- @argv attempt_ttl taken_ttl bucket_count bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
 --                  bucket's hash tag): the marker
@@ -31,7 +33,7 @@
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
---                     below)
+--                     below), warmup_s (the ramp of a new bucket, lib_bucket.lua; "0": none)
 --
 -- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}: code 1 admitted, 0
 -- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
@@ -56,23 +58,27 @@ for i = 1, n do
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
   local cost = tonumber(ARGV[a + A_BUCKET_COST])
-  local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, now_us)
+  local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, tonumber(ARGV[a + A_BUCKET_WARMUP_S]),
+                        now_us)
   b.cost = cost
   buckets[i] = b
   if b.cur < cost then
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b.cur, rate, cost),
+    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
 
 local out = {0, r[1], r[2]}
+local ts = bucket_now_text(t)
 if r[1] ~= '' then
-  for i = 1, n do out[3 + i] = string.format('%.17g', buckets[i].cur) end
+  for i = 1, n do
+    bucket_start(buckets[i], sec, ts)
+    out[3 + i] = string.format('%.17g', buckets[i].cur)
+  end
   return out
 end
 
 out[1], out[2], out[3] = 1, r[3], r[4]
-local ts = bucket_now_text(t)
 local taken = 0
 for i = 1, n do
   local b = buckets[i]

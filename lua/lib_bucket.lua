@@ -3,28 +3,90 @@
 -- tools/embed.py puts this text in place of a `-- @include lib_bucket.lua` line of a script.
 --
 -- A bucket is a hash {tk = tokens, ts = last update in microseconds, ex = the key's expiry in unix
--- seconds}; a key never seen is a full bucket.
+-- seconds}; a key never seen is a full bucket (without warm-up, below).
+--
+-- Warm-up (a gate's warmup_s, W > 0): a key never seen is a cold bucket instead, holding a third
+-- of its capacity C, and its hash gets one more field, c = its creation time (microseconds, as
+-- ts). At age a (now - c) up to W its capacity is C/3 + (2C/3)·a/W and its refill rate R/3 +
+-- (2R/3)·a/W, from W on C and R, so a cold start (first use, an idle key expired, Redis lost it)
+-- does not let a full burst through at once. The refill between ts and now is the integral of
+-- that rate, exact: what a bucket gains does not depend on how often it is read. A hash without
+-- c is warm (a bucket of a gate without warm-up, or made before the gate had one), so such
+-- buckets are read and written exactly as without warm-up; a gate whose warm-up is removed
+-- reads a bucket with c as warm too. reconcile.lua passes W = 0: it does not ramp.
 
--- The bucket at `key` at now_us: {key, cap, rate, cur = min(cap, tk + elapsed * rate), tk and ts
--- as stored ('' when absent, for refund.lua to put back), ex (0 when absent)}.
-local function bucket_read(key, cap, rate, now_us)
-  local b = redis.call('HMGET', key, 'tk', 'ts', 'ex')
-  local tk, ts = tonumber(b[1]), tonumber(b[2])
-  local cur = cap
-  if tk and ts then
-    local elapsed = (now_us - ts) / 1e6
-    if elapsed < 0 then elapsed = 0 end
-    cur = math.min(cap, tk + elapsed * rate)
+-- Tokens a warming bucket of rate `rate` gains from age a0 to age a1 (seconds, 0 <= a0 <= a1):
+-- the integral of R/3 + (2R/3)·a/W up to W, of R after.
+local function bucket_ramp_gain(rate, w, a0, a1)
+  local gain = 0
+  if a0 < w then
+    local x1 = math.min(a1, w)
+    gain = (x1 - a0) * (rate / 3 + rate * (x1 + a0) / (3 * w))
   end
-  return {key = key, cap = cap, rate = rate, cur = cur, tk = b[1] or '', ts = b[2] or '',
-          ex = tonumber(b[3]) or 0}
+  if a1 > w then gain = gain + (a1 - math.max(a0, w)) * rate end
+  return gain
 end
 
--- Milliseconds until a bucket at level `cur` holds `cost` tokens (1 for a request gate, the
--- token estimate for a token-rate gate); a day when it never refills.
-local function bucket_wait_ms(cur, rate, cost)
-  if rate > 0 then return math.ceil((cost - cur) / rate * 1000) end
-  return 86400000
+-- The capacity of a warming bucket at age a.
+local function bucket_ramp_cap(cap, w, a)
+  if a >= w then return cap end
+  return cap / 3 + 2 * cap / 3 * a / w
+end
+
+-- The bucket at `key` at now_us, for a gate of warm-up w seconds (0: none): {key, cap, rate, cur =
+-- the level now, min(the capacity now, tk + refill since ts), lim = the capacity now (cap unless
+-- warming), tk and ts as stored ('' when absent, for refund.lua to put back), ex (0 when absent),
+-- w, and for a warming bucket age = now - c (s), up = tk + refill (the level before the capacity
+-- caps it, which the wait is computed from) and c (its creation time as stored; '' for a new one,
+-- which bucket_take stamps)}.
+local function bucket_read(key, cap, rate, w, now_us)
+  local b = redis.call('HMGET', key, 'tk', 'ts', 'ex', 'c')
+  local tk, ts, c = tonumber(b[1]), tonumber(b[2]), tonumber(b[4])
+  local out = {key = key, cap = cap, rate = rate, cur = cap, lim = cap, tk = b[1] or '',
+               ts = b[2] or '', ex = tonumber(b[3]) or 0, w = w}
+  if not (tk and ts) then
+    if w > 0 then out.cur, out.lim, out.age, out.up, out.c = cap / 3, cap / 3, 0, cap / 3, '' end
+  elseif w > 0 and c then
+    local a1 = math.max(0, (now_us - c) / 1e6)
+    local a0 = math.min(a1, math.max(0, (ts - c) / 1e6))
+    out.age, out.c = a1, b[4]
+    out.up = tk + bucket_ramp_gain(rate, w, a0, a1)
+    out.lim = bucket_ramp_cap(cap, w, a1)
+    out.cur = math.min(out.lim, out.up)
+  else
+    local elapsed = (now_us - ts) / 1e6
+    if elapsed < 0 then elapsed = 0 end
+    out.cur = math.min(cap, tk + elapsed * rate)
+  end
+  return out
+end
+
+-- Milliseconds until bucket b (from bucket_read) holds `cost` tokens (1 for a request gate, the
+-- token estimate for a token-rate gate); a day when it never refills. A warming bucket holds
+-- cost once both its capacity and its uncapped level have reached it: the capacity linearly, the
+-- level by the integral of the ramp (a quadratic in the wait up to W, linear after). A cost above
+-- the full capacity waits for the level alone, as without warm-up.
+local function bucket_wait_ms(b, cost)
+  local rate = b.rate
+  if rate <= 0 then return 86400000 end
+  if not b.age then return math.ceil((cost - b.cur) / rate * 1000) end
+  local w, a, cap = b.w, b.age, b.cap
+  local t_cap = 0
+  local want = math.min(cost, cap)
+  if want > b.lim then t_cap = w * (want - cap / 3) / (2 * cap / 3) - a end
+  local need, t_fill = cost - b.up, 0
+  if need > 0 then
+    local ramp = 0
+    if a < w then ramp = bucket_ramp_gain(rate, w, a, w) end
+    if need <= ramp then
+      -- rate(a)·t + (R/(3W))·t² = need, in the form that does not cancel.
+      local lin, quad = rate / 3 + 2 * rate * a / (3 * w), rate / (3 * w)
+      t_fill = 2 * need / (lin + math.sqrt(lin * lin + 4 * quad * need))
+    else
+      t_fill = math.max(0, w - a) + (need - ramp) / rate
+    end
+  end
+  return math.ceil(math.max(t_cap, t_fill) * 1000)
 end
 
 -- Notes a gate that would refuse, keeping the one with the longest wait, apart for enforced gates
@@ -44,18 +106,24 @@ end
 -- bucket_now_text); returns tk as stored (a string: Lua numbers would be truncated to integers
 -- on the way out of a script). A negative cost gives tokens back (a settle below the estimate),
 -- up to the capacity; a cost above the level takes the bucket below zero (a settle or a stream
--- charge above the estimate: the tokens were used, so the next requests wait for them). An idle
--- bucket goes away: the key lives at least until the bucket would be full again (idle_s, from
--- below zero too) and at most a quarter longer. The expiry is moved only when less than idle_s
--- is left, so that most takes are one keyspace call (an EXPIRE on every take cost as much as the
--- write itself).
+-- charge above the estimate: the tokens were used, so the next requests wait for them). A new
+-- warming bucket is stamped c = ts. An idle bucket goes away: the key lives at least until the
+-- bucket would be full again (idle_s, from below zero too, plus what is left of a warm-up: the
+-- full rate and capacity are reached at W) and at most a quarter longer. The expiry is moved
+-- only when less than idle_s is left, so that most takes are one keyspace call (an EXPIRE on
+-- every take cost as much as the write itself).
 local function bucket_take(b, sec, ts, cost)
-  local tk = string.format('%.17g', math.min(b.cap, b.cur - cost))
+  local tk = string.format('%.17g', math.min(b.lim, b.cur - cost))
   local idle_s = 86400
   if b.rate > 0 then idle_s = math.ceil((b.cap - math.min(0, b.cur - cost)) / b.rate) + 1 end
-  if b.ex - sec < idle_s then
+  if b.age and b.age < b.w then idle_s = idle_s + math.ceil(b.w - b.age) end
+  if b.ex - sec < idle_s then  -- always for a new bucket (ex 0)
     local ex = sec + idle_s + math.ceil(idle_s / 4)
-    redis.call('HSET', b.key, 'tk', tk, 'ts', ts, 'ex', ex)
+    if b.c == '' then
+      redis.call('HSET', b.key, 'tk', tk, 'ts', ts, 'ex', ex, 'c', ts)
+    else
+      redis.call('HSET', b.key, 'tk', tk, 'ts', ts, 'ex', ex)
+    end
     redis.call('EXPIREAT', b.key, ex)
   else
     redis.call('HSET', b.key, 'tk', tk, 'ts', ts)
@@ -63,11 +131,19 @@ local function bucket_take(b, sec, ts, cost)
   return tk
 end
 
+-- A refusal changes nothing, with one exception: a new warming bucket that holds less than its
+-- cost (cost > C/3) is created all the same (level C/3, c = now), or its ramp would never start
+-- and such a cost never pass. Called for each bucket of a refused call, and for an empty shadow
+-- bucket of an admitted one; nothing for any other bucket.
+local function bucket_start(b, sec, ts)
+  if b.c == '' and b.cur < b.cost then bucket_take(b, sec, ts, 0) end
+end
+
 -- Corrects the bucket at key by delta tokens (settle or a stream charge: actual - taken so far;
 -- negative gives back up to the capacity, positive may go below zero) and returns tk as stored;
 -- delta 0 writes nothing and returns the level.
-local function bucket_correct(key, cap, rate, now_us, sec, ts, delta)
-  local b = bucket_read(key, cap, rate, now_us)
+local function bucket_correct(key, cap, rate, w, now_us, sec, ts, delta)
+  local b = bucket_read(key, cap, rate, w, now_us)
   if delta == 0 then return string.format('%.17g', b.cur) end
   return bucket_take(b, sec, ts, delta)
 end
@@ -76,16 +152,20 @@ end
 -- shadow bucket that holds less (the request is admitted all the same: the gate only reports),
 -- takes nothing, as an enforcing refusal takes nothing. Returns tk after the decision and the
 -- undo's snapshot entry "<old tk> <old ts>" (" " when the key did not exist), or "-" when nothing
--- was taken (no undo then).
+-- was taken (no undo then; a new warming bucket is created all the same, bucket_start).
 local function bucket_admit(b, sec, ts)
-  if b.cur < b.cost then return string.format('%.17g', b.cur), '-' end
+  if b.cur < b.cost then
+    bucket_start(b, sec, ts)
+    return string.format('%.17g', b.cur), '-'
+  end
   return bucket_take(b, sec, ts, b.cost), b.tk .. ' ' .. b.ts
 end
 
 -- Gives back the `cost` tokens one take took from the bucket at key k: byte for byte (tk and ts
 -- as they were, or the key deleted when it did not exist) when nobody touched the bucket since
 -- the take stored new_tk/new_ts; otherwise tk + cost, capped at cap, which is the level the
--- bucket would have had without the take (refill is computed from ts when read). old_tk is ''
+-- bucket would have had without the take (refill is computed from ts when read, and a warming
+-- bucket's read caps it at the ramp's capacity, so no warm-up is needed here). old_tk is ''
 -- when the key did not exist; new_ts is '' without a snapshot (the take's reply was lost). A key
 -- that is gone expired because the bucket was full again: nothing to give back (returns 0, else
 -- 1).

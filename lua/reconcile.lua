@@ -48,12 +48,14 @@ local ts = bucket_now_text(t)
 local exact = ARGV[A_EXACT] == '1'
 for i = 1, #KEYS - K_BUCKET + 1 do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  -- Warm-up 0: a local decision was bounded by the daemon's share already; no ramp here (a
+  -- bucket's creation stamp, if any, is kept).
   local key, cap = KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local rate, cost = tonumber(ARGV[a + A_BUCKET_REFILL]), tonumber(ARGV[a + A_BUCKET_COST])
   if exact then
-    bucket_correct(key, cap, rate, now_us, sec, ts, cost)
+    bucket_correct(key, cap, rate, 0, now_us, sec, ts, cost)
   else
-    local b = bucket_read(key, cap, rate, now_us)
+    local b = bucket_read(key, cap, rate, 0, now_us)
     bucket_take(b, sec, ts, math.min(cost, math.max(b.cur, 0)))
   end
 end

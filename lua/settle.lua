@@ -12,7 +12,7 @@
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 bucket...
 -- @argv request_id reservation_ttl tokens month_prev_start month_start month_end month_next_end
--- @argv res_base bucket_count bucket...(capacity refill)
+-- @argv res_base bucket_count bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev, quota_cur, quota_next  the quota counters of the months around the
 --                     gateway's clock, as for admit.lua (lib_month.lua)
@@ -23,7 +23,7 @@
 --       reservation_ttl  the plan's reservation_ttl_s
 --       tokens        the actual token count (integer >= 0)
 --       month_prev_start .. month_next_end, res_base: as for admit.lua
---       bucket_count  n; bucket...  per bucket: capacity, refill per second
+--       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) when Redis TIME, or the reservation's creation
 -- time, lies outside the declared months or windows.
@@ -72,6 +72,7 @@ local now_us = sec * 1000000 + tonumber(t[2])
 for i = 1, tonumber(ARGV[A_BUCKET_COUNT]) do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   out[4 + i] = bucket_correct(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]),
-                              tonumber(ARGV[a + A_BUCKET_REFILL]), now_us, sec, ts, delta)
+                              tonumber(ARGV[a + A_BUCKET_REFILL]),
+                              tonumber(ARGV[a + A_BUCKET_WARMUP_S]), now_us, sec, ts, delta)
 end
 return out
