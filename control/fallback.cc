@@ -134,8 +134,22 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
         {std::string(p.bucket_keys[i]), g.name, g.capacity * share, g.refill * share});
     rec.buckets.push_back({std::string(p.bucket_keys[i]), g.cap_s, g.rate_s});
   }
+  // A sliding window is decided locally as a bucket of capacity limit refilling limit per
+  // window (an approximation: it admits up to twice the limit in a window that straddles an
+  // empty one), and is not journaled: reconcile.lua charges buckets, and a window's admissions
+  // matter only for one window, which an outage mostly outlasts.
+  auto window = [&](const Gate& g, std::string_view key) {
+    const double limit = static_cast<double>(g.limit);
+    a.buckets.push_back({std::string(key), g.name, limit * share,
+                         limit * 1000 / static_cast<double>(g.window_ms) * share});
+  };
+  for (int i = 0; i < p.nw; ++i) window(*p.windows[i], p.window_keys[i]);
   for (int i = 0; i < p.ng; ++i) {
     const Gate& g = *p.globals[i];
+    if (g.window) {
+      window(g, g.key);
+      continue;
+    }
     a.buckets.push_back({g.key, g.name, g.capacity * share, g.refill * share});
     rec.globals.push_back({g.name, g.id, {g.key, g.cap_s, g.rate_s}});
   }
