@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <cmath>
 #include <string>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "control/admission_test_support.h"
+#include "control/api.h"
 #include "control/brake.h"
 #include "control/keys.h"
 #include "control/script_calls.h"
@@ -151,6 +154,23 @@ TEST_F(WindowTest, BurstAdmitsExactlyTheLimitAndTheWaitIsExact) {
   EXPECT_GE(r.retry_after_ms, (oldest + w_us - after + 999) / 1000);
   EXPECT_EQ(s.str({"DUMP", key}), dump);
   EXPECT_EQ(s.dump(), all);
+
+  // The HTTP answer: Retry-After and the guidance's back-off start from the exact wait; the
+  // RateLimit headers name the window's limit, window and what is left.
+  api::Response resp = api::render_admit(r);
+  EXPECT_EQ(resp.status, 429);
+  auto header = [&](const std::string& name) {
+    for (const auto& [k, v] : resp.headers)
+      if (k == name) return v;
+    return std::string("<absent>");
+  };
+  EXPECT_EQ(header("Retry-After"), std::to_string((r.retry_after_ms + 999) / 1000));
+  EXPECT_EQ(header("RateLimit-Policy"), "\"tenant\";q=5;w=20");
+  EXPECT_EQ(header("RateLimit"), "\"tenant\";r=0;t=20");
+  auto j = nlohmann::json::parse(resp.body);
+  EXPECT_EQ(j["retry_after_ms"], r.retry_after_ms);
+  EXPECT_EQ(j["guidance"]["action"], "backoff");
+  EXPECT_EQ(j["guidance"]["backoff"]["initial_ms"], r.retry_after_ms);
 }
 
 // The window slides: with the window full of past admissions (written directly), the oldest
