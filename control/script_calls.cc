@@ -101,7 +101,8 @@ std::string global_key(const Gate& g, std::string_view kind, std::string_view na
 // A tenant's keys: every one carries the tenant's own hash tag.
 void set_keys(TenantInfo& ti, const std::string& name) {
   ti.name = name;
-  if (ti.tenant) ti.tenant_key = gate_key(*ti.tenant, name, "tenant");
+  ti.tenant_key =
+      ti.tenant && ti.tenant->window ? keys::window(name, "tenant") : keys::bucket(name, "tenant");
   if (ti.tenant_tokens) ti.tenant_tokens_key = keys::bucket(name, "tenant_tokens");
   ti.quota_prefix = keys::quota_prefix(name);
   ti.reservations_prefix = keys::reservations(name);
