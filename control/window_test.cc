@@ -8,8 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "control/admission_test_support.h"
 #include "control/api.h"
 #include "control/brake.h"
+#include "control/fallback.h"
 #include "control/keys.h"
 #include "control/script_calls.h"
 #include "control/slot.h"
@@ -103,6 +108,50 @@ TEST(WindowKeys, AdmitCallPacksTheWindowsAfterTheBuckets) {
   EXPECT_EQ(std::vector<std::string>(call->args.end() - 11, call->args.end()),
             (std::vector<std::string>{"tenant", "20", "5", "1", "0", "1", "rq-9:" + attempt, "user",
                                       "7", "2500", "1"}));
+}
+
+// Without Redis (redis.on_failure: local) a window is decided as a bucket of capacity limit
+// refilling limit per window, at the local share, and is not journaled for reconciliation
+// (reconcile.lua charges buckets).
+TEST(WindowFallback, ALocalWindowIsABucketOfItsLimit) {
+  config::Config cfg = base_config(6379);
+  cfg.redis.on_failure = config::OnFailure::kLocal;
+  cfg.redis.local_share = 0.5;
+  config::Plan plan;
+  plan.tenant = window(4, 10);
+  add_tenant(cfg, "ws", plan);
+  cfg.global_gates.tool["code"] = window(6, 10);
+  Snapshot snap(cfg, "");
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("window_fallback." + std::to_string(getpid())))
+          .string();
+  std::filesystem::remove(path);
+  int64_t now_ms = 1'800'000'000'000;
+  std::string err;
+  auto fb = Fallback::open(path, &err, [&] { return now_ms; });
+  ASSERT_TRUE(fb) << err;
+  std::mt19937_64 rng(7);
+  AdmitRequest r = req("ws");
+  r.tool = "code";
+  // The tenant's window is a local bucket of 2 (4 x 0.5) refilling 0.2/s, the tool's of 3.
+  EXPECT_EQ(fb->admit(snap, r, rng).outcome, Outcome::kAllowed);
+  EXPECT_EQ(fb->admit(snap, r, rng).outcome, Outcome::kAllowed);
+  AdmitResult refused = fb->admit(snap, r, rng);
+  ASSERT_EQ(refused.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.gate, "tenant");
+  EXPECT_EQ(refused.retry_after_ms, 5000);
+  now_ms += 5000;
+  EXPECT_EQ(fb->admit(snap, r, rng).outcome, Outcome::kAllowed);
+  // Journaled for the quota and reservations, with no window among the buckets to charge.
+  std::vector<JournalRecord> recs = fb->claim(16);
+  EXPECT_EQ(recs.size(), 3u);
+  for (const JournalRecord& rec : recs) {
+    EXPECT_TRUE(rec.buckets.empty());
+    EXPECT_TRUE(rec.globals.empty());
+  }
+  fb->end_batch();
+  fb.reset();
+  std::filesystem::remove(path);
 }
 
 // limit N admits exactly N in a burst; the N+1-th is refused with the exact wait until the
