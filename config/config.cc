@@ -55,6 +55,16 @@ std::optional<GateMode> parse_gate_mode(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view algorithm_name(Algorithm a) {
+  return a == Algorithm::kSlidingWindow ? "sliding_window" : "token_bucket";
+}
+
+std::optional<Algorithm> parse_algorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kSlidingWindow})
+    if (algorithm_name(a) == name) return a;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string num(double v) {
@@ -73,8 +83,14 @@ void mode(YAML::Emitter& out, GateMode m) {
 }
 
 void bucket(YAML::Emitter& out, const Bucket& b) {
-  out << YAML::Flow << YAML::BeginMap << YAML::Key << "capacity" << YAML::Value << num(b.capacity)
-      << YAML::Key << "refill_per_s" << YAML::Value << num(b.refill_per_s);
+  out << YAML::Flow << YAML::BeginMap;
+  if (b.algorithm == Algorithm::kSlidingWindow)
+    out << YAML::Key << "algorithm" << YAML::Value << std::string(algorithm_name(b.algorithm))
+        << YAML::Key << "limit" << YAML::Value << std::to_string(b.limit) << YAML::Key << "window_s"
+        << YAML::Value << num(b.window_s);
+  else
+    out << YAML::Key << "capacity" << YAML::Value << num(b.capacity) << YAML::Key << "refill_per_s"
+        << YAML::Value << num(b.refill_per_s);
   if (b.warmup_s > 0) kv(out, "warmup_s", num(b.warmup_s));
   mode(out, b.mode);
   out << YAML::EndMap;

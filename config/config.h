@@ -23,10 +23,28 @@ enum class GateMode { kEnforce, kShadow };
 std::string_view gate_mode_name(GateMode mode);
 std::optional<GateMode> parse_gate_mode(std::string_view name);
 
+// A request gate's limit: a token bucket (capacity, refill_per_s), or an exact sliding window
+// (limit admissions in any window_s; request gates only, since a window counts admissions, not
+// tokens).
+enum class Algorithm { kTokenBucket, kSlidingWindow };
+// "token_bucket", "sliding_window".
+std::string_view algorithm_name(Algorithm a);
+std::optional<Algorithm> parse_algorithm(std::string_view name);
+
+// The most admissions a sliding window holds: its Redis sorted set has one member per
+// admission in the window, so this bounds the memory of one window key.
+inline constexpr int64_t kMaxWindowLimit = 100000;
+// The longest window (s): 31 days.
+inline constexpr double kMaxWindowS = 31 * 86400;
+
 struct Bucket {
   double capacity = 0;
   double refill_per_s = 0;
   GateMode mode = GateMode::kEnforce;
+  Algorithm algorithm = Algorithm::kTokenBucket;
+  // algorithm sliding_window: at most `limit` admissions in any `window_s` seconds.
+  int64_t limit = 0;
+  double window_s = 0;
   // Warm-up (s, 0: none): a bucket the gate creates (first use, its key expired or lost) starts
   // at a third of capacity and refill and ramps linearly to all of them over warmup_s
   // (lua/lib_bucket.lua).

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <span>
 #include <set>
 #include <sstream>
 
@@ -368,31 +369,79 @@ void set_gate_mode(Ctx& ctx, const Fields& f, GateMode& out) {
                   "have refused)");
 }
 
-std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path) {
-  Fields f(ctx, n, path, {"capacity", "refill_per_s", "warmup_s", "mode"});
+// A gate's limit: a token bucket (capacity, refill_per_s, warmup_s) or, on a request gate, a
+// sliding window (algorithm: sliding_window, limit, window_s). `tokens`: a token-rate gate (its
+// cost is a token estimate), which only a bucket can meter.
+std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                                  bool tokens = false) {
+  Fields f(ctx, n, path,
+           {"capacity", "refill_per_s", "warmup_s", "mode", "algorithm", "limit", "window_s"});
   if (!f.ok()) return std::nullopt;
   Bucket b;
   bool ok = true;
-  // A request costs one token, so a bucket smaller than 1 would refuse everything.
-  if (const Entry* e = f.require("capacity")) {
-    if (auto v =
-            get_double(ctx, e->value, f.path("capacity"), {1, false, "a request costs 1 token"}))
-      b.capacity = *v;
-    else
-      ok = false;
-  } else {
-    ok = false;
+  if (const Entry* e = f.find("algorithm")) {
+    auto s = get_string(ctx, e->value, f.path("algorithm"));
+    auto a = s ? parse_algorithm(*s) : std::nullopt;
+    if (s && !a)
+      ctx.error(e->value, f.path("algorithm"),
+                "unknown algorithm " + quote(*s) + "; expected token_bucket or sliding_window");
+    if (a == Algorithm::kSlidingWindow && tokens) {
+      ctx.error(e->value, f.path("algorithm"),
+                "sliding_window counts admissions (cost 1): a token-rate gate takes a token "
+                "estimate, which only token_bucket meters");
+      a.reset();
+    }
+    if (!a) return std::nullopt;
+    b.algorithm = *a;
   }
-  if (const Entry* e = f.require("refill_per_s")) {
-    if (auto v = get_double(ctx, e->value, f.path("refill_per_s"), {0, true}))
-      b.refill_per_s = *v;
+  const bool window = b.algorithm == Algorithm::kSlidingWindow;
+  // The other algorithm's fields are refused rather than ignored: a limit that silently does
+  // nothing is worse than an error.
+  static constexpr std::string_view kBucketFields[] = {"capacity", "refill_per_s", "warmup_s"};
+  static constexpr std::string_view kWindowFields[] = {"limit", "window_s"};
+  for (std::string_view key : window ? std::span<const std::string_view>(kBucketFields)
+                                     : std::span<const std::string_view>(kWindowFields)) {
+    if (const Entry* e = f.find(key)) {
+      ctx.error(e->key_node, f.path(key),
+                std::string("not a field of algorithm ") +
+                    (window ? "sliding_window (it takes limit and window_s; no warm-up)"
+                            : "token_bucket (limit and window_s need algorithm: sliding_window)"));
+      ok = false;
+    }
+  }
+  auto required_double = [&](std::string_view key, NumRule rule, double& out) {
+    const Entry* e = f.require(key);
+    std::optional<double> v;
+    if (e) v = get_double(ctx, e->value, f.path(key), rule);
+    if (v)
+      out = *v;
     else
       ok = false;
+    return e;
+  };
+  if (window) {
+    if (const Entry* e = f.require("limit")) {
+      if (auto v = get_int(ctx, e->value, f.path("limit"), 1, kMaxWindowLimit))
+        b.limit = *v;
+      else
+        ok = false;
+    } else {
+      ok = false;
+    }
+    // From a millisecond (the scripts' unit for a window) to 31 days.
+    const Entry* e = required_double("window_s", {0.001, false}, b.window_s);
+    if (e && b.window_s > kMaxWindowS) {
+      ctx.error(e->value, f.path("window_s"),
+                "must be <= " + num_str(kMaxWindowS) + " (31 days), got " + e->value.Scalar());
+      ok = false;
+    }
   } else {
-    ok = false;
+    // A request costs one token, so a bucket smaller than 1 would refuse everything.
+    required_double("capacity", {1, false, "a request costs 1 token"}, b.capacity);
+    required_double("refill_per_s", {0, true}, b.refill_per_s);
   }
   // Warm-up of a new bucket; 0 (the default) is none.
-  if (const Entry* e = f.find("warmup_s")) {
+  if (const Entry* e = window ? nullptr : f.find("warmup_s")) {
     if (auto v = get_double(ctx, e->value, f.path("warmup_s"),
                             {0, false, "0 is no warm-up", 86400, "a day"}))
       b.warmup_s = *v;
@@ -777,7 +826,9 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
                              {"tenant_tokens", &p.tenant_tokens},
                              {"user_tokens", &p.user_tokens},
                              {"api_key_tokens", &p.api_key_tokens}}) {
-      if (const Entry* b = g.find(name)) *out = load_bucket(ctx, b->value, g.path(name));
+      if (const Entry* b = g.find(name))
+        *out =
+            load_bucket(ctx, b->value, g.path(name), std::string_view(name).ends_with("_tokens"));
     }
   }
   if (const Entry* e = f.find("quota")) {
@@ -837,7 +888,7 @@ void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
     for (const auto& gate : *es) {
       std::string path = join(f.path(kind), gate.key);
       bool id_ok = check_id(ctx, gate.key_node, path, gate.key);
-      auto b = load_bucket(ctx, gate.value, path);
+      auto b = load_bucket(ctx, gate.value, path, out_p == &g.model_tokens);
       if (id_ok && b) out[gate.key] = *b;
     }
   }

@@ -200,7 +200,7 @@ plans:
       tenant: { capacity: 1, refill_per_s: 1, burst: 2 }
 )")),
             "t.yaml:4:47: plans.pro.gates.tenant.burst: unknown key 'burst' (allowed: capacity, "
-            "refill_per_s, warmup_s, mode)");
+            "refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
             "api_key, ip, tenant_tokens, user_tokens, api_key_tokens)");
@@ -387,7 +387,7 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
             "t.yaml:1:53: global_gates.total.refill_per_s: must be > 0, got 0");
   EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, per: ip } }"),
             "t.yaml:1:56: global_gates.total.per: unknown key 'per' (allowed: capacity, "
-            "refill_per_s, warmup_s, mode)");
+            "refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
   EXPECT_EQ(error_of("global_gates: { totals: {} }"),
             "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
             "model_tokens, total)");
@@ -427,6 +427,93 @@ global_gates:
   EXPECT_EQ(p.api_key_tokens, (Bucket{3000, 50}));
   EXPECT_EQ(c.global_gates.model_tokens.at("gpt"), (Bucket{900000, 15000}));
   EXPECT_FALSE(p.tenant);
+}
+
+// A sliding window on a request gate: algorithm, limit and window_s, each checked with its
+// position; the other algorithm's fields are refused, and so is a window on a token-rate gate.
+TEST(Errors, SlidingWindow) {
+  Config c = load_ok(R"(
+plans:
+  p:
+    gates:
+      tenant: { algorithm: sliding_window, limit: 100, window_s: 60 }
+      user: { algorithm: sliding_window, limit: 1, window_s: 0.001, mode: shadow }
+      api_key: { algorithm: token_bucket, capacity: 5, refill_per_s: 1 }
+global_gates:
+  tool: { code_exec: { algorithm: sliding_window, limit: 100000, window_s: 2678400 } }
+  model: { m: { algorithm: sliding_window, limit: 3, window_s: 1.5 } }
+  total: { algorithm: sliding_window, limit: 50, window_s: 1 }
+)");
+  const Plan& p = c.plans.at("p");
+  Bucket w{0, 0, GateMode::kEnforce, Algorithm::kSlidingWindow, 100, 60};
+  EXPECT_EQ(p.tenant, w);
+  EXPECT_EQ(p.user, (Bucket{0, 0, GateMode::kShadow, Algorithm::kSlidingWindow, 1, 0.001}));
+  EXPECT_EQ(p.api_key, (Bucket{5, 1}));
+  EXPECT_EQ(c.global_gates.tool.at("code_exec"),
+            (Bucket{0, 0, GateMode::kEnforce, Algorithm::kSlidingWindow, 100000, 2678400}));
+  EXPECT_EQ(c.global_gates.model.at("m").limit, 3);
+  EXPECT_EQ(c.global_gates.total->window_s, 1);
+
+  EXPECT_EQ(error_of("plans: { p: { gates: { tenant: { algorithm: leaky, limit: 1 } } } }"),
+            "t.yaml:1:45: plans.p.gates.tenant.algorithm: unknown algorithm 'leaky'; expected "
+            "token_bucket or sliding_window");
+  EXPECT_EQ(
+      error_of("plans: { p: { gates: { tenant: { algorithm: sliding_window, window_s: 1 } } } }"),
+      "t.yaml:1:32: plans.p.gates.tenant.limit: required field is missing");
+  EXPECT_EQ(
+      error_of("plans: { p: { gates: { tenant: { algorithm: sliding_window, limit: 1 } } } }"),
+      "t.yaml:1:32: plans.p.gates.tenant.window_s: required field is missing");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { algorithm: sliding_window, limit: 0, "
+                     "window_s: 1 } } } }"),
+            "t.yaml:1:64: plans.p.gates.ip.limit: must be between 1 and 100000, got 0");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { algorithm: sliding_window, limit: 100001, "
+                     "window_s: 1 } } } }"),
+            "t.yaml:1:64: plans.p.gates.ip.limit: must be between 1 and 100000, got 100001");
+  EXPECT_EQ(error_of("plans: { p: { gates: { ip: { algorithm: sliding_window, limit: 2.5, "
+                     "window_s: 1 } } } }"),
+            "t.yaml:1:64: plans.p.gates.ip.limit: expected an integer, got '2.5'");
+  EXPECT_EQ(error_of("global_gates: { total: { algorithm: sliding_window, limit: 5, window_s: "
+                     "0.0005 } }"),
+            "t.yaml:1:73: global_gates.total.window_s: must be >= 0.001, got 0.0005");
+  EXPECT_EQ(error_of("global_gates: { total: { algorithm: sliding_window, limit: 5, window_s: "
+                     "2678401 } }"),
+            "t.yaml:1:73: global_gates.total.window_s: must be <= 2678400 (31 days), got 2678401");
+  // The other algorithm's fields.
+  EXPECT_EQ(error_of("global_gates: { tool: { t: { algorithm: sliding_window, limit: 5, "
+                     "window_s: 1, capacity: 5 } } }"),
+            "t.yaml:1:80: global_gates.tool.t.capacity: not a field of algorithm sliding_window "
+            "(it takes limit and window_s; no warm-up)");
+  EXPECT_EQ(error_of("global_gates: { model: { m: { algorithm: sliding_window, limit: 5, "
+                     "window_s: 1, refill_per_s: 1 } } }"),
+            "t.yaml:1:81: global_gates.model.m.refill_per_s: not a field of algorithm "
+            "sliding_window (it takes limit and window_s; no warm-up)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { tenant: { algorithm: sliding_window, limit: 5, "
+                     "window_s: 1, warmup_s: 60 } } } }"),
+            "t.yaml:1:84: plans.p.gates.tenant.warmup_s: not a field of algorithm "
+            "sliding_window (it takes limit and window_s; no warm-up)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { user: { capacity: 5, refill_per_s: 1, limit: 5 } } "
+                     "} }"),
+            "t.yaml:1:62: plans.p.gates.user.limit: not a field of algorithm token_bucket (limit "
+            "and window_s need algorithm: sliding_window)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { user: { algorithm: token_bucket, capacity: 5, "
+                     "refill_per_s: 1, window_s: 5 } } } }"),
+            "t.yaml:1:87: plans.p.gates.user.window_s: not a field of algorithm token_bucket "
+            "(limit and window_s need algorithm: sliding_window)");
+  // Token-rate gates meter tokens: a window is refused there, naming the field.
+  for (const char* gate : {"tenant_tokens", "user_tokens", "api_key_tokens"}) {
+    std::string yaml = std::string("plans: { p: { gates: { ") + gate +
+                       ": { algorithm: sliding_window, limit: 5, window_s: 1 } } } }";
+    const std::string col = std::to_string(23 + std::string(gate).size() + 16);
+    EXPECT_EQ(error_of(yaml), "t.yaml:1:" + col + ": plans.p.gates." + gate +
+                                  ".algorithm: sliding_window counts admissions (cost 1): a "
+                                  "token-rate gate takes a token estimate, which only "
+                                  "token_bucket meters");
+  }
+  EXPECT_EQ(error_of("global_gates: { model_tokens: { m: { algorithm: sliding_window, limit: 5, "
+                     "window_s: 1 } } }"),
+            "t.yaml:1:49: global_gates.model_tokens.m.algorithm: sliding_window counts "
+            "admissions (cost 1): a token-rate gate takes a token estimate, which only "
+            "token_bucket meters");
 }
 
 // On a Redis Cluster one gates.lua call cannot take the total bucket and a model's or tool's
@@ -1274,12 +1361,16 @@ plans:
     quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
     on_failure: open
-  lite: { class: default }
+  lite:
+    class: default
+    gates: { user: { algorithm: sliding_window, limit: 17, window_s: 2.5, mode: shadow } }
 tenants:
   ws-1: { plan: pro }
   ws-2: { plan: lite }
 global_gates:
-  tool: { web_search: { capacity: 3, refill_per_s: 0.75 } }
+  tool:
+    web_search: { capacity: 3, refill_per_s: 0.75 }
+    code_exec: { algorithm: sliding_window, limit: 30, window_s: 10 }
   model: { llama-70b: { capacity: 201, refill_per_s: 101 } }
   model_tokens: { llama-70b: { capacity: 90000, refill_per_s: 900, warmup_s: 600 } }
   total: { capacity: 5000, refill_per_s: 2500, warmup_s: 86400 }
@@ -1331,19 +1422,25 @@ dataplane:
   EXPECT_EQ(pro.tenant, (Bucket{21, 5.5}));
   EXPECT_EQ(pro.user, (Bucket{7, 2.25}));
   EXPECT_EQ(pro.api_key, (Bucket{11, 0.125}));
-  EXPECT_EQ(pro.ip, (Bucket{13, 0.5, GateMode::kEnforce, 30}));
-  EXPECT_EQ(pro.tenant_tokens, (Bucket{60000, 1000, GateMode::kShadow, 120.5}));
+  EXPECT_EQ(pro.ip, (Bucket{13, 0.5, GateMode::kEnforce, Algorithm::kTokenBucket, 0, 0, 30}));
+  EXPECT_EQ(pro.tenant_tokens,
+            (Bucket{60000, 1000, GateMode::kShadow, Algorithm::kTokenBucket, 0, 0, 120.5}));
   EXPECT_EQ(pro.quota, (Quota{123456789012, 601, 9}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
   EXPECT_EQ(c.plans.at("lite").cls, "default");
   EXPECT_FALSE(c.plans.at("lite").tenant);
+  EXPECT_EQ(c.plans.at("lite").user,
+            (Bucket{0, 0, GateMode::kShadow, Algorithm::kSlidingWindow, 17, 2.5}));
+  EXPECT_EQ(c.global_gates.tool.at("code_exec"),
+            (Bucket{0, 0, GateMode::kEnforce, Algorithm::kSlidingWindow, 30, 10}));
   EXPECT_EQ(c.tenants.at("ws-1"), (Tenant{"ws-1", "pro"}));
   EXPECT_EQ(c.tenants.at("ws-2"), (Tenant{"ws-2", "lite"}));
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{3, 0.75}));
   EXPECT_EQ(c.global_gates.model.at("llama-70b"), (Bucket{201, 101}));
   EXPECT_EQ(c.global_gates.model_tokens.at("llama-70b"),
-            (Bucket{90000, 900, GateMode::kEnforce, 600}));
-  EXPECT_EQ(c.global_gates.total, (Bucket{5000, 2500, GateMode::kEnforce, 86400}));
+            (Bucket{90000, 900, GateMode::kEnforce, Algorithm::kTokenBucket, 0, 0, 600}));
+  EXPECT_EQ(c.global_gates.total,
+            (Bucket{5000, 2500, GateMode::kEnforce, Algorithm::kTokenBucket, 0, 0, 86400}));
   ASSERT_TRUE(c.dataplane);
   const Dataplane& dp = *c.dataplane;
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "2-3", "--vdev=net_ring0"}));

@@ -26,6 +26,21 @@ Remaining bucket_remaining(const Gate& g, double tokens) {
   return control::bucket_remaining(g.name, g.capacity, g.refill, tokens);
 }
 
+// A sliding window's Remaining from the scripts' count (the admissions in it before the
+// decision): the admission adds one when it stands and the window had room (a full shadow window
+// takes nothing). reset_s bounds when the window is empty again: every admission in it leaves
+// within one window.
+Remaining window_remaining(const Gate& g, int64_t count, bool stands) {
+  if (stands && count < g.limit) ++count;
+  Remaining r;
+  r.gate = g.name;
+  r.limit = static_cast<double>(g.limit);
+  r.value = static_cast<double>(std::max<int64_t>(0, g.limit - count));
+  r.window_s = static_cast<double>(g.window_ms) / 1000;
+  r.reset_s = count > 0 ? (g.window_ms + 999) / 1000 : 0;
+  return r;
+}
+
 // What a bucket took from an admission: 1, or the estimate on a token-rate gate.
 double cost_of(const Prepared& p, const Gate& g) {
   return g.per_token ? static_cast<double>(p.tokens) : 1;
@@ -71,7 +86,8 @@ std::string bad_reply(const redisReply* r, std::string_view error, size_t n) {
 }
 
 // Positions in admit.lua's reply: {code, gate, retry_after_ms, quota_used, month_left_s,
-// month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}.
+// month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n, count_1 ..
+// count_m (windows) [, snapshot]}.
 enum AdmitReply : size_t {
   kCode,
   kGate,
@@ -84,7 +100,8 @@ enum AdmitReply : size_t {
   kQuotaExisted,
   kTokens
 };
-// gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}.
+// gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m
+// [, snapshot]}; a gate is one bucket or one window, so either is at kGatesTokens.
 constexpr size_t kGatesTokens = 3;
 // The snapshot entry of a bucket that took nothing (an empty shadow bucket, lib_bucket.lua).
 constexpr std::string_view kUntaken = "-";
@@ -176,9 +193,11 @@ struct Engine::Impl {
     // From the tenant-slot call, for the response and a refund.
     Part tenant_part = Part::kPending;
     std::array<double, kMaxTenantBuckets> tokens_after{};
+    std::array<int64_t, kMaxTenantWindows> window_counts{};  // before the decision
     int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
     Undo undo;
     std::array<Part, kMaxGlobalBuckets> global_parts{};
+    // A bucket's level after the decision, a window's count before it.
     std::array<double, kMaxGlobalBuckets> global_tokens{};
     // Per global gate, what its ungates.lua needs (gates.lua's snapshot); empty: one token back.
     std::array<std::vector<std::string>, kMaxGlobalBuckets> global_undo;
@@ -282,6 +301,9 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
       v = std::min(p.buckets[i]->capacity, v + cost_of(p, *p.buckets[i]));
     rem.push_back(bucket_remaining(*p.buckets[i], v));
   }
+  for (int j = 0; j < p.nw; ++j)
+    rem.push_back(window_remaining(*p.windows[j], op->window_counts[static_cast<size_t>(j)],
+                                   op->tenant_part == Part::kAdmitted && !refunded));
   if (plan.quota) {
     int64_t used = op->used - (refunded ? p.tokens : 0);
     Remaining q;
@@ -308,6 +330,12 @@ void Engine::Impl::add_global_remaining(AdmitOp* op) {
   for (int i = 0; i < op->p.ng; ++i) {
     const auto at = static_cast<size_t>(i);
     double v = op->global_tokens[at];
+    if (op->p.globals[i]->window) {
+      op->res.remaining.push_back(window_remaining(
+          *op->p.globals[i], static_cast<int64_t>(v),
+          op->global_parts[at] == Part::kAdmitted && op->res.outcome == Outcome::kAllowed));
+      continue;
+    }
     // ungates.lua gave back what it took: the level before this admission.
     if (op->global_parts[at] == Part::kAdmitted && op->res.outcome != Outcome::kAllowed &&
         !op->global_untaken[at])
@@ -343,7 +371,8 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
   const int64_t code =
       r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? as_int(elem(r, kCode)) : -1;
   const size_t nb = static_cast<size_t>(op->p.nb);
-  std::string bad = bad_reply(r, error, kTokens + nb);
+  const size_t nw = static_cast<size_t>(op->p.nw);
+  std::string bad = bad_reply(r, error, kTokens + nb + nw);
   if (code == 2) {
     op->conflict = true;  // nothing was written
   } else if (code == 3) {
@@ -360,6 +389,7 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     op->first_ms = as_int(elem(r, kFirstLeaseMs));
     op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
     for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
+    for (size_t j = 0; j < nw; ++j) op->window_counts[j] = as_int(elem(r, kTokens + nb + j));
     op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
     if (code != 1) {
       refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
@@ -466,7 +496,7 @@ void Engine::Impl::part_done(const Op& op_ptr) {
 void Engine::Impl::on_late_admit(const Op& op, const redisReply* r) {
   op->undo = Undo{};
   if (r) {
-    if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb)).empty()) return;
+    if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb + op->p.nw)).empty()) return;
     if (as_int(elem(r, kCode)) != 1) return;  // refused or a conflict: nothing was written
     op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
     if (!decode_undo(op.get(), r)) op->undo = Undo{};
@@ -493,7 +523,8 @@ void Engine::Impl::decode_gates_undo(AdmitOp* op, int i, const redisReply* r) {
   auto& out = op->global_undo[static_cast<size_t>(i)];
   out.clear();
   op->global_untaken[static_cast<size_t>(i)] = false;
-  if (r->elements < kGatesTokens + 3) return;
+  // A window's undo needs no snapshot: it removes the call's member.
+  if (op->p.globals[i]->window || r->elements < kGatesTokens + 3) return;
   op->global_untaken[static_cast<size_t>(i)] = as_str(elem(r, kGatesTokens + 1)) == kUntaken;
   if (!split_old(as_str(elem(r, kGatesTokens + 1)), out)) return out.clear();
   out.emplace_back(as_str(elem(r, kGatesTokens)));
@@ -543,7 +574,7 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   const size_t nb = static_cast<size_t>(op->p.nb);
-  const size_t at = kTokens + nb;
+  const size_t at = kTokens + nb + static_cast<size_t>(op->p.nw);  // the windows' counts first
   if (r->elements < at + nb + 1) return false;
   // Per bucket "<old tk> <old ts>", then the new ts of all; the new tk are the tokens_i.
   const std::string_view new_ts = as_str(elem(r, at + nb));

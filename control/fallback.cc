@@ -66,6 +66,7 @@ template <class Cost>
 void journal_buckets(JournalRecord& rec, const std::vector<LocalBucket>& buckets, Cost cost) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     const LocalBucket& b = buckets[i];
+    if (b.window) continue;  // decided locally only (Fallback::admit)
     JournalRecord::Bucket j;
     j.key = b.key;
     j.capacity = b.full_capacity;
@@ -180,7 +181,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   a.tenant = rec.tenant = p.t->name;
   a.request_id = rec.request_id = p.rid;
   a.tokens = rec.tokens = p.tokens;
-  a.buckets.reserve(static_cast<size_t>(p.nb + p.ng));
+  a.buckets.reserve(static_cast<size_t>(p.nb + p.nw + p.ng));
   // As prepare's brake: enforced gates only (a shadow one shows what the plan's limit would do).
   auto add = [&](const Gate& g, std::string_view key, bool global) {
     LocalBucket& b = a.buckets.emplace_back();
@@ -189,8 +190,19 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
     b.shadow = g.shadow == "1";
     const double scale = b.shadow ? share : share * factor;
     if (!b.shadow && factor < 1) res.brake = factor;
-    b.capacity = g.capacity * scale;
-    b.refill = g.refill * scale;
+    if (g.window) {
+      // A sliding window is decided locally as a bucket of capacity limit refilling limit per
+      // window (an approximation: it admits up to twice the limit in a window that straddles
+      // an empty one), and is not journaled: reconcile.lua charges buckets, and a window's
+      // admissions matter only for one window, which an outage mostly outlasts.
+      const double limit = static_cast<double>(g.limit);
+      b.capacity = limit * scale;
+      b.refill = limit * 1000 / static_cast<double>(g.window_ms) * scale;
+      b.window = true;
+    } else {
+      b.capacity = g.capacity * scale;
+      b.refill = g.refill * scale;
+    }
     b.cost = g.per_token ? static_cast<double>(p.tokens) : 1;
     b.per_token = g.per_token;
     b.global = global;
@@ -199,6 +211,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
     b.full_refill = g.rate_s;
   };
   for (int i = 0; i < p.nb; ++i) add(*p.buckets[i], p.bucket_keys[i], false);
+  for (int i = 0; i < p.nw; ++i) add(*p.windows[i], p.window_keys[i], false);
   for (int i = 0; i < p.ng; ++i) add(*p.globals[i], p.globals[i]->key, true);
   a.quota_shadow = p.t->quota_shadow_s == "1";
   a.streams_shadow = p.t->streams_shadow_s == "1";

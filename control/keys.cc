@@ -28,6 +28,11 @@ std::string bucket(std::string_view tenant, std::string_view gate, std::string_v
   return join({"dg:{t:", tenant, "}:tb:", gate, ":", id});
 }
 
+std::string window(std::string_view tenant, std::string_view gate, std::string_view id) {
+  if (id.empty()) return join({"dg:{t:", tenant, "}:sw:", gate});
+  return join({"dg:{t:", tenant, "}:sw:", gate, ":", id});
+}
+
 std::string quota_prefix(std::string_view tenant) {
   return join({"dg:{t:", tenant, "}:q:"});
 }
@@ -64,6 +69,10 @@ std::string global_bucket(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:tb"});
 }
 
+std::string global_window(std::string_view kind, std::string_view name) {
+  return join({"dg:{g:", kind, ":", name, "}:sw"});
+}
+
 std::string brake() {
   return "dg:{brake}:state";
 }
@@ -82,6 +91,10 @@ std::string registry_log() {
 
 std::string total_bucket() {
   return "dg:{g:total}:tb";
+}
+
+std::string total_window() {
+  return "dg:{g:total}:sw";
 }
 
 std::string total_attempt(std::string_view attempt) {

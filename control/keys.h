@@ -16,6 +16,9 @@ std::string tenant_prefix(std::string_view tenant);
 // (gate "user", "key" for api keys, "ip" for a client address as common::client_ip_key
 // writes it: the tenant's hash tag keeps the ip gate in the tenant's one admit.lua call).
 std::string bucket(std::string_view tenant, std::string_view gate, std::string_view id = {});
+// "dg:{t:<tenant>}:sw:<gate>[:<id>]": a sliding window's sorted set (lua/lib_window.lua), named
+// as bucket() names the bucket of the same gate, in the same hash slot.
+std::string window(std::string_view tenant, std::string_view gate, std::string_view id = {});
 // "dg:{t:<tenant>}:q:": the quota counters' prefix; a counter is "<prefix>YYYY-MM" (TimeKeys).
 std::string quota_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:q:<YYYY-MM>".
@@ -72,8 +75,12 @@ std::string applied(std::string_view tenant);
 std::string global_applied(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:tb", kind "model", "model_tokens" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
+// "dg:{g:<kind>:<name>}:sw", kind "model" or "tool": a global gate's sliding window.
+std::string global_window(std::string_view kind, std::string_view name);
 // "dg:{g:total}:tb": the bucket of every admission of every tenant.
 std::string total_bucket();
+// "dg:{g:total}:sw": the total gate as a sliding window.
+std::string total_window();
 // "dg:{g:total}:a:<attempt>": as global_attempt, for the total gate's gates.lua call.
 std::string total_attempt(std::string_view attempt);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;

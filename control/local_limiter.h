@@ -30,6 +30,7 @@ struct LocalBucket {
   bool shadow = false;     // mode: shadow, its own or its plan's: reports, never refuses
   bool per_token = false;  // a token-rate gate: settle and stream charges correct it
   bool global = false;     // a global gate (its own hash slot); `gate` is its kind
+  bool window = false;     // a sliding window, approximated by this bucket; not journaled
   std::string id;          // a global gate's model or tool ("" for total)
   // The plan's limits as the scripts take them (journal.h: reconciliation charges Redis's
   // bucket, not a share of it).

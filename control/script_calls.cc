@@ -1,8 +1,10 @@
 #include "control/script_calls.h"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "common/address.h"
@@ -62,21 +64,46 @@ Gate::Gate(std::string n, const config::Bucket& b, bool tokens, bool plan_shadow
       cap_s(fmt_double(b.capacity)),
       rate_s(fmt_double(b.refill_per_s)),
       warmup_s(fmt_double(b.warmup_s)),
-      shadow(plan_shadow || b.mode == config::GateMode::kShadow ? "1" : "0") {}
+      shadow(plan_shadow || b.mode == config::GateMode::kShadow ? "1" : "0") {
+  if (b.algorithm != config::Algorithm::kSlidingWindow) return;
+  window = true;
+  limit = b.limit;
+  // The scripts count in milliseconds; the loader allows no window below one.
+  window_ms = std::max<int64_t>(1, std::llround(b.window_s * 1000));
+  limit_s = std::to_string(limit);
+  window_ms_s = std::to_string(window_ms);
+}
 
 Gate::Gate(const Gate& g, double factor) : Gate(g) {
   capacity = g.capacity * factor;
   refill = g.refill * factor;
   cap_s = fmt_double(capacity);
   rate_s = fmt_double(refill);
+  if (window) {
+    limit = static_cast<int64_t>(std::floor(static_cast<double>(g.limit) * factor));
+    limit_s = std::to_string(limit);
+  }
 }
 
 namespace {
 
+// The key of a tenant's gate g: its bucket, or its sliding window.
+std::string gate_key(const Gate& g, std::string_view tenant, std::string_view gate,
+                     std::string_view id = {}) {
+  return g.window ? keys::window(tenant, gate, id) : keys::bucket(tenant, gate, id);
+}
+
+// A global gate's key: its bucket or its sliding window, in the gate's own slot.
+std::string global_key(const Gate& g, std::string_view kind, std::string_view name) {
+  if (kind == "total") return g.window ? keys::total_window() : keys::total_bucket();
+  return g.window ? keys::global_window(kind, name) : keys::global_bucket(kind, name);
+}
+
 // A tenant's keys: every one carries the tenant's own hash tag.
 void set_keys(TenantInfo& ti, const std::string& name) {
   ti.name = name;
-  ti.tenant_key = keys::bucket(name, "tenant");
+  ti.tenant_key =
+      ti.tenant && ti.tenant->window ? keys::window(name, "tenant") : keys::bucket(name, "tenant");
   if (ti.tenant_tokens) ti.tenant_tokens_key = keys::bucket(name, "tenant_tokens");
   ti.quota_prefix = keys::quota_prefix(name);
   ti.reservations_prefix = keys::reservations(name);
@@ -147,7 +174,7 @@ Tables::Tables(const config::Config& cfg) {
   }
   for (const auto& [name, b] : cfg.global_gates.model) {
     Gate g("model", b);
-    g.key = keys::global_bucket("model", name);
+    g.key = global_key(g, "model", name);
     g.id = name;
     models.emplace(name, std::move(g));
   }
@@ -159,13 +186,13 @@ Tables::Tables(const config::Config& cfg) {
   }
   for (const auto& [name, b] : cfg.global_gates.tool) {
     Gate g("tool", b);
-    g.key = keys::global_bucket("tool", name);
+    g.key = global_key(g, "tool", name);
     g.id = name;
     tools.emplace(name, std::move(g));
   }
   if (cfg.global_gates.total) {
     total.emplace("total", *cfg.global_gates.total);
-    total->key = keys::total_bucket();
+    total->key = global_key(*total, "total", {});
   }
 }
 
@@ -218,6 +245,7 @@ void apply_brake(Prepared& p, const Brake& brake) {
     g = &p.braked[next++].emplace(*g, brake.factor);
   };
   for (int i = 0; i < p.nb; ++i) scale(p.buckets[i]);
+  for (int i = 0; i < p.nw; ++i) scale(p.windows[i]);
   for (int i = 0; i < p.ng; ++i) scale(p.globals[i]);
   if (next > 0) p.brake = brake.factor;
 }
@@ -260,25 +288,29 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   t.time_keys(p.time_keys);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
-  if (t.tenant) {
-    p.buckets[p.nb] = &*t.tenant;
-    p.bucket_keys[p.nb++] = t.tenant_key;
-  }
+  // A request gate is a bucket or a window (its own list, after the buckets in the call).
+  auto add = [&p](const Gate* g, std::string_view key) {
+    if (g->window) {
+      p.windows[p.nw] = g;
+      p.window_keys[p.nw++] = key;
+    } else {
+      p.buckets[p.nb] = g;
+      p.bucket_keys[p.nb++] = key;
+    }
+  };
+  if (t.tenant) add(t.tenant, t.tenant_key);
   if (t.user && !req.user.empty()) {
-    p.user_key = keys::bucket(t.name, "user", req.user);
-    p.buckets[p.nb] = &*t.user;
-    p.bucket_keys[p.nb++] = p.user_key;
+    p.user_key = gate_key(*t.user, t.name, "user", req.user);
+    add(t.user, p.user_key);
   }
   if (t.api_key && !req.api_key.empty()) {
-    p.api_key_key = keys::bucket(t.name, "key", req.api_key);
-    p.buckets[p.nb] = &*t.api_key;
-    p.bucket_keys[p.nb++] = p.api_key_key;
+    p.api_key_key = gate_key(*t.api_key, t.name, "key", req.api_key);
+    add(t.api_key, p.api_key_key);
   }
   // Like user and api_key, the ip gate applies to the requests that name a client_ip.
   if (t.ip && ip) {
-    p.ip_key = keys::bucket(t.name, "ip", *ip);
-    p.buckets[p.nb] = &*t.ip;
-    p.bucket_keys[p.nb++] = p.ip_key;
+    p.ip_key = gate_key(*t.ip, t.name, "ip", *ip);
+    add(t.ip, p.ip_key);
   }
   // The token-rate gates take the estimate, in the same call as the request gates.
   if (t.tenant_tokens) {
@@ -306,12 +338,15 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
   }
   if (tables.total) p.globals[p.ng++] = &*tables.total;
+  bool windows = p.nw > 0;
   for (int i = 0; i < p.ng; ++i) {
     const Gate& g = *p.globals[i];
+    windows = windows || g.window;
     p.attempt_keys[i] = g.id.empty() ? keys::total_attempt(p.attempt)
                                      : keys::global_attempt(g.name, g.id, p.attempt);
     if (g.per_token) p.taken_keys[i] = keys::global_taken(g.name, g.id, p.rid);
   }
+  if (windows) p.member.append(p.rid).append(":").append(p.attempt);
   // An estimate above a token-rate gate's capacity can never pass, however long the client
   // waits: a 400 naming tokens tells it so, where a 429 would invite retries.
   auto too_big = [&](const Gate& g) -> std::string {
@@ -429,6 +464,45 @@ void add_bucket(Call& call, std::string_view key, const Gate& g, BucketPositions
   call.args.add(f);
 }
 
+// The sliding windows' part of admit.lua and gates.lua, and of their undos refund.lua and
+// ungates.lua: after the buckets, in KEYS the windows' keys, in ARGV (count member) and, for
+// the admissions, one (gate limit window_ms shadow) group per window. One layout for the four
+// scripts, checked here, so one packer serves them.
+namespace win = lua::admit;
+static_assert(win::kArgWindowsStride == 2 && lua::gates::kArgWindowsStride == 2 &&
+              lua::refund::kArgWindowsStride == 2 && lua::ungates::kArgWindowsStride == 2);
+static_assert(win::kArgWindowsCount == lua::gates::kArgWindowsCount &&
+              win::kArgWindowsCount == lua::refund::kArgWindowsCount &&
+              win::kArgWindowsCount == lua::ungates::kArgWindowsCount &&
+              win::kArgWindowsMember == lua::gates::kArgWindowsMember &&
+              win::kArgWindowsMember == lua::refund::kArgWindowsMember &&
+              win::kArgWindowsMember == lua::ungates::kArgWindowsMember);
+static_assert(win::kArgWindowStride == lua::gates::kArgWindowStride &&
+              win::kArgWindowGate == lua::gates::kArgWindowGate &&
+              win::kArgWindowLimit == lua::gates::kArgWindowLimit &&
+              win::kArgWindowWindowMs == lua::gates::kArgWindowWindowMs &&
+              win::kArgWindowShadow == lua::gates::kArgWindowShadow);
+constexpr size_t kWindowArgs = win::kArgWindowsStride + kMaxTenantWindows * win::kArgWindowStride;
+
+// groups: false for an undo, which needs only the keys and the member.
+void add_windows(Call& c, std::span<const Gate* const> gates,
+                 std::span<const std::string_view> keys, std::string_view member, bool groups) {
+  for (auto k : keys) c.keys.add(k);
+  std::array<std::string_view, win::kArgWindowsStride> head;
+  head[win::kArgWindowsCount] = kCounts[keys.size()];
+  head[win::kArgWindowsMember] = member;
+  c.args.add(head);
+  if (!groups) return;
+  for (const Gate* g : gates) {
+    std::array<std::string_view, win::kArgWindowStride> a;
+    a[win::kArgWindowGate] = g->name;
+    a[win::kArgWindowLimit] = g->limit_s;
+    a[win::kArgWindowWindowMs] = g->window_ms_s;
+    a[win::kArgWindowShadow] = g->shadow;
+    c.args.add(a);
+  }
+}
+
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
@@ -446,9 +520,10 @@ void TenantInfo::time_keys(keys::TimeKeys& out) const {
 }
 
 AdmitCall::AdmitCall(const Prepared& p)
-    : Call(lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + kMaxTenantBuckets,
-           lua::admit::kArgsFixed,
-           lua::admit::kArgsFixed + kMaxTenantBuckets * lua::admit::kArgBucketStride) {
+    : Call(
+          lua::kAdmit, lua::admit::kKeysFixed, lua::admit::kKeysFixed + kMaxTenantBuckets,
+          lua::admit::kArgsFixed,
+          lua::admit::kArgsFixed + kMaxTenantBuckets * lua::admit::kArgBucketStride + kWindowArgs) {
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
   set_time_keys(*this, p.time_keys, kAdmitTime);
@@ -468,32 +543,53 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i)
     add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));
+  add_windows(*this, std::span(p.windows.data(), static_cast<size_t>(p.nw)),
+              std::span(p.window_keys.data(), static_cast<size_t>(p.nw)), p.member, true);
 }
 
 GatesCall::GatesCall(const Prepared& p, int i)
     : Call(lua::kGates, lua::gates::kKeysFixed, lua::gates::kKeysFixed + 1, lua::gates::kArgsFixed,
-           lua::gates::kArgsFixed + lua::gates::kArgBucketStride) {
+           lua::gates::kArgsFixed + lua::gates::kArgBucketStride + kWindowArgs) {
   namespace s = lua::gates;
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
   keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgTakenTtl, gate.per_token ? std::string_view(p.t->res_ttl_s) : "0");
+  const Gate* const one[] = {&gate};
+  const std::string_view key[] = {gate.key};
+  if (gate.window) {
+    args.set(s::kArgBucketCount, kCounts[0]);
+    add_windows(*this, one, key, p.member, true);
+    return;
+  }
+  keys.add(gate.key);
   args.set(s::kArgBucketCount, kCounts[1]);
   add_bucket(*this, gate.key, gate, kGatesBucket, cost_of(p, gate));
+  add_windows(*this, {}, {}, p.member, true);
 }
 
 UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot,
                          bool took)
     : Call(lua::kUngates, lua::ungates::kKeysFixed, lua::ungates::kKeysFixed + 1,
-           lua::ungates::kArgsFixed, lua::ungates::kArgsFixed + lua::ungates::kArgBucketStride) {
+           lua::ungates::kArgsFixed,
+           lua::ungates::kArgsFixed + lua::ungates::kArgBucketStride + kWindowArgs) {
   namespace s = lua::ungates;
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
   keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
+  const std::string_view key[] = {gate.key};
+  if (gate.window) {
+    args.set(s::kArgBucketCount, kCounts[0]);
+    add_windows(*this, {}, key, p.member, false);
+    return;
+  }
   args.set(s::kArgBucketCount, kCounts[took ? 1 : 0]);
-  if (!took) return;
+  if (!took) {
+    add_windows(*this, {}, {}, p.member, false);
+    return;
+  }
   keys.add(gate.key);
   std::array<std::string_view, s::kArgBucketStride> g;
   g.fill("");
@@ -506,13 +602,14 @@ UngatesCall::UngatesCall(const Prepared& p, int i, const std::vector<std::string
     g[s::kArgBucketNewTs] = snapshot[3];
   }
   args.add(g);
+  add_windows(*this, {}, {}, p.member, false);
 }
 
 RefundCall::RefundCall(const Prepared& p, const Undo& undo)
     : Call(lua::kRefund, lua::refund::kKeysFixed, lua::refund::kKeysFixed + kMaxTenantBuckets,
            lua::refund::kArgsFixed,
            lua::refund::kArgsFixed + kMaxTenantBuckets * lua::refund::kArgBucketStride +
-               undo.pruned.size()) {
+               kWindowArgs + undo.pruned.size()) {
   namespace s = lua::refund;
   set_time_keys(*this, p.time_keys, kRefundTime);
   keys.set(s::kKeyLeases, p.t->leases_key);
@@ -542,6 +639,8 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
     args.add(g);
   }
   args.set(s::kArgBucketCount, kCounts[n]);
+  add_windows(*this, {}, std::span(p.window_keys.data(), static_cast<size_t>(p.nw)), p.member,
+              false);
   for (size_t j = 0; j + 1 < undo.pruned.size(); j += 2) {
     std::array<std::string_view, s::kArgPrunedStride> g;
     g[s::kArgPrunedMember] = undo.pruned[j];

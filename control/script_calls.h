@@ -30,7 +30,7 @@ struct Script;
 
 namespace dripgate::control {
 
-// One configured token bucket with its ARGV strings formatted once.
+// One configured token bucket or sliding window with its ARGV strings formatted once.
 struct Gate {
   // "tenant", "user", "api_key", "ip", "model", "tool", "total"; the token-rate gates
   // "tenant_tokens", "user_tokens", "api_key_tokens", "model_tokens"
@@ -44,6 +44,11 @@ struct Gate {
   // The bucket's warmup_s (lua/lib_bucket.lua; "0": none). Not scaled by a brake: the ramp runs
   // over the braked capacity and refill.
   std::string warmup_s;
+  // algorithm sliding_window (lua/lib_window.lua) instead of a bucket: at most `limit`
+  // admissions in any window_ms; capacity and refill are then 0.
+  bool window = false;
+  int64_t limit = 0, window_ms = 0;
+  std::string limit_s, window_ms_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
   std::string id;   // global gates: the model or tool name ("" for total)
   // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.
@@ -52,7 +57,8 @@ struct Gate {
   // tokens: a token-rate gate (its cost is the request's estimate, not 1); plan_shadow: the
   // plan's `mode` is shadow.
   Gate(std::string n, const config::Bucket& b, bool tokens = false, bool plan_shadow = false);
-  // g under a brake: capacity and refill times factor.
+  // g under a brake: capacity and refill times factor; a window's limit times factor, rounded
+  // down.
   Gate(const Gate& g, double factor);
   Gate(const Gate&) = default;
 };
@@ -114,6 +120,8 @@ struct Tables {
 // model_tokens, tool and total each in its own gates.lua call (each has its own hash tag).
 inline constexpr size_t kMaxTenantBuckets = 7;
 inline constexpr size_t kMaxGlobalBuckets = 4;
+// The request gates that may be sliding windows instead: tenant, user, api_key, ip.
+inline constexpr size_t kMaxTenantWindows = 4;
 
 // An admission being built: validated input, key names and the buckets it goes through. Filled
 // in place and never copied: under a brake, buckets and globals point into `braked`.
@@ -142,10 +150,19 @@ struct Prepared {
   std::array<const Gate*, kMaxTenantBuckets> buckets{};
   std::array<std::string_view, kMaxTenantBuckets> bucket_keys{};
   int nb = 0;
+  // The tenant-scoped sliding windows, in the same admit.lua call after the buckets.
+  std::array<const Gate*, kMaxTenantWindows> windows{};
+  std::array<std::string_view, kMaxTenantWindows> window_keys{};
+  int nw = 0;
+  // "<request_id>:<attempt>": what the admission adds to each of its windows (one per call, so
+  // an undo removes exactly its own); empty when the request meets no window.
+  std::string member;
+  // Its global gates, each a bucket or a window (Gate::window), each in its own gates.lua call.
   std::array<const Gate*, kMaxGlobalBuckets> globals{};
   int ng = 0;
   // Under a brake (brake.h): the enforced gates of this request with their rates scaled, which
   // its calls and their undos carry. Empty otherwise, so that a request pays nothing for it.
+  // (A tenant gate is a bucket or a window, never both: seven at most either way.)
   std::array<std::optional<Gate>, kMaxTenantBuckets + kMaxGlobalBuckets> braked;
   double brake = 1;  // the factor applied
 };
@@ -218,13 +235,14 @@ struct GatesCall : Call {
   GatesCall(const Prepared& p, int i);
 };
 
-// ungates.lua: gives back the token the gates.lua call of p's global gate i took, when the
-// admission did not go through (another part refused or failed, or its reply came late or
-// never), or cancels that call if it has not run.
+// ungates.lua: gives back the token the gates.lua call of p's global gate i took (removes its
+// member from a window), when the admission did not go through (another part refused or
+// failed, or its reply came late or never), or cancels that call if it has not run.
 struct UngatesCall : Call {
   // snapshot: gates.lua's old tk, old ts, new tk, new ts of the bucket; empty when its reply was
   // lost (ungates.lua then gives one token back). took: false when gates.lua took nothing (an
-  // empty shadow bucket): only the marker is undone.
+  // empty shadow bucket): only the marker is undone. A window ignores both: removing a member
+  // that is not there changes nothing.
   UngatesCall(const Prepared& p, int i, const std::vector<std::string>& snapshot, bool took = true);
 };
 
@@ -240,7 +258,7 @@ struct Undo {
 
 // refund.lua: undoes p's admission after a global gate refused it, or after the request was
 // answered 503 and admit.lua's reply came late or never (then it cancels the call if it has not
-// run).
+// run). Its windows lose p.member.
 struct RefundCall : Call {
   RefundCall(const Prepared& p, const Undo& undo);
 };

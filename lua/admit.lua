@@ -1,7 +1,7 @@
 -- admit.lua: one admission for one tenant, atomically, in the tenant's hash slot.
 --
--- Evaluates every tenant-scoped gate (token buckets tenant/user/api_key/ip, the monthly LLM-token
--- quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
+-- Evaluates every tenant-scoped gate (token buckets or sliding windows tenant/user/api_key/ip,
+-- the token-rate buckets, the monthly LLM-token quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
 -- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
 -- taken back before the script ends). One exception: a bucket with warm-up that does not exist
@@ -16,6 +16,7 @@
 -- @argv quota_shadow streams_shadow
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
+-- @argv windows...(count member) window...(gate limit window_ms shadow)
 -- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
 --   quota_cur     next UTC month of the gateway's clock; the script uses the one of Redis TIME
@@ -23,6 +24,8 @@
 --   res_m2 .. res_p2  the reservation windows res_base - 2 .. res_base + 2 (lib_reservation.lua)
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
 --   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
+--   then, after the bucket keys, the sliding windows' sorted sets (lib_window.lua), as many as
+--   windows.count says
 -- ARGV (A_<NAME>):
 --   request_id
 --   attempt       8 hex digits, new for every call: names this call apart from another one
@@ -55,10 +58,15 @@
 --                 refuse; it gives nothing, as an enforcing refusal takes nothing), warmup_s
 --                 (the ramp from a third of the capacity and refill to all of them of a new
 --                 bucket, lib_bucket.lua; "0": none)
+--   windows       after the buckets: count m, the number of sliding windows, and member
+--                 "<request_id>:<attempt>", what an admission adds to each window
+--   window...     per window (lib_window.lua): gate name, limit (admissions in a window),
+--                 window_ms, shadow ("1": a full window does not refuse; it takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
 -- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
--- month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n [, snapshot]}
+-- month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n,
+-- count_1 .. count_m [, snapshot]}
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
 --   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
 --   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
@@ -66,7 +74,9 @@
 --   shadow refusals are not reported beside a real one. quota_used and live_leases are
 --   after the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
 --   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
---   integers on the way out. snapshot (admitted with snapshot = "1"): per bucket "<old tk> <old
+--   integers on the way out. count_j: the admissions in window j before the decision (an
+--   admission adds one unless the window is full, which only a shadow window admits; an undo
+--   removes it). snapshot (admitted with snapshot = "1"): per bucket "<old tk> <old
 --   ts>" (" " when the key did not exist; "-" for an empty shadow bucket: nothing taken), then the new ts of every bucket (their new tk are
 --   tokens_i), exactly as stored; then, with a concurrency gate, the number k of expired leases
 --   pruned and k pairs member, score.
@@ -133,6 +143,21 @@ for i = 1, n do
   end
 end
 
+-- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
+-- @include lib_window.lua
+local ws = A_BUCKET + n * A_BUCKET_STRIDE
+local m = tonumber(ARGV[ws + A_WINDOWS_COUNT])
+local windows = {}
+for j = 1, m do
+  local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
+  local sw = window_read(KEYS[K_BUCKET + n + j - 1], tonumber(ARGV[a + A_WINDOW_LIMIT]),
+                        tonumber(ARGV[a + A_WINDOW_WINDOW_MS]) * 1000, now_us)
+  windows[j] = sw
+  if sw.wait_ms > 0 then
+    refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+  end
+end
+
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
 -- the value and expiry it had, or gone if it was not there): one keyspace call instead of a read
 -- and a write. A key just created by INCRBY has no expiry yet; one that was there has one.
@@ -181,6 +206,7 @@ if r[1] ~= '' then
     bucket_start(buckets[i], sec, ts)
     out[9 + i] = string.format('%.17g', buckets[i].cur)
   end
+  for j = 1, m do out[9 + n + j] = windows[j].count end
   return out
 end
 
@@ -189,9 +215,13 @@ out[1], out[2], out[3] = 1, r[3], r[4]
 for i = 1, n do
   local old
   out[9 + i], old = bucket_admit(buckets[i], sec, ts)
-  if snapshot then out[9 + n + i] = old end
+  if snapshot then out[9 + n + m + i] = old end
 end
-if snapshot then out[10 + 2 * n] = ts end
+for j = 1, m do
+  out[9 + n + j] = windows[j].count
+  window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
+end
+if snapshot then out[10 + 2 * n + m] = ts end
 
 -- Quota usage includes reservations; the key outlives its month by 32 days for reporting. Its
 -- expiry is set once, by the month's first charge.
@@ -206,7 +236,7 @@ if max_streams >= 0 then
     -- back when a global gate refuses (so the set stays bounded under steady traffic either way).
     local old = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms, 'WITHSCORES',
                            'LIMIT', 0, 16)
-    local s = 10 + 2 * n
+    local s = 10 + 2 * n + m
     out[s + 1] = #old / 2
     for j = 1, #old do out[s + 1 + j] = old[j] end
     for j = 1, #old, 2 do redis.call('ZREM', KEYS[K_LEASES], old[j]) end

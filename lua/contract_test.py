@@ -25,7 +25,8 @@ def main() -> int:
             print(f"the real scripts fail: {ok.stderr}")
             return 1
         header = open(os.path.join(tmp, "out.h")).read()
-        for want in ("namespace admit {", "kArgBucketCapacity = 1;", "kKeysFixed = 9;"):
+        for want in ("namespace admit {", "kArgBucketCapacity = 1;", "kKeysFixed = 9;",
+                     "kArgWindowsMember = 1;", "kArgWindowWindowMs = 2;"):
             if want not in header:
                 print(f"generated header lacks {want!r}")
                 failures += 1
@@ -42,13 +43,18 @@ def main() -> int:
             # A name used only by an included library counts as used; one it does not use is not.
             ("@keys quota_prev quota_cur", "@keys quota_prev quota_spare quota_cur",
              "K_QUOTA_SPARE is declared but never used"),
+            # The sliding windows' group after the buckets' is checked alike.
+            ("ARGV[ws + A_WINDOWS_COUNT]", "ARGV[ws + A_WINDOW_COUNT]",
+             "A_WINDOW_COUNT is not declared"),
+            ("window...(gate limit window_ms shadow)", "window...(gate limit window_ms shadow spare)",
+             "A_WINDOW_SPARE is declared but never used"),
         ]
         for old, new, message in drifts:
             assert old in text, old
             bad = os.path.join(tmp, "admit.lua")
             with open(bad, "w") as f:
                 f.write(text.replace(old, new, 1))
-            for lib in ("lib_bucket.lua", "lib_month.lua", "lib_reservation.lua"):
+            for lib in ("lib_bucket.lua", "lib_month.lua", "lib_reservation.lua", "lib_window.lua"):
                 src = os.path.join(os.path.dirname(admit), lib)
                 with open(src) as f, open(os.path.join(tmp, lib), "w") as g:
                     g.write(f.read())

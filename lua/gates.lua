@@ -1,5 +1,6 @@
--- gates.lua: a global gate (a model or tool token bucket shared by every tenant, or the total
--- bucket every admission of every tenant takes from).
+-- gates.lua: a global gate (a model or tool token bucket or sliding window shared by every
+-- tenant, or the total gate every admission of every tenant passes): a call carries one bucket
+-- or one window (lib_window.lua), the other list empty.
 --
 -- Called for each global gate a request meets (a model or tool with a configured gate, the total
 -- gate when configured), at the same time as admit.lua (the tenant-scoped part) and the
@@ -20,6 +21,7 @@
 -- @keys attempt taken bucket...
 -- @argv attempt_ttl taken_ttl bucket_count bucket...(gate capacity refill cost shadow warmup_s)
 --
+-- @argv windows...(count member) window...(gate limit window_ms shadow)
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
 --                  bucket's hash tag): the marker
 --       taken      a model_tokens gate: "dg:{g:model_tokens:<name>}:s:<request_id>", the tokens
@@ -27,6 +29,7 @@
 --                  charges), for settle_gates.lua to correct to the tokens used; other gates
 --                  pass the attempt key again (taken_ttl 0: not written)
 --       bucket...  the bucket hashes (lib_bucket.lua)
+--       then, after the bucket keys, the sliding windows' sorted sets (lib_window.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       taken_ttl     seconds the taken record is kept (the plan's reservation_ttl_s: a settle
 --                     after it corrects nothing, like a settle of an expired reservation); 0: none
@@ -34,8 +37,12 @@
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
 --                     below), warmup_s (the ramp of a new bucket, lib_bucket.lua; "0": none)
+--       windows       after the buckets: count m, the number of sliding windows, and member
+--                     "<request_id>:<attempt>", what an admission adds to each window
+--       window...     per window: gate name, limit, window_ms, shadow (as admit.lua's)
 --
--- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n [, snapshot]}: code 1 admitted, 0
+-- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot]}:
+-- count_j the admissions in window j before the decision (as admit.lua's); code 1 admitted, 0
 -- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
 -- strings, after the decision. Admitted, gate and retry_after_ms name the shadow gate that
 -- would have refused (the longest wait; "" and 0: none). snapshot (admitted): per bucket "<old
@@ -68,7 +75,23 @@ for i = 1, n do
   end
 end
 
+-- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
+-- @include lib_window.lua
+local ws = A_BUCKET + n * A_BUCKET_STRIDE
+local m = tonumber(ARGV[ws + A_WINDOWS_COUNT])
+local windows = {}
+for j = 1, m do
+  local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
+  local sw = window_read(KEYS[K_BUCKET + n + j - 1], tonumber(ARGV[a + A_WINDOW_LIMIT]),
+                        tonumber(ARGV[a + A_WINDOW_WINDOW_MS]) * 1000, now_us)
+  windows[j] = sw
+  if sw.wait_ms > 0 then
+    refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+  end
+end
+
 local out = {0, r[1], r[2]}
+for j = 1, m do out[3 + n + j] = windows[j].count end
 local ts = bucket_now_text(t)
 if r[1] ~= '' then
   for i = 1, n do
@@ -82,10 +105,11 @@ out[1], out[2], out[3] = 1, r[3], r[4]
 local taken = 0
 for i = 1, n do
   local b = buckets[i]
-  out[3 + i], out[3 + n + i] = bucket_admit(b, sec, ts)
-  if out[3 + n + i] ~= '-' then taken = taken + b.cost end
+  out[3 + i], out[3 + n + m + i] = bucket_admit(b, sec, ts)
+  if out[3 + n + m + i] ~= '-' then taken = taken + b.cost end
 end
-out[4 + 2 * n] = ts
+for j = 1, m do window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER]) end
+out[4 + 2 * n + m] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 if ARGV[A_TAKEN_TTL] ~= '0' then
   redis.call('SET', KEYS[K_TAKEN], taken, 'EX', ARGV[A_TAKEN_TTL])

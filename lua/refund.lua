@@ -24,12 +24,15 @@
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt fresh reservation_ttl quota_existed month_prev_start month_start
 -- @argv month_end month_next_end res_base bucket_count
--- @argv bucket...(capacity cost old_tk old_ts new_tk new_ts) pruned...(member score)
+-- @argv bucket...(capacity cost old_tk old_ts new_tk new_ts)
+--
+-- @argv windows...(count member) pruned...(member score)
 --
 -- KEYS: quota_prev, quota_cur, quota_next, res_m2 .. res_p2: the quota counters and
 --                     reservation windows around the gateway's clock, as for admit.lua
 --       leases        zset
---       bucket...     the bucket hashes admit.lua consumed from
+--       bucket...     the bucket hashes admit.lua consumed from, then its sliding windows'
+--                     sorted sets (windows.count of them)
 -- ARGV: request_id
 --       attempt          the admit.lua call's attempt
 --       fresh            "1" when request_id was generated for that call (its reservation
@@ -41,6 +44,10 @@
 --       bucket...        per bucket: capacity, the tokens admit.lua took (its cost), old tk,
 --                        old ts ("" = no key), new tk, new ts; all but capacity and cost ""
 --                        when there is no snapshot
+--       windows          after the buckets: count, the number of window keys, and the member
+--                        admit.lua added to each ("<request_id>:<attempt>"), removed here
+--                        (lib_window.lua; the members admit.lua pruned had left the window and
+--                        are not put back)
 --       pruned...        to the end: the expired leases admit.lua pruned (none without a
 --                        concurrency gate or a snapshot), as member, score
 --
@@ -49,6 +56,7 @@
 -- @include lib_month.lua
 -- @include lib_reservation.lua
 -- @include lib_bucket.lua
+-- @include lib_window.lua
 
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -84,8 +92,13 @@ for i = 1, n do
   bucket_untake(KEYS[K_BUCKET + i - 1], cap, cost, old_tk, old_ts, new_tk, new_ts)
 end
 
+local ws = A_BUCKET + n * A_BUCKET_STRIDE
+for j = 1, tonumber(ARGV[ws + A_WINDOWS_COUNT]) do
+  window_untake(KEYS[K_BUCKET + n + j - 1], ARGV[ws + A_WINDOWS_MEMBER])
+end
+
 -- Put the pruned leases back before removing ours, so the set (and its TTL) never vanishes.
-for p = A_BUCKET + n * A_BUCKET_STRIDE, #ARGV, A_PRUNED_STRIDE do
+for p = ws + A_WINDOWS_STRIDE, #ARGV, A_PRUNED_STRIDE do
   redis.call('ZADD', KEYS[K_LEASES], ARGV[p + A_PRUNED_SCORE], ARGV[p + A_PRUNED_MEMBER])
 end
 redis.call('ZREM', KEYS[K_LEASES], rid)

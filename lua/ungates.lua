@@ -13,16 +13,20 @@
 -- @keys attempt taken bucket...
 -- @argv attempt_ttl bucket_count bucket...(capacity cost old_tk old_ts new_tk new_ts)
 --
+-- @argv windows...(count member)
 -- KEYS: attempt    gates.lua's marker for the call
 --       taken      gates.lua's taken record (a model_tokens gate; else the attempt key again),
 --                  deleted with the marker
---       bucket...  the bucket hashes gates.lua took from
+--       bucket...  the bucket hashes gates.lua took from, then its sliding windows' sorted
+--                  sets (windows.count of them)
 -- ARGV: attempt_ttl   seconds a "cancelled" marker is kept
 --       bucket_count  n; bucket...  per bucket: its capacity, the tokens gates.lua took (its
 --                     cost), then old tk, old ts ("" = no key), new tk, new ts from gates.lua's snapshot; all but capacity "" when
 --                     there is none (its reply was lost)
+--       windows       after the buckets: count, and the member gates.lua added to each window,
+--                     removed here (lib_window.lua)
 --
--- Returns the number of buckets given their tokens back.
+-- Returns the number of buckets given their tokens back and of window members removed.
 
 local mark = redis.call('GET', KEYS[K_ATTEMPT])
 if not mark then
@@ -40,5 +44,10 @@ for i = 1, n do
                                 tonumber(ARGV[a + A_BUCKET_COST]), ARGV[a + A_BUCKET_OLD_TK],
                                 ARGV[a + A_BUCKET_OLD_TS], ARGV[a + A_BUCKET_NEW_TK],
                                 ARGV[a + A_BUCKET_NEW_TS])
+end
+-- @include lib_window.lua
+local ws = A_BUCKET + n * A_BUCKET_STRIDE
+for j = 1, tonumber(ARGV[ws + A_WINDOWS_COUNT]) do
+  given = given + window_untake(KEYS[K_BUCKET + n + j - 1], ARGV[ws + A_WINDOWS_MEMBER])
 end
 return given
