@@ -81,15 +81,19 @@
 --   tokens_i), exactly as stored; then, with a concurrency gate, the number k of expired leases
 --   pruned and k pairs member, score.
 
+-- Numbers arrive as strings (ARGV, TIME, replies) and are converted with `s + 0`, not
+-- tonumber(s): Lua 5.1's tonumber parses a string twice (lua_isnumber, then lua_tonumber, each a
+-- strtod), and conversions were a tenth of this script's instructions
+-- (tools/bench/admit_lua_cost.sh).
 local t = redis.call('TIME')
-local sec = tonumber(t[1])
-local now_us = sec * 1000000 + tonumber(t[2])
+local sec = t[1] + 0
+local now_us = sec * 1000000 + t[2]
 local now_ms = math.floor(now_us / 1000)
 
 local rid = ARGV[A_REQUEST_ID]
 local attempt = ARGV[A_ATTEMPT]
 local fresh = ARGV[A_FRESH] == '1'
-local res_ttl = tonumber(ARGV[A_RESERVATION_TTL])
+local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 
 -- @include lib_reservation.lua
 -- @include lib_month.lua
@@ -102,7 +106,7 @@ local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then return clock_error(sec) end
 local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 if cur[3] then return {3} end
-local max_open = tonumber(ARGV[A_MAX_OPEN])
+local max_open = (ARGV[A_MAX_OPEN] + 0)
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
   local p = redis.call('HMGET', prev_key, rid, '#')
@@ -115,12 +119,12 @@ for i, v in ipairs({cur[1], prev_rid}) do
   end
 end
 
-local tokens = tonumber(ARGV[A_TOKENS])
-local budget = tonumber(ARGV[A_BUDGET])
-local max_streams = tonumber(ARGV[A_MAX_STREAMS])
-local lease_ms = tonumber(ARGV[A_LEASE_S]) * 1000
+local tokens = (ARGV[A_TOKENS] + 0)
+local budget = (ARGV[A_BUDGET] + 0)
+local max_streams = (ARGV[A_MAX_STREAMS] + 0)
+local lease_ms = ARGV[A_LEASE_S] * 1000
 local snapshot = ARGV[A_SNAPSHOT] == '1'
-local n = tonumber(ARGV[A_BUCKET_COUNT])
+local n = (ARGV[A_BUCKET_COUNT] + 0)
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
@@ -131,10 +135,10 @@ local streams_shadow = ARGV[A_STREAMS_SHADOW] == '1'
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
-  local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
-  local cost = tonumber(ARGV[a + A_BUCKET_COST])
-  local b = bucket_read(KEYS[K_BUCKET + i - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY]), rate,
-                        tonumber(ARGV[a + A_BUCKET_WARMUP_S]), now_us)
+  local rate = (ARGV[a + A_BUCKET_REFILL] + 0)
+  local cost = (ARGV[a + A_BUCKET_COST] + 0)
+  local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
+                        (ARGV[a + A_BUCKET_WARMUP_S] + 0), now_us)
   b.cost = cost
   buckets[i] = b
   if b.cur < cost then
@@ -146,12 +150,12 @@ end
 -- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
 -- @include lib_window.lua
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
-local m = tonumber(ARGV[ws + A_WINDOWS_COUNT])
+local m = (ARGV[ws + A_WINDOWS_COUNT] + 0)
 local windows = {}
 for j = 1, m do
   local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
-  local sw = window_read(KEYS[K_BUCKET + n + j - 1], tonumber(ARGV[a + A_WINDOW_LIMIT]),
-                        tonumber(ARGV[a + A_WINDOW_WINDOW_MS]) * 1000, now_us)
+  local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
+                        (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
   windows[j] = sw
   if sw.wait_ms > 0 then
     refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
@@ -168,7 +172,7 @@ if tokens > 0 then
   q_existed = not q_created
 else
   local raw = redis.call('GET', qkey)
-  used, q_created, q_existed = tonumber(raw or '0'), false, raw ~= false
+  used, q_created, q_existed = (raw or 0) + 0, false, raw ~= false
 end
 if budget >= 0 and used + tokens > budget then
   refusal_note(r, 'quota', next_month * 1000 - now_ms, quota_shadow)
@@ -182,14 +186,14 @@ if max_streams >= 0 then
   if live > 0 then
     local f = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '(' .. now_ms, '+inf', 'WITHSCORES',
                          'LIMIT', 0, 1)
-    first_ms = tonumber(f[2]) - now_ms
+    first_ms = f[2] - now_ms
   end
   if live >= max_streams then refusal_note(r, 'concurrency', first_ms, streams_shadow) end
 end
 
 -- Open reservations: the previous window's count goes when its hash expires.
-local open_cur = tonumber(cur[2] or '0')
-if max_open >= 0 and open_cur + tonumber(prev_open or '0') >= max_open then
+local open_cur = (cur[2] or 0) + 0
+if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
   refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 

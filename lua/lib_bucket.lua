@@ -41,9 +41,10 @@ end
 -- which bucket_take stamps)}.
 local function bucket_read(key, cap, rate, w, now_us)
   local b = redis.call('HMGET', key, 'tk', 'ts', 'ex', 'c')
-  local tk, ts, c = tonumber(b[1]), tonumber(b[2]), tonumber(b[4])
+  -- `s + 0`, not tonumber(s), which parses a string twice (Lua 5.1); fields absent are false.
+  local tk, ts, c = b[1] and b[1] + 0, b[2] and b[2] + 0, b[4] and b[4] + 0
   local out = {key = key, cap = cap, rate = rate, cur = cap, lim = cap, tk = b[1] or '',
-               ts = b[2] or '', ex = tonumber(b[3]) or 0, w = w}
+               ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w}
   if not (tk and ts) then
     if w > 0 then out.cur, out.lim, out.age, out.up, out.c = cap / 3, cap / 3, 0, cap / 3, '' end
   elseif w > 0 and c then

@@ -14,9 +14,10 @@
 -- The quota key of unix second s, with that month's first second and the next month's; nil when
 -- s lies outside the three declared months.
 local function quota_month(s)
-  local b1, b2 = tonumber(ARGV[A_MONTH_PREV_START]), tonumber(ARGV[A_MONTH_START])
-  local b3, b4 = tonumber(ARGV[A_MONTH_END]), tonumber(ARGV[A_MONTH_NEXT_END])
+  -- The current month first: the other two bounds are parsed only near a month's edge.
+  local b2, b3 = ARGV[A_MONTH_START] + 0, ARGV[A_MONTH_END] + 0
   if s >= b2 and s < b3 then return KEYS[K_QUOTA_CUR], b2, b3 end
+  local b1, b4 = ARGV[A_MONTH_PREV_START] + 0, ARGV[A_MONTH_NEXT_END] + 0
   if s >= b1 and s < b2 then return KEYS[K_QUOTA_PREV], b1, b2 end
   if s >= b3 and s < b4 then return KEYS[K_QUOTA_NEXT], b3, b4 end
   return nil

@@ -26,7 +26,7 @@
 local res_declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1],
                       KEYS[K_RES_P2]}
 local function res_key(w)
-  return res_declared[w - tonumber(ARGV[A_RES_BASE]) + 3]
+  return res_declared[w - ARGV[A_RES_BASE] + 3]
 end
 
 -- The current window's key, the previous one's, the next one's, the current window's expiry
