@@ -86,6 +86,11 @@
 -- strtod), and conversions were a tenth of this script's instructions
 -- (tools/bench/admit_lua_cost.sh).
 local t = redis.call('TIME')
+-- An integer argument; its most common values (no gate, none, one) without a parse.
+local function int_arg(s)
+  if s == '-1' then return -1 elseif s == '0' then return 0 elseif s == '1' then return 1 end
+  return s + 0
+end
 local sec = t[1] + 0
 local now_us = sec * 1000000 + t[2]
 local now_ms = math.floor(now_us / 1000)
@@ -106,25 +111,26 @@ local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then return clock_error(sec) end
 local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 if cur[3] then return {3} end
-local max_open = (ARGV[A_MAX_OPEN] + 0)
+local max_open = int_arg(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
   local p = redis.call('HMGET', prev_key, rid, '#')
   prev_rid, prev_open = not fresh and p[1], p[2]
 end
-for i, v in ipairs({cur[1], prev_rid}) do
+for i = 1, 2 do
+  local v = i == 1 and cur[1] or prev_rid
   if v then
     local _, _, created = res_parse(v, w + 1 - i, res_ttl)
     if created + res_ttl * 1000 > now_ms then return {2} end
   end
 end
 
-local tokens = (ARGV[A_TOKENS] + 0)
-local budget = (ARGV[A_BUDGET] + 0)
-local max_streams = (ARGV[A_MAX_STREAMS] + 0)
-local lease_ms = ARGV[A_LEASE_S] * 1000
+local tokens = int_arg(ARGV[A_TOKENS])
+local budget = int_arg(ARGV[A_BUDGET])
+local max_streams = int_arg(ARGV[A_MAX_STREAMS])
+local lease_ms = max_streams >= 0 and ARGV[A_LEASE_S] * 1000 or 0
 local snapshot = ARGV[A_SNAPSHOT] == '1'
-local n = (ARGV[A_BUCKET_COUNT] + 0)
+local n = int_arg(ARGV[A_BUCKET_COUNT])
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
@@ -136,9 +142,9 @@ local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = (ARGV[a + A_BUCKET_REFILL] + 0)
-  local cost = (ARGV[a + A_BUCKET_COST] + 0)
+  local cost = int_arg(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
-                        (ARGV[a + A_BUCKET_WARMUP_S] + 0), now_us)
+                        int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us)
   b.cost = cost
   buckets[i] = b
   if b.cur < cost then
@@ -150,7 +156,7 @@ end
 -- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
 -- @include lib_window.lua
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
-local m = (ARGV[ws + A_WINDOWS_COUNT] + 0)
+local m = int_arg(ARGV[ws + A_WINDOWS_COUNT])
 local windows = {}
 for j = 1, m do
   local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
