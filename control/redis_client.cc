@@ -378,6 +378,12 @@ void RedisClient::fail_connection(Conn* c, const std::string& why, const char* k
 }
 
 RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled) {
+  // The calls of one loop iteration go on one connection while its batch is unflushed: one
+  // write (and one reply read) per iteration instead of one per pooled connection. The pool
+  // still spreads the load over iterations.
+  if (batch_ && batch_->unflushed && batch_->state == Conn::State::kUp && !batch_->stalled() &&
+      !batch_->closing())
+    return batch_;
   size_t n = conns_.size();
   Conn* connecting = nullptr;
   Conn* stalled = nullptr;
@@ -386,6 +392,7 @@ RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled) {
     if (c->closing()) continue;
     if (c->state == Conn::State::kUp && !c->stalled()) {
       next_ = (next_ + i + 1) % n;
+      batch_ = c;
       return c;
     }
     if (c->state == Conn::State::kUp && !stalled) stalled = c;

@@ -156,6 +156,7 @@ class RedisClient {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::deque<Pending*> held_;  // kQueue calls waiting for a connection, in call order
   size_t next_ = 0;
+  Conn* batch_ = nullptr;  // the connection this loop iteration's calls go on (see pick)
   bool shutting_down_ = false;
   std::unordered_set<Posted*> posted_;
   event* flush_ev_ = nullptr;  // writes the commands queued during one loop iteration
