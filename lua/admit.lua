@@ -109,8 +109,17 @@ local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
 -- The quota month of Redis TIME among the declared ones.
 local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then return clock_error(sec) end
-local cur = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
-if cur[3] then return {3} end
+-- A fresh request_id cannot have a reservation yet: only the open count and the cancellation are
+-- read (a field asked for is a search of the window's hash even when absent).
+local cur_rid, cur_open, cancelled
+if fresh then
+  local c = redis.call('HMGET', cur_key, '#', 'x:' .. attempt)
+  cur_rid, cur_open, cancelled = false, c[1], c[2]
+else
+  local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
+  cur_rid, cur_open, cancelled = c[1], c[2], c[3]
+end
+if cancelled then return {3} end
 local max_open = int_arg(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
@@ -118,7 +127,7 @@ if not fresh or max_open >= 0 then
   prev_rid, prev_open = not fresh and p[1], p[2]
 end
 for i = 1, 2 do
-  local v = i == 1 and cur[1] or prev_rid
+  local v = i == 1 and cur_rid or prev_rid
   if v then
     local _, _, created = res_parse(v, w + 1 - i, res_ttl)
     if created + res_ttl * 1000 > now_ms then return {2} end
@@ -144,8 +153,7 @@ for i = 1, n do
   local rate = (ARGV[a + A_BUCKET_REFILL] + 0)
   local cost = int_arg(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
-                        int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us)
-  b.cost = cost
+                        int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us, cost)
   buckets[i] = b
   if b.cur < cost then
     refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
@@ -198,7 +206,7 @@ if max_streams >= 0 then
 end
 
 -- Open reservations: the previous window's count goes when its hash expires.
-local open_cur = (cur[2] or 0) + 0
+local open_cur = (cur_open or 0) + 0
 if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
   refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
@@ -214,7 +222,7 @@ if r[1] ~= '' then
   end
   for i = 1, n do
     bucket_start(buckets[i], sec, ts)
-    out[9 + i] = string.format('%.17g', buckets[i].cur)
+    out[9 + i] = bucket_level_text(buckets[i].cur)
   end
   for j = 1, m do out[9 + n + j] = windows[j].count end
   return out
@@ -265,10 +273,12 @@ end
 
 -- An expired reservation of the same request_id still open in this window is replaced, and was
 -- counted already.
-local replaced = cur[1] and select(4, res_parse(cur[1], w, res_ttl)) == nil
+local replaced = cur_rid and select(4, res_parse(cur_rid, w, res_ttl)) == nil
+-- Numbers as '%d' text: Redis formats a number argument with '%.17g', and Lua's concatenation with
+-- '%.14g', both through the floating-point formatter.
 redis.call('HSET', cur_key, rid,
            (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
-               (now_ms - w * res_ttl * 1000), '#',
-           replaced and open_cur or open_cur + 1)
-if not cur[2] then redis.call('EXPIREAT', cur_key, cur_expire) end
+               string.format('%d', now_ms - w * res_ttl * 1000), '#',
+           string.format('%d', replaced and open_cur or open_cur + 1))
+if not cur_open then redis.call('EXPIREAT', cur_key, cur_expire) end
 return out

@@ -30,6 +30,14 @@ def main() -> int:
             if want not in header:
                 print(f"generated header lacks {want!r}")
                 failures += 1
+        # A library function a script never calls is left out of that script's text (with its
+        # comment); one it calls, and one a kept function calls, stay.
+        admit_text = header[header.index("kAdmit{"):header.index("namespace admit {")]
+        for name, kept in (("bucket_untake", False), ("res_find", False), ("bucket_take", True),
+                           ("bucket_ramp_gain", True)):
+            if (f"local function {name}(" in admit_text) != kept:
+                print(f"admit.lua's text {'lacks' if kept else 'keeps'} {name}")
+                failures += 1
         admit = next(s for s in scripts if s.endswith("admit.lua"))
         text = open(admit).read()
         # (what changes in admit.lua, what the error must say)

@@ -66,8 +66,7 @@ for i = 1, n do
   local rate = tonumber(ARGV[a + A_BUCKET_REFILL])
   local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, tonumber(ARGV[a + A_BUCKET_WARMUP_S]),
-                        now_us)
-  b.cost = cost
+                        now_us, cost)
   buckets[i] = b
   if b.cur < cost then
     refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
@@ -96,7 +95,7 @@ local ts = bucket_now_text(t)
 if r[1] ~= '' then
   for i = 1, n do
     bucket_start(buckets[i], sec, ts)
-    out[3 + i] = string.format('%.17g', buckets[i].cur)
+    out[3 + i] = bucket_level_text(buckets[i].cur)
   end
   return out
 end

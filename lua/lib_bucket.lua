@@ -33,21 +33,31 @@ local function bucket_ramp_cap(cap, w, a)
   return cap / 3 + 2 * cap / 3 * a / w
 end
 
--- The bucket at `key` at now_us, for a gate of warm-up w seconds (0: none): {key, cap, rate, cur =
--- the level now, min(the capacity now, tk + refill since ts), lim = the capacity now (cap unless
--- warming), tk and ts as stored ('' when absent, for refund.lua to put back), ex (0 when absent),
--- w, and for a warming bucket age = now - c (s), up = tk + refill (the level before the capacity
--- caps it, which the wait is computed from) and c (its creation time as stored; '' for a new one,
--- which bucket_take stamps)}.
-local function bucket_read(key, cap, rate, w, now_us)
-  local b = redis.call('HMGET', key, 'tk', 'ts', 'ex', 'c')
+-- The bucket at `key` at now_us, for a gate of warm-up w seconds (0: none) and a take of `cost`
+-- (nil where the caller takes nothing fixed): {key, cap, rate, cost, cur = the level now, min(the
+-- capacity now, tk + refill since ts), lim = the capacity now (cap unless warming), tk and ts as
+-- stored ('' when absent, for refund.lua to put back), ex (0 when absent), w, and for a warming
+-- bucket age = now - c (s), up = tk + refill (the level before the capacity caps it, which the
+-- wait is computed from) and c (its creation time as stored; '' for a new one, which bucket_take
+-- stamps)}. Every field is in the constructor, so the table is sized once (a field added later
+-- grows it: a rehash and a reallocation). c is read only with warm-up: a field asked for is a
+-- search of the hash's listpack even when absent.
+local function bucket_read(key, cap, rate, w, now_us, cost)
+  local b
+  if w > 0 then
+    b = redis.call('HMGET', key, 'tk', 'ts', 'ex', 'c')
+  else
+    b = redis.call('HMGET', key, 'tk', 'ts', 'ex')
+  end
   -- `s + 0`, not tonumber(s), which parses a string twice (Lua 5.1); fields absent are false.
-  local tk, ts, c = b[1] and b[1] + 0, b[2] and b[2] + 0, b[4] and b[4] + 0
-  local out = {key = key, cap = cap, rate = rate, cur = cap, lim = cap, tk = b[1] or '',
-               ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w}
+  local tk, ts = b[1] and b[1] + 0, b[2] and b[2] + 0
+  local out = {key = key, cap = cap, rate = rate, cost = cost, cur = cap, lim = cap,
+               tk = b[1] or '', ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w, age = nil,
+               up = nil, c = nil}
   if not (tk and ts) then
     if w > 0 then out.cur, out.lim, out.age, out.up, out.c = cap / 3, cap / 3, 0, cap / 3, '' end
-  elseif w > 0 and c then
+  elseif w > 0 and b[4] then
+    local c = b[4] + 0
     local a1 = math.max(0, (now_us - c) / 1e6)
     local a0 = math.min(a1, math.max(0, (ts - c) / 1e6))
     out.age, out.c = a1, b[4]
@@ -98,6 +108,15 @@ local function refusal_note(r, gate, ms, shadow)
   if r[i] == '' or ms > r[i + 1] then r[i], r[i + 1] = gate, ms end
 end
 
+-- A level as stored and returned: the text string.format('%.17g') gives, which reads back as the
+-- same number. A whole level (most are: costs and refills per microsecond are whole numbers in
+-- the common plans) is written with '%d', the same text without the floating-point formatter,
+-- which cost a tenth of an admission; 0 keeps '%.17g' for its sign (-0).
+local function bucket_level_text(x)
+  if x % 1 == 0 and x ~= 0 and x > -1e15 and x < 1e15 then return string.format('%d', x) end
+  return string.format('%.17g', x)
+end
+
 -- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion.
 local function bucket_now_text(t)
   return t[1] .. string.sub('00000' .. t[2], -6)
@@ -114,7 +133,7 @@ end
 -- only when less than idle_s is left, so that most takes are one keyspace call (an EXPIRE on
 -- every take cost as much as the write itself).
 local function bucket_take(b, sec, ts, cost)
-  local tk = string.format('%.17g', math.min(b.lim, b.cur - cost))
+  local tk = bucket_level_text(math.min(b.lim, b.cur - cost))
   local idle_s = 86400
   if b.rate > 0 then idle_s = math.ceil((b.cap - math.min(0, b.cur - cost)) / b.rate) + 1 end
   if b.age and b.age < b.w then idle_s = idle_s + math.ceil(b.w - b.age) end
@@ -145,7 +164,7 @@ end
 -- delta 0 writes nothing and returns the level.
 local function bucket_correct(key, cap, rate, w, now_us, sec, ts, delta)
   local b = bucket_read(key, cap, rate, w, now_us)
-  if delta == 0 then return string.format('%.17g', b.cur) end
+  if delta == 0 then return bucket_level_text(b.cur) end
   return bucket_take(b, sec, ts, delta)
 end
 
@@ -157,7 +176,7 @@ end
 local function bucket_admit(b, sec, ts)
   if b.cur < b.cost then
     bucket_start(b, sec, ts)
-    return string.format('%.17g', b.cur), '-'
+    return bucket_level_text(b.cur), '-'
   end
   return bucket_take(b, sec, ts, b.cost), b.tk .. ' ' .. b.ts
 end
@@ -179,7 +198,7 @@ local function bucket_untake(k, cap, cost, old_tk, old_ts, new_tk, new_ts)
       redis.call('HSET', k, 'tk', old_tk, 'ts', old_ts)
     end
   elseif b[1] then
-    redis.call('HSET', k, 'tk', string.format('%.17g', math.min(cap, tonumber(b[1]) + cost)))
+    redis.call('HSET', k, 'tk', bucket_level_text(math.min(cap, tonumber(b[1]) + cost)))
   else
     return 0
   end

@@ -25,8 +25,10 @@
 -- TIME may be up to a window (reservation_ttl_s) off the gateway's clock either way.
 local res_declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1],
                       KEYS[K_RES_P2]}
+-- res_base - 3, parsed once: res_windows looks up three windows.
+local res_offset = ARGV[A_RES_BASE] - 3
 local function res_key(w)
-  return res_declared[w - ARGV[A_RES_BASE] + 3]
+  return res_declared[w - res_offset]
 end
 
 -- The current window's key, the previous one's, the next one's, the current window's expiry

@@ -12,7 +12,10 @@
       Two kinds of directive line are expanded first:
 
       `-- @include NAME.lua`  is replaced by the text of NAME.lua (beside the script): Redis
-          scripts cannot load other files, so this is how they share code.
+          scripts cannot load other files, so this is how they share code. A top-level `local
+          function` that the script (with what it includes) never calls is left out, with its
+          comment: Redis runs a script's body on every call, so each function defined costs a
+          closure allocated and collected per call even when nothing calls it.
 
       `-- @keys ITEM...` and `-- @argv ITEM...`  declare the script's positional KEYS and ARGV,
           once for both sides. ITEM is `name` (one position) or `name...(field field...)` (a group
@@ -155,6 +158,30 @@ def check_uses(path: str, code: str, decls: dict) -> None:
             fail(f"{path}: {n} is declared but never used: the two sides would disagree")
 
 
+FUNCTION = re.compile(r"^local function ([A-Za-z_][A-Za-z0-9_]*)\(.*?^end$\n?", re.M | re.S)
+
+
+def prune(text: str) -> str:
+    """Drops the top-level local functions nothing calls, and their comment lines above them,
+    until every one left is called (dropping one may leave another uncalled)."""
+    while True:
+        code = COMMENT.sub("", text)
+        for m in FUNCTION.finditer(text):
+            body = COMMENT.sub("", m.group(0))
+            own = re.compile(r"\b" + m.group(1) + r"\b")
+            if len(own.findall(code)) == len(own.findall(body)):
+                start = m.start()
+                while True:  # the comment block above it
+                    prev = text.rfind("\n", 0, start - 1) + 1
+                    if start == 0 or not text.startswith("--", prev):
+                        break
+                    start = prev
+                text = text[:start] + text[m.end():]
+                break
+        else:
+            return text
+
+
 def expand(text: str, path: str) -> tuple:
     def include(match: re.Match) -> str:
         lib = os.path.join(os.path.dirname(path), match.group(1))
@@ -183,8 +210,8 @@ def expand(text: str, path: str) -> tuple:
     own = DECLARE.sub(declare, text)
     # Uses count in the script with what it includes: a library may index KEYS/ARGV by the names
     # every script that includes it declares.
-    check_uses(path, COMMENT.sub("", DECLARE.sub("", INCLUDE.sub(include, text))), decls)
-    return INCLUDE.sub(include, own), decls
+    check_uses(path, COMMENT.sub("", DECLARE.sub("", prune(INCLUDE.sub(include, text)))), decls)
+    return prune(INCLUDE.sub(include, own)), decls
 
 
 def cxx_literal(text: str) -> str:
