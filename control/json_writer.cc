@@ -16,8 +16,14 @@ JsonWriter& JsonWriter::number(double v) {
 void JsonWriter::string_literal(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out_ += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
+  // Runs that need no escape (nearly every string: names, ids, reasons) are appended whole: a
+  // character at a time, each with its own capacity check, was the writer's main cost.
+  size_t run = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;  // UTF-8 passes through
+    out_.append(s.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"':
         out_ += "\\\"";
@@ -35,15 +41,12 @@ void JsonWriter::string_literal(std::string_view s) {
         out_ += "\\t";
         break;
       default:
-        if (c < 0x20) {
-          out_ += "\\u00";
-          out_ += kHex[c >> 4];
-          out_ += kHex[c & 0xf];
-        } else {
-          out_ += ch;  // UTF-8 passes through
-        }
+        out_ += "\\u00";
+        out_ += kHex[c >> 4];
+        out_ += kHex[c & 0xf];
     }
   }
+  out_.append(s.data() + run, s.size() - run);
   out_ += '"';
 }
 
