@@ -35,6 +35,28 @@ TEST(JsonReader, ReadsEveryKindInDocumentOrderWithParentsAndKeys) {
   EXPECT_EQ(r[11].parent, r.index_of(l));
 }
 
+// JSON that the fast parser refuses but is valid (an integer beyond 64 bits, a double's range
+// edge) is read by the second one, with the same result a tree would have; what both refuse
+// stays refused, and a reader that took the second path reads the next body the fast way.
+TEST(JsonReader, ValidJsonTheFastParserRefusesIsReadAllTheSame) {
+  JsonReader r;
+  ASSERT_EQ(r.read(R"({"big":123456789012345678901234567890,"k":[{"x":-9223372036854775809}]})"),
+            Status::kOk);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r.find(JsonReader::kBody, "big")->kind, Kind::kFloat);
+  EXPECT_DOUBLE_EQ(r.find(JsonReader::kBody, "big")->number, 1.2345678901234568e29);
+  EXPECT_EQ(r[4].key, "x");
+  EXPECT_EQ(r[4].kind, Kind::kFloat);
+  EXPECT_EQ(r[4].parent, 3);
+  EXPECT_EQ(r.read(R"({"big":1e400})"), Status::kInvalid) << "out of a double's range";
+  EXPECT_EQ(r.read(R"({"a":1,"big":1e99999999999999999999,"a":2})"), Status::kInvalid);
+  EXPECT_EQ(r.read(R"({"a":1,"big":123456789012345678901234567890,"a":2})"), Status::kDuplicate);
+  EXPECT_EQ(r.duplicate(), "a");
+  ASSERT_EQ(r.read(R"({"i":-3})"), Status::kOk);
+  EXPECT_EQ(r.size(), 2u);
+  EXPECT_EQ(r.find(JsonReader::kBody, "i")->integer, -3);
+}
+
 TEST(JsonReader, RefusesARepeatedKeyInAnyObjectButNotTheSameKeyInTwoObjects) {
   JsonReader r;
   EXPECT_EQ(r.read(R"({"a":1,"b":2,"a":3})"), Status::kDuplicate);
