@@ -11,23 +11,36 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include <string_view>
 
+#include "control/json_writer.h"
 #include "control/metrics.h"
 
 namespace dripgate::control {
 namespace {
 
-using json = nlohmann::json;
-
 // A missing dataplane is retried at most this often, so a burst of admissions does not turn
 // into a burst of failing connects.
 constexpr std::chrono::milliseconds kRetryInterval{200};
 constexpr size_t kMaxLine = 64 * 1024;
+// Batches kept for reuse between passes: more (class, ttl) pairs than this and the idle ones go,
+// so a ttl that a reload retired does not stay in the list for good.
+constexpr size_t kKeptBatches = 16;
+constexpr size_t kKeptDones = 16;
 
-json flow_object(const Flow& f) {
-  return {
-      {"src", f.src}, {"sport", f.sport}, {"dst", f.dst}, {"dport", f.dport}, {"proto", f.proto}};
+void write_flow(JsonWriter& w, const Flow& f) {
+  w.begin_object()
+      .key("src")
+      .string(f.src)
+      .key("sport")
+      .integer(f.sport)
+      .key("dst")
+      .string(f.dst)
+      .key("dport")
+      .integer(f.dport)
+      .key("proto")
+      .integer(f.proto)
+      .end_object();
 }
 
 }  // namespace
@@ -48,8 +61,8 @@ DataplaneClient::~DataplaneClient() {
   if (flush_ev_) event_free(flush_ev_);
   // Callers still waiting hear "unavailable"; they must not outlive the client's loop anyway.
   for (auto& b : batches_)
-    for (auto& d : b.dones)
-      if (d) d("unavailable");
+    for (size_t i = 0; i < b.count; ++i)
+      if (b.dones[i]) b.dones[i]("unavailable");
   while (!pending_.empty()) {
     Pending p = std::move(pending_.front());
     pending_.pop_front();
@@ -58,67 +71,111 @@ DataplaneClient::~DataplaneClient() {
   }
 }
 
+std::vector<DataplaneClient::Done> DataplaneClient::take_dones() {
+  if (spare_.empty()) return {};
+  std::vector<Done> d = std::move(spare_.back());
+  spare_.pop_back();
+  return d;
+}
+
 void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s, Done done) {
   if (!ensure_connected()) {
-    finish(Pending{"tag", {std::move(done)}, {}}, "unavailable");
+    std::vector<Done> dones = take_dones();
+    dones.push_back(std::move(done));
+    finish(Pending{"tag", std::move(dones), {}}, "unavailable");
     return;
   }
   auto it = std::find_if(batches_.begin(), batches_.end(),
                          [&](const Batch& b) { return b.cls == cls && b.ttl_s == ttl_s; });
-  if (it == batches_.end()) it = batches_.insert(batches_.end(), Batch{cls, ttl_s, {}, {}});
-  it->flows.push_back(flow);
-  it->dones.push_back(std::move(done));
-  if (it->flows.size() >= kMaxBatch) {
-    Batch full = std::move(*it);
-    batches_.erase(it);
-    send_batch(full);
+  if (it == batches_.end()) {
+    it = batches_.emplace(batches_.end());
+    it->cls = cls;
+    it->ttl_s = ttl_s;
+  }
+  Batch& b = *it;
+  // Assigned in place: a slot left from an earlier pass keeps its strings' capacity.
+  if (b.count == b.flows.size()) {
+    b.flows.push_back(flow);
+  } else {
+    b.flows[b.count] = flow;
+  }
+  if (b.count == 0 && b.dones.capacity() == 0) b.dones = take_dones();
+  b.dones.push_back(std::move(done));
+  ++b.count;
+  if (b.count >= kMaxBatch) {
+    send_batch(static_cast<size_t>(it - batches_.begin()));
     return;
   }
-  if (batches_.size() == 1 && it->flows.size() == 1) event_active(flush_ev_, EV_TIMEOUT, 0);
+  if (!flush_armed_) {
+    flush_armed_ = true;
+    event_active(flush_ev_, EV_TIMEOUT, 0);
+  }
 }
 
 void DataplaneClient::on_flush(int, short, void* arg) {
   auto* self = static_cast<DataplaneClient*>(arg);
-  auto batches = std::move(self->batches_);
-  self->batches_.clear();
-  for (auto& b : batches) self->send_batch(b);
+  self->flush_armed_ = false;
+  // By index: a callback that send runs may tag again, and add a batch.
+  for (size_t i = 0; i < self->batches_.size(); ++i)
+    if (self->batches_[i].count > 0) self->send_batch(i);
+  if (self->batches_.size() > kKeptBatches)
+    std::erase_if(self->batches_, [](const Batch& b) { return b.count == 0; });
 }
 
-void DataplaneClient::send_batch(Batch& b) {
-  json j = {{"op", "tag"}, {"class", b.cls}, {"ttl_s", b.ttl_s}};
-  if (b.flows.size() == 1) {
-    j["flow"] = flow_object(b.flows[0]);
+void DataplaneClient::send_batch(size_t i) {
+  Batch& b = batches_[i];
+  line_.clear();
+  JsonWriter w(line_);
+  w.begin_object().key("op").string("tag").key("class").string(b.cls).key("ttl_s").integer(b.ttl_s);
+  if (b.count == 1) {
+    w.key("flow");
+    write_flow(w, b.flows[0]);
   } else {
-    json flows = json::array();
-    for (const auto& f : b.flows) flows.push_back(flow_object(f));
-    j["flows"] = std::move(flows);
+    w.key("flows").begin_array();
+    for (size_t k = 0; k < b.count; ++k) write_flow(w, b.flows[k]);
+    w.end_array();
   }
-  send("tag", j.dump(), std::move(b.dones));
+  w.end_object();
+  line_ += '\n';
+  // The batch is empty before send runs callbacks, which may tag into it again.
+  std::vector<Done> dones = std::move(b.dones);
+  b.dones = take_dones();
+  b.count = 0;
+  send("tag", std::move(dones));
 }
 
 void DataplaneClient::untag(const Flow& flow, Done done) {
-  json j = {{"op", "untag"}, {"flow", flow_object(flow)}};
-  std::vector<Done> dones;
+  line_.clear();
+  JsonWriter w(line_);
+  w.begin_object().key("op").string("untag").key("flow");
+  write_flow(w, flow);
+  w.end_object();
+  line_ += '\n';
+  std::vector<Done> dones = take_dones();
   dones.push_back(std::move(done));
-  send("untag", j.dump(), std::move(dones));
+  send("untag", std::move(dones));
 }
 
 void DataplaneClient::finish(Pending p, const std::string& result, size_t ok) {
+  static const std::string kOk = "ok";
   for (size_t i = 0; i < p.dones.size(); ++i) {
-    const std::string& r = i < ok ? std::string("ok") : result;
+    const std::string& r = i < ok ? kOk : result;
     if (metrics_) metrics_->dataplane(p.op, r);
     if (p.dones[i]) p.dones[i](r);
   }
+  if (spare_.size() < kKeptDones) {
+    p.dones.clear();
+    spare_.push_back(std::move(p.dones));
+  }
 }
 
-void DataplaneClient::send(const std::string& op, std::string line, std::vector<Done> dones) {
+void DataplaneClient::send(const char* op, std::vector<Done> dones) {
   Pending p{op, std::move(dones), std::chrono::steady_clock::now() + timeout_};
   if (!ensure_connected()) {
     finish(std::move(p), "unavailable");
     return;
   }
-  line += '\n';
-  if (bufferevent_write(bev_, line.data(), line.size()) != 0) {
+  if (bufferevent_write(bev_, line_.data(), line_.size()) != 0) {
     close_connection("unavailable", "write failed");
     finish(std::move(p), "unavailable");
     return;
@@ -200,27 +257,41 @@ void DataplaneClient::on_read(bufferevent* bev, void* arg) {
   auto* self = static_cast<DataplaneClient*>(arg);
   evbuffer* in = bufferevent_get_input(bev);
   for (;;) {
-    size_t len = 0;
-    char* line = evbuffer_readln(in, &len, EVBUFFER_EOL_LF);
-    if (!line) break;
-    std::string text(line, len);
-    free(line);
+    size_t eol_len = 0;
+    evbuffer_ptr eol = evbuffer_search_eol(in, nullptr, &eol_len, EVBUFFER_EOL_LF);
+    if (eol.pos < 0) break;
+    const size_t len = static_cast<size_t>(eol.pos);
+    // Read in place (the line made contiguous), not copied out: an answer costs no allocation.
+    std::string_view text(reinterpret_cast<const char*>(evbuffer_pullup(in, eol.pos + 1)), len);
     if (self->pending_.empty()) {
       spdlog::warn("dataplane: unexpected answer '{}'", text);
+      evbuffer_drain(in, len + 1);
       continue;
     }
     Pending p = std::move(self->pending_.front());
     self->pending_.pop_front();
-    json j = json::parse(text, nullptr, false);
-    bool ok = !j.is_discarded() && j.is_object() && j.value("ok", false) == true;
+    JsonReader& j = self->reader_;
+    const bool object = j.read(text) == JsonReader::Status::kOk;
+    const JsonReader::Value* okv = object ? j.find(JsonReader::kBody, "ok") : nullptr;
+    const bool ok = okv && okv->kind == JsonReader::Kind::kBool && okv->boolean;
     size_t tagged = 0;  // a batch the dataplane refused part way: the first ones are tagged
     if (!ok) {
-      std::string err =
-          (!j.is_discarded() && j.is_object() && j.contains("error")) ? j["error"].dump() : text;
-      spdlog::warn("dataplane: {} refused: {}", p.op, err);
-      if (!j.is_discarded() && j.is_object() && j.contains("tagged") && j["tagged"].is_number())
-        tagged = j["tagged"].get<size_t>();
+      const JsonReader::Value* err = object ? j.find(JsonReader::kBody, "error") : nullptr;
+      if (err && err->kind == JsonReader::Kind::kString) {
+        std::string quoted;  // as the dataplane wrote it (a refusal is rare: it may allocate)
+        JsonWriter(quoted).string(err->text);
+        spdlog::warn("dataplane: {} refused: {}", p.op, quoted);
+      } else {
+        spdlog::warn("dataplane: {} refused: {}", p.op, text);
+      }
+      const JsonReader::Value* n = object ? j.find(JsonReader::kBody, "tagged") : nullptr;
+      if (n && n->kind == JsonReader::Kind::kUnsigned) tagged = n->unsigned_;
+      if (n && n->kind == JsonReader::Kind::kInteger) tagged = static_cast<size_t>(n->integer);
+      if (n && n->kind == JsonReader::Kind::kFloat && n->number >= 0 && n->number < 0x1p64)
+        tagged = static_cast<size_t>(n->number);
     }
+    // Gone before the callbacks run: they may close the connection, and the buffer with it.
+    evbuffer_drain(in, len + 1);
     self->finish(std::move(p), ok ? "ok" : "error", tagged);
     if (!self->bev_) return;  // a callback may not close us, but stay safe
   }

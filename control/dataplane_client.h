@@ -3,7 +3,9 @@
 // connect completes or fails at once), and when the dataplane is absent every call completes
 // with "unavailable" so admission goes on without it. The tags asked for during one pass of the
 // loop leave as one line per class and ttl ({"op":"tag","flows":[...]}), so a burst of
-// admissions costs the dataplane one request, not one per flow.
+// admissions costs the dataplane one request, not one per flow. Lines are written flat into a
+// buffer the client keeps, and answers read flat (JsonReader), so tagging at admission rate
+// allocates nothing per flow once the client is warm.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "control/admission.h"
+#include "control/json_reader.h"
 
 struct event_base;
 struct bufferevent;
@@ -48,19 +51,24 @@ class DataplaneClient {
 
  private:
   struct Pending {
-    std::string op;
+    const char* op;           // "tag" | "untag"
     std::vector<Done> dones;  // one per flow of the line
     std::chrono::steady_clock::time_point deadline;
   };
-  // Tags waiting for the end of this pass of the loop, for one class and ttl.
+  // Tags waiting for the end of this pass of the loop, for one class and ttl. Kept after it is
+  // sent, with its flows' strings, so the next pass's tags of that class fill it in place.
   struct Batch {
     std::string cls;
-    int ttl_s;
-    std::vector<Flow> flows;
+    int ttl_s = 0;
+    size_t count = 0;         // flows[0..count) are this pass's
+    std::vector<Flow> flows;  // may hold more, left from earlier passes
     std::vector<Done> dones;
   };
-  void send(const std::string& op, std::string line, std::vector<Done> dones);
-  void send_batch(Batch& b);
+  // Sends line_ (one request, newline included).
+  void send(const char* op, std::vector<Done> dones);
+  void send_batch(size_t i);  // batches_[i]
+  // A callback list of the pass, emptied but with its capacity (finished lines give theirs back).
+  std::vector<Done> take_dones();
   static void on_flush(int fd, short what, void* arg);
   bool ensure_connected();
   void close_connection(const std::string& result_for_pending, const char* why);
@@ -79,7 +87,11 @@ class DataplaneClient {
   event* timer_ = nullptr;
   event* flush_ev_ = nullptr;
   std::vector<Batch> batches_;
+  bool flush_armed_ = false;  // on_flush is due at the end of this pass
   std::deque<Pending> pending_;
+  std::string line_;                      // the request being written, reused
+  std::vector<std::vector<Done>> spare_;  // emptied callback lists, reused
+  JsonReader reader_;                     // reads the answers, reused
   bool outage_logged_ = false;
   std::chrono::steady_clock::time_point next_attempt_{};
 };

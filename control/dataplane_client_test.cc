@@ -114,6 +114,74 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 3u);
 }
 
+// A batch's slots are reused from pass to pass: a smaller later batch sends only its own flows.
+TEST_F(DataplaneClientTest, ALaterSmallerBatchSendsOnlyItsOwnFlows) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  DataplaneClient c(base_, path_, &metrics_);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  auto run_until = [&](size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (results.size() < n && std::chrono::steady_clock::now() < deadline)
+      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  };
+  for (int i = 0; i < 3; ++i) {
+    Flow f = flow();
+    f.sport = static_cast<uint16_t>(2000 + i);
+    f.src = "2001:db8:aaaa:bbbb:cccc:dddd:eeee:" + std::to_string(i);  // past the short-string size
+    c.tag(f, "gold", 120, record);
+  }
+  run_until(3);
+  Flow last = flow();
+  last.sport = 3000;
+  c.tag(last, "gold", 120, record);
+  run_until(4);
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok", "ok"}));
+  auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines[0]["flows"].size(), 3u);
+  EXPECT_EQ(lines[0]["flows"][2]["src"], "2001:db8:aaaa:bbbb:cccc:dddd:eeee:2");
+  json f = {
+      {"src", "10.0.0.1"}, {"sport", 3000}, {"dst", "10.0.0.2"}, {"dport", 443}, {"proto", 6}};
+  EXPECT_EQ(lines[1], (json{{"op", "tag"}, {"flow", f}, {"class", "gold"}, {"ttl_s", 120}}));
+}
+
+// A batch refused part way: the flows before `tagged` succeeded, the rest failed.
+TEST_F(DataplaneClientTest, APartRefusedBatchFailsOnlyTheFlowsNotTagged) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerGiven,
+                R"({"ok":false,"error":"flows[2]: flow table full","tagged":2})");
+  DataplaneClient c(base_, path_, &metrics_);
+  std::vector<std::string> results;
+  for (int i = 0; i < 4; ++i) {
+    Flow f = flow();
+    f.sport = static_cast<uint16_t>(2000 + i);
+    c.tag(f, "gold", 120, [&](const std::string& r) { results.push_back(r); });
+  }
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (results.size() < 4 && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "error", "error"}));
+  EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 2u);
+  EXPECT_EQ(metrics_.dataplane_tags().value({"error"}), 2u);
+}
+
+// Only an object whose "ok" is true is a success; anything else the dataplane could say is an
+// error, and the connection stays usable.
+TEST_F(DataplaneClientTest, AnAnswerThatIsNotOkTrueIsAnError) {
+  for (const char* answer : {R"({"ok":false})", R"({"ok":1})", R"({"ok":"true"})", R"([true])",
+                             R"({"ok":true)", "not json", R"({"error":"no"})"}) {
+    SCOPED_TRACE(answer);
+    LinePeer peer(path_, LinePeer::Mode::kAnswerGiven, answer);
+    DataplaneClient c(base_, path_, &metrics_);
+    EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "error");
+    EXPECT_EQ(complete([&](auto done) { c.untag(flow(), done); }), "error");
+    EXPECT_TRUE(c.connected());
+  }
+  LinePeer peer(path_, LinePeer::Mode::kAnswerGiven, "{\"ok\":true,\"removed\":false}\r");
+  DataplaneClient c(base_, path_, &metrics_);
+  EXPECT_EQ(complete([&](auto done) { c.untag(flow(), done); }), "ok");
+}
+
 TEST_F(DataplaneClientTest, RefusalIsAnError) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerError);
   DataplaneClient c(base_, path_, &metrics_);

@@ -119,8 +119,9 @@ json echo_handler(const json& req) {
 // Serves on a background thread until stopped.
 class Server {
  public:
-  explicit Server(const std::string& path, ControlSocketOptions options = {})
-      : sock_(path, echo_handler, options) {
+  explicit Server(const std::string& path, ControlSocketOptions options = {},
+                  ControlSocket::Handler handler = echo_handler)
+      : sock_(path, std::move(handler), options) {
     thread_ = std::thread([this] {
       while (!stop_) sock_.poll_once(20, -1);
     });
@@ -405,21 +406,39 @@ uint64_t zero_now() {
   return 0;
 }
 
+// The protocol on a real flow table of `entries` and one class, "gold".
+struct Protocol {
+  Protocol(const char* name, uint32_t entries) {
+    FlowTableParams p;
+    p.name = name;
+    p.entries = entries;
+    p.tsc_hz = 1000;
+    std::string error;
+    flows = FlowTable::create(p, &error);
+    EXPECT_NE(flows, nullptr) << error;
+  }
+  ControlSocket::Handler handler() {
+    return make_protocol({flows.get(), nullptr, nullptr, &sched, zero_now});
+  }
+  std::unique_ptr<FlowTable> flows;
+  Scheduler sched{config::Drip{}, {gold()}, 1'000'000'000};
+
+ private:
+  static config::Class gold() {
+    config::Class c;
+    c.name = "gold";
+    return c;
+  }
+};
+
 // {"op":"tag","flows":[...]} tags many flows in one line: all are checked first (a bad one tags
 // nothing and is named), and a table that fills up says how many were tagged.
 TEST(ControlProtocol, TagsAListOfFlowsInOneRequest) {
-  FlowTableParams p;
-  p.name = "cs_tag_batch";
-  p.entries = 8;  // rte_hash may hold a few more than asked; filled below until it refuses
-  p.tsc_hz = 1000;
-  std::string error;
-  auto flows = FlowTable::create(p, &error);
-  ASSERT_NE(flows, nullptr) << error;
-  config::Drip drip;
-  config::Class gold;
-  gold.name = "gold";
-  Scheduler sched(drip, {gold}, 1'000'000'000);
-  const ControlSocket::Handler h = make_protocol({flows.get(), nullptr, nullptr, &sched, zero_now});
+  // rte_hash may hold a few more than asked; filled below until it refuses.
+  Protocol proto("cs_tag_batch", 8);
+  ASSERT_NE(proto.flows, nullptr);
+  FlowTable* flows = proto.flows.get();
+  const ControlSocket::Handler h = proto.handler();
   auto ask = [&](const json& req) {
     return json::parse(ControlSocket::answer_line(req.dump(), h));
   };
@@ -462,6 +481,67 @@ TEST(ControlProtocol, TagsAListOfFlowsInOneRequest) {
   EXPECT_EQ(flows->size(), 2 + tagged);
   EXPECT_EQ(a["error"].get<std::string>().rfind(fmt::format("flows[{}]: ", tagged), 0), 0u)
       << a.dump();
+}
+
+// dripgate-control pipelining tag lines faster than it reads the answers: the socket stops
+// reading it while 1 MiB of answers waits, and goes on as the answers are read. Every line is
+// answered, in order, and every flow tagged; the connection is never reset.
+TEST(ControlProtocol, PipelinedTagLinesReadSlowlyAreAllAnsweredWithoutAReset) {
+  constexpr int kLines = 20000;
+  Protocol proto("cs_tag_pipe", 32768);
+  ASSERT_NE(proto.flows, nullptr);
+  FlowTable* flows = proto.flows.get();
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  Server srv(path, {}, proto.handler());
+  int fd = connect_to(path);
+  ASSERT_GE(fd, 0);
+
+  std::string got;
+  int answered = 0;
+  bool reset = false;
+  // Reads 4 KiB every 2 ms: slower than the socket answers, so answers pile up past 1 MiB.
+  std::thread reader([&] {
+    char buf[4096];
+    while (answered < kLines) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        reset = true;
+        return;
+      }
+      got.append(buf, static_cast<size_t>(n));
+      answered += static_cast<int>(std::count(buf, buf + n, '\n'));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  std::string lines;
+  for (int i = 0; i < kLines; ++i)
+    lines += fmt::format(
+        R"({{"op":"tag","class":"gold","ttl_s":60,"flow":{{"src":"10.{}.{}.{}","sport":1000,)"
+        R"("dst":"192.0.2.1","dport":443,"proto":17}}}})"
+        "\n",
+        i >> 16, (i >> 8) & 255, i & 255);
+  send_all(fd, lines);
+  reader.join();
+  ASSERT_FALSE(reset) << "after " << answered << " answers";
+  ASSERT_GT(got.size(), ControlSocket::kMaxPendingOut);
+  size_t at = 0;
+  for (int i = 0; i < kLines; ++i) {
+    size_t nl = got.find('\n', at);
+    ASSERT_NE(nl, std::string::npos);
+    const json a = json::parse(got.substr(at, nl - at));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    ASSERT_EQ(a["flow"], fmt::format("10.{}.{}.{}:1000 -> 192.0.2.1:443 proto 17", i >> 16,
+                                     (i >> 8) & 255, i & 255));
+    at = nl + 1;
+  }
+  EXPECT_EQ(flows->size(), static_cast<size_t>(kLines));
+  // Still connected.
+  send_all(fd, R"({"op":"untag","flow":{"src":"10.0.0.0","sport":1000,"dst":"192.0.2.1",)"
+               R"("dport":443,"proto":17}})"
+               "\n");
+  EXPECT_EQ(json::parse(read_lines(fd, 1))["removed"], true);
+  ::close(fd);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 
 namespace dripgate::testing {
 
-LinePeer::LinePeer(std::string path, Mode mode) : path_(std::move(path)), mode_(mode) {
+LinePeer::LinePeer(std::string path, Mode mode, std::string given)
+    : path_(std::move(path)), mode_(mode), given_(std::move(given)) {
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -48,6 +49,7 @@ std::vector<nlohmann::json> LinePeer::wait_lines(size_t n, std::chrono::millisec
 std::string LinePeer::answer(const nlohmann::json& line) const {
   if (mode_ == Mode::kSilent) return {};
   if (mode_ == Mode::kAnswerError) return "{\"ok\":false,\"error\":\"no\"}\n";
+  if (mode_ == Mode::kAnswerGiven) return given_ + "\n";
   bool request = !line.is_discarded() && line.is_object() && line.contains("op");
   return request ? "{\"ok\":true}\n" : "{\"ok\":false,\"error\":\"bad line\"}\n";
 }

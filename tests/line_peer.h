@@ -17,10 +17,11 @@ namespace dripgate::testing {
 
 class LinePeer {
  public:
-  // kAnswerOk answers {"ok":true} to a JSON object with an "op" and an error to anything else.
-  enum class Mode { kAnswerOk, kAnswerError, kSilent };
+  // kAnswerOk answers {"ok":true} to a JSON object with an "op" and an error to anything else;
+  // kAnswerGiven answers every line with `given` (a newline is added).
+  enum class Mode { kAnswerOk, kAnswerError, kSilent, kAnswerGiven };
 
-  explicit LinePeer(std::string path, Mode mode = Mode::kAnswerOk);
+  explicit LinePeer(std::string path, Mode mode = Mode::kAnswerOk, std::string given = {});
   ~LinePeer();
   LinePeer(const LinePeer&) = delete;
   LinePeer& operator=(const LinePeer&) = delete;
@@ -37,6 +38,7 @@ class LinePeer {
 
   std::string path_;
   Mode mode_;
+  std::string given_;
   int fd_ = -1;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
