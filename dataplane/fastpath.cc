@@ -229,7 +229,8 @@ void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
       b.at[i] = Burst::kGeneral;
-      b.st[i] = parse(data, len, &b.pp[i]);
+      // pp[i] is read only for kOk: a non-IP frame needs its status alone.
+      b.st[i] = is_non_ip_fast(data, len) ? ParseStatus::kNotIp : parse(data, len, &b.pp[i]);
     }
   }
   b.n4 = n4;

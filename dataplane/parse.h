@@ -125,6 +125,18 @@ inline bool parse_ipv4_fast(const uint8_t* data, uint32_t len, Ipv4Key* key,
   return true;
 }
 
+// The non-IP frame, recognised inline on the fast path: untagged Ethernet whose ethertype is
+// none of IPv4, IPv6, 802.1Q and 802.1ad. True exactly when parse() would answer kNotIp without
+// reading past the Ethernet header; false for every other frame (VLAN-tagged non-IP frames
+// included), which parse() then takes. Spares a frame that passes or is shaped as non-IP the
+// general parser's work. Reads nothing at or past data + len.
+inline bool is_non_ip_fast(const uint8_t* data, uint32_t len) noexcept {
+  if (len < 14) return false;
+  const uint16_t ether_type = static_cast<uint16_t>((data[12] << 8) | data[13]);
+  return ether_type != 0x0800 && ether_type != 0x86DD && ether_type != 0x8100 &&
+         ether_type != 0x88A8;
+}
+
 // Text address ("10.1.2.3", "2001:db8::1") to the tuple's 16-byte form. Not for the fast path.
 bool parse_address(std::string_view text, L3* l3, uint8_t addr[16]);
 
