@@ -38,8 +38,11 @@ struct Fastpath::RxOut {
   rte_mbuf* drop[kBurst];
   unsigned n_drop = 0;
   unsigned n_rx = 0;
-  unsigned runs = 0;  // runs of one class in shaped[] (1: nothing to group)
-  void reset() { n_shaped = n_pass = n_drop = n_rx = runs = 0; }
+  bool grouped = true;  // shaped[] holds one run per class (the classes of one burst)
+  void reset() {
+    n_shaped = n_pass = n_drop = n_rx = 0;
+    grouped = true;
+  }
 };
 
 // One RX lcore's own state. Only that lcore touches it, but for the mailbox, which the main
@@ -281,10 +284,9 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   const Classifier* const classifier = lane.classifier;
   st.rx_client.add(n);
   const bool inline_pass = split();
-  const unsigned first_shaped = o.n_shaped;
   // The counts in locals: o.shaped[] stores (uint32 fields) could alias o's counters and force
   // a reload and store of each per packet.
-  unsigned n_shaped = o.n_shaped, n_pass = o.n_pass, n_drop = o.n_drop;
+  unsigned n_pass = o.n_pass, n_drop = o.n_drop;
   // No software prefetch of the frames: measured on net_null (4 KiB pages, --no-huge), issuing
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
@@ -292,6 +294,12 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   Burst b;
   parse_burst(pkts, n, b);
   find_tagged(n, now, b);
+  // The packets to hand on, with their class's group: they are partitioned by class below, so
+  // the scheduler takes one run per class and `classified` is counted once per class.
+  ClassGroups<kBurst> groups;
+  rte_mbuf* keep[kBurst];
+  uint8_t group[kBurst];
+  unsigned n_keep = 0;
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
     int cls = b.tagged[i];
@@ -330,27 +338,38 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
       o.drop[n_drop++] = m;
       continue;
     }
-    if (pass) {
-      if (inline_pass) {
-        o.shaped[n_shaped++] = Handoff{m, now, kPassCls, 0};
-      } else {
-        o.pass[n_pass++] = m;
-      }
+    if (pass && !inline_pass) {
+      o.pass[n_pass++] = m;
       continue;
     }
-    // classified is counted per run of same-class packets, after the loop.
-    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
+    group[n_keep] = groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
+    keep[n_keep++] = m;
   }
-  o.n_shaped = n_shaped;
   o.n_pass = n_pass;
   o.n_drop = n_drop;
-  for (unsigned i = first_shaped; i < n_shaped;) {
-    const uint32_t cls = o.shaped[i].cls;
-    unsigned j = i + 1;
-    while (j < n_shaped && o.shaped[j].cls == cls) ++j;
-    if (cls != kPassCls) st.classified[cls].add(j - i);
-    ++o.runs;
-    i = j;
+  if (n_keep == 0) return;
+  Handoff* out = o.shaped + o.n_shaped;
+  // Appended after another burst's groups, the whole is no longer one run per class.
+  if (o.n_shaped != 0) o.grouped = false;
+  o.n_shaped += n_keep;
+  const unsigned n_groups = groups.size();
+  for (unsigned g = 0; g < n_groups; ++g) {
+    if (groups.cls(g) != kPassCls) st.classified[groups.cls(g)].add(groups.count(g));
+  }
+  auto handoff = [&](rte_mbuf* m, uint32_t cls) {
+    return cls == kPassCls ? Handoff{m, now, kPassCls, 0}
+                           : Handoff{m, now, cls, rte_pktmbuf_pkt_len(m)};
+  };
+  if (n_groups == 1) {
+    const uint32_t cls = groups.cls(0);
+    for (unsigned k = 0; k < n_keep; ++k) out[k] = handoff(keep[k], cls);
+    return;
+  }
+  unsigned at[kBurst];
+  groups.starts(at);
+  for (unsigned k = 0; k < n_keep; ++k) {
+    const unsigned g = group[k];
+    out[at[g]++] = handoff(keep[k], groups.cls(g));
   }
 }
 
@@ -388,9 +407,9 @@ void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets
 // go to the scheduler as one run (one counter update per run); a run the scheduler lets bypass
 // its empty, unlimited queue leaves at once.
-void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool one_class) {
-  Handoff grouped[kBurst];
-  const Handoff* h = one_class ? in : group_by_class<kBurst>(in, n, grouped);
+void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool grouped) {
+  Handoff tmp[kBurst];
+  const Handoff* h = grouped ? in : group_by_class<kBurst>(in, n, tmp);
   void* refused[kBurst];
   unsigned n_refused = 0;
   rte_mbuf* pass[kBurst];
@@ -573,7 +592,7 @@ int Fastpath::run_single(RxLane& lane) {
     out.reset();
     rx_client(lane, max, out, now);
     flows_.quiescent(lcore);
-    enqueue_shaped(out.shaped, out.n_shaped, out.runs <= 1);
+    enqueue_shaped(out.shaped, out.n_shaped, out.grouped);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
     rx_reverse(lane, max);

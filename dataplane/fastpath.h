@@ -104,8 +104,8 @@ class Fastpath {
   void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
                     Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
-  // one_class: the caller knows in[] holds one class (no grouping needed).
-  void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);
+  // grouped: the caller knows in[] holds one run per class (no grouping needed).
+  void enqueue_shaped(const Handoff* in, unsigned n, bool grouped = false);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
   void check_drip_mailbox();
