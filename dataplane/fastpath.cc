@@ -14,6 +14,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "dataplane/class_cache.h"
 #include "dataplane/group_by_class.h"
 #include "dataplane/parse.h"
 
@@ -56,6 +57,7 @@ struct Fastpath::RxLane {
   rte_ring* ring = nullptr;                    // split layout: to the drip lcore
   RxStats* stats = nullptr;
   RxMailbox mailbox;
+  ClassCache cache;  // the classes of the IPv4 flows it has seen lately
   // Changed only through the mailbox.
   const Classifier* classifier = nullptr;
   config::UnknownFlows unknown = config::UnknownFlows::kDefault;
@@ -211,7 +213,8 @@ void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
 
 // A received burst, parsed: the common frames by the inline parser (their keys packed in k4[]
 // in arrival order, at[i] = frame i's place there), the others by parse() (at[i] = kGeneral,
-// pp[i] and st[i]); tagged[i] is the flow table's class for frame i, or kNoMatch.
+// pp[i] and st[i]). cls4[j] is the class of key j before unknown_flows (a tag, a rule, or
+// kNoMatch); tagged[i] is the flow table's class for a general frame i, or kNoMatch.
 struct Fastpath::Burst {
   static constexpr uint8_t kGeneral = 0xFF;
   uint8_t at[kBurst];
@@ -220,6 +223,7 @@ struct Fastpath::Burst {
   unsigned n4;
   ParseStatus st[kBurst];
   ParsedPacket pp[kBurst];
+  int cls4[kBurst];
   int tagged[kBurst];
 };
 
@@ -239,29 +243,58 @@ void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
   b.n4 = n4;
 }
 
-// The tagged flows of a parsed burst: one bulk probe of each flow table (rte_hash prefetches
-// all the buckets), of the IPv4 table only for keys whose hash a tagged key may have. A tag
-// added meanwhile is seen from the next burst on.
-void Fastpath::find_tagged(unsigned n, uint64_t now, Burst& b) {
-  if (flows_.size() == 0) {  // static rules alone, or no admitted flow yet
-    for (unsigned i = 0; i < n; ++i) b.tagged[i] = FlowTable::kNoMatch;
-    return;
-  }
-  // Each IPv4 key's hash once, here, handed to the probe.
+// The classes of a parsed burst's IPv4 keys: the lane's ClassCache first; the keys it does not
+// hold go to one bulk probe of the flow table (only keys whose hash a tagged key may have, with
+// the hash computed once here), then the rules, and are remembered until the tag expires or
+// the table's last-seen refresh period ends, whichever comes first. The general frames' tags
+// come from one bulk probe of each table. A tag added meanwhile is seen from the next burst on.
+void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) {
+  ClassCache& cache = lane.cache;
+  cache.observe(flows_.generation());
+  const bool any_tag = flows_.size() != 0;  // static rules alone, or no admitted flow yet
   uint32_t hashes[kBurst];
-  for (unsigned j = 0; j < b.n4; ++j) hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
-  int found4[kBurst];
-  flows_.lookup_bulk_ipv4(b.k4, hashes, b.n4, now, found4);
+  uint8_t miss[kBurst];
+  unsigned n_miss = 0;
+  for (unsigned j = 0; j < b.n4; ++j) {
+    hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
+    if (!cache.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
+      miss[n_miss++] = static_cast<uint8_t>(j);
+  }
+  if (n_miss != 0) {
+    int found[kBurst];
+    uint64_t expires[kBurst];
+    if (any_tag) {
+      Ipv4Key keys[kBurst];
+      uint32_t miss_hashes[kBurst];
+      for (unsigned k = 0; k < n_miss; ++k) {
+        keys[k] = b.k4[miss[k]];
+        miss_hashes[k] = hashes[miss[k]];
+      }
+      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, expires);
+    }
+    const Classifier& rules = *lane.classifier;
+    const uint64_t until = now + flows_.refresh_ticks();
+    for (unsigned k = 0; k < n_miss; ++k) {
+      const unsigned j = miss[k];
+      int cls = any_tag ? found[k] : FlowTable::kNoMatch;
+      uint64_t valid_until = until;
+      if (cls >= 0) {
+        if (expires[k] != 0) valid_until = std::min(valid_until, expires[k]);
+      } else {
+        cls = rules.classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+      }
+      b.cls4[j] = cls;
+      cache.put(b.k4[j], b.dscp4[j], hashes[j], cls, valid_until);
+    }
+  }
+  if (b.n4 == n) return;
   const FiveTuple* keys[kBurst];
   unsigned idx[kBurst];
   unsigned n_keys = 0;
   for (unsigned i = 0; i < n; ++i) {
-    if (b.at[i] != Burst::kGeneral) {
-      b.tagged[i] = found4[b.at[i]];
-      continue;
-    }
+    if (b.at[i] != Burst::kGeneral) continue;
     b.tagged[i] = FlowTable::kNoMatch;
-    if (b.st[i] == ParseStatus::kOk) {
+    if (any_tag && b.st[i] == ParseStatus::kOk) {
       keys[n_keys] = &b.pp[i].tuple;
       idx[n_keys++] = i;
     }
@@ -293,7 +326,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
   parse_burst(pkts, n, b);
-  find_tagged(n, now, b);
+  classify_burst(lane, n, now, b);
   // The packets to hand on, with their class's group: they are partitioned by class below, so
   // the scheduler takes one run per class and `classified` is counted once per class.
   ClassGroups<kBurst> groups;
@@ -302,11 +335,12 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   unsigned n_keep = 0;
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
-    int cls = b.tagged[i];
+    int cls;
     ParseStatus s = ParseStatus::kOk;
     if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
-      if (cls < 0) cls = classifier->classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+      cls = b.cls4[j];
     } else {
+      cls = b.tagged[i];
       s = b.st[i];
       if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
     }
@@ -543,6 +577,7 @@ void Fastpath::check_rx_mailbox(RxLane& lane) {
       return MailboxResult{false, "unknown_flows is 'default' but there is no class 'default'"};
     lane.classifier = r.classifier;
     lane.unknown = r.unknown;
+    lane.cache.invalidate();  // it holds the old rules' classes
     return MailboxResult{true, {}};
   });
 }

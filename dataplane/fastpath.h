@@ -98,7 +98,7 @@ class Fastpath {
   };
   unsigned budget(uint64_t slack) const;
   void parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b);
-  void find_tagged(unsigned n, uint64_t now, Burst& b);
+  void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(RxLane& lane, unsigned max);
   void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
