@@ -14,6 +14,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "dataplane/class_cache.h"
 #include "dataplane/group_by_class.h"
 #include "dataplane/parse.h"
 
@@ -38,8 +39,11 @@ struct Fastpath::RxOut {
   rte_mbuf* drop[kBurst];
   unsigned n_drop = 0;
   unsigned n_rx = 0;
-  unsigned runs = 0;  // runs of one class in shaped[] (1: nothing to group)
-  void reset() { n_shaped = n_pass = n_drop = n_rx = runs = 0; }
+  bool grouped = true;  // shaped[] holds one run per class (the classes of one burst)
+  void reset() {
+    n_shaped = n_pass = n_drop = n_rx = 0;
+    grouped = true;
+  }
 };
 
 // One RX lcore's own state. Only that lcore touches it, but for the mailbox, which the main
@@ -53,6 +57,7 @@ struct Fastpath::RxLane {
   rte_ring* ring = nullptr;                    // split layout: to the drip lcore
   RxStats* stats = nullptr;
   RxMailbox mailbox;
+  ClassCache cache;  // the classes of the IPv4 flows it has seen lately
   // Changed only through the mailbox.
   const Classifier* classifier = nullptr;
   config::UnknownFlows unknown = config::UnknownFlows::kDefault;
@@ -208,7 +213,8 @@ void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
 
 // A received burst, parsed: the common frames by the inline parser (their keys packed in k4[]
 // in arrival order, at[i] = frame i's place there), the others by parse() (at[i] = kGeneral,
-// pp[i] and st[i]); tagged[i] is the flow table's class for frame i, or kNoMatch.
+// pp[i] and st[i]). cls4[j] is the class of key j before unknown_flows (a tag, a rule, or
+// kNoMatch); tagged[i] is the flow table's class for a general frame i, or kNoMatch.
 struct Fastpath::Burst {
   static constexpr uint8_t kGeneral = 0xFF;
   uint8_t at[kBurst];
@@ -217,6 +223,7 @@ struct Fastpath::Burst {
   unsigned n4;
   ParseStatus st[kBurst];
   ParsedPacket pp[kBurst];
+  int cls4[kBurst];
   int tagged[kBurst];
 };
 
@@ -229,35 +236,65 @@ void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
       b.at[i] = Burst::kGeneral;
-      b.st[i] = parse(data, len, &b.pp[i]);
+      // pp[i] is read only for kOk: a non-IP frame needs its status alone.
+      b.st[i] = is_non_ip_fast(data, len) ? ParseStatus::kNotIp : parse(data, len, &b.pp[i]);
     }
   }
   b.n4 = n4;
 }
 
-// The tagged flows of a parsed burst: one bulk probe of each flow table (rte_hash prefetches
-// all the buckets), of the IPv4 table only for keys whose hash a tagged key may have. A tag
-// added meanwhile is seen from the next burst on.
-void Fastpath::find_tagged(unsigned n, uint64_t now, Burst& b) {
-  if (flows_.size() == 0) {  // static rules alone, or no admitted flow yet
-    for (unsigned i = 0; i < n; ++i) b.tagged[i] = FlowTable::kNoMatch;
-    return;
-  }
-  // Each IPv4 key's hash once, here, handed to the probe.
+// The classes of a parsed burst's IPv4 keys: the lane's ClassCache first; the keys it does not
+// hold go to one bulk probe of the flow table (only keys whose hash a tagged key may have, with
+// the hash computed once here), then the rules, and are remembered until the tag expires or
+// the table's last-seen refresh period ends, whichever comes first. The general frames' tags
+// come from one bulk probe of each table. A tag added meanwhile is seen from the next burst on.
+void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) {
+  ClassCache& cache = lane.cache;
+  cache.observe(flows_.generation());
+  const bool any_tag = flows_.size() != 0;  // static rules alone, or no admitted flow yet
   uint32_t hashes[kBurst];
-  for (unsigned j = 0; j < b.n4; ++j) hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
-  int found4[kBurst];
-  flows_.lookup_bulk_ipv4(b.k4, hashes, b.n4, now, found4);
+  uint8_t miss[kBurst];
+  unsigned n_miss = 0;
+  for (unsigned j = 0; j < b.n4; ++j) {
+    hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
+    if (!cache.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
+      miss[n_miss++] = static_cast<uint8_t>(j);
+  }
+  if (n_miss != 0) {
+    int found[kBurst];
+    uint64_t expires[kBurst];
+    if (any_tag) {
+      Ipv4Key keys[kBurst];
+      uint32_t miss_hashes[kBurst];
+      for (unsigned k = 0; k < n_miss; ++k) {
+        keys[k] = b.k4[miss[k]];
+        miss_hashes[k] = hashes[miss[k]];
+      }
+      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, expires);
+    }
+    const Classifier& rules = *lane.classifier;
+    const uint64_t until = now + flows_.refresh_ticks();
+    for (unsigned k = 0; k < n_miss; ++k) {
+      const unsigned j = miss[k];
+      int cls = any_tag ? found[k] : FlowTable::kNoMatch;
+      uint64_t valid_until = until;
+      if (cls >= 0) {
+        if (expires[k] != 0) valid_until = std::min(valid_until, expires[k]);
+      } else {
+        cls = rules.classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+      }
+      b.cls4[j] = cls;
+      cache.put(b.k4[j], b.dscp4[j], hashes[j], cls, valid_until);
+    }
+  }
+  if (b.n4 == n) return;
   const FiveTuple* keys[kBurst];
   unsigned idx[kBurst];
   unsigned n_keys = 0;
   for (unsigned i = 0; i < n; ++i) {
-    if (b.at[i] != Burst::kGeneral) {
-      b.tagged[i] = found4[b.at[i]];
-      continue;
-    }
+    if (b.at[i] != Burst::kGeneral) continue;
     b.tagged[i] = FlowTable::kNoMatch;
-    if (b.st[i] == ParseStatus::kOk) {
+    if (any_tag && b.st[i] == ParseStatus::kOk) {
       keys[n_keys] = &b.pp[i].tuple;
       idx[n_keys++] = i;
     }
@@ -280,24 +317,30 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   const Classifier* const classifier = lane.classifier;
   st.rx_client.add(n);
   const bool inline_pass = split();
-  const unsigned first_shaped = o.n_shaped;
   // The counts in locals: o.shaped[] stores (uint32 fields) could alias o's counters and force
   // a reload and store of each per packet.
-  unsigned n_shaped = o.n_shaped, n_pass = o.n_pass, n_drop = o.n_drop;
+  unsigned n_pass = o.n_pass, n_drop = o.n_drop;
   // No software prefetch of the frames: measured on net_null (4 KiB pages, --no-huge), issuing
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
   parse_burst(pkts, n, b);
-  find_tagged(n, now, b);
+  classify_burst(lane, n, now, b);
+  // The packets to hand on, with their class's group: they are partitioned by class below, so
+  // the scheduler takes one run per class and `classified` is counted once per class.
+  ClassGroups<kBurst> groups;
+  rte_mbuf* keep[kBurst];
+  uint8_t group[kBurst];
+  unsigned n_keep = 0;
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
-    int cls = b.tagged[i];
+    int cls;
     ParseStatus s = ParseStatus::kOk;
     if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
-      if (cls < 0) cls = classifier->classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+      cls = b.cls4[j];
     } else {
+      cls = b.tagged[i];
       s = b.st[i];
       if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
     }
@@ -329,27 +372,38 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
       o.drop[n_drop++] = m;
       continue;
     }
-    if (pass) {
-      if (inline_pass) {
-        o.shaped[n_shaped++] = Handoff{m, now, kPassCls, 0};
-      } else {
-        o.pass[n_pass++] = m;
-      }
+    if (pass && !inline_pass) {
+      o.pass[n_pass++] = m;
       continue;
     }
-    // classified is counted per run of same-class packets, after the loop.
-    o.shaped[n_shaped++] = Handoff{m, now, static_cast<uint32_t>(cls), rte_pktmbuf_pkt_len(m)};
+    group[n_keep] = groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
+    keep[n_keep++] = m;
   }
-  o.n_shaped = n_shaped;
   o.n_pass = n_pass;
   o.n_drop = n_drop;
-  for (unsigned i = first_shaped; i < n_shaped;) {
-    const uint32_t cls = o.shaped[i].cls;
-    unsigned j = i + 1;
-    while (j < n_shaped && o.shaped[j].cls == cls) ++j;
-    if (cls != kPassCls) st.classified[cls].add(j - i);
-    ++o.runs;
-    i = j;
+  if (n_keep == 0) return;
+  Handoff* out = o.shaped + o.n_shaped;
+  // Appended after another burst's groups, the whole is no longer one run per class.
+  if (o.n_shaped != 0) o.grouped = false;
+  o.n_shaped += n_keep;
+  const unsigned n_groups = groups.size();
+  for (unsigned g = 0; g < n_groups; ++g) {
+    if (groups.cls(g) != kPassCls) st.classified[groups.cls(g)].add(groups.count(g));
+  }
+  auto handoff = [&](rte_mbuf* m, uint32_t cls) {
+    return cls == kPassCls ? Handoff{m, now, kPassCls, 0}
+                           : Handoff{m, now, cls, rte_pktmbuf_pkt_len(m)};
+  };
+  if (n_groups == 1) {
+    const uint32_t cls = groups.cls(0);
+    for (unsigned k = 0; k < n_keep; ++k) out[k] = handoff(keep[k], cls);
+    return;
+  }
+  unsigned at[kBurst];
+  groups.starts(at);
+  for (unsigned k = 0; k < n_keep; ++k) {
+    const unsigned g = group[k];
+    out[at[g]++] = handoff(keep[k], groups.cls(g));
   }
 }
 
@@ -387,9 +441,9 @@ void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets
 // go to the scheduler as one run (one counter update per run); a run the scheduler lets bypass
 // its empty, unlimited queue leaves at once.
-void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool one_class) {
-  Handoff grouped[kBurst];
-  const Handoff* h = one_class ? in : group_by_class<kBurst>(in, n, grouped);
+void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool grouped) {
+  Handoff tmp[kBurst];
+  const Handoff* h = grouped ? in : group_by_class<kBurst>(in, n, tmp);
   void* refused[kBurst];
   unsigned n_refused = 0;
   rte_mbuf* pass[kBurst];
@@ -523,6 +577,7 @@ void Fastpath::check_rx_mailbox(RxLane& lane) {
       return MailboxResult{false, "unknown_flows is 'default' but there is no class 'default'"};
     lane.classifier = r.classifier;
     lane.unknown = r.unknown;
+    lane.cache.invalidate();  // it holds the old rules' classes
     return MailboxResult{true, {}};
   });
 }
@@ -572,7 +627,7 @@ int Fastpath::run_single(RxLane& lane) {
     out.reset();
     rx_client(lane, max, out, now);
     flows_.quiescent(lcore);
-    enqueue_shaped(out.shaped, out.n_shaped, out.runs <= 1);
+    enqueue_shaped(out.shaped, out.n_shaped, out.grouped);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
     rx_reverse(lane, max);

@@ -98,14 +98,14 @@ class Fastpath {
   };
   unsigned budget(uint64_t slack) const;
   void parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b);
-  void find_tagged(unsigned n, uint64_t now, Burst& b);
+  void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
   void rx_reverse(RxLane& lane, unsigned max);
   void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
                     Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
-  // one_class: the caller knows in[] holds one class (no grouping needed).
-  void enqueue_shaped(const Handoff* in, unsigned n, bool one_class = false);
+  // grouped: the caller knows in[] holds one run per class (no grouping needed).
+  void enqueue_shaped(const Handoff* in, unsigned n, bool grouped = false);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
   void check_drip_mailbox();

@@ -152,8 +152,9 @@ void FlowTable::free_value(void* self, void* value) {
   t->free_slots_.push_back(static_cast<uint32_t>(static_cast<Value*>(value) - t->values_));
 }
 
-inline int FlowTable::hit(void* data, uint64_t now) noexcept {
+inline int FlowTable::hit(void* data, uint64_t now, uint64_t* expires) noexcept {
   Value* v = static_cast<Value*>(data);
+  if (expires != nullptr) *expires = v->expires;
   if (v->expires != 0 && now >= v->expires) return kNoMatch;
   const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
   if (now > last + refresh_ticks_) v->last_seen.store(now, std::memory_order_relaxed);
@@ -216,7 +217,7 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
 }
 
 void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n,
-                                 uint64_t now, int* classes) noexcept {
+                                 uint64_t now, int* classes, uint64_t* expires) noexcept {
   const void* ptrs[kMaxBulk];
   hash_sig_t sigs[kMaxBulk];
   uint8_t at[kMaxBulk];  // the probed keys' places in keys[]
@@ -234,7 +235,7 @@ void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, ui
   if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, m, &hits, data) < 0) hits = 0;
   for (; hits != 0; hits &= hits - 1) {
     const unsigned j = static_cast<unsigned>(__builtin_ctzll(hits));
-    classes[at[j]] = hit(data[j], now);
+    classes[at[j]] = hit(data[j], now, expires != nullptr ? &expires[at[j]] : nullptr);
   }
 }
 
@@ -339,6 +340,7 @@ int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t 
   } else {
     live_.fetch_add(1, std::memory_order_relaxed);
   }
+  bump_generation();
   return 0;
 }
 
@@ -349,6 +351,7 @@ bool FlowTable::del(const FiveTuple& key) {
   if (rte_hash_del_key(p.h, p.key) < 0) return false;
   if (p.h == hash4_) filter_remove(p.key);
   live_.fetch_sub(1, std::memory_order_relaxed);
+  bump_generation();
   return true;
 }
 
@@ -380,6 +383,7 @@ size_t FlowTable::sweep(uint64_t now) {
     ++removed;
   }
   live_.fetch_sub(static_cast<uint32_t>(removed), std::memory_order_relaxed);
+  if (removed != 0) bump_generation();
   return removed;
 }
 

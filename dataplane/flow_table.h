@@ -70,9 +70,18 @@ class FlowTable {
   }
   // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), with their
   // hash_ipv4() computed by the caller; n <= kMaxBulk. Only keys whose hash some tagged key
-  // may share are probed (see filter_).
+  // may share are probed (see filter_). expires[i] (when expires is not null) is the tag's
+  // expiry of a hit (0: none), for a caller that remembers the class (ClassCache).
   void lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n, uint64_t now,
-                        int* classes) noexcept;
+                        int* classes, uint64_t* expires = nullptr) noexcept;
+
+  // Bumped (release) after every change a reader could see in a lookup: a tag, a re-tag, an
+  // untag, a sweep that removed entries. A reader that reads it (acquire) before its lookups
+  // and finds it unchanged later knows nothing it looked up since has changed.
+  uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+  // How long a hit may go without refreshing the entry's last-seen time (ticks): a caller
+  // that remembers a class (ClassCache) keeps it no longer, so busy flows do not idle out.
+  uint64_t refresh_ticks() const noexcept { return refresh_ticks_; }
 
   // RCU reader registration; thread_id < max_readers (the lcore id for DPDK workers).
   int register_reader(unsigned thread_id);
@@ -114,7 +123,7 @@ class FlowTable {
   };
 
   FlowTable() = default;
-  int hit(void* data, uint64_t now) noexcept;
+  int hit(void* data, uint64_t now, uint64_t* expires = nullptr) noexcept;
   void lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
                       int* classes) noexcept;
   // The table of key's family and key in that table's form (in *k4 for an IPv4 key).
@@ -140,6 +149,8 @@ class FlowTable {
   uint64_t refresh_ticks_ = 0;
 
   std::atomic<uint32_t> live_{0};
+  std::atomic<uint64_t> generation_{0};
+  void bump_generation() { generation_.fetch_add(1, std::memory_order_release); }
   mutable std::mutex writer_mu_;
   std::vector<uint32_t> free_slots_;  // writer-only
   std::vector<Retired> retired_;      // ring, writer-only

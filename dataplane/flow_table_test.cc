@@ -197,6 +197,49 @@ TEST(FlowTable, LookupBulkIpv4FollowsTagsAndUntags) {
   for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(classes[i], FlowTable::kNoMatch) << i;
 }
 
+// What a reader that remembers classes (the RX lcore's ClassCache) relies on: every change a
+// lookup could see moves the generation, and nothing else does; a hit reports the tag's expiry.
+TEST(FlowTable, GenerationMovesWithEveryChangeAndExpiryIsReported) {
+  auto t = make_table(64, 10);  // idle after 10 s = 10000 ticks
+  ASSERT_TRUE(t);
+  const FiveTuple a = v4_key(1), b = v4_key(2);
+  const Ipv4Key ka = to_ipv4_key(a);
+  const uint32_t ha = FlowTable::hash_ipv4(ka);
+  uint64_t g = t->generation();
+  auto moved = [&] {
+    const uint64_t now = t->generation();
+    const bool m = now != g;
+    g = now;
+    return m;
+  };
+  ASSERT_EQ(t->add(a, 1, 0, 0), 0);  // tag
+  EXPECT_TRUE(moved());
+  int cls = 0;
+  uint64_t expires = 99;
+  t->lookup_bulk_ipv4(&ka, &ha, 1, 1, &cls, &expires);
+  EXPECT_EQ(cls, 1);
+  EXPECT_EQ(expires, 0u);              // no tag expiry
+  EXPECT_FALSE(moved());               // lookups change nothing
+  ASSERT_EQ(t->add(a, 2, 3, 100), 0);  // re-tag: another class, expiry at 100 + 3 s
+  EXPECT_TRUE(moved());
+  t->lookup_bulk_ipv4(&ka, &ha, 1, 200, &cls, &expires);
+  EXPECT_EQ(cls, 2);
+  EXPECT_EQ(expires, 3100u);
+  EXPECT_FALSE(t->del(b));  // nothing removed: no change
+  EXPECT_FALSE(moved());
+  EXPECT_TRUE(t->del(a));  // untag
+  EXPECT_TRUE(moved());
+  t->set_idle_timeout(5);
+  EXPECT_FALSE(moved());
+  ASSERT_EQ(t->add(b, 1, 0, 0), 0);
+  EXPECT_TRUE(moved());
+  EXPECT_EQ(t->sweep(1000), 0u);  // nothing idle yet: no change
+  EXPECT_FALSE(moved());
+  EXPECT_EQ(t->sweep(6000), 1u);  // b idled out
+  EXPECT_TRUE(moved());
+  EXPECT_EQ(t->refresh_ticks(), kHz / 1024);  // a cache entry lives no longer
+}
+
 // More tagged keys share one filter bit than its count holds: the bit stays set for good, so
 // none of them is ever missed, whichever are deleted.
 TEST(FlowTable, FilterBitSharedByManyKeysNeverMissesOne) {

@@ -1,5 +1,5 @@
-// Stable partition of a received burst by class, for the scheduler owner. Header-only and free of
-// DPDK so it is tested on its own.
+// Stable partition of a received burst by class, for the scheduler owner and for the lcore that
+// classifies. Header-only and free of DPDK so it is tested on its own.
 #pragma once
 
 #include <cstdint>
@@ -9,50 +9,71 @@
 
 namespace dripgate::dataplane {
 
-// Each class's packets in their arrival order, classes in order of first appearance. Per-class
-// order is all the scheduler promises, and one run per class costs one scheduler call and one
-// counter update instead of one per packet when classes interleave (as flows of several classes
-// do on the wire). Returns `in` itself when the burst has one class, else `tmp` (room for n)
-// filled. n <= kMax.
+// The classes of up to kMax packets, numbered as groups in order of first appearance, with
+// each group's count: add() per packet, then starts() gives where each group begins in the
+// partitioned burst. Per-class order is all the scheduler promises, and one run per class costs
+// one scheduler call and one counter update instead of one per packet when classes interleave
+// (as flows of several classes do on the wire).
+template <unsigned kMax>
+class ClassGroups {
+  static_assert(kMax < 255, "group ids are bytes, 0xFF marks none");
+
+ public:
+  ClassGroups() { std::memset(direct_, kNone, sizeof(direct_)); }
+
+  // The group of class c, a new one after the others for a class not seen before; counts it.
+  // At most kMax calls.
+  uint8_t add(uint32_t c) {
+    // A direct table for the small class indexes configs have (one byte load per packet), a
+    // search of the groups so far for the rest (the pass-through marker).
+    unsigned g;
+    if (c < kDirect && direct_[c] != kNone) {
+      g = direct_[c];
+    } else {
+      g = 0;
+      while (g < n_ && cls_[g] != c) ++g;
+      if (g == n_) {
+        cls_[n_] = c;
+        count_[n_++] = 0;
+        if (c < kDirect) direct_[c] = static_cast<uint8_t>(g);
+      }
+    }
+    ++count_[g];
+    return static_cast<uint8_t>(g);
+  }
+  unsigned size() const { return n_; }
+  uint32_t cls(unsigned g) const { return cls_[g]; }
+  unsigned count(unsigned g) const { return count_[g]; }
+  // at[g] = where group g starts: the counts of the groups before it.
+  void starts(unsigned* at) const {
+    for (unsigned g = 0, sum = 0; g < n_; ++g) {
+      at[g] = sum;
+      sum += count_[g];
+    }
+  }
+
+ private:
+  static constexpr uint32_t kDirect = 64;
+  static constexpr uint8_t kNone = 0xFF;
+  uint8_t direct_[kDirect];
+  uint32_t cls_[kMax];
+  unsigned count_[kMax];
+  unsigned n_ = 0;
+};
+
+// Each class's packets in their arrival order, classes in order of first appearance. Returns
+// `in` itself when the burst has one class, else `tmp` (room for n) filled. n <= kMax.
 template <unsigned kMax>
 const EnqueueReq* group_by_class(const EnqueueReq* in, unsigned n, EnqueueReq* tmp) {
-  static_assert(kMax < 255, "group ids are bytes, 0xFF marks none");
   unsigned same = 1;  // the common case, one class, costs one compare per packet
   while (same < n && in[same].cls == in[0].cls) ++same;
   if (same >= n) return in;
-  // Group of a class: a direct table for the small class indexes configs have (one byte load
-  // per packet), a search of the groups so far for the rest (the pass-through marker).
-  constexpr uint32_t kDirect = 64;
-  constexpr uint8_t kNone = 0xFF;
-  uint8_t direct[kDirect];
-  std::memset(direct, kNone, sizeof(direct));
-  uint32_t cls[kMax];
-  unsigned count[kMax];
+  ClassGroups<kMax> groups;
   uint8_t group[kMax];
-  unsigned n_groups = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    const uint32_t c = in[i].cls;
-    unsigned g;
-    if (c < kDirect && direct[c] != kNone) {
-      g = direct[c];
-    } else {
-      g = 0;
-      while (g < n_groups && cls[g] != c) ++g;
-      if (g == n_groups) {
-        cls[n_groups] = c;
-        count[n_groups++] = 0;
-        if (c < kDirect) direct[c] = static_cast<uint8_t>(g);
-      }
-    }
-    group[i] = static_cast<uint8_t>(g);
-    ++count[g];
-  }
-  if (n_groups <= 1) return in;
+  for (unsigned i = 0; i < n; ++i) group[i] = groups.add(in[i].cls);
+  if (groups.size() <= 1) return in;
   unsigned at[kMax];
-  for (unsigned j = 0, sum = 0; j < n_groups; ++j) {
-    at[j] = sum;
-    sum += count[j];
-  }
+  groups.starts(at);
   for (unsigned i = 0; i < n; ++i) tmp[at[group[i]]++] = in[i];
   return tmp;
 }

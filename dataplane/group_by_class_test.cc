@@ -55,5 +55,30 @@ TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
   }
 }
 
+// The groups as the classifying lcore builds them: numbered in order of first appearance,
+// counted, and starting where the counts of the groups before them end.
+TEST(ClassGroups, NumbersCountsAndStarts) {
+  ClassGroups<32> g;
+  const uint32_t seq[] = {5, 5, 1, UINT32_MAX, 5, 70, 1, 70, 5};
+  std::vector<unsigned> ids;
+  for (uint32_t c : seq) ids.push_back(g.add(c));
+  EXPECT_EQ(ids, (std::vector<unsigned>{0, 0, 1, 2, 0, 3, 1, 3, 0}));
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_EQ(g.cls(0), 5u);
+  EXPECT_EQ(g.cls(1), 1u);
+  EXPECT_EQ(g.cls(2), UINT32_MAX);
+  EXPECT_EQ(g.cls(3), 70u);
+  EXPECT_EQ(g.count(0), 4u);
+  EXPECT_EQ(g.count(1), 2u);
+  EXPECT_EQ(g.count(2), 1u);
+  EXPECT_EQ(g.count(3), 2u);
+  unsigned at[32];
+  g.starts(at);
+  EXPECT_EQ(at[0], 0u);
+  EXPECT_EQ(at[1], 4u);
+  EXPECT_EQ(at[2], 6u);
+  EXPECT_EQ(at[3], 7u);
+}
+
 }  // namespace
 }  // namespace dripgate::dataplane

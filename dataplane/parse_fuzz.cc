@@ -72,6 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::memcmp(&k, &want, sizeof(k)) != 0) abort();
     if (classifier().classify_ipv4(k.src, k.dst, dscp) != classifier().classify(p)) abort();
   }
+  // The inline non-IP test: only frames parse() takes as not IP.
+  if (dripgate::dataplane::is_non_ip_fast(data, static_cast<uint32_t>(size)) &&
+      s != ParseStatus::kNotIp)
+    abort();
   // The CIDR parser sees the same bytes as text.
   (void)dripgate::dataplane::parse_prefix(
       std::string_view(reinterpret_cast<const char*>(data), size));

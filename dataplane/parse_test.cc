@@ -659,5 +659,41 @@ TEST(ParseFast, AgreesWithParseOnCorruptedHeaders) {
   EXPECT_GT(taken, 1000u);  // the corruptions leave many frames valid
 }
 
+// The inline non-IP test on a heap copy of exactly `len` bytes: when it says non-IP, parse()
+// must answer kNotIp.
+bool non_ip_exact(const Bytes& frame, size_t len) {
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);
+  if (len > 0) std::memcpy(buf.get(), frame.data(), len);
+  if (!is_non_ip_fast(buf.get(), static_cast<uint32_t>(len))) return false;
+  EXPECT_EQ(parse_exact(frame, len).status, ParseStatus::kNotIp);
+  return true;
+}
+
+TEST(ParseFast, NonIpInline) {
+  EXPECT_TRUE(non_ip_exact(cat({eth(0x0806), Bytes(28, 0)}), 42));  // ARP
+  EXPECT_TRUE(non_ip_exact(Bytes(64, 0), 64));                      // all zeroes
+  EXPECT_TRUE(non_ip_exact(Bytes(14, 0), 14));                      // header alone
+  const std::vector<Bytes> others = {
+      cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2))}),
+      cat({eth(0x86DD), ipv6(kUdp, udp(1, 2))}),
+      cat({eth(0x0806, {{0x8100, 10}}), Bytes(28, 0)}),  // tagged ARP: parse() reads the tag
+      cat({eth(0x0806, {{0x88A8, 10}}), Bytes(28, 0)}),
+  };
+  for (size_t i = 0; i < others.size(); ++i)
+    EXPECT_FALSE(non_ip_exact(others[i], others[i].size())) << "frame " << i;
+  for (size_t len = 0; len < 14; ++len)
+    EXPECT_FALSE(non_ip_exact(Bytes(64, 0), len)) << "cut at " << len;  // truncated-l2
+  // Random ethertypes and lengths: whenever the inline test says non-IP, parse() agrees.
+  std::mt19937 rng(11);
+  unsigned non_ip = 0;
+  for (unsigned iter = 0; iter < 20000; ++iter) {
+    Bytes f = cat({eth(0x0800), ipv4({.proto = kUdp}, udp(1, 2))});
+    f[12] = static_cast<uint8_t>(iter % 3 == 0 ? rng() : (iter % 3 == 1 ? 0x81 : 0x08));
+    f[13] = static_cast<uint8_t>(rng());
+    non_ip += non_ip_exact(f, f.size() - rng() % 40);
+  }
+  EXPECT_GT(non_ip, 5000u);
+}
+
 }  // namespace
 }  // namespace dripgate::dataplane

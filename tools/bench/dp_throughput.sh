@@ -133,7 +133,10 @@ for name, t, d, b in rows:
         print(line)
 print()
 for name, t, d, b in rows:
-    per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], t["rounds"])]
-    print(f"{name:<9} dripgate/testpmd, round by round: {' '.join(per)}")
+    for label, r in (("baseline", b), ("dripgate", d)):
+        if r is None:
+            continue
+        per = [f"{x / y:.3f}" for x, y in zip(r["rounds"], t["rounds"])]
+        print(f"{name:<9} {label}/testpmd, round by round: {' '.join(per)}")
 print("ratio = dripgate / testpmd in the same run; targets (total): both >= 0.85, one-way >= 0.85, ip-flows >= 0.8")
 EOF
