@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/id.h"
+#include "common/json_reader.h"
 #include "config/config.h"
 #include "control/guidance.h"
-#include "control/json_reader.h"
 #include "control/json_writer.h"
 
 namespace dripgate::control::api {

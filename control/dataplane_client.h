@@ -19,8 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/json_reader.h"
 #include "control/admission.h"
-#include "control/json_reader.h"
 
 struct event_base;
 struct bufferevent;

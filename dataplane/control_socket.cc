@@ -112,22 +112,36 @@ ControlSocket::~ControlSocket() {
   }
 }
 
-std::string ControlSocket::answer_line(const std::string& line, const Handler& handler) {
+std::string ControlSocket::answer_line(std::string_view line, const Handler& handler,
+                                       JsonReader& reader) {
   nlohmann::json answer;
-  nlohmann::json req = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded()) {
-    answer = {{"ok", false}, {"error", "malformed JSON"}};
-  } else if (!req.is_object()) {
-    answer = {{"ok", false}, {"error", "request must be a JSON object"}};
-  } else {
-    try {
-      answer = handler(req);
-    } catch (const std::exception& e) {
-      answer = {{"ok", false}, {"error", e.what()}};
-    }
+  switch (reader.read(line)) {
+    case JsonReader::Status::kInvalid:
+      answer = {{"ok", false}, {"error", "malformed JSON"}};
+      break;
+    case JsonReader::Status::kNotObject:
+      answer = {{"ok", false}, {"error", "request must be a JSON object"}};
+      break;
+    case JsonReader::Status::kDuplicate:
+      // Refused rather than resolved: which of two values a field has would otherwise depend on
+      // the reader, and a request is either meant one way or is wrong.
+      answer = {{"ok", false}, {"error", reader.duplicate() + ": duplicate key"}};
+      break;
+    case JsonReader::Status::kOk:
+      try {
+        answer = handler(reader);
+      } catch (const std::exception& e) {
+        answer = {{"ok", false}, {"error", e.what()}};
+      }
+      break;
   }
   // Replace invalid UTF-8 (echoed from a client's bytes) rather than throw.
   return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string ControlSocket::answer_line(std::string_view line, const Handler& handler) {
+  JsonReader reader;
+  return answer_line(line, handler, reader);
 }
 
 void ControlSocket::accept_clients() {
@@ -171,10 +185,11 @@ void ControlSocket::answer_lines(Client& c) {
   for (size_t nl;
        c.out.size() < kMaxPendingOut && (nl = c.in.find('\n', start)) != std::string::npos;
        start = nl + 1) {
-    std::string line = c.in.substr(start, nl - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    c.out += answer_line(line, handler_);
+    // A view into c.in, which is not touched until the loop ends: no copy per line.
+    std::string_view line(c.in.data() + start, nl - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    c.out += answer_line(line, handler_, reader_);
   }
   c.in.erase(0, start);
 }
@@ -266,100 +281,165 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
 namespace {
 
 using nlohmann::json;
+using Kind = JsonReader::Kind;
+using Value = JsonReader::Value;
 
 [[noreturn]] void bad(const std::string& msg) {
   throw std::invalid_argument(msg);
 }
 
-const json& field(const json& obj, const char* name, const std::string& where) {
-  auto it = obj.find(name);
-  if (it == obj.end()) bad(fmt::format("{}{}: missing", where, name));
-  return *it;
+// Where a field sits, for its errors: the request itself, "flow" or "flows[3]". The names are
+// formatted only when an error is thrown, so that a good line builds no string.
+struct Where {
+  const char* object = nullptr;  // nullptr: the request itself
+  long index = -1;               // flows[index]; -1: no index
+
+  std::string name() const {
+    if (!object) return "";
+    return index < 0 ? std::string(object) : fmt::format("{}[{}]", object, index);
+  }
+  std::string prefix() const { return object ? name() + "." : ""; }  // before a member's name
+};
+
+// Calls f(value) for each member of the object or array at index `parent`. Its members come
+// after it, before the first value whose parent precedes it (document order): a flow in a batch
+// of 100 is read without scanning the other 99.
+template <class F>
+void for_each_member(const JsonReader& r, int parent, F f) {
+  for (size_t i = static_cast<size_t>(parent) + 1; i < r.size() && r[i].parent >= parent; ++i)
+    if (r[i].parent == parent) f(r[i]);
 }
 
-std::string get_string(const json& obj, const char* name, const std::string& where) {
-  const json& v = field(obj, name, where);
-  if (!v.is_string()) bad(fmt::format("{}{}: must be a string", where, name));
-  return v.get<std::string>();
+const Value& field(const Value* v, const char* name, const Where& where) {
+  if (!v) bad(fmt::format("{}{}: missing", where.prefix(), name));
+  return *v;
 }
 
-int64_t get_int(const json& v, const std::string& path, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer() && !v.is_number_unsigned())
-    bad(fmt::format("{}: must be an integer", path));
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
-    bad(fmt::format("{}: must be in [{}, {}]", path, lo, hi));
-  int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) bad(fmt::format("{}: must be in [{}, {}]", path, lo, hi));
+// A view into the reader's value, valid while the line is being answered.
+std::string_view get_string(const Value* v, const char* name, const Where& where) {
+  if (field(v, name, where).kind != Kind::kString)
+    bad(fmt::format("{}{}: must be a string", where.prefix(), name));
+  return v->text;
+}
+
+// The kinds are nlohmann's: an integer written without a sign is kUnsigned, a negative one
+// kInteger, and anything with a fraction or an exponent kFloat (so 1e3 is not an integer).
+int64_t get_int(const Value& v, const char* name, const Where& where, int64_t lo, int64_t hi) {
+  int64_t x;
+  if (v.kind == Kind::kUnsigned) {
+    if (v.unsigned_ > static_cast<uint64_t>(hi))
+      bad(fmt::format("{}{}: must be in [{}, {}]", where.prefix(), name, lo, hi));
+    x = static_cast<int64_t>(v.unsigned_);
+  } else if (v.kind == Kind::kInteger) {
+    x = v.integer;
+  } else {
+    bad(fmt::format("{}{}: must be an integer", where.prefix(), name));
+  }
+  if (x < lo || x > hi) bad(fmt::format("{}{}: must be in [{}, {}]", where.prefix(), name, lo, hi));
   return x;
 }
 
-uint8_t get_proto(const json& v, const std::string& path) {
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
+uint8_t get_proto(const Value& v, const Where& where) {
+  if (v.kind == Kind::kString) {
+    const std::string_view s = v.text;
     if (s == "tcp") return 6;
     if (s == "udp") return 17;
     if (s == "icmp") return 1;
     if (s == "icmpv6") return 58;
     if (s == "sctp") return 132;
-    bad(path + ": expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got '" + s + "'");
+    bad(fmt::format("{}proto: expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got '{}'",
+                    where.prefix(), s));
   }
-  return static_cast<uint8_t>(get_int(v, path, 0, 255));
+  return static_cast<uint8_t>(get_int(v, "proto", where, 0, 255));
 }
 
-// The flow object f, named `where` in errors ("flow", "flows[3]").
-FiveTuple get_flow(const json& f, const std::string& where) {
-  if (!f.is_object()) bad(where + ": must be an object {src, sport, dst, dport, proto}");
-  for (auto it = f.begin(); it != f.end(); ++it) {
-    static const char* const kKeys[] = {"src", "sport", "dst", "dport", "proto"};
-    if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys))
-      bad(where + "." + it.key() + ": unknown field (expected src, sport, dst, dport, proto)");
-  }
-  const std::string prefix = where + ".";
-  std::string src = get_string(f, "src", prefix);
-  std::string dst = get_string(f, "dst", prefix);
-  auto port = [&](const char* name) -> uint16_t {
-    auto it = f.find(name);
-    return it == f.end() ? 0 : static_cast<uint16_t>(get_int(*it, prefix + name, 0, 65535));
+// The flow object v, named `where` in errors ("flow", "flows[3]").
+FiveTuple get_flow(const JsonReader& r, const Value& v, const Where& where) {
+  if (v.kind != Kind::kObject)
+    bad(where.name() + ": must be an object {src, sport, dst, dport, proto}");
+  const Value *src = nullptr, *sport = nullptr, *dst = nullptr, *dport = nullptr, *proto = nullptr;
+  // The unknown member named first is the smallest name, not the first written: the order in
+  // which a std::map (an nlohmann object) holds them, in which this error has always named it.
+  const Value* unknown = nullptr;
+  for_each_member(r, r.index_of(&v), [&](const Value& m) {
+    if (m.key == "src")
+      src = &m;
+    else if (m.key == "sport")
+      sport = &m;
+    else if (m.key == "dst")
+      dst = &m;
+    else if (m.key == "dport")
+      dport = &m;
+    else if (m.key == "proto")
+      proto = &m;
+    else if (!unknown || m.key < unknown->key)
+      unknown = &m;
+  });
+  if (unknown)
+    bad(fmt::format("{}{}: unknown field (expected src, sport, dst, dport, proto)", where.prefix(),
+                    unknown->key));
+  const std::string_view src_text = get_string(src, "src", where);
+  const std::string_view dst_text = get_string(dst, "dst", where);
+  auto port = [&](const Value* p, const char* name) -> uint16_t {
+    return p ? static_cast<uint16_t>(get_int(*p, name, where, 0, 65535)) : 0;
   };
-  uint16_t sport = port("sport"), dport = port("dport");
-  uint8_t proto = get_proto(field(f, "proto", prefix), prefix + "proto");
-  std::optional<FiveTuple> t = dataplane::make_tuple(src, sport, dst, dport, proto);
+  const uint16_t sport_n = port(sport, "sport"), dport_n = port(dport, "dport");
+  const uint8_t proto_n = get_proto(field(proto, "proto", where), where);
+  std::optional<FiveTuple> t = dataplane::make_tuple(src_text, sport_n, dst_text, dport_n, proto_n);
   if (!t) {
     L3 l3;
     uint8_t addr[16];
-    if (!parse_address(src, &l3, addr))
-      bad(prefix + "src: not an IPv4 or IPv6 address: '" + src + "'");
-    if (!parse_address(dst, &l3, addr))
-      bad(prefix + "dst: not an IPv4 or IPv6 address: '" + dst + "'");
-    bad(where + ": src and dst are of different address families");
+    if (!parse_address(src_text, &l3, addr))
+      bad(fmt::format("{}src: not an IPv4 or IPv6 address: '{}'", where.prefix(), src_text));
+    if (!parse_address(dst_text, &l3, addr))
+      bad(fmt::format("{}dst: not an IPv4 or IPv6 address: '{}'", where.prefix(), dst_text));
+    bad(where.name() + ": src and dst are of different address families");
   }
   return *t;
 }
 
-// The flows of a tag request: "flow" (one) or "flows" (a list, all checked before any is
-// tagged, so a bad one tags nothing).
-std::vector<FiveTuple> get_flows(const json& req) {
-  auto many = req.find("flows");
-  if (many == req.end()) return {get_flow(field(req, "flow", ""), "flow")};
-  if (req.contains("flow")) bad("flow, flows: give one of them, not both");
-  if (!many->is_array() || many->empty()) bad("flows: must be a non-empty list of flow objects");
-  std::vector<FiveTuple> out;
-  out.reserve(many->size());
-  for (size_t i = 0; i < many->size(); ++i)
-    out.push_back(get_flow((*many)[i], fmt::format("flows[{}]", i)));
-  return out;
+// The flows of a tag request into `out` (cleared first): "flow" (one) or "flows" (a list, all
+// checked before any is tagged, so a bad one tags nothing). True when they came as "flows".
+bool get_flows(const JsonReader& r, std::vector<FiveTuple>& out) {
+  out.clear();
+  const Value* many = r.find(JsonReader::kBody, "flows");
+  const Value* one = r.find(JsonReader::kBody, "flow");
+  if (!many) {
+    out.push_back(get_flow(r, field(one, "flow", {}), {"flow"}));
+    return false;
+  }
+  if (one) bad("flow, flows: give one of them, not both");
+  if (many->kind != Kind::kArray) bad("flows: must be a non-empty list of flow objects");
+  long i = 0;
+  for_each_member(r, r.index_of(many), [&](const Value& f) {
+    out.push_back(get_flow(r, f, {"flows", i++}));
+  });
+  if (out.empty()) bad("flows: must be a non-empty list of flow objects");
+  return true;
 }
 
-std::optional<double> get_rate(const json& req, const char* name) {
-  auto it = req.find(name);
-  if (it == req.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) bad(fmt::format("{}: must be a number >= 0", name));
-  double v = it->get<double>();
-  if (!(v >= 0) || !std::isfinite(v)) bad(fmt::format("{}: must be a finite number >= 0", name));
-  return v;
+std::optional<double> get_rate(const JsonReader& r, const char* name) {
+  const Value* v = r.find(JsonReader::kBody, name);
+  if (!v || v->kind == Kind::kNull) return std::nullopt;
+  double x;
+  switch (v->kind) {
+    case Kind::kInteger:
+      x = static_cast<double>(v->integer);
+      break;
+    case Kind::kUnsigned:
+      x = static_cast<double>(v->unsigned_);
+      break;
+    case Kind::kFloat:
+      x = v->number;
+      break;
+    default:
+      bad(fmt::format("{}: must be a number >= 0", name));
+  }
+  if (!(x >= 0) || !std::isfinite(x)) bad(fmt::format("{}: must be a finite number >= 0", name));
+  return x;
 }
 
-int class_of(const ControlTargets& t, const std::string& cls_name, const char* field_name) {
+int class_of(const ControlTargets& t, std::string_view cls_name, const char* field_name) {
   const int cls = t.sched->find_class(cls_name);
   if (cls < 0) {
     std::string known;
@@ -373,16 +453,17 @@ int class_of(const ControlTargets& t, const std::string& cls_name, const char* f
 }  // namespace
 
 ControlSocket::Handler make_protocol(ControlTargets t) {
-  return [t](const json& req) -> json {
-    const json& opv = field(req, "op", "");
-    if (!opv.is_string()) bad("op: must be a string");
-    const std::string op = opv.get<std::string>();
+  // keys: the flows of a tag request, kept from one request to the next with their capacity (the
+  // handler runs on the main lcore only).
+  return [t, keys = std::vector<FiveTuple>()](const JsonReader& req) mutable -> json {
+    constexpr int kBody = JsonReader::kBody;
+    const std::string_view op = get_string(req.find(kBody, "op"), "op", {});
     if (op == "tag") {
-      const std::vector<FiveTuple> keys = get_flows(req);
-      int cls = class_of(t, get_string(req, "class", ""), "class");
+      const bool batch = get_flows(req, keys);
+      int cls = class_of(t, get_string(req.find(kBody, "class"), "class", {}), "class");
       uint32_t ttl = 0;
-      if (auto it = req.find("ttl_s"); it != req.end())
-        ttl = static_cast<uint32_t>(get_int(*it, "ttl_s", 0, 10 * 365 * 86400));
+      if (const Value* v = req.find(kBody, "ttl_s"))
+        ttl = static_cast<uint32_t>(get_int(*v, "ttl_s", {}, 0, 10 * 365 * 86400));
       const uint64_t now = t.now();
       for (size_t i = 0; i < keys.size(); ++i) {
         int rc = t.flows->add(keys[i], static_cast<uint16_t>(cls), ttl, now);
@@ -394,19 +475,19 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
                 {"tagged", i}};
       }
       json answer = {{"ok", true}, {"class", t.sched->class_name(cls)}, {"ttl_s", ttl}};
-      if (req.contains("flows"))
+      if (batch)
         answer["tagged"] = keys.size();
       else
         answer["flow"] = format_tuple(keys[0]);
       return answer;
     }
     if (op == "untag") {
-      FiveTuple key = get_flow(field(req, "flow", ""), "flow");
+      FiveTuple key = get_flow(req, field(req.find(kBody, "flow"), "flow", {}), {"flow"});
       bool removed = t.flows->del(key);
       return {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}};
     }
     if (op == "set_rate") {
-      const std::string cls_name = get_string(req, "class", "");
+      const std::string_view cls_name = get_string(req.find(kBody, "class"), "class", {});
       std::optional<double> pps = get_rate(req, "rate_pps"), bps = get_rate(req, "rate_bps");
       if (!pps && !bps) bad("set_rate needs rate_pps and/or rate_bps (0 = unlimited)");
       DripChange r;
@@ -424,14 +505,15 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       MailboxResult res;
       t.mailbox->post_and_wait(r, &res, std::chrono::milliseconds(2000));
       if (!res.ok) bad("set_rate: " + res.error);
-      return {{"ok", true}, {"class", cls_name}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
+      return {
+          {"ok", true}, {"class", std::string(cls_name)}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
     }
     if (op == "stats") {
       json s = t.stats->to_json();
       s["flows"] = t.flows->size();
       return {{"ok", true}, {"stats", std::move(s)}};
     }
-    bad("op: unknown '" + op + "' (expected tag, untag, set_rate, stats)");
+    bad(fmt::format("op: unknown '{}' (expected tag, untag, set_rate, stats)", op));
   };
 }
 

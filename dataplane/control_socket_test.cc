@@ -111,9 +111,40 @@ ControlSocketOptions fake_clock_options() {
   return o;
 }
 
-json echo_handler(const json& req) {
-  if (req.contains("boom")) throw std::invalid_argument("boom: requested");
-  return {{"ok", true}, {"echo", req}};
+// The value at index i of a line the socket read, as a tree, for the echo handler's answers.
+json tree(const JsonReader& r, size_t i) {
+  const JsonReader::Value& v = r[i];
+  switch (v.kind) {
+    case JsonReader::Kind::kNull:
+      return nullptr;
+    case JsonReader::Kind::kBool:
+      return v.boolean;
+    case JsonReader::Kind::kInteger:
+      return v.integer;
+    case JsonReader::Kind::kUnsigned:
+      return v.unsigned_;
+    case JsonReader::Kind::kFloat:
+      return v.number;
+    case JsonReader::Kind::kString:
+      return v.text;
+    case JsonReader::Kind::kObject:
+    case JsonReader::Kind::kArray:
+      break;
+  }
+  json out = v.kind == JsonReader::Kind::kObject ? json::object() : json::array();
+  for (size_t j = i + 1; j < r.size(); ++j) {
+    if (r[j].parent != static_cast<int>(i)) continue;
+    if (v.kind == JsonReader::Kind::kObject)
+      out[r[j].key] = tree(r, j);
+    else
+      out.push_back(tree(r, j));
+  }
+  return out;
+}
+
+json echo_handler(const JsonReader& req) {
+  if (req.find(JsonReader::kBody, "boom")) throw std::invalid_argument("boom: requested");
+  return {{"ok", true}, {"echo", tree(req, JsonReader::kBody)}};
 }
 
 // Serves on a background thread until stopped.
@@ -542,6 +573,150 @@ TEST(ControlProtocol, PipelinedTagLinesReadSlowlyAreAllAnsweredWithoutAReset) {
                "\n");
   EXPECT_EQ(json::parse(read_lines(fd, 1))["removed"], true);
   ::close(fd);
+}
+
+// Every refusal names the field, in the same words whatever reads the line; a good request's
+// answer is the same bytes. Each line is checked alone, on one handler, in this order.
+TEST(ControlProtocol, BadRequestsAreRefusedNamingTheField) {
+  Protocol proto("cs_errors", 64);
+  ASSERT_NE(proto.flows, nullptr);
+  const ControlSocket::Handler h = proto.handler();
+  const std::string f = R"("src":"10.0.0.1","sport":1000,"dst":"192.0.2.1","dport":443)";
+  const std::string tag = R"({"op":"tag","class":"gold",)";
+  const std::string unknown = ": unknown field (expected src, sport, dst, dport, proto)";
+  const std::pair<std::string, std::string> refused[] = {
+      {"{nope", "malformed JSON"},
+      {"[1]", "request must be a JSON object"},
+      {R"("tag")", "request must be a JSON object"},
+      {"{}", "op: missing"},
+      {R"({"op":1})", "op: must be a string"},
+      {R"({"op":"nope"})", "op: unknown 'nope' (expected tag, untag, set_rate, stats)"},
+      {R"({"op":"tag","class":"gold"})", "flow: missing"},
+      {tag + R"("flow":[]})", "flow: must be an object {src, sport, dst, dport, proto}"},
+      {tag + R"("flow":{)" + f + R"(,"proto":6,"zz":1,"aa":2}})", "flow.aa" + unknown},
+      {tag + R"("flow":{"zz":1,"src":1}})", "flow.zz" + unknown},
+      {tag + R"("flow":{"dst":"192.0.2.1","proto":6}})", "flow.src: missing"},
+      {tag + R"("flow":{"src":5,"dst":"192.0.2.1","proto":6}})", "flow.src: must be a string"},
+      {tag + R"("flow":{"src":"10.0.0.1","proto":6}})", "flow.dst: missing"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":null,"proto":6}})", "flow.dst: must be a string"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":70000,"proto":6}})",
+       "flow.sport: must be in [0, 65535]"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":-1,"proto":6}})",
+       "flow.sport: must be in [0, 65535]"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":18446744073709551615,)"
+             R"("proto":6}})",
+       "flow.sport: must be in [0, 65535]"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":1e30,"proto":6}})",
+       "flow.sport: must be an integer"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":"80","proto":6}})",
+       "flow.sport: must be an integer"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","dport":1.5,"proto":6}})",
+       "flow.dport: must be an integer"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"192.0.2.1","dport":-9223372036854775808,)"
+             R"("proto":6}})",
+       "flow.dport: must be in [0, 65535]"},
+      {tag + R"("flow":{)" + f + "}}", "flow.proto: missing"},
+      {tag + R"("flow":{)" + f + R"(,"proto":"gre"}})",
+       "flow.proto: expected a number 0..255 or tcp, udp, icmp, icmpv6, sctp; got 'gre'"},
+      {tag + R"("flow":{)" + f + R"(,"proto":256}})", "flow.proto: must be in [0, 255]"},
+      {tag + R"("flow":{)" + f + R"(,"proto":true}})", "flow.proto: must be an integer"},
+      {tag + R"("flow":{"src":"10.0.0.999","dst":"192.0.2.1","proto":6}})",
+       "flow.src: not an IPv4 or IPv6 address: '10.0.0.999'"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"x","proto":6}})",
+       "flow.dst: not an IPv4 or IPv6 address: 'x'"},
+      {tag + R"("flow":{"src":"10.0.0.1","dst":"2001:db8::1","proto":6}})",
+       "flow: src and dst are of different address families"},
+      {tag + R"("flows":{}})", "flows: must be a non-empty list of flow objects"},
+      {tag + R"("flows":"x"})", "flows: must be a non-empty list of flow objects"},
+      {tag + R"("flows":[1]})", "flows[0]: must be an object {src, sport, dst, dport, proto}"},
+      {tag + R"("flows":[{)" + f + R"(,"proto":6},{)" + f + R"(,"proto":6,"bogus":1}]})",
+       "flows[1].bogus" + unknown},
+      {tag + R"("flows":[{)" + f + R"(,"proto":6},{)" + f +
+           R"(,"proto":6},{"src":"::1",)"
+           R"("dst":"192.0.2.1","proto":6}]})",
+       "flows[2]: src and dst are of different address families"},
+      {R"({"op":"tag","flow":{"src":1}})", "flow.src: must be a string"},
+      {R"({"op":"tag","flow":{)" + f + R"(,"proto":6}})", "class: missing"},
+      {R"({"op":"tag","class":3,"flow":{)" + f + R"(,"proto":6}})", "class: must be a string"},
+      {R"({"op":"tag","class":"silver","flow":{)" + f + R"(,"proto":6}})",
+       "class: no class named 'silver' (classes: gold)"},
+      {tag + R"("ttl_s":-1,"flow":{)" + f + R"(,"proto":6}})", "ttl_s: must be in [0, 315360000]"},
+      {tag + R"("ttl_s":315360001,"flow":{)" + f + R"(,"proto":6}})",
+       "ttl_s: must be in [0, 315360000]"},
+      {tag + R"("ttl_s":"60","flow":{)" + f + R"(,"proto":6}})", "ttl_s: must be an integer"},
+      {tag + R"("ttl_s":null,"flow":{)" + f + R"(,"proto":6}})", "ttl_s: must be an integer"},
+      {R"({"op":"untag"})", "flow: missing"},
+      {R"({"op":"untag","flow":{)" + f + R"(,"proto":6,"x":0}})", "flow.x" + unknown},
+      {R"({"op":"untag","flow":{"src":"10.0.0.1","dst":"192.0.2.1","sport":1e3,"proto":6}})",
+       "flow.sport: must be an integer"},
+      {R"({"op":"set_rate"})", "class: missing"},
+      {R"({"op":"set_rate","class":"gold"})",
+       "set_rate needs rate_pps and/or rate_bps (0 = unlimited)"},
+      {R"({"op":"set_rate","class":"gold","rate_pps":null,"rate_bps":null})",
+       "set_rate needs rate_pps and/or rate_bps (0 = unlimited)"},
+      {R"({"op":"set_rate","class":"gold","rate_pps":"1"})", "rate_pps: must be a number >= 0"},
+      {R"({"op":"set_rate","class":"gold","rate_pps":1,"rate_bps":[]})",
+       "rate_bps: must be a number >= 0"},
+      {R"({"op":"set_rate","class":"gold","rate_bps":-1})",
+       "rate_bps: must be a finite number >= 0"},
+      {R"({"op":"set_rate","class":"gold","rate_bps":-0.5})",
+       "rate_bps: must be a finite number >= 0"},
+      {R"({"op":"set_rate","class":"silver","rate_pps":1})",
+       "class: no class named 'silver' (classes: gold)"},
+  };
+  for (const auto& [line, error] : refused) {
+    const json a = json::parse(ControlSocket::answer_line(line, h));
+    EXPECT_EQ(a, json({{"ok", false}, {"error", error}})) << line;
+  }
+  EXPECT_EQ(proto.flows->size(), 0u);
+
+  // The answers to good requests, byte for byte; members the protocol does not know are ignored.
+  const std::pair<std::string, std::string> answered[] = {
+      {tag + R"("flow":{)" + f + R"(,"proto":"tcp"},"extra":[1,{"a":null}],"n":-2.5})",
+       R"({"class":"gold","flow":"10.0.0.1:1000 -> 192.0.2.1:443 proto 6","ok":true,"ttl_s":0})"},
+      {tag + R"("ttl_s":5,"flows":[{)" + f +
+           R"(,"proto":17},{"src":"2001:db8::1",)"
+           R"("dst":"2001:db8::2","proto":"icmpv6"}]})",
+       R"({"class":"gold","ok":true,"tagged":2,"ttl_s":5})"},
+      {R"({"op":"untag","flow":{)" + f + R"(,"proto":6}})",
+       R"({"flow":"10.0.0.1:1000 -> 192.0.2.1:443 proto 6","ok":true,"removed":true})"},
+      {R"({"op":"untag","flow":{)" + f + R"(,"proto":6}})",
+       R"({"flow":"10.0.0.1:1000 -> 192.0.2.1:443 proto 6","ok":true,"removed":false})"},
+  };
+  for (const auto& [line, answer] : answered)
+    EXPECT_EQ(ControlSocket::answer_line(line, h), answer + "\n") << line;
+  EXPECT_EQ(proto.flows->size(), 2u);
+}
+
+// A key given twice in one object is refused naming it, whichever object it is in, rather than
+// read as its last value; the same name in different objects is no repeat. Nesting deeper than
+// the reader takes (8 levels; a request has 3) is refused as malformed, wherever it is.
+TEST(ControlProtocol, ARepeatedKeyOrDeepNestingIsRefused) {
+  Protocol proto("cs_repeat", 64);
+  ASSERT_NE(proto.flows, nullptr);
+  const ControlSocket::Handler h = proto.handler();
+  JsonReader reader;  // one reader for every line, as the socket has
+  auto ask = [&](const std::string& line) {
+    return json::parse(ControlSocket::answer_line(line, h, reader));
+  };
+  const std::string f = R"("src":"10.0.0.1","sport":1000,"dst":"192.0.2.1","dport":443)";
+  EXPECT_EQ(ask(R"({"op":"stats","op":"tag"})"),
+            json({{"ok", false}, {"error", "op: duplicate key"}}));
+  EXPECT_EQ(ask(R"({"op":"tag","class":"gold","class":"gold","flow":{)" + f + R"(,"proto":6}})"),
+            json({{"ok", false}, {"error", "class: duplicate key"}}));
+  EXPECT_EQ(ask(R"({"op":"tag","class":"gold","flow":{)" + f + R"(,"src":"10.0.0.2","proto":6}})"),
+            json({{"ok", false}, {"error", "src: duplicate key"}}));
+  EXPECT_EQ(ask(R"({"op":"tag","class":"gold","flows":[{)" + f + R"(,"proto":6},{)" + f +
+                R"(,"proto":6,"proto":17}]})"),
+            json({{"ok", false}, {"error", "proto: duplicate key"}}));
+  EXPECT_EQ(proto.flows->size(), 0u);
+  // "src" in two flows, and "class" at the top and beside no other: no repeat.
+  const json a = ask(R"({"op":"tag","class":"gold","flows":[{)" + f + R"(,"proto":6},{)" + f +
+                     R"(,"proto":17}]})");
+  EXPECT_EQ(a, json({{"ok", true}, {"class", "gold"}, {"ttl_s", 0}, {"tagged", 2}}));
+  EXPECT_EQ(proto.flows->size(), 2u);
+  EXPECT_EQ(ask(R"({"op":"stats","x":[[[[[[[[1]]]]]]]]})"),
+            json({{"ok", false}, {"error", "malformed JSON"}}));
 }
 
 }  // namespace

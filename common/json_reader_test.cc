@@ -1,10 +1,10 @@
-#include "control/json_reader.h"
+#include "common/json_reader.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace dripgate::control {
+namespace dripgate {
 namespace {
 
 using Kind = JsonReader::Kind;
@@ -98,4 +98,4 @@ TEST(JsonReader, AReadForgetsTheBodyBefore) {
 }
 
 }  // namespace
-}  // namespace dripgate::control
+}  // namespace dripgate

@@ -2,7 +2,7 @@
 // by nlohmann's tree parser. It must never crash; both must agree on what is valid JSON (within
 // the reader's depth), an object's members must be what the tree holds, and a reused reader must
 // give the same answer as a new one.
-// Run: tools/fuzz.sh json_reader 30 control/json_reader_fuzz.cc control/json_reader.cc (the meson
+// Run: tools/fuzz.sh json_reader 30 common/json_reader_fuzz.cc common/json_reader.cc (the meson
 // test `json_reader_fuzz` in suite 'fuzz' does it).
 #include <cstddef>
 #include <cstdint>
@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "control/json_reader.h"
+#include "common/json_reader.h"
 
 namespace {
 
-using dripgate::control::JsonReader;
+using dripgate::JsonReader;
 
 size_t depth(const nlohmann::json& j) {
   size_t d = 0;

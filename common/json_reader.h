@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dripgate::control {
+namespace dripgate {
 
 class JsonReader {
  public:
@@ -71,4 +71,4 @@ class JsonReader {
   std::unique_ptr<Fast> fast_;
 };
 
-}  // namespace dripgate::control
+}  // namespace dripgate

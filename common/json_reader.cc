@@ -1,10 +1,10 @@
-#include "control/json_reader.h"
+#include "common/json_reader.h"
 
 #include <simdjson.h>
 
 #include <nlohmann/json.hpp>
 
-namespace dripgate::control {
+namespace dripgate {
 
 struct JsonReader::Fast {
   simdjson::dom::parser parser;  // its buffers sized by the largest body so far, then reused
@@ -170,4 +170,4 @@ const JsonReader::Value* JsonReader::find(int parent, std::string_view key) cons
   return nullptr;
 }
 
-}  // namespace dripgate::control
+}  // namespace dripgate
