@@ -109,16 +109,8 @@ local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
 -- The quota month of Redis TIME among the declared ones.
 local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then return clock_error(sec) end
--- A fresh request_id cannot have a reservation yet: only the open count and the cancellation are
--- read (a field asked for is a search of the window's hash even when absent).
-local cur_rid, cur_open, cancelled
-if fresh then
-  local c = redis.call('HMGET', cur_key, '#', 'x:' .. attempt)
-  cur_rid, cur_open, cancelled = false, c[1], c[2]
-else
-  local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
-  cur_rid, cur_open, cancelled = c[1], c[2], c[3]
-end
+local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
+local cur_rid, cur_open, cancelled = c[1], c[2], c[3]
 if cancelled then return {3} end
 local max_open = int_arg(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
