@@ -22,6 +22,11 @@
 # --seconds; the table shows each figure's median over the rounds and the ratio of every round,
 # since on a shared VM one window can be several percent off the next.
 # Targets (total, dripgate / testpmd): both >= 0.85, one-way >= 0.85, ip-flows >= 0.8.
+# A second baseline in every round: testpmd in a mode that reads and writes each frame's headers,
+# the floor of any forwarder that looks at a packet (io never touches the frame: its cost is the
+# PMDs' alone): macswap (swaps the Ethernet addresses) on the net_null scenarios, 5tswap (parses
+# Ethernet/IPv4/UDP and swaps addresses and ports) on ip-flows. Its ratio to io says how much of
+# io's rate is left to anything that reads headers on these vdevs, dripgate included.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
@@ -40,11 +45,11 @@ eal=(-l 0-1 --no-huge --no-shconf -m 512 --no-pci)
 warmup=2
 run_for=$((seconds + warmup + 4))
 
-measure_testpmd() {  # $1, $2 = vdevs of ports 0 and 1
+measure_testpmd() {  # $1, $2 = vdevs of ports 0 and 1, $3 = forward mode
   local prefix="dgbt$$"
   # Non-interactive testpmd forwards until stdin closes.
   (sleep "$run_for") | dpdk-testpmd "${eal[@]}" --file-prefix="$prefix" --vdev="$1" \
-      --vdev="$2" -- --forward-mode=io --auto-start --nb-cores=1 --total-num-mbufs=16384 \
+      --vdev="$2" -- --forward-mode="$3" --auto-start --nb-cores=1 --total-num-mbufs=16384 \
       >"$tmp/testpmd.log" 2>&1 &
   pids+=($!)
   python3 "$here/dp_telemetry.py" rate --prefix "$prefix" --ports 0,1 --warmup "$warmup" \
@@ -71,12 +76,15 @@ measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scena
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"
 for round in $(seq "$rounds"); do
   for scenario in both one-way ip-flows; do
+    header_mode=macswap
     case $scenario in
       both) vdev0="net_null0"; vdev1="net_null1" ;;
       one-way) vdev0="net_null0"; vdev1="net_null1,no-rx=1" ;;
-      ip-flows) vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1" ;;
+      ip-flows) vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1"
+                header_mode=5tswap ;;
     esac
-    measure_testpmd "$vdev0" "$vdev1" >>"$tmp/res.$scenario.testpmd"
+    measure_testpmd "$vdev0" "$vdev1" io >>"$tmp/res.$scenario.testpmd"
+    measure_testpmd "$vdev0" "$vdev1" "$header_mode" >>"$tmp/res.$scenario.header"
     measure_dripgate "$vdev0" "$vdev1" "$dp" "$scenario" >>"$tmp/res.$scenario.dripgate"
     if [[ -n "$baseline" ]]; then
       measure_dripgate "$vdev0" "$vdev1" "$baseline/dataplane/dripgate-dataplane" "$scenario" \
@@ -101,42 +109,46 @@ def load(scenario, tool):
                       for p in runs[0]["ports"]},
             "rounds": [r["total_opackets_per_s"] for r in runs]}
 
-rows = [(s, load(s, "testpmd"), load(s, "dripgate"), load(s, "base"))
+rows = [(s, load(s, "testpmd"), load(s, "dripgate"), load(s, "base"), load(s, "header"))
         for s in ("both", "one-way", "ip-flows")]
 has_base = rows[0][3] is not None
+modes = {"both": "macswap", "one-way": "macswap", "ip-flows": "5tswap"}
 print(f"\nDataplane throughput, lcores 0-1 (1 worker), median of {rounds} rounds of {secs} s each, "
       "Mpps = ethdev opackets/s")
 print(f"({up})")
-hdr = f"{'scenario':<9} {'direction':<16} {'testpmd io':>11}"
+hdr = f"{'scenario':<9} {'direction':<16} {'testpmd io':>11} {'hdr mode':>8} {'testpmd hdr':>11} {'/io':>6}"
 if has_base:
-    hdr += f" {'baseline':>10} {'ratio':>7}"
-hdr += f" {'dripgate':>10} {'ratio':>7}"
+    hdr += f" {'baseline':>10} {'/io':>6}"
+hdr += f" {'dripgate':>10} {'/io':>6} {'/hdr':>6}"
 print(hdr)
 print("-" * len(hdr))
 def cell(t, d):
-    tp = t / 1e6
-    dp = d / 1e6
-    return f" {dp:>10.3f} {dp / tp if tp else 0:>7.3f}"
-for name, t, d, b in rows:
+    return f" {d / 1e6:>10.3f} {d / t if t else 0:>6.3f}"
+for name, t, d, b, h in rows:
     lines = [(label, t["ports"][port]["opackets_per_s"], d["ports"][port]["opackets_per_s"],
-              b["ports"][port]["opackets_per_s"] if b else 0)
+              b["ports"][port]["opackets_per_s"] if b else 0, h["ports"][port]["opackets_per_s"])
              for label, port in (("client->cluster", "1"), ("cluster->client", "0"))]
     lines.append(("total", t["total_opackets_per_s"], d["total_opackets_per_s"],
-                  b["total_opackets_per_s"] if b else 0))
-    for label, tv, dv, bv in lines:
+                  b["total_opackets_per_s"] if b else 0, h["total_opackets_per_s"]))
+    for label, tv, dv, bv, hv in lines:
         if tv == 0 and dv == 0:
             continue
-        line = f"{name:<9} {label:<16} {tv / 1e6:>11.3f}"
+        line = f"{name:<9} {label:<16} {tv / 1e6:>11.3f} {modes[name]:>8}" + cell(tv, hv)
         if has_base:
             line += cell(tv, bv)
-        line += cell(tv, dv)
+        line += cell(tv, dv) + f" {dv / hv if hv else 0:>6.3f}"
         print(line)
 print()
-for name, t, d, b in rows:
-    for label, r in (("baseline", b), ("dripgate", d)):
+for name, t, d, b, h in rows:
+    for label, r in (("testpmd " + modes[name], h), ("baseline", b), ("dripgate", d)):
         if r is None:
             continue
         per = [f"{x / y:.3f}" for x, y in zip(r["rounds"], t["rounds"])]
-        print(f"{name:<9} {label}/testpmd, round by round: {' '.join(per)}")
-print("ratio = dripgate / testpmd in the same run; targets (total): both >= 0.85, one-way >= 0.85, ip-flows >= 0.8")
+        print(f"{name:<9} {label}/testpmd io, round by round: {' '.join(per)}")
+    per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], h["rounds"])]
+    print(f"{name:<9} dripgate/testpmd {modes[name]}, round by round: {' '.join(per)}")
+print("ratio /io = / testpmd io in the same run; targets (total): both >= 0.85, one-way >= 0.85, "
+      "ip-flows >= 0.8")
+print("/hdr = / testpmd in a mode that reads and writes every frame's headers (macswap: Ethernet; "
+      "5tswap: Ethernet, IPv4, UDP), same run")
 EOF
