@@ -48,9 +48,15 @@ run() {  # $1 = port: decisions/s over one window
   DG_FLOWS=1 wrk -t2 "-c$conns" "-d${seconds}s" -s "$here/admit_bench.lua" "http://127.0.0.1:$1/v1/admit" |
     awk '/^WRK_RESULT/ { if ($6 != 0) { print "wrk: " $6 " errors" > "/dev/stderr"; exit 1 } print $2 }'
 }
+# The order flips every round: a window's load can favour whichever side runs first.
 for round in $(seq "$rounds"); do
-  w=$(run "$with")
-  wo=$(run "$without")
+  if ((round % 2)); then
+    w=$(run "$with")
+    wo=$(run "$without")
+  else
+    wo=$(run "$without")
+    w=$(run "$with")
+  fi
   echo "round $round: with a dataplane $w/s, without $wo/s" >&2
   echo "$w $wo" >>"$tmp/rounds"
 done
