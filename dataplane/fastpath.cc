@@ -331,7 +331,6 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // the scheduler takes one run per class and `classified` is counted once per class.
   ClassGroups<kBurst> groups;
   rte_mbuf* keep[kBurst];
-  uint8_t group[kBurst];
   unsigned n_keep = 0;
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
@@ -376,7 +375,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
       o.pass[n_pass++] = m;
       continue;
     }
-    group[n_keep] = groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
+    groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
     keep[n_keep++] = m;
   }
   o.n_pass = n_pass;
@@ -386,6 +385,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // Appended after another burst's groups, the whole is no longer one run per class.
   if (o.n_shaped != 0) o.grouped = false;
   o.n_shaped += n_keep;
+  groups.tally();
   const unsigned n_groups = groups.size();
   for (unsigned g = 0; g < n_groups; ++g) {
     if (groups.cls(g) != kPassCls) st.classified[groups.cls(g)].add(groups.count(g));
@@ -402,7 +402,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   unsigned at[kBurst];
   groups.starts(at);
   for (unsigned k = 0; k < n_keep; ++k) {
-    const unsigned g = group[k];
+    const unsigned g = groups.group(k);
     out[at[g]++] = handoff(keep[k], groups.cls(g));
   }
 }

@@ -63,6 +63,9 @@ TEST(ClassGroups, NumbersCountsAndStarts) {
   std::vector<unsigned> ids;
   for (uint32_t c : seq) ids.push_back(g.add(c));
   EXPECT_EQ(ids, (std::vector<unsigned>{0, 0, 1, 2, 0, 3, 1, 3, 0}));
+  ASSERT_EQ(g.n(), 9u);
+  for (unsigned i = 0; i < 9; ++i) EXPECT_EQ(g.group(i), ids[i]);
+  g.tally();
   ASSERT_EQ(g.size(), 4u);
   EXPECT_EQ(g.cls(0), 5u);
   EXPECT_EQ(g.cls(1), 1u);
@@ -78,6 +81,18 @@ TEST(ClassGroups, NumbersCountsAndStarts) {
   EXPECT_EQ(at[1], 4u);
   EXPECT_EQ(at[2], 6u);
   EXPECT_EQ(at[3], 7u);
+}
+
+// One class (the common burst) is counted without looking at the packets' groups.
+TEST(ClassGroups, OneClassCountsEveryPacket) {
+  ClassGroups<32> g;
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(g.add(7), 0u);
+  g.tally();
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g.count(0), 32u);
+  ClassGroups<32> empty;
+  empty.tally();
+  EXPECT_EQ(empty.size(), 0u);
 }
 
 }  // namespace
