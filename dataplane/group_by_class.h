@@ -19,7 +19,10 @@ class ClassGroups {
   static_assert(kMax < 255, "group ids are bytes, 0xFF marks none");
 
  public:
-  ClassGroups() { std::memset(direct_, kNone, sizeof(direct_)); }
+  ClassGroups() {
+    std::memset(direct_, kNone, sizeof(direct_));
+    std::memset(group_, kNone, sizeof(group_));
+  }
 
   // The group of class c, a new one after the others for a class not seen before; remembers it
   // as packet n()'s. At most kMax calls.
@@ -42,7 +45,8 @@ class ClassGroups {
   }
   // Counts each group's packets. Not in add(): a count incremented per packet is a load that
   // waits for the previous packet's store (no two packets of a burst apart, one class), about
-  // five cycles a packet; one class is counted at once, several by comparisons that vectorise.
+  // five cycles a packet; one class is counted at once, several by comparing every slot (a
+  // fixed count, which the compiler vectorises; the slots past n() hold kNone, no group).
   void tally() {
     if (n_ == 1) {
       count_[0] = n_pkts_;
@@ -50,7 +54,7 @@ class ClassGroups {
     }
     for (unsigned g = 0; g < n_; ++g) {
       unsigned c = 0;
-      for (unsigned i = 0; i < n_pkts_; ++i) c += group_[i] == g;
+      for (unsigned i = 0; i < kMax; ++i) c += group_[i] == g;
       count_[g] = c;
     }
   }
