@@ -399,12 +399,8 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
     for (unsigned k = 0; k < n_keep; ++k) out[k] = handoff(keep[k], cls);
     return;
   }
-  unsigned at[kBurst];
-  groups.starts(at);
-  for (unsigned k = 0; k < n_keep; ++k) {
-    const unsigned g = groups.group(k);
-    out[at[g]++] = handoff(keep[k], groups.cls(g));
-  }
+  unsigned pos = 0;
+  groups.partition([&](unsigned g, unsigned k) { out[pos++] = handoff(keep[k], groups.cls(g)); });
 }
 
 // Sends pkts on a port's TX queue with up to kTxRetries retries, counts what left in `sent` and

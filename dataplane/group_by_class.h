@@ -4,19 +4,27 @@
 
 #include <cstdint>
 #include <cstring>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "dataplane/scheduler.h"
 
 namespace dripgate::dataplane {
 
 // The classes of up to kMax packets, numbered as groups in order of first appearance: add() per
-// packet, then tally() once, after which count() and starts() (where each group begins in the
-// partitioned burst) are valid. Per-class order is all the scheduler promises, and one run per
-// class costs one scheduler call and one counter update instead of one per packet when classes
-// interleave (as flows of several classes do on the wire).
+// packet, then tally() once, after which count() and members() are valid. Per-class order is all
+// the scheduler promises, and one run per class costs one scheduler call and one counter update
+// instead of one per packet when classes interleave (as flows of several classes do on the wire).
+//
+// Nothing is updated per packet but the packet's group byte: a count or a write position kept
+// per group and incremented per packet is a load that waits for the previous packet's store to
+// the same place (about five cycles a packet, the whole loop serialised). tally() turns the
+// group bytes into one bit mask per group instead (compares of all slots at once), and a
+// partition walks each group's mask with a running position held in a register.
 template <unsigned kMax>
 class ClassGroups {
-  static_assert(kMax < 255, "group ids are bytes, 0xFF marks none");
+  static_assert(kMax <= 32 && kMax % 16 == 0, "a group's members are one 32-bit mask");
 
  public:
   ClassGroups() {
@@ -43,41 +51,52 @@ class ClassGroups {
     group_[n_pkts_++] = static_cast<uint8_t>(g);
     return static_cast<uint8_t>(g);
   }
-  // Counts each group's packets. Not in add(): a count incremented per packet is a load that
-  // waits for the previous packet's store (no two packets of a burst apart, one class), about
-  // five cycles a packet; one class is counted at once, several by comparing every slot (a
-  // fixed count, which the compiler vectorises; the slots past n() hold kNone, no group).
+  // Each group's members and count. One group is every packet; several are found by comparing
+  // every slot at once (the slots past n() hold kNone, no group).
   void tally() {
     if (n_ == 1) {
-      count_[0] = n_pkts_;
+      mask_[0] = n_pkts_ == 32 ? ~uint32_t{0} : (uint32_t{1} << n_pkts_) - 1;
       return;
     }
-    for (unsigned g = 0; g < n_; ++g) {
-      unsigned c = 0;
-      for (unsigned i = 0; i < kMax; ++i) c += group_[i] == g;
-      count_[g] = c;
-    }
+    for (unsigned g = 0; g < n_; ++g) mask_[g] = equal_mask(static_cast<uint8_t>(g));
   }
   unsigned size() const { return n_; }
   unsigned n() const { return n_pkts_; }
   uint32_t cls(unsigned g) const { return cls_[g]; }
-  uint8_t group(unsigned i) const { return group_[i]; }  // packet i's group
-  unsigned count(unsigned g) const { return count_[g]; }
-  // at[g] = where group g starts: the counts of the groups before it.
-  void starts(unsigned* at) const {
-    for (unsigned g = 0, sum = 0; g < n_; ++g) {
-      at[g] = sum;
-      sum += count_[g];
-    }
+  uint8_t group(unsigned i) const { return group_[i]; }    // packet i's group
+  uint32_t members(unsigned g) const { return mask_[g]; }  // bit i: packet i is in group g
+  unsigned count(unsigned g) const { return static_cast<unsigned>(__builtin_popcount(mask_[g])); }
+  // Calls put(g, i) for every packet i, group by group in order, each group's packets in order:
+  // the stable partition.
+  template <typename Put>
+  void partition(Put&& put) const {
+    for (unsigned g = 0; g < n_; ++g)
+      for (uint32_t m = mask_[g]; m != 0; m &= m - 1)
+        put(g, static_cast<unsigned>(__builtin_ctz(m)));
   }
 
  private:
+  // Bit i set where group_[i] == g: 16 slots per compare and byte mask.
+  uint32_t equal_mask(uint8_t g) const {
+    uint32_t m = 0;
+#ifdef __SSE2__
+    const __m128i want = _mm_set1_epi8(static_cast<char>(g));
+    for (unsigned i = 0; i < kMax; i += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group_ + i));
+      m |= static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, want))) << i;
+    }
+#else
+    for (unsigned i = 0; i < kMax; ++i) m |= uint32_t{group_[i] == g} << i;
+#endif
+    return m;
+  }
+
   static constexpr uint32_t kDirect = 64;
   static constexpr uint8_t kNone = 0xFF;
   uint8_t direct_[kDirect];
   uint8_t group_[kMax];
   uint32_t cls_[kMax];
-  unsigned count_[kMax];
+  uint32_t mask_[kMax];
   unsigned n_ = 0, n_pkts_ = 0;
 };
 
@@ -92,9 +111,8 @@ const EnqueueReq* group_by_class(const EnqueueReq* in, unsigned n, EnqueueReq* t
   for (unsigned i = 0; i < n; ++i) groups.add(in[i].cls);
   if (groups.size() <= 1) return in;
   groups.tally();
-  unsigned at[kMax];
-  groups.starts(at);
-  for (unsigned i = 0; i < n; ++i) tmp[at[groups.group(i)]++] = in[i];
+  unsigned pos = 0;
+  groups.partition([&](unsigned, unsigned i) { tmp[pos++] = in[i]; });
   return tmp;
 }
 

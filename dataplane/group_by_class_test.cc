@@ -56,7 +56,7 @@ TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
 }
 
 // The groups as the classifying lcore builds them: numbered in order of first appearance,
-// counted, and starting where the counts of the groups before them end.
+// counted, and partitioned group by group, each in arrival order.
 TEST(ClassGroups, NumbersCountsAndStarts) {
   ClassGroups<32> g;
   const uint32_t seq[] = {5, 5, 1, UINT32_MAX, 5, 70, 1, 70, 5};
@@ -75,12 +75,14 @@ TEST(ClassGroups, NumbersCountsAndStarts) {
   EXPECT_EQ(g.count(1), 2u);
   EXPECT_EQ(g.count(2), 1u);
   EXPECT_EQ(g.count(3), 2u);
-  unsigned at[32];
-  g.starts(at);
-  EXPECT_EQ(at[0], 0u);
-  EXPECT_EQ(at[1], 4u);
-  EXPECT_EQ(at[2], 6u);
-  EXPECT_EQ(at[3], 7u);
+  EXPECT_EQ(g.members(0), 0b100010011u);
+  EXPECT_EQ(g.members(3), 0b010100000u);
+  std::vector<unsigned> order;
+  g.partition([&](unsigned grp, unsigned i) {
+    EXPECT_EQ(g.group(i), grp);
+    order.push_back(i);
+  });
+  EXPECT_EQ(order, (std::vector<unsigned>{0, 1, 4, 8, 2, 6, 3, 5, 7}));
 }
 
 // One class (the common burst) is counted without looking at the packets' groups.
@@ -90,6 +92,11 @@ TEST(ClassGroups, OneClassCountsEveryPacket) {
   g.tally();
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g.count(0), 32u);
+  EXPECT_EQ(g.members(0), 0xFFFFFFFFu);
+  ClassGroups<32> few;
+  for (int i = 0; i < 5; ++i) few.add(3);
+  few.tally();
+  EXPECT_EQ(few.members(0), 0b11111u);
   ClassGroups<32> empty;
   empty.tally();
   EXPECT_EQ(empty.size(), 0u);
