@@ -257,6 +257,9 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   unsigned n_miss = 0;
   for (unsigned j = 0; j < b.n4; ++j) {
     hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
+    cache.prefetch(hashes[j]);
+  }
+  for (unsigned j = 0; j < b.n4; ++j) {
     if (!cache.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
       miss[n_miss++] = static_cast<uint8_t>(j);
   }
