@@ -14,6 +14,7 @@
 #include <deque>
 #include <new>
 
+#include "control/reply_arena.h"
 #include "lua/lua_scripts.h"
 
 namespace dripgate::control {
@@ -117,6 +118,9 @@ struct RedisClient::Pending {
 struct RedisClient::Conn {
   RedisClient* client = nullptr;
   redisAsyncContext* ac = nullptr;
+  // Where ac's replies are built. It outlives every ac of this Conn: ~RedisClient frees them
+  // before the Conns go. A dropped ac parses nothing more, so its replacement may share it.
+  ReplyArena arena;
   // kHandshake: TCP is up, AUTH/SELECT not answered yet; only kUp counts as connected and
   // restarts the backoff, so a refused password backs off like a refused connect.
   enum class State { kDown, kConnecting, kHandshake, kUp } state = State::kDown;
@@ -245,6 +249,7 @@ void RedisClient::connect(Conn* c) {
     return;
   }
   ac->data = c;
+  c->arena.attach(ac->c.reader);
   redisLibeventAttach(ac, base_);
   redisAsyncSetConnectCallback(ac, &RedisClient::on_connect_cb);
   redisAsyncSetDisconnectCallback(ac, &RedisClient::on_disconnect_cb);
