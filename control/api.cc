@@ -206,18 +206,44 @@ int64_t whole(double v) {
   return static_cast<int64_t>(v);
 }
 
-// A response body: one JSON object, filled by fill(JsonWriter&), and a newline.
+// A response body into out (emptied first, its capacity kept): one JSON object, filled by
+// fill(JsonWriter&), and a newline.
 template <class Fill>
-std::string json_body(Fill fill) {
-  std::string out;
-  out.reserve(256);
+void json_into(std::string& out, Fill fill) {
+  out.clear();
   JsonWriter w(out);
   w.begin_object();
   fill(w);
   w.end_object();
   out += '\n';
+}
+
+template <class Fill>
+std::string json_body(Fill fill) {
+  std::string out;
+  out.reserve(256);
+  json_into(out, fill);
   return out;
 }
+
+// Fills a Headers in order, reusing the strings an earlier answer left in it (a worker renders
+// every admission into one Response), and drops the ones past the last filled at done().
+class HeaderFill {
+ public:
+  explicit HeaderFill(Headers& h) : h_(h) {}
+  std::string& add(std::string_view name) {
+    if (n_ == h_.size()) h_.emplace_back();
+    auto& [k, v] = h_[n_++];
+    k = name;
+    v.clear();
+    return v;
+  }
+  void done() { h_.resize(n_); }
+
+ private:
+  Headers& h_;
+  size_t n_ = 0;
+};
 
 }  // namespace
 
@@ -384,11 +410,11 @@ int64_t retry_after_seconds(int64_t retry_after_ms) {
 
 // Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
 // Both headers are written on every answer: appended into one string, numbers by to_chars.
-std::string ratelimit_policy_header(const std::vector<Remaining>& remaining) {
-  std::string out;
-  out.reserve(48 * remaining.size());
+void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
+  bool first = true;
   for (const auto& r : remaining) {
-    if (!out.empty()) out += ", ";
+    if (!first) out += ", ";
+    first = false;
     out += '"';
     out += r.gate;
     out += "\";q=";
@@ -401,14 +427,13 @@ std::string ratelimit_policy_header(const std::vector<Remaining>& remaining) {
       append_integer(out, std::max<int64_t>(1, whole(std::ceil(r.window_s))));
     }
   }
-  return out;
 }
 
-std::string ratelimit_header(const std::vector<Remaining>& remaining) {
-  std::string out;
-  out.reserve(40 * remaining.size());
+void append_ratelimit(std::string& out, const std::vector<Remaining>& remaining) {
+  bool first = true;
   for (const auto& r : remaining) {
-    if (!out.empty()) out += ", ";
+    if (!first) out += ", ";
+    first = false;
     out += '"';
     out += r.gate;
     out += "\";r=";
@@ -416,6 +441,19 @@ std::string ratelimit_header(const std::vector<Remaining>& remaining) {
     out += ";t=";
     append_integer(out, std::max<int64_t>(0, r.reset_s));
   }
+}
+
+std::string ratelimit_policy_header(const std::vector<Remaining>& remaining) {
+  std::string out;
+  out.reserve(48 * remaining.size());
+  append_ratelimit_policy(out, remaining);
+  return out;
+}
+
+std::string ratelimit_header(const std::vector<Remaining>& remaining) {
+  std::string out;
+  out.reserve(40 * remaining.size());
+  append_ratelimit(out, remaining);
   return out;
 }
 
@@ -433,24 +471,38 @@ bool token_matches(const std::string& expected, const char* header) {
 
 namespace {
 
+void ratelimit_headers(bool refused, int64_t retry_after_ms,
+                       const std::vector<Remaining>& remaining, HeaderFill& h) {
+  if (refused) append_integer(h.add("Retry-After"), retry_after_seconds(retry_after_ms));
+  if (!remaining.empty()) {
+    append_ratelimit_policy(h.add("RateLimit-Policy"), remaining);
+    append_ratelimit(h.add("RateLimit"), remaining);
+  }
+}
+
 Headers ratelimit_headers(bool refused, int64_t retry_after_ms,
                           const std::vector<Remaining>& remaining) {
   Headers h;
-  if (refused) h.emplace_back("Retry-After", std::to_string(retry_after_seconds(retry_after_ms)));
-  if (!remaining.empty()) {
-    h.emplace_back("RateLimit-Policy", ratelimit_policy_header(remaining));
-    h.emplace_back("RateLimit", ratelimit_header(remaining));
-  }
+  HeaderFill fill(h);
+  ratelimit_headers(refused, retry_after_ms, remaining, fill);
+  fill.done();
   return h;
+}
+
+void ratelimit_headers(const AdmitResult& r, HeaderFill& h) {
+  ratelimit_headers(r.outcome == Outcome::kRefused, r.retry_after_ms, r.remaining, h);
+  if (!r.degraded.empty()) h.add(kDegradedHeader) = r.degraded;
+  if (!r.shadow_refused.empty()) h.add(kShadowRefusedHeader) = r.shadow_refused;
+  if (r.brake < 1) h.add(kBrakeHeader) = number_text(r.brake);
 }
 
 }  // namespace
 
 Headers ratelimit_headers(const AdmitResult& r) {
-  Headers h = ratelimit_headers(r.outcome == Outcome::kRefused, r.retry_after_ms, r.remaining);
-  if (!r.degraded.empty()) h.emplace_back(kDegradedHeader, r.degraded);
-  if (!r.shadow_refused.empty()) h.emplace_back(kShadowRefusedHeader, r.shadow_refused);
-  if (r.brake < 1) h.emplace_back(kBrakeHeader, number_text(r.brake));
+  Headers h;
+  HeaderFill fill(h);
+  ratelimit_headers(r, fill);
+  fill.done();
   return h;
 }
 
@@ -484,17 +536,24 @@ Response render_tenant_page(const std::vector<std::pair<std::string_view, std::s
 }
 
 Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s) {
+  Response resp;
+  render_admit(r, flow_tag, now_s, resp);
+  return resp;
+}
+
+void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s,
+                  Response& resp) {
   if (now_s == 0 && r.outcome == Outcome::kRefused)
     now_s = std::chrono::duration_cast<std::chrono::seconds>(
                 std::chrono::system_clock::now().time_since_epoch())
                 .count();
   int status = status_of(r.outcome);
   if (status != 200 && status != 429) {
-    return render_error(status, r.error.empty() ? "admission failed" : r.error);
+    resp = render_error(status, r.error.empty() ? "admission failed" : r.error);
+    return;
   }
-  Response resp;
   resp.status = status;
-  resp.body = json_body([&](JsonWriter& w) {
+  json_into(resp.body, [&](JsonWriter& w) {
     if (status == 200) {
       w.key("allowed").boolean(true).key("request_id").string(r.request_id);
       w.key("class").string(r.cls);
@@ -510,9 +569,10 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t
     if (!r.degraded.empty()) w.key("degraded").string(r.degraded);
     if (status == 429) guidance::write(w, r, now_s);
   });
-  resp.headers = ratelimit_headers(r);
-  if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
-  return resp;
+  HeaderFill headers(resp.headers);
+  ratelimit_headers(r, headers);
+  if (!flow_tag.empty()) headers.add("Dripgate-Flow-Tag") = flow_tag;
+  headers.done();
 }
 
 Response render_settle(const SettleResult& r) {

@@ -61,6 +61,9 @@ struct Response {
 // A 429 carries `guidance` (guidance.h), its quota reset time said from now_s (unix seconds;
 // 0: the system clock).
 Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0);
+// The same into `out`, whose strings keep their capacity: a worker renders each admission into
+// one Response it keeps, rather than allocating a body, a header list and header values anew.
+void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, Response& out);
 Response render_settle(const SettleResult& r);
 Response render_charge(const ChargeResult& r);
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});

@@ -241,6 +241,39 @@ TEST(Render, RefusedCarriesRetryAfterRoundedUp) {
   EXPECT_EQ(header(r, "RateLimit"), "\"tool\";r=0;t=4");
 }
 
+// A worker renders every admission into the Response it keeps: each answer must come out as a
+// fresh render would, whatever the previous one left there (more headers, fewer, a longer body,
+// an error).
+TEST(Render, IntoAReusedResponseEqualsAFreshRender) {
+  AdmitResult refused;
+  refused.outcome = Outcome::kRefused;
+  refused.gate = "tool";
+  refused.reason = "rate";
+  refused.retry_after_ms = 1001;
+  refused.remaining = {{"tool", 0.0132, 2, 4, 4}, {"quota", 700, 1000, 2592000, 86400}};
+  refused.degraded = "local";
+  refused.brake = 0.5;
+  AdmitResult allowed;
+  allowed.outcome = Outcome::kAllowed;
+  allowed.request_id = "ws-acme.00ff";
+  allowed.remaining = {{"tenant", 3, 5, 5, 2}};
+  AdmitResult bare = allowed;
+  bare.remaining.clear();
+  AdmitResult failed;
+  failed.outcome = Outcome::kUnavailable;
+  const int64_t now = 1796083200;
+  Response kept;
+  for (const AdmitResult* a : {&refused, &allowed, &refused, &bare, &failed, &allowed}) {
+    for (const std::string& tag : {std::string("ft-7"), std::string()}) {
+      render_admit(*a, tag, now, kept);
+      Response fresh = render_admit(*a, tag, now);
+      EXPECT_EQ(kept.status, fresh.status);
+      EXPECT_EQ(kept.headers, fresh.headers);
+      EXPECT_EQ(kept.body, fresh.body);
+    }
+  }
+}
+
 // Each refusal says what to do: back off, stop (with what is missing, when the quota resets and
 // the plan's fallback), skip the tool, wait for a stream, settle.
 TEST(Render, RefusalsCarryGuidanceByReason) {

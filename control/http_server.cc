@@ -217,6 +217,9 @@ struct HttpServer::Worker {
   std::vector<std::unique_ptr<Conn>> conns;
   std::array<char, kReadChunk> rbuf{};
   std::string scratch;  // a connection's pending bytes while they are parsed
+  // Every admission's answer is rendered here and copied into its connection's output before
+  // anything else can render (reply() reads it only in write_answer), so one serves them all.
+  api::Response admit_answer;
   std::vector<std::pair<std::string, std::string>> query;  // a request's parameters
   time_t date_at = 0;
   std::string date;  // "Date: ...\r\n" for date_at
@@ -592,7 +595,8 @@ struct HttpServer::Worker {
     }
     ++inflight;
     gateway->admit(std::move(ar), [this, req](const AdmitDecision& d) {
-      finish(req, api::render_admit(d.result, d.flow_tag));
+      api::render_admit(d.result, d.flow_tag, 0, admit_answer);
+      finish(req, admit_answer);
     });
   }
 
