@@ -153,19 +153,24 @@ for i = 1, n do
   end
 end
 
--- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
--- @include lib_window.lua
+-- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups. Their
+-- routines are defined only when there are windows: each function the body defines is a closure
+-- made on every call, used or not (admit_window is lib_window.lua's window_admit, or nil).
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
 local m = int_arg(ARGV[ws + A_WINDOWS_COUNT])
-local windows = {}
-for j = 1, m do
-  local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
-  local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
-                        (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
-  windows[j] = sw
-  if sw.wait_ms > 0 then
-    refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+local windows, admit_window = {}, nil
+if m > 0 then
+-- @include lib_window.lua
+  for j = 1, m do
+    local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
+    local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
+                          (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
+    windows[j] = sw
+    if sw.wait_ms > 0 then
+      refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+    end
   end
+  admit_window = window_admit
 end
 
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
@@ -229,7 +234,7 @@ for i = 1, n do
 end
 for j = 1, m do
   out[9 + n + j] = windows[j].count
-  window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
+  admit_window(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
 end
 if snapshot then out[10 + 2 * n + m] = ts end
 
