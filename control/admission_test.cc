@@ -1523,11 +1523,11 @@ TEST(Months, AroundAnyDayAreTheThreeConsecutiveMonths) {
   }
 }
 
-// lib_bucket.lua's bucket_read and bucket_wait_ms (with the ramp's helpers) as admit.lua embeds
-// them, for a test script to call at a chosen time.
+// lib_bucket.lua's bucket_read and bucket_wait_ms (the ramp's math is inside bucket_read) as
+// admit.lua embeds them, for a test script to call at a chosen time.
 std::string bucket_read_text() {
   const std::string& text = admit_script_text();
-  const auto b = text.find("local function bucket_ramp_gain");
+  const auto b = text.find("local function bucket_read");
   const auto e = text.find("local function refusal_note");
   EXPECT_NE(b, std::string::npos);
   EXPECT_NE(e, std::string::npos);
