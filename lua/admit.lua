@@ -108,7 +108,9 @@ local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
 -- The quota month of Redis TIME among the declared ones.
 local qkey, month_start, next_month = quota_month(sec)
-if not (cur_key and prev_key and qkey) then return clock_error(sec) end
+if not (cur_key and prev_key and qkey) then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 local cur_rid, cur_open, cancelled = c[1], c[2], c[3]
 if cancelled then return {3} end
