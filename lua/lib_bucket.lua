@@ -115,9 +115,12 @@ local function bucket_level_text(x)
   return string.format('%.17g', x)
 end
 
--- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion.
+-- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion; the
+-- microseconds are padded only when short (a tenth of the time), each string made costing Redis.
 local function bucket_now_text(t)
-  return t[1] .. string.sub('00000' .. t[2], -6)
+  local us = t[2]
+  if #us < 6 then us = string.sub('00000' .. us, -6) end
+  return t[1] .. us
 end
 
 -- Takes `cost` tokens from bucket b (from bucket_read) at second `sec`, stamping it ts (from
