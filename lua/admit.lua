@@ -157,12 +157,14 @@ end
 
 -- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups. Their
 -- routines are defined only when there are windows: each function the body defines is a closure
--- made on every call, used or not (admit_window is lib_window.lua's window_admit, or nil).
+-- made on every call, used or not (admit_window is lib_window.lua's window_admit, or nil); so
+-- is their table, each one made costing Redis.
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
 local m = int_arg(ARGV[ws + A_WINDOWS_COUNT])
-local windows, admit_window = {}, nil
+local windows, admit_window
 if m > 0 then
 -- @include lib_window.lua
+  windows = {}
   for j = 1, m do
     local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
     local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
