@@ -22,9 +22,11 @@
 -- bucket age = now - c (s), up = tk + refill (the level before the capacity caps it, which the
 -- wait is computed from), c (its creation time as stored; '' for a new one, which bucket_take
 -- stamps) and ramp = what its refill gains from now to the end of the ramp (bucket_wait_ms)}.
--- Every field is in the constructor, so the table is sized once (a field added later grows it: a
--- rehash and a reallocation). c is read only with warm-up: a field asked for is a search of the
--- hash's listpack even when absent.
+-- The constructor's ten fields size the table's hash part at 16, which holds the warm-up's four
+-- as well, so the table is sized once (a 17th field would grow it: a rehash and a reallocation);
+-- they are not in the constructor as nil, each of which would take a slot on every read all the
+-- same. c is read only with warm-up: a field asked for is a search of the hash's listpack even
+-- when absent.
 local function bucket_read(key, cap, rate, w, now_us, cost)
   local b
   if w > 0 then
@@ -35,8 +37,7 @@ local function bucket_read(key, cap, rate, w, now_us, cost)
   -- `s + 0`, not tonumber(s), which parses a string twice (Lua 5.1); fields absent are false.
   local tk, ts = b[1] and b[1] + 0, b[2] and b[2] + 0
   local out = {key = key, cap = cap, rate = rate, cost = cost, cur = cap, lim = cap,
-               tk = b[1] or '', ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w, age = nil,
-               up = nil, c = nil, ramp = nil}
+               tk = b[1] or '', ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w}
   if w > 0 and (not (tk and ts) or b[4]) then
     -- Tokens the bucket gains from age a0 to age a1 (seconds, 0 <= a0 <= a1): the integral of
     -- R/3 + (2R/3)·a/W up to W, of R after. Defined here, not at the top level, where it would be
