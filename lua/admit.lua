@@ -17,7 +17,8 @@
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
--- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
+-- KEYS (named by the @keys line: K_<NAME>, whose number tools/embed.py puts in its place,
+-- checking every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
 --   quota_cur     next UTC month of the gateway's clock; the script uses the one of Redis TIME
 --   quota_next    (lib_month.lua)
