@@ -213,8 +213,10 @@ if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
   refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
+-- The three nils size the table for one bucket's entries and a snapshot's (a constructor sizes
+-- it for every value listed, nil too), so they do not grow it; the reply ends at the first nil.
 local out = {0, r[1], r[2], used, next_month - sec, next_month - month_start, live, first_ms,
-             q_existed and 1 or 0}
+             q_existed and 1 or 0, nil, nil, nil}
 local ts = bucket_now_text(t)
 if r[1] ~= '' then
   if q_created then
