@@ -11,9 +11,8 @@
 -- but does not refuse: the request is admitted and the reply names it.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
--- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
--- @argv quota_shadow streams_shadow
+-- @argv request_id attempt flags tokens budget reservation_ttl max_open max_streams lease_s
+-- @argv month_prev_start month_start month_end month_next_end res_base bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -32,27 +31,29 @@
 --   attempt       8 hex digits, new for every call: names this call apart from another one
 --                 with the same request_id (a client's retry), for refund.lua, which may have
 --                 cancelled it before it ran (its reply was lost), so it must not run now
---   fresh         "1": request_id was generated for this call (random, so it cannot be in use
+--   flags         four characters, "1" or "0" each (one argument, not four: each argument
+--                 costs Redis a string and a table slot on every call), in this order:
+--     fresh       "1": request_id was generated for this call (random, so it cannot be in use
 --                 yet): the previous reservation window is not looked up unless max_open needs
 --                 its count, and the reservation stores "-" for the attempt (the id names the
 --                 call). "0": the client's own request_id.
+--     snapshot    "1": return what refund.lua needs to undo this admission exactly (prior
+--                 bucket states, pruned leases): the engine asks for it on every call, since a
+--                 global gate may refuse, or the reply may come after the request was answered
+--                 503. "0": no undo possible (replays, benchmarks).
+--     quota_shadow "1": the quota and reservations gates only report (shadow mode: a request
+--                 they would refuse is admitted, reserved and counted like any other)
+--     streams_shadow "1": the same for the concurrency gate (the lease is taken)
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
 --   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   snapshot      "1": return what refund.lua needs to undo this admission exactly (prior
---                 bucket states, pruned leases): the engine asks for it on every call, since a
---                 global gate may refuse, or the reply may come after the request was answered
---                 503. "0": no undo possible (replays, benchmarks).
 --   month_prev_start, month_start, month_end, month_next_end: the first seconds of the months of
 --                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
---   quota_shadow  "1": the quota and reservations gates only report (shadow mode: a request
---                 they would refuse is admitted, reserved and counted like any other)
---   streams_shadow "1": the same for the concurrency gate (the lease is taken)
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
 --                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
 --                 api_key_tokens), shadow ("1": a bucket holding less than its cost does not
@@ -98,7 +99,10 @@ local now_ms = math.floor(now_us / 1000)
 
 local rid = ARGV[A_REQUEST_ID]
 local attempt = ARGV[A_ATTEMPT]
-local fresh = ARGV[A_FRESH] == '1'
+-- The flags' characters; 49 is "1".
+local fresh, snapshot, quota_shadow, streams_shadow = string.byte(ARGV[A_FLAGS], 1, 4)
+fresh, snapshot, quota_shadow, streams_shadow =
+    fresh == 49, snapshot == 49, quota_shadow == 49, streams_shadow == 49
 local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 
 -- @include lib_reservation.lua
@@ -133,15 +137,12 @@ local tokens = int_arg(ARGV[A_TOKENS])
 local budget = int_arg(ARGV[A_BUDGET])
 local max_streams = int_arg(ARGV[A_MAX_STREAMS])
 local lease_ms = max_streams >= 0 and ARGV[A_LEASE_S] * 1000 or 0
-local snapshot = ARGV[A_SNAPSHOT] == '1'
 local n = int_arg(ARGV[A_BUCKET_COUNT])
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
 -- @include lib_bucket.lua
 local r = {'', 0, '', 0}
-local quota_shadow = ARGV[A_QUOTA_SHADOW] == '1'
-local streams_shadow = ARGV[A_STREAMS_SHADOW] == '1'
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
