@@ -1523,11 +1523,11 @@ TEST(Months, AroundAnyDayAreTheThreeConsecutiveMonths) {
   }
 }
 
-// lib_bucket.lua's bucket_read and bucket_wait_ms (with the ramp's helpers) as admit.lua embeds
-// them, for a test script to call at a chosen time.
+// lib_bucket.lua's bucket_read and bucket_wait_ms (the ramp's math is inside bucket_read) as
+// admit.lua embeds them, for a test script to call at a chosen time.
 std::string bucket_read_text() {
   const std::string& text = admit_script_text();
-  const auto b = text.find("local function bucket_ramp_gain");
+  const auto b = text.find("local function bucket_read");
   const auto e = text.find("local function refusal_note");
   EXPECT_NE(b, std::string::npos);
   EXPECT_NE(e, std::string::npos);
@@ -1943,14 +1943,14 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 32u);
+  ASSERT_EQ(call->args.size(), 29u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
   // The quota months and reservation windows around the gateway's clock (the script picks by
   // Redis TIME among them).
   const keys::Months& m = keys::current_months();
-  const int64_t w = std::stoll(call->args[14]);
+  const int64_t w = std::stoll(call->args[13]);
   std::vector<std::string> keys = {"dg:{t:ws-acme}:q:" + m.prev.name,
                                    "dg:{t:ws-acme}:q:" + m.cur.name,
                                    "dg:{t:ws-acme}:q:" + m.next.name};
@@ -1960,16 +1960,17 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
                            "dg:{t:ws-acme}:tb:user:alice"});
   EXPECT_EQ(call->keys, keys);
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
-  std::vector<std::string> args = {"rq-1", attempt, "0", "42", "1000", "600", "-1", "-1", "120",
-                                   "1", m.prev.start_s, m.cur.start_s, m.cur.end_s, m.next.end_s,
-                                   std::to_string(w), "2", "0", "0", "tenant", "20", "5", "1", "0",
-                                   "0", "user", "6", "2", "1", "0", "30",
+  // flags: not fresh (the client's own id), a snapshot, no shadow quota or concurrency.
+  std::vector<std::string> args = {"rq-1", attempt, "0100", "42", "1000", "600", "-1", "-1", "120",
+                                   m.prev.start_s, m.cur.start_s, m.cur.end_s, m.next.end_s,
+                                   std::to_string(w), "2", "tenant", "20", "5", "1", "0", "0",
+                                   "user", "6", "2", "1", "0", "30",
                                    // no sliding window: none, and no member to add
                                    "0", ""};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();
-  EXPECT_EQ(admit_script_call(cfg, r)->args[2], "1");
+  EXPECT_EQ(admit_script_call(cfg, r)->args[2], "1100");  // flags: fresh
   r.request_id = "rq-1";
   EXPECT_NE(admit_script_call(cfg, r)->args[1], attempt);
   // The ip gate's bucket: in the tenant's hash slot, named by the address as normalised (an
@@ -1979,7 +1980,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   call = admit_script_call(cfg, r);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
-  EXPECT_EQ(call->args[15], "3");  // bucket_count
+  EXPECT_EQ(call->args[14], "3");  // bucket_count
   EXPECT_EQ(std::vector<std::string>(call->args.end() - 8, call->args.end()),
             (std::vector<std::string>{"ip", "3", "1", "1", "0", "0", "0", ""}));
   r.client_ip.clear();

@@ -503,6 +503,14 @@ void add_windows(Call& c, std::span<const Gate* const> gates,
   }
 }
 
+// admit.lua's flags, a character each: fresh, snapshot (asked for on every call: any admission
+// may have to be undone), quota_shadow, streams_shadow.
+std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow) {
+  static constexpr std::string_view kFlags[8] = {"0100", "0101", "0110", "0111",
+                                                 "1100", "1101", "1110", "1111"};
+  return kFlags[(fresh ? 4 : 0) | (quota_shadow ? 2 : 0) | (streams_shadow ? 1 : 0)];
+}
+
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
@@ -536,10 +544,7 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgMaxOpen, t.max_open_s);
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
-  args.set(s::kArgSnapshot, "1");
-  args.set(s::kArgFresh, p.fresh ? "1" : "0");
-  args.set(s::kArgQuotaShadow, t.quota_shadow_s);
-  args.set(s::kArgStreamsShadow, t.streams_shadow_s);
+  args.set(s::kArgFlags, admit_flags(p.fresh, t.quota_shadow_s == "1", t.streams_shadow_s == "1"));
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i)
     add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));

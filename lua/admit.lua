@@ -11,13 +11,13 @@
 -- but does not refuse: the request is admitted and the reply names it.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id attempt fresh tokens budget reservation_ttl max_open max_streams lease_s
--- @argv snapshot month_prev_start month_start month_end month_next_end res_base bucket_count
--- @argv quota_shadow streams_shadow
+-- @argv request_id attempt flags tokens budget reservation_ttl max_open max_streams lease_s
+-- @argv month_prev_start month_start month_end month_next_end res_base bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
--- KEYS (named by the @keys line; tools/embed.py defines K_<NAME> and checks every use):
+-- KEYS (named by the @keys line: K_<NAME>, whose number tools/embed.py puts in its place,
+-- checking every use):
 --   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
 --   quota_cur     next UTC month of the gateway's clock; the script uses the one of Redis TIME
 --   quota_next    (lib_month.lua)
@@ -31,27 +31,29 @@
 --   attempt       8 hex digits, new for every call: names this call apart from another one
 --                 with the same request_id (a client's retry), for refund.lua, which may have
 --                 cancelled it before it ran (its reply was lost), so it must not run now
---   fresh         "1": request_id was generated for this call (random, so it cannot be in use
+--   flags         four characters, "1" or "0" each (one argument, not four: each argument
+--                 costs Redis a string and a table slot on every call), in this order:
+--     fresh       "1": request_id was generated for this call (random, so it cannot be in use
 --                 yet): the previous reservation window is not looked up unless max_open needs
 --                 its count, and the reservation stores "-" for the attempt (the id names the
 --                 call). "0": the client's own request_id.
+--     snapshot    "1": return what refund.lua needs to undo this admission exactly (prior
+--                 bucket states, pruned leases): the engine asks for it on every call, since a
+--                 global gate may refuse, or the reply may come after the request was answered
+--                 503. "0": no undo possible (replays, benchmarks).
+--     quota_shadow "1": the quota and reservations gates only report (shadow mode: a request
+--                 they would refuse is admitted, reserved and counted like any other)
+--     streams_shadow "1": the same for the concurrency gate (the lease is taken)
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
 --   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   snapshot      "1": return what refund.lua needs to undo this admission exactly (prior
---                 bucket states, pruned leases): the engine asks for it on every call, since a
---                 global gate may refuse, or the reply may come after the request was answered
---                 503. "0": no undo possible (replays, benchmarks).
 --   month_prev_start, month_start, month_end, month_next_end: the first seconds of the months of
 --                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
---   quota_shadow  "1": the quota and reservations gates only report (shadow mode: a request
---                 they would refuse is admitted, reserved and counted like any other)
---   streams_shadow "1": the same for the concurrency gate (the lease is taken)
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
 --                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
 --                 api_key_tokens), shadow ("1": a bucket holding less than its cost does not
@@ -97,7 +99,10 @@ local now_ms = math.floor(now_us / 1000)
 
 local rid = ARGV[A_REQUEST_ID]
 local attempt = ARGV[A_ATTEMPT]
-local fresh = ARGV[A_FRESH] == '1'
+-- The flags' characters; 49 is "1".
+local fresh, snapshot, quota_shadow, streams_shadow = string.byte(ARGV[A_FLAGS], 1, 4)
+fresh, snapshot, quota_shadow, streams_shadow =
+    fresh == 49, snapshot == 49, quota_shadow == 49, streams_shadow == 49
 local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 
 -- @include lib_reservation.lua
@@ -108,7 +113,9 @@ local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
 -- The quota month of Redis TIME among the declared ones.
 local qkey, month_start, next_month = quota_month(sec)
-if not (cur_key and prev_key and qkey) then return clock_error(sec) end
+if not (cur_key and prev_key and qkey) then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
 local cur_rid, cur_open, cancelled = c[1], c[2], c[3]
 if cancelled then return {3} end
@@ -130,15 +137,12 @@ local tokens = int_arg(ARGV[A_TOKENS])
 local budget = int_arg(ARGV[A_BUDGET])
 local max_streams = int_arg(ARGV[A_MAX_STREAMS])
 local lease_ms = max_streams >= 0 and ARGV[A_LEASE_S] * 1000 or 0
-local snapshot = ARGV[A_SNAPSHOT] == '1'
 local n = int_arg(ARGV[A_BUCKET_COUNT])
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
 -- @include lib_bucket.lua
 local r = {'', 0, '', 0}
-local quota_shadow = ARGV[A_QUOTA_SHADOW] == '1'
-local streams_shadow = ARGV[A_STREAMS_SHADOW] == '1'
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
@@ -153,19 +157,26 @@ for i = 1, n do
   end
 end
 
--- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups.
--- @include lib_window.lua
+-- Sliding windows: their keys follow the bucket keys, their ARGV the bucket groups. Their
+-- routines are defined only when there are windows: each function the body defines is a closure
+-- made on every call, used or not (admit_window is lib_window.lua's window_admit, or nil); so
+-- is their table, each one made costing Redis.
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
 local m = int_arg(ARGV[ws + A_WINDOWS_COUNT])
-local windows = {}
-for j = 1, m do
-  local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
-  local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
-                        (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
-  windows[j] = sw
-  if sw.wait_ms > 0 then
-    refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+local windows, admit_window
+if m > 0 then
+-- @include lib_window.lua
+  windows = {}
+  for j = 1, m do
+    local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
+    local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
+                          (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
+    windows[j] = sw
+    if sw.wait_ms > 0 then
+      refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+    end
   end
+  admit_window = window_admit
 end
 
 -- The reservation is charged first and taken back below if anything refuses (the key ends with
@@ -203,8 +214,10 @@ if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
   refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
+-- The three nils size the table for one bucket's entries and a snapshot's (a constructor sizes
+-- it for every value listed, nil too), so they do not grow it; the reply ends at the first nil.
 local out = {0, r[1], r[2], used, next_month - sec, next_month - month_start, live, first_ms,
-             q_existed and 1 or 0}
+             q_existed and 1 or 0, nil, nil, nil}
 local ts = bucket_now_text(t)
 if r[1] ~= '' then
   if q_created then
@@ -229,7 +242,7 @@ for i = 1, n do
 end
 for j = 1, m do
   out[9 + n + j] = windows[j].count
-  window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
+  admit_window(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
 end
 if snapshot then out[10 + 2 * n + m] = ts end
 

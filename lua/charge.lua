@@ -41,12 +41,16 @@ local now_ms = math.floor(now_us / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
 local cur_key, prev_key, _, _, w = res_windows(ttl, sec)
-if not (cur_key and prev_key and quota_month(sec)) then return clock_error(sec) end
+if not (cur_key and prev_key and quota_month(sec)) then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 local key, v, _, reserved, created, charged = res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key then return {0} end
 if charged then return {2} end
 local qkey, _, next_month = quota_month(math.floor(created / 1000))
-if not qkey then return clock_error(sec) end
+if not qkey then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 
 local tokens = tonumber(ARGV[A_TOKENS])
 reserved = reserved + tokens

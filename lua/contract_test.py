@@ -34,7 +34,7 @@ def main() -> int:
         # comment); one it calls, and one a kept function calls, stay.
         admit_text = header[header.index("kAdmit{"):header.index("namespace admit {")]
         for name, kept in (("bucket_untake", False), ("res_find", False), ("bucket_take", True),
-                           ("bucket_ramp_gain", True)):
+                           ("window_score", True)):
             if (f"local function {name}(" in admit_text) != kept:
                 print(f"admit.lua's text {'lacks' if kept else 'keeps'} {name}")
                 failures += 1

@@ -15,33 +15,18 @@
 -- buckets are read and written exactly as without warm-up; a gate whose warm-up is removed
 -- reads a bucket with c as warm too. reconcile.lua passes W = 0: it does not ramp.
 
--- Tokens a warming bucket of rate `rate` gains from age a0 to age a1 (seconds, 0 <= a0 <= a1):
--- the integral of R/3 + (2R/3)·a/W up to W, of R after.
-local function bucket_ramp_gain(rate, w, a0, a1)
-  local gain = 0
-  if a0 < w then
-    local x1 = math.min(a1, w)
-    gain = (x1 - a0) * (rate / 3 + rate * (x1 + a0) / (3 * w))
-  end
-  if a1 > w then gain = gain + (a1 - math.max(a0, w)) * rate end
-  return gain
-end
-
--- The capacity of a warming bucket at age a.
-local function bucket_ramp_cap(cap, w, a)
-  if a >= w then return cap end
-  return cap / 3 + 2 * cap / 3 * a / w
-end
-
 -- The bucket at `key` at now_us, for a gate of warm-up w seconds (0: none) and a take of `cost`
 -- (nil where the caller takes nothing fixed): {key, cap, rate, cost, cur = the level now, min(the
 -- capacity now, tk + refill since ts), lim = the capacity now (cap unless warming), tk and ts as
 -- stored ('' when absent, for refund.lua to put back), ex (0 when absent), w, and for a warming
 -- bucket age = now - c (s), up = tk + refill (the level before the capacity caps it, which the
--- wait is computed from) and c (its creation time as stored; '' for a new one, which bucket_take
--- stamps)}. Every field is in the constructor, so the table is sized once (a field added later
--- grows it: a rehash and a reallocation). c is read only with warm-up: a field asked for is a
--- search of the hash's listpack even when absent.
+-- wait is computed from), c (its creation time as stored; '' for a new one, which bucket_take
+-- stamps) and ramp = what its refill gains from now to the end of the ramp (bucket_wait_ms)}.
+-- The constructor's ten fields size the table's hash part at 16, which holds the warm-up's four
+-- as well, so the table is sized once (a 17th field would grow it: a rehash and a reallocation);
+-- they are not in the constructor as nil, each of which would take a slot on every read all the
+-- same. c is read only with warm-up: a field asked for is a search of the hash's listpack even
+-- when absent.
 local function bucket_read(key, cap, rate, w, now_us, cost)
   local b
   if w > 0 then
@@ -52,19 +37,34 @@ local function bucket_read(key, cap, rate, w, now_us, cost)
   -- `s + 0`, not tonumber(s), which parses a string twice (Lua 5.1); fields absent are false.
   local tk, ts = b[1] and b[1] + 0, b[2] and b[2] + 0
   local out = {key = key, cap = cap, rate = rate, cost = cost, cur = cap, lim = cap,
-               tk = b[1] or '', ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w, age = nil,
-               up = nil, c = nil}
-  if not (tk and ts) then
-    if w > 0 then out.cur, out.lim, out.age, out.up, out.c = cap / 3, cap / 3, 0, cap / 3, '' end
-  elseif w > 0 and b[4] then
-    local c = b[4] + 0
-    local a1 = math.max(0, (now_us - c) / 1e6)
-    local a0 = math.min(a1, math.max(0, (ts - c) / 1e6))
-    out.age, out.c = a1, b[4]
-    out.up = tk + bucket_ramp_gain(rate, w, a0, a1)
-    out.lim = bucket_ramp_cap(cap, w, a1)
-    out.cur = math.min(out.lim, out.up)
-  else
+               tk = b[1] or '', ts = b[2] or '', ex = b[3] and b[3] + 0 or 0, w = w}
+  if w > 0 and (not (tk and ts) or b[4]) then
+    -- Tokens the bucket gains from age a0 to age a1 (seconds, 0 <= a0 <= a1): the integral of
+    -- R/3 + (2R/3)·a/W up to W, of R after. Defined here, not at the top level, where it would be
+    -- a closure made on every call of the script, warm-up or not.
+    local function ramp_gain(a0, a1)
+      local gain = 0
+      if a0 < w then
+        local x1 = math.min(a1, w)
+        gain = (x1 - a0) * (rate / 3 + rate * (x1 + a0) / (3 * w))
+      end
+      if a1 > w then gain = gain + (a1 - math.max(a0, w)) * rate end
+      return gain
+    end
+    if not (tk and ts) then
+      out.cur, out.lim, out.age, out.up, out.c = cap / 3, cap / 3, 0, cap / 3, ''
+    else
+      local c = b[4] + 0
+      local a1 = math.max(0, (now_us - c) / 1e6)
+      local a0 = math.min(a1, math.max(0, (ts - c) / 1e6))
+      out.age, out.c = a1, b[4]
+      out.up = tk + ramp_gain(a0, a1)
+      -- The capacity at age a1.
+      out.lim = a1 >= w and cap or cap / 3 + 2 * cap / 3 * a1 / w
+      out.cur = math.min(out.lim, out.up)
+    end
+    out.ramp = ramp_gain(out.age, w)
+  elseif tk and ts then
     local elapsed = (now_us - ts) / 1e6
     if elapsed < 0 then elapsed = 0 end
     out.cur = math.min(cap, tk + elapsed * rate)
@@ -87,8 +87,7 @@ local function bucket_wait_ms(b, cost)
   if want > b.lim then t_cap = w * (want - cap / 3) / (2 * cap / 3) - a end
   local need, t_fill = cost - b.up, 0
   if need > 0 then
-    local ramp = 0
-    if a < w then ramp = bucket_ramp_gain(rate, w, a, w) end
+    local ramp = b.ramp
     if need <= ramp then
       -- rate(a)·t + (R/(3W))·t² = need, in the form that does not cancel.
       local lin, quad = rate / 3 + 2 * rate * a / (3 * w), rate / (3 * w)
@@ -117,9 +116,12 @@ local function bucket_level_text(x)
   return string.format('%.17g', x)
 end
 
--- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion.
+-- "<sec><usec, 6 digits>": Redis TIME as microseconds, in text without a number conversion; the
+-- microseconds are padded only when short (a tenth of the time), each string made costing Redis.
 local function bucket_now_text(t)
-  return t[1] .. string.sub('00000' .. t[2], -6)
+  local us = t[2]
+  if #us < 6 then us = string.sub('00000' .. us, -6) end
+  return t[1] .. us
 end
 
 -- Takes `cost` tokens from bucket b (from bucket_read) at second `sec`, stamping it ts (from

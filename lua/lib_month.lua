@@ -23,9 +23,9 @@ local function quota_month(s)
   return nil
 end
 
--- The reply when Redis TIME is too far from the gateway's clock for the keys it declared.
-local function clock_error(sec)
-  return redis.error_reply('ERR clock: Redis time ' .. sec ..
-                           ' is outside the quota months or reservation windows the gateway' ..
-                           ' declared from its clock; check both clocks')
-end
+-- The reply when Redis TIME is too far from the gateway's clock for the keys it declared, as a
+-- format: redis.error_reply(string.format(clock_error, sec)). A string, not a function, since
+-- each function a script's body defines is a closure made on every call, needed or not; and one
+-- literal, not a concatenation, which Lua 5.1 would redo on every call.
+local clock_error =
+  'ERR clock: Redis time %s is outside the quota months or reservation windows the gateway declared from its clock; check both clocks'

@@ -18,24 +18,19 @@
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
 --                     window of that time and the next one)
 
--- Window w's key, or nil when the gateway did not declare it. A script touches only keys it
--- declares (a Redis Cluster routes a call by its KEYS), and w is Redis TIME's: the gateway
--- declares the five windows around its own clock's window res_base (KEYS res_m2, res_m1, res_0,
--- res_p1, res_p2 = windows res_base - 2 .. res_base + 2). A script needs w - 1 .. w + 1, so Redis
--- TIME may be up to a window (reservation_ttl_s) off the gateway's clock either way.
-local res_declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1],
-                      KEYS[K_RES_P2]}
--- res_base - 3, parsed once: res_windows looks up three windows.
-local res_offset = ARGV[A_RES_BASE] - 3
-local function res_key(w)
-  return res_declared[w - res_offset]
-end
-
 -- The current window's key, the previous one's, the next one's, the current window's expiry
--- (unix s) and the current window's number; the keys are nil when not declared.
+-- (unix s) and the current window's number w; the keys are nil when not declared. A script
+-- touches only keys it declares (a Redis Cluster routes a call by its KEYS), and a window is
+-- Redis TIME's: the gateway declares the five windows around its own clock's window res_base
+-- (KEYS res_m2, res_m1, res_0, res_p1, res_p2 = windows res_base - 2 .. res_base + 2). A script
+-- needs w - 1 .. w + 1, so Redis TIME may be up to a window (reservation_ttl_s) off the gateway's
+-- clock either way. The declared keys' table is made in here, not at the top level, where this
+-- function would hold it as an upvalue, made and closed again on every call.
 local function res_windows(ttl, sec)
+  local declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1], KEYS[K_RES_P2]}
   local w = math.floor(sec / ttl)
-  return res_key(w), res_key(w - 1), res_key(w + 1), (w + 2) * ttl + 1, w
+  local i = w - (ARGV[A_RES_BASE] - 3)  -- w's index in declared
+  return declared[i], declared[i - 1], declared[i + 1], (w + 2) * ttl + 1, w
 end
 
 -- A reservation's value, found in window w: attempt, reserved, created (unix ms), and charged

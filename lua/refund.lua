@@ -64,7 +64,9 @@ local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
 local cur_key, prev_key, next_key, cur_expire, w = res_windows(ttl, sec)
-if not (cur_key and prev_key and next_key) then return clock_error(sec) end
+if not (cur_key and prev_key and next_key) then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 local key, _, attempt, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key or attempt ~= (ARGV[A_FRESH] == '1' and '-' or ARGV[A_ATTEMPT]) or charged then
@@ -80,7 +82,9 @@ end
 
 -- The quota month of the admission, checked before anything is written.
 local qkey = quota_month(math.floor(created / 1000))
-if reserved > 0 and not qkey then return clock_error(sec) end
+if reserved > 0 and not qkey then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do

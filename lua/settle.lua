@@ -42,7 +42,9 @@ local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
 local cur_key, prev_key, _, _, w = res_windows(ttl, sec)
 local now_qkey = quota_month(sec)
-if not (cur_key and prev_key and now_qkey) then return clock_error(sec) end
+if not (cur_key and prev_key and now_qkey) then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 local key, v, _, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
 if not key then
@@ -50,7 +52,9 @@ if not key then
 end
 
 local qkey, _, next_month = quota_month(math.floor(created / 1000))
-if not qkey then return clock_error(sec) end
+if not qkey then
+  return redis.error_reply(string.format(clock_error, sec))
+end
 if charged then
   return {0, 'already_settled', charged, tonumber(redis.call('GET', qkey) or '0')}
 end

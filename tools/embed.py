@@ -21,11 +21,14 @@
           once for both sides. ITEM is `name` (one position) or `name...(field field...)` (a group
           repeated to the count the caller passes; `name...` alone is a group of one). Plain
           names come first; a long declaration goes on over several lines of its kind. The
-          last line of each kind is followed in the script by Lua locals (K_NAME / A_NAME =
-          1-based position; for a group A_NAME_STRIDE and A_NAME_FIELD = offset in the group, and
-          A_NAME = start when the group follows plain names only), and the header gets the same
-          as 0-based C++ constants in namespace dripgate::lua::<script> (kKeyName, kArgName,
-          kArgNameStride, kArgNameField, kKeysFixed / kArgsFixed = the plain positions).
+          script names positions K_NAME / A_NAME (1-based; for a group A_NAME_STRIDE and
+          A_NAME_FIELD = offset in the group, and A_NAME = start when the group follows plain
+          names only); the text Redis gets has each name's number in its place (the last line of
+          each kind is followed by a comment listing them), not Lua locals, which the script's
+          functions would hold as upvalues, each made and closed again on every call. The header
+          gets the same as 0-based C++ constants in namespace dripgate::lua::<script> (kKeyName,
+          kArgName, kArgNameStride, kArgNameField, kKeysFixed / kArgsFixed = the plain
+          positions).
 
       The build fails when a script (with what it includes) indexes KEYS or ARGV other than
       through its own names (a bare number or variable, or an A_ name in KEYS), uses a name it
@@ -135,10 +138,44 @@ class Declaration:
         if needed:
             self.required.add(lua_name)
 
-    def lua_locals(self) -> str:
-        names = ", ".join(n for n, _ in self.lua)
-        values = ", ".join(str(v) for _, v in self.lua)
-        return f"local {names} = {values}"
+    def lua_note(self) -> str:
+        """The comment that lists the names and the numbers put in their place."""
+        lines, line = [], "--"
+        for n, v in self.lua:
+            item = f" {n} = {v}"
+            if len(line) + len(item) > 99:
+                lines.append(line)
+                line = "--"
+            line += item
+        return "\n".join(lines + [line])
+
+
+def code_and_comment(line: str) -> tuple:
+    """A Lua line split where its comment starts (a `--` outside a quoted string)."""
+    quote, i = None, 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif line.startswith("--", i):
+            return line[:i], line[i:]
+        i += 1
+    return line, ""
+
+
+def number_names(text: str, decls: dict) -> str:
+    """Puts each declared K_/A_ name's number in its place in the code (comments unchanged)."""
+    values = {n: str(v) for d in decls.values() for n, v in d.lua}
+    out = []
+    for line in text.split("\n"):
+        code, comment = code_and_comment(line)
+        out.append(NAME.sub(lambda m: values.get(m.group(1), m.group(1)), code) + comment)
+    return "\n".join(out)
 
 
 def check_uses(path: str, code: str, decls: dict) -> None:
@@ -194,7 +231,7 @@ def expand(text: str, path: str) -> tuple:
             fail(f"{lib}: an included file cannot include others or declare KEYS/ARGV")
         return included.rstrip("\n")
 
-    # A declaration may go on over several lines of its kind; the locals follow the last one.
+    # A declaration may go on over several lines of its kind; the list follows the last one.
     specs, last = {}, {}
     for m in DECLARE.finditer(text):
         specs[m.group(1)] = (specs.get(m.group(1), "") + " " + m.group(2)).strip()
@@ -205,13 +242,13 @@ def expand(text: str, path: str) -> tuple:
         kind = match.group(1)
         if match.start() != last[kind]:
             return match.group(0)
-        return match.group(0) + "\n" + decls[kind].lua_locals()
+        return match.group(0) + "\n" + decls[kind].lua_note()
 
     own = DECLARE.sub(declare, text)
     # Uses count in the script with what it includes: a library may index KEYS/ARGV by the names
     # every script that includes it declares.
     check_uses(path, COMMENT.sub("", DECLARE.sub("", prune(INCLUDE.sub(include, text)))), decls)
-    return prune(INCLUDE.sub(include, own)), decls
+    return number_names(prune(INCLUDE.sub(include, own)), decls), decls
 
 
 def cxx_literal(text: str) -> str:
