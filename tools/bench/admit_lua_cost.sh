@@ -4,8 +4,9 @@
 # which is what INFO commandstats' usec_per_call times), and the daemon's own admit call (captured
 # with MONITOR, a new request id for every call, as admit_bench.sh replays it) is compared with
 # admit_bench.py's minimal bucket script (HMGET, TIME, HSET, EXPIRE) on the same Redis.
-# Instruction counts are the same from run to run whatever else the machine is doing, so one
-# round is exact where usec_per_call needs alternating rounds on a quiet box; they do not weigh
+# Instruction counts move by about ±0.5 % from run to run (the random request ids and Redis's
+# seeded hashing) whatever else the machine is doing, so one round is close where usec_per_call
+# needs alternating rounds on a quiet box; they do not weigh
 # cache misses, so the ratio in time is lower (admit_bench.sh measures that one). Also prints
 # where the admit call's instructions go: parsing numbers (Lua's tonumber, strtod), formatting
 # them (Redis and string.format, printf), the keyspace commands (redis.call), and the rest (the
