@@ -1542,7 +1542,7 @@ TEST_F(AdmissionTest, BucketResetMatchesTheLuaRefill) {
   std::string script = bucket_read_text() + R"(
 local ts = tonumber(redis.call('HGET', KEYS[1], 'ts'))
 local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), 0, ts + ARGV[3] * 1000000)
-return string.format('%.17g', b.cur))";
+return string.format('%.17g', b[5]))";  // b[5]: the level now
   struct Case {
     double cap, rate;
     int admits;
@@ -1691,8 +1691,8 @@ TEST_F(AdmissionTest, WarmupRefillIsTheRampsIntegralAndTheWaitIsExact) {
   const std::string script = bucket_read_text() + R"(
 local b = bucket_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
                       tonumber(ARGV[4]))
-return {string.format('%.17g', b.cur), string.format('%.17g', b.lim),
-        bucket_wait_ms(b, tonumber(ARGV[5]))})";
+return {string.format('%.17g', b[5]), string.format('%.17g', b[6]),
+        bucket_wait_ms(b, tonumber(ARGV[5]))})";  // b[5], b[6]: the level and the capacity now
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
   const std::string key = keys::bucket("w-math", "tenant");

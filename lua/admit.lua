@@ -151,7 +151,7 @@ for i = 1, n do
   local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
                         int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us, cost)
   buckets[i] = b
-  if b.cur < cost then
+  if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
     refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
@@ -227,7 +227,7 @@ if r[1] ~= '' then
   end
   for i = 1, n do
     bucket_start(buckets[i], sec, ts)
-    out[9 + i] = bucket_level_text(buckets[i].cur)
+    out[9 + i] = bucket_level_text(buckets[i][5])
   end
   for j = 1, m do out[9 + n + j] = windows[j].count end
   return out

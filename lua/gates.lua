@@ -68,7 +68,7 @@ for i = 1, n do
   local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, tonumber(ARGV[a + A_BUCKET_WARMUP_S]),
                         now_us, cost)
   buckets[i] = b
-  if b.cur < cost then
+  if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
     refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
                  ARGV[a + A_BUCKET_SHADOW] == '1')
   end
@@ -95,7 +95,7 @@ local ts = bucket_now_text(t)
 if r[1] ~= '' then
   for i = 1, n do
     bucket_start(buckets[i], sec, ts)
-    out[3 + i] = bucket_level_text(buckets[i].cur)
+    out[3 + i] = bucket_level_text(buckets[i][5])
   end
   return out
 end
@@ -105,7 +105,7 @@ local taken = 0
 for i = 1, n do
   local b = buckets[i]
   out[3 + i], out[3 + n + m + i] = bucket_admit(b, sec, ts)
-  if out[3 + n + m + i] ~= '-' then taken = taken + b.cost end
+  if out[3 + n + m + i] ~= '-' then taken = taken + b[4] end  -- its cost
 end
 for j = 1, m do window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER]) end
 out[4 + 2 * n + m] = ts

@@ -56,7 +56,7 @@ for i = 1, #KEYS - K_BUCKET + 1 do
     bucket_correct(key, cap, rate, 0, now_us, sec, ts, cost)
   else
     local b = bucket_read(key, cap, rate, 0, now_us)
-    bucket_take(b, sec, ts, math.min(cost, math.max(b.cur, 0)))
+    bucket_take(b, sec, ts, math.min(cost, math.max(b[5], 0)))
   end
 end
 return 1
