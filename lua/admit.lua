@@ -142,7 +142,7 @@ local n = int_arg(ARGV[A_BUCKET_COUNT])
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
 -- @include lib_bucket.lua
-local r = {'', 0, '', 0}
+local r  -- the gates that would refuse (refusal_note)
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
@@ -152,8 +152,8 @@ for i = 1, n do
                         int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us, cost)
   buckets[i] = b
   if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
-                 ARGV[a + A_BUCKET_SHADOW] == '1')
+    r = refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
+                     ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
 
@@ -173,7 +173,7 @@ if m > 0 then
                           (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
     windows[j] = sw
     if sw.wait_ms > 0 then
-      refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+      r = refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
     end
   end
   admit_window = window_admit
@@ -192,7 +192,7 @@ else
   used, q_created, q_existed = (raw or 0) + 0, false, raw ~= false
 end
 if budget >= 0 and used + tokens > budget then
-  refusal_note(r, 'quota', next_month * 1000 - now_ms, quota_shadow)
+  r = refusal_note(r, 'quota', next_month * 1000 - now_ms, quota_shadow)
 end
 
 -- Concurrency: live leases are those with a deadline after now (expired ones are ignored here
@@ -205,21 +205,21 @@ if max_streams >= 0 then
                          'LIMIT', 0, 1)
     first_ms = f[2] - now_ms
   end
-  if live >= max_streams then refusal_note(r, 'concurrency', first_ms, streams_shadow) end
+  if live >= max_streams then r = refusal_note(r, 'concurrency', first_ms, streams_shadow) end
 end
 
 -- Open reservations: the previous window's count goes when its hash expires.
 local open_cur = (cur_open or 0) + 0
 if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
-  refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
+  r = refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
 -- The three nils size the table for one bucket's entries and a snapshot's (a constructor sizes
 -- it for every value listed, nil too), so they do not grow it; the reply ends at the first nil.
-local out = {0, r[1], r[2], used, next_month - sec, next_month - month_start, live, first_ms,
-             q_existed and 1 or 0, nil, nil, nil}
+local out = {0, r and r[1] or '', r and r[2] or 0, used, next_month - sec,
+             next_month - month_start, live, first_ms, q_existed and 1 or 0, nil, nil, nil}
 local ts = bucket_now_text(t)
-if r[1] ~= '' then
+if out[2] ~= '' then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
@@ -234,7 +234,8 @@ if r[1] ~= '' then
 end
 
 -- Admitted: consume everything (an empty shadow bucket has nothing to give).
-out[1], out[2], out[3] = 1, r[3], r[4]
+out[1] = 1
+if r then out[2], out[3] = r[3], r[4] end
 for i = 1, n do
   local old
   out[9 + i], old = bucket_admit(buckets[i], sec, ts)

@@ -58,7 +58,7 @@ local now_us = sec * 1000000 + tonumber(t[2])
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_bucket.lua
-local r = {'', 0, '', 0}
+local r  -- the gates that would refuse (refusal_note)
 local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
@@ -69,8 +69,8 @@ for i = 1, n do
                         now_us, cost)
   buckets[i] = b
   if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
-    refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
-                 ARGV[a + A_BUCKET_SHADOW] == '1')
+    r = refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
+                     ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
 
@@ -85,14 +85,14 @@ for j = 1, m do
                         tonumber(ARGV[a + A_WINDOW_WINDOW_MS]) * 1000, now_us)
   windows[j] = sw
   if sw.wait_ms > 0 then
-    refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
+    r = refusal_note(r, ARGV[a + A_WINDOW_GATE], sw.wait_ms, ARGV[a + A_WINDOW_SHADOW] == '1')
   end
 end
 
-local out = {0, r[1], r[2]}
+local out = {0, r and r[1] or '', r and r[2] or 0}
 for j = 1, m do out[3 + n + j] = windows[j].count end
 local ts = bucket_now_text(t)
-if r[1] ~= '' then
+if out[2] ~= '' then
   for i = 1, n do
     bucket_start(buckets[i], sec, ts)
     out[3 + i] = bucket_level_text(buckets[i][5])
@@ -100,7 +100,8 @@ if r[1] ~= '' then
   return out
 end
 
-out[1], out[2], out[3] = 1, r[3], r[4]
+out[1] = 1
+if r then out[2], out[3] = r[3], r[4] end
 local taken = 0
 for i = 1, n do
   local b = buckets[i]

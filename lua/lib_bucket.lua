@@ -108,10 +108,14 @@ end
 
 -- Notes a gate that would refuse, keeping the one with the longest wait, apart for enforced gates
 -- (r[1] gate, r[2] ms: the request is refused) and shadow ones (r[3], r[4]: it is admitted all
--- the same and the answer names the gate). r starts as {'', 0, '', 0}.
+-- the same and the answer names the gate; '' and 0 where none), and returns r. r is nil until
+-- the first such gate, which makes it: most calls pass every gate, and each table a call makes
+-- costs Redis about a thousand instructions (admit_lua_cost.sh).
 local function refusal_note(r, gate, ms, shadow)
+  r = r or {'', 0, '', 0}
   local i = shadow and 3 or 1
   if r[i] == '' or ms > r[i + 1] then r[i], r[i + 1] = gate, ms end
+  return r
 end
 
 -- A level as stored and returned: the text string.format('%.17g') gives, which reads back as the

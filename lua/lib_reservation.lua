@@ -24,13 +24,16 @@
 -- Redis TIME's: the gateway declares the five windows around its own clock's window res_base
 -- (KEYS res_m2, res_m1, res_0, res_p1, res_p2 = windows res_base - 2 .. res_base + 2). A script
 -- needs w - 1 .. w + 1, so Redis TIME may be up to a window (reservation_ttl_s) off the gateway's
--- clock either way. The declared keys' table is made in here, not at the top level, where this
--- function would hold it as an upvalue, made and closed again on every call.
+-- clock either way. Each key is taken from KEYS by its window's distance d from res_base, with no
+-- table of the five made (each table a call makes costs Redis about a thousand instructions);
+-- the bounds are constants once tools/embed.py has put the K_ numbers in.
 local function res_windows(ttl, sec)
-  local declared = {KEYS[K_RES_M2], KEYS[K_RES_M1], KEYS[K_RES_0], KEYS[K_RES_P1], KEYS[K_RES_P2]}
   local w = math.floor(sec / ttl)
-  local i = w - (ARGV[A_RES_BASE] - 3)  -- w's index in declared
-  return declared[i], declared[i - 1], declared[i + 1], (w + 2) * ttl + 1, w
+  local d = w - ARGV[A_RES_BASE]
+  return d >= K_RES_M2 - K_RES_0 and d <= K_RES_P2 - K_RES_0 and KEYS[K_RES_0 + d] or nil,
+         d >= K_RES_M1 - K_RES_0 and d <= K_RES_P2 - K_RES_0 + 1 and KEYS[K_RES_0 + d - 1] or nil,
+         d >= K_RES_M2 - K_RES_0 - 1 and d <= K_RES_P1 - K_RES_0 and KEYS[K_RES_0 + d + 1] or nil,
+         (w + 2) * ttl + 1, w
 end
 
 -- A reservation's value, found in window w: attempt, reserved, created (unix ms), and charged
