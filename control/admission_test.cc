@@ -1943,7 +1943,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 29u);
+  ASSERT_EQ(call->args.size(), 27u);
   const std::string attempt = call->args[1];
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
@@ -1961,12 +1961,11 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->keys, keys);
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
   // flags: not fresh (the client's own id), a snapshot, no shadow quota or concurrency.
-  std::vector<std::string> args = {"rq-1", attempt, "0100", "42", "1000", "600", "-1", "-1", "120",
-                                   m.prev.start_s, m.cur.start_s, m.cur.end_s, m.next.end_s,
-                                   std::to_string(w), "2", "tenant", "20", "5", "1", "0", "0",
-                                   "user", "6", "2", "1", "0", "30",
-                                   // no sliding window: none, and no member to add
-                                   "0", ""};
+  std::vector<std::string> args = {
+      "rq-1", attempt, "0100", "42", "1000", "600", "-1", "-1", "120", m.prev.start_s,
+      m.cur.start_s, m.cur.end_s, m.next.end_s, std::to_string(w), "2",
+      // the buckets; no sliding window, so neither their count nor a member to add
+      "tenant", "20", "5", "1", "0", "0", "user", "6", "2", "1", "0", "30"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();
@@ -1981,8 +1980,8 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
   EXPECT_EQ(call->args[14], "3");  // bucket_count
-  EXPECT_EQ(std::vector<std::string>(call->args.end() - 8, call->args.end()),
-            (std::vector<std::string>{"ip", "3", "1", "1", "0", "0", "0", ""}));
+  EXPECT_EQ(std::vector<std::string>(call->args.end() - 6, call->args.end()),
+            (std::vector<std::string>{"ip", "3", "1", "1", "0", "0"}));
   r.client_ip.clear();
   std::string err;
   r.tenant = "nobody";

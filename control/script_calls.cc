@@ -548,8 +548,11 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i)
     add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));
-  add_windows(*this, std::span(p.windows.data(), static_cast<size_t>(p.nw)),
-              std::span(p.window_keys.data(), static_cast<size_t>(p.nw)), p.member, true);
+  // Without windows admit.lua takes none of their arguments (each costs Redis a string and a
+  // table slot).
+  if (p.nw > 0)
+    add_windows(*this, std::span(p.windows.data(), static_cast<size_t>(p.nw)),
+                std::span(p.window_keys.data(), static_cast<size_t>(p.nw)), p.member, true);
 }
 
 GatesCall::GatesCall(const Prepared& p, int i)

@@ -61,7 +61,8 @@
 --                 (the ramp from a third of the capacity and refill to all of them of a new
 --                 bucket, lib_bucket.lua; "0": none)
 --   windows       after the buckets: count m, the number of sliding windows, and member
---                 "<request_id>:<attempt>", what an admission adds to each window
+--                 "<request_id>:<attempt>", what an admission adds to each window; both left
+--                 out when there are none (m = 0), the most common call
 --   window...     per window (lib_window.lua): gate name, limit (admissions in a window),
 --                 window_ms, shadow ("1": a full window does not refuse; it takes nothing)
 --
@@ -161,8 +162,11 @@ end
 -- routines are defined only when there are windows: each function the body defines is a closure
 -- made on every call, used or not (admit_window is lib_window.lua's window_admit, or nil); so
 -- is their table, each one made costing Redis.
+-- Without windows the call ends with the buckets: two arguments fewer, each a string and a
+-- table slot that cost Redis about 750 instructions (admit_lua_cost.sh).
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
-local m = int_arg(ARGV[ws + A_WINDOWS_COUNT])
+local m = ARGV[ws + A_WINDOWS_COUNT]
+m = m and int_arg(m) or 0
 local windows, admit_window
 if m > 0 then
 -- @include lib_window.lua
