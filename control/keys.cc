@@ -152,8 +152,7 @@ void TimeKeys::build(std::string_view quota_prefix, std::string_view reservation
     w[i] = std::string_view(num[i], static_cast<size_t>(end - num[i]));
   }
   const Month* ms[3] = {&months.prev, &months.cur, &months.next};
-  const std::string_view b[4] = {months.prev.start_s, months.cur.start_s, months.cur.end_s,
-                                 months.next.end_s};
+  const std::string_view b[2] = {months.cur.start_s, months.cur.end_s};
   size_t n = 0;
   for (const Month* m : ms) n += quota_prefix.size() + m->name.size();
   for (auto x : w) n += reservations_prefix.size() + ttl_s.size() + 1 + x.size();
@@ -170,7 +169,7 @@ void TimeKeys::build(std::string_view quota_prefix, std::string_view reservation
   for (int i = 0; i < 5; ++i)
     windows[static_cast<size_t>(i)] = add({reservations_prefix, ttl_s, ":", w[i]});
   base = windows[2].substr(reservations_prefix.size() + ttl_s.size() + 1);
-  for (int i = 0; i < 4; ++i) bounds[static_cast<size_t>(i)] = add({b[i]});
+  for (int i = 0; i < 2; ++i) bounds[static_cast<size_t>(i)] = add({b[i]});
 }
 
 }  // namespace dripgate::control::keys

@@ -60,8 +60,9 @@ class TimeKeys {
   std::array<std::string_view, 3> quota{};    // previous, current, next month
   std::array<std::string_view, 5> windows{};  // base - 2 .. base + 2
   std::string_view base;                      // the window number of windows[2]
-  // month_prev_start, month_start, month_end, month_next_end (unix s)
-  std::array<std::string_view, 4> bounds{};
+  // month_start, month_end (unix s): the current month's (the scripts work out the other two
+  // months' from the calendar, lua/lib_month.lua)
+  std::array<std::string_view, 2> bounds{};
 
  private:
   std::string buf_;

@@ -400,18 +400,18 @@ namespace {
 // Where admit.lua, settle.lua and refund.lua take the time-named keys (keys::TimeKeys) and the
 // ARGV that go with them: each declares them in the same order, one after the other.
 struct TimePositions {
-  size_t quota_prev, res_m2, month_prev_start, res_base;
+  size_t quota_prev, res_m2, month_start, res_base;
 };
-template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t MonthPrevStart,
-          size_t MonthNextEnd, size_t ResBase>
+template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t MonthStart,
+          size_t MonthEnd, size_t ResBase>
 constexpr TimePositions time_positions() {
-  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 &&
-                MonthNextEnd == MonthPrevStart + 3 && ResBase == MonthNextEnd + 1);
-  return {QuotaPrev, ResM2, MonthPrevStart, ResBase};
+  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 && MonthEnd == MonthStart + 1 &&
+                ResBase == MonthEnd + 1);
+  return {QuotaPrev, ResM2, MonthStart, ResBase};
 }
 #define DRIPGATE_TIME_POSITIONS(s)                                               \
   time_positions<s::kKeyQuotaPrev, s::kKeyQuotaNext, s::kKeyResM2, s::kKeyResP2, \
-                 s::kArgMonthPrevStart, s::kArgMonthNextEnd, s::kArgResBase>()
+                 s::kArgMonthStart, s::kArgMonthEnd, s::kArgResBase>()
 constexpr TimePositions kAdmitTime = DRIPGATE_TIME_POSITIONS(lua::admit);
 constexpr TimePositions kSettleTime = DRIPGATE_TIME_POSITIONS(lua::settle);
 constexpr TimePositions kRefundTime = DRIPGATE_TIME_POSITIONS(lua::refund);
@@ -514,7 +514,7 @@ std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow)
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
-  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.month_prev_start + i, tk.bounds[i]);
+  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.month_start + i, tk.bounds[i]);
   c.args.set(at.res_base, tk.base);
 }
 

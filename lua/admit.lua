@@ -12,7 +12,7 @@
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id attempt flags tokens budget reservation_ttl max_open max_streams lease_s
--- @argv month_prev_start month_start month_end month_next_end res_base bucket_count
+-- @argv month_start month_end res_base bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -50,8 +50,8 @@
 --   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   month_prev_start, month_start, month_end, month_next_end: the first seconds of the months of
---                 quota_prev, quota_cur, quota_next and of the month after (lib_month.lua)
+--   month_start, month_end: the first seconds of the month of quota_cur and of the month after
+--                 (those of quota_prev and quota_next follow from the calendar: lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   bucket_count  n, the number of buckets
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request

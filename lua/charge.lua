@@ -12,8 +12,8 @@
 -- proxy to cut the stream). A settled or unknown (expired, never admitted) reservation changes nothing.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id reservation_ttl tokens lease_s month_prev_start month_start
--- @argv month_end month_next_end res_base bucket_count bucket...(capacity refill warmup_s)
+-- @argv request_id reservation_ttl tokens lease_s month_start month_end res_base bucket_count
+-- @argv bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev .. res_p2  as for settle.lua
 --       leases        zset "dg:{t:<tenant>}:leases"
@@ -21,7 +21,7 @@
 -- ARGV: request_id, reservation_ttl
 --       tokens        used since the last charge (integer >= 0)
 --       lease_s       the plan's lease length (s)
---       month_prev_start .. month_next_end, res_base: as for admit.lua
+--       month_start, month_end, res_base: as for admit.lua
 --       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) as settle.lua does. Returns {code, used,

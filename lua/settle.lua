@@ -11,8 +11,8 @@
 -- its own slot, is corrected by correct_gates.lua.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 bucket...
--- @argv request_id reservation_ttl tokens month_prev_start month_start month_end month_next_end
--- @argv res_base bucket_count bucket...(capacity refill warmup_s)
+-- @argv request_id reservation_ttl tokens month_start month_end res_base bucket_count
+-- @argv bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev, quota_cur, quota_next  the quota counters of the months around the
 --                     gateway's clock, as for admit.lua (lib_month.lua)
@@ -22,7 +22,7 @@
 -- ARGV: request_id
 --       reservation_ttl  the plan's reservation_ttl_s
 --       tokens        the actual token count (integer >= 0)
---       month_prev_start .. month_next_end, res_base: as for admit.lua
+--       month_start, month_end, res_base: as for admit.lua
 --       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) when Redis TIME, or the reservation's creation
