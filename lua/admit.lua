@@ -96,7 +96,8 @@ local function int_arg(s)
 end
 local sec = t[1] + 0
 local now_us = sec * 1000000 + t[2]
-local now_ms = math.floor(now_us / 1000)
+-- floor(now_us / 1000) in exact integer arithmetic, without a call to math.floor.
+local now_ms = (now_us - now_us % 1000) / 1000
 
 local rid = ARGV[A_REQUEST_ID]
 local attempt = ARGV[A_ATTEMPT]
