@@ -294,6 +294,9 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   const Prepared& p = op->p;
   const config::Plan& plan = *p.t->plan;
   auto& rem = op->res.remaining;
+  // Sized once for every gate of the answer (tenant's, quota, concurrency, global): one
+  // allocation, not one per growth.
+  rem.reserve(static_cast<size_t>(p.nb + p.nw + 2 + p.ng));
   for (int i = 0; i < p.nb; ++i) {
     double v = op->tokens_after[static_cast<size_t>(i)];
     // refund.lua gave back what it took: the level before this admission.

@@ -109,17 +109,24 @@ std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t
   return std::nullopt;
 }
 
+// An address with a ':' can only be IPv6 and one without only IPv4: one inet_pton, not two.
 bool valid_ip(const std::string& s) {
   unsigned char buf[16];
-  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+  const int family = s.find(':') == std::string::npos ? AF_INET : AF_INET6;
+  return inet_pton(family, s.c_str(), buf) == 1;
+}
+
+// "flow.<name>": made only for an error, not on every admission with a flow.
+std::string flow_field(const char* name) {
+  return std::string("flow.") + name;
 }
 
 std::optional<FieldError> get_port(const JsonReader& j, int flow, const char* name, uint16_t& out) {
-  std::string field = std::string("flow.") + name;
   const Value* v = present(j, flow, name);
-  if (!v) return FieldError{field, "required"};
+  if (!v) return FieldError{flow_field(name), "required"};
   std::optional<int64_t> port = integer_of(*v);
-  if (!port || *port < 1 || *port > 65535) return FieldError{field, "must be an integer 1..65535"};
+  if (!port || *port < 1 || *port > 65535)
+    return FieldError{flow_field(name), "must be an integer 1..65535"};
   out = static_cast<uint16_t>(*port);
   return std::nullopt;
 }
@@ -132,11 +139,10 @@ std::optional<FieldError> get_flow(const JsonReader& j, std::optional<Flow>& out
   if (auto e = reject_unknown(j, f, {"src", "sport", "dst", "dport", "proto"}, "flow.")) return e;
   Flow flow;
   for (auto [name, dst] : {std::pair{"src", &flow.src}, std::pair{"dst", &flow.dst}}) {
-    std::string field = std::string("flow.") + name;
     const Value* a = present(j, f, name);
-    if (!a) return FieldError{field, "required"};
+    if (!a) return FieldError{flow_field(name), "required"};
     if (a->kind != Kind::kString || !valid_ip(a->text))
-      return FieldError{field, "must be an IPv4 or IPv6 address"};
+      return FieldError{flow_field(name), "must be an IPv4 or IPv6 address"};
     *dst = a->text;
   }
   if (auto e = get_port(j, f, "sport", flow.sport)) return e;

@@ -29,12 +29,13 @@ bool hex16(std::string_view s) {
 
 // The low `digits` hex digits of v, lowercase: request ids the engine generates (16), attempts
 // (8: they only tell apart calls with the same request_id, and are stored with every
-// reservation).
-std::string hex_of(uint64_t v, int digits) {
+// reservation). Appended to out: a request id is made in place, without a temporary string.
+void append_hex(std::string& out, uint64_t v, int digits) {
   static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(static_cast<size_t>(digits), '0');
-  for (int i = digits - 1; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
-  return out;
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(digits));
+  for (int i = digits - 1; i >= 0; --i, v >>= 4)
+    out[at + static_cast<size_t>(i)] = kDigits[v & 0xf];
 }
 
 std::string fmt_double(double v) {
@@ -278,13 +279,15 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   p.t = &t;
   if (req.request_id.empty()) {
     p.rid.reserve(t.name.size() + 17);
-    p.rid.append(t.name).append(".").append(hex_of(rng(), 16));
+    p.rid.append(t.name).append(".");
+    append_hex(p.rid, rng(), 16);
     p.fresh = true;
   } else {
     p.rid = req.request_id;
     p.fresh = false;
   }
-  p.attempt = hex_of(rng(), 8);
+  p.attempt.clear();
+  append_hex(p.attempt, rng(), 8);
   t.time_keys(p.time_keys);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
