@@ -27,9 +27,24 @@ class ClassGroups {
   static_assert(kMax <= 32 && kMax % 16 == 0, "a group's members are one 32-bit mask");
 
  public:
-  ClassGroups() {
+  ClassGroups() { reset(); }
+
+  // Empty again, for the next burst.
+  void reset() {
     std::memset(direct_, kNone, sizeof(direct_));
     std::memset(group_, kNone, sizeof(group_));
+    n_ = n_pkts_ = 0;
+  }
+  // n packets, all of class c (n <= kMax): what reset(), n add(c) and tally() leave, without a
+  // call per packet, for a burst whose class is decided once for all of it.
+  void one_group(uint32_t c, unsigned n) {
+    reset();
+    std::memset(group_, 0, n);
+    cls_[0] = c;
+    if (c < kDirect) direct_[c] = 0;
+    n_ = 1;
+    n_pkts_ = n;
+    tally();
   }
 
   // The group of class c, a new one after the others for a class not seen before; remembers it
