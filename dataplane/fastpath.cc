@@ -1,6 +1,7 @@
 #include "dataplane/fastpath.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -39,6 +40,10 @@ struct Fastpath::RxOut {
   rte_mbuf* keep[kBurst];
   unsigned n_keep = 0;
   ClassGroups<kBurst> groups;
+  // The received frames' rte_pktmbuf_pkt_len, read while parse_burst has the mbuf at hand:
+  // len[i] is keep[i]'s as long as nothing was taken out (n_keep == n_rx), and bytes their sum.
+  uint32_t len[kBurst];
+  uint64_t bytes = 0;
   Handoff shaped[kBurst];
   unsigned n_shaped = 0;
   rte_mbuf* pass[kBurst];
@@ -230,11 +235,32 @@ struct Fastpath::Burst {
   int tagged[kBurst];
 };
 
-unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
-  unsigned n4 = 0, n_non_ip = 0;
-  for (unsigned i = 0; i < n; ++i) {
+unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
+                               uint64_t* bytes) {
+  // The leading run of untagged non-IP frames first, with nothing stored per frame but its
+  // length: when it is the whole burst (every frame of net_null's, say) the caller reads
+  // nothing else of b. Then at[] and st[] of that run, and the rest frame by frame. A frame
+  // is_non_ip_fast() takes is never one parse_ipv4_fast() takes (not the IPv4 ethertype), so
+  // the order of the two tests does not matter.
+  uint64_t sum = 0;
+  unsigned lead = 0;
+  for (; lead < n; ++lead) {
+    const rte_mbuf* m = pkts[lead];
+    if (!is_non_ip_fast(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m))) break;
+    frame_len[lead] = rte_pktmbuf_pkt_len(m);
+    sum += frame_len[lead];
+  }
+  b.n4 = 0;
+  *bytes = sum;
+  if (lead == n) return n;
+  std::memset(b.at, Burst::kGeneral, lead);
+  std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
+  unsigned n4 = 0, n_non_ip = lead;
+  for (unsigned i = lead; i < n; ++i) {
     const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
     const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
+    frame_len[i] = rte_pktmbuf_pkt_len(pkts[i]);
+    sum += frame_len[i];
     if (parse_ipv4_fast(data, len, &b.k4[n4], &b.dscp4[n4])) [[likely]] {
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
@@ -249,6 +275,7 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
     }
   }
   b.n4 = n4;
+  *bytes = sum;
   return n_non_ip;
 }
 
@@ -335,7 +362,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
-  const unsigned n_non_ip = parse_burst(pkts, n, b);
+  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes);
   if (n_non_ip == n) {
     // Non-IP frames only: one decision for the whole burst, no classification and no pass
     // over the packets. Then the burst is kept as received, in place.
@@ -360,61 +387,82 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
     // partitioned by class below, so the scheduler takes one run per class and `classified` is
     // counted once per class.
     groups.reset();
-    // The counts in locals: stores into the arrays could alias o's counters and force a
-    // reload and store of each per packet.
-    unsigned n_keep = 0, n_pass = 0, n_drop = 0;
-    for (unsigned i = 0; i < n; ++i) {
-      rte_mbuf* m = pkts[i];
-      int cls;
-      ParseStatus s = ParseStatus::kOk;
-      if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
-        cls = b.cls4[j];
-      } else {
-        cls = b.tagged[i];
-        s = b.st[i];
-        if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
-      }
-      bool pass = false;
-      if (s == ParseStatus::kOk) [[likely]] {
-        if (cls < 0) {
-          switch (lane.unknown) {
-            case config::UnknownFlows::kDefault:
-              cls = p_.default_cls;
-              break;
-            case config::UnknownFlows::kDrop:
-              st.drop_unknown.add();
-              o.drop[n_drop++] = m;
-              continue;
-            case config::UnknownFlows::kPass:
-              st.pass_unknown.add();
-              pass = true;
-              break;
+    if (b.n4 == n && lane.unknown == config::UnknownFlows::kDefault) [[likely]] {
+      // Common frames only (at[i] == i) and an unknown flow takes the default class: every
+      // packet is kept, in its class or the default one; no per-packet decision but that.
+      const int dflt = p_.default_cls;
+      groups.add_all(n, [&](unsigned i) {
+        const int cls = b.cls4[i];
+        return static_cast<uint32_t>(cls < 0 ? dflt : cls);
+      });
+      o.n_keep = n;
+    } else {
+      // The counts in locals: stores into the arrays could alias o's counters and force a
+      // reload and store of each per packet.
+      unsigned n_keep = 0, n_pass = 0, n_drop = 0;
+      uint32_t kept_cls[kBurst];
+      for (unsigned i = 0; i < n; ++i) {
+        rte_mbuf* m = pkts[i];
+        int cls;
+        ParseStatus s = ParseStatus::kOk;
+        if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
+          cls = b.cls4[j];
+        } else {
+          cls = b.tagged[i];
+          s = b.st[i];
+          if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
+        }
+        bool pass = false;
+        if (s == ParseStatus::kOk) [[likely]] {
+          if (cls < 0) {
+            switch (lane.unknown) {
+              case config::UnknownFlows::kDefault:
+                cls = p_.default_cls;
+                break;
+              case config::UnknownFlows::kDrop:
+                st.drop_unknown.add();
+                o.drop[n_drop++] = m;
+                continue;
+              case config::UnknownFlows::kPass:
+                st.pass_unknown.add();
+                pass = true;
+                break;
+            }
           }
+        } else if (s == ParseStatus::kNotIp) {
+          cls = p_.non_ip_cls;
+          if (cls < 0) {
+            st.pass_non_ip.add();
+            pass = true;
+          }
+        } else {
+          st.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
+          o.drop[n_drop++] = m;
+          continue;
         }
-      } else if (s == ParseStatus::kNotIp) {
-        cls = p_.non_ip_cls;
-        if (cls < 0) {
-          st.pass_non_ip.add();
-          pass = true;
+        if (pass && !inline_pass) {
+          o.pass[n_pass++] = m;
+          continue;
         }
-      } else {
-        st.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
-        o.drop[n_drop++] = m;
-        continue;
+        kept_cls[n_keep] = pass ? kPassCls : static_cast<uint32_t>(cls);
+        pkts[n_keep++] = m;
       }
-      if (pass && !inline_pass) {
-        o.pass[n_pass++] = m;
-        continue;
-      }
-      groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
-      pkts[n_keep++] = m;
+      o.n_keep = n_keep;
+      o.n_pass = n_pass;
+      o.n_drop = n_drop;
+      if (n_keep == 0) return;
+      groups.add_all(n_keep, [&](unsigned k) { return kept_cls[k]; });
     }
-    o.n_keep = n_keep;
-    o.n_pass = n_pass;
-    o.n_drop = n_drop;
-    if (n_keep == 0) return;
     groups.tally();
   }
+  finish_rx(st, o, now);
+}
+
+// rx_client's end: `classified` per class, and the split layout's hand-over records.
+[[gnu::always_inline]] inline void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
+  const ClassGroups<kBurst>& groups = o.groups;
+  rte_mbuf** const pkts = o.keep;
+  const bool inline_pass = split();
   const unsigned n_groups = groups.size();
   for (unsigned g = 0; g < n_groups; ++g) {
     if (groups.cls(g) != kPassCls) st.classified[groups.cls(g)].add(groups.count(g));
@@ -445,12 +493,11 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
   const ClassGroups<kBurst>& groups = o.groups;
   rte_mbuf** const keep = o.keep;
   const unsigned n_groups = groups.size();
-  if (n_groups == 1 && sched_.bypasses(groups.cls(0))) [[likely]] {
+  // Every received frame kept: their lengths, read by parse_burst, are in o.len, in order.
+  const bool all = n == o.n_rx;
+  if (n_groups == 1 && all && sched_.bypasses(groups.cls(0))) [[likely]] {
     const uint32_t cls = groups.cls(0);
-    uint64_t bytes = 0;
-    for (unsigned k = 0; k < n; ++k) bytes += rte_pktmbuf_pkt_len(keep[k]);
-    const TxRun run{cls, n, bytes,
-                    sched_.depart_now(cls, n, bytes, rte_pktmbuf_pkt_len(keep[n - 1]), now)};
+    const TxRun run{cls, n, o.bytes, sched_.depart_now(cls, n, o.bytes, o.len[n - 1], now)};
     transmit(keep, n, &run, 1, rte_rdtsc());
     return;
   }
@@ -466,9 +513,9 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
       uint32_t len = 0;
       const unsigned first = tx.n;
       for (uint32_t m = members; m != 0; m &= m - 1) {
-        rte_mbuf* p = keep[__builtin_ctz(m)];
-        len = rte_pktmbuf_pkt_len(p);
-        tx.pkts[tx.n++] = p;
+        const unsigned k = static_cast<unsigned>(__builtin_ctz(m));
+        len = all ? o.len[k] : rte_pktmbuf_pkt_len(keep[k]);
+        tx.pkts[tx.n++] = keep[k];
         bytes += len;
       }
       const unsigned k = tx.n - first;
@@ -476,8 +523,8 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
     } else {
       unsigned k = 0;
       for (uint32_t m = members; m != 0; m &= m - 1) {
-        rte_mbuf* p = keep[__builtin_ctz(m)];
-        h[k++] = Handoff{p, now, cls, rte_pktmbuf_pkt_len(p)};
+        const unsigned i = static_cast<unsigned>(__builtin_ctz(m));
+        h[k++] = Handoff{keep[i], now, cls, all ? o.len[i] : rte_pktmbuf_pkt_len(keep[i])};
       }
       // Counted by the scheduler (drop_depth / drop_bad_class).
       n_refused += sched_.enqueue_burst(h, k, refused + n_refused);

@@ -128,5 +128,29 @@ TEST(ClassGroups, OneGroupIsAddPerPacket) {
   }
 }
 
+// add_all() numbers and counts as add() per packet, also after packets added one by one.
+TEST(ClassGroups, AddAllIsAddPerPacket) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 5000; ++round) {
+    const unsigned n = 1 + rng() % 32;
+    const unsigned before = rng() % (n + 1);
+    std::vector<uint32_t> c(n);
+    for (auto& x : c) x = rng() % 4 == 0 ? 60 + rng() % 10 : rng() % 5;
+    if (rng() % 8 == 0) c[rng() % n] = UINT32_MAX;
+    ClassGroups<32> each, all;
+    for (unsigned i = 0; i < n; ++i) each.add(c[i]);
+    for (unsigned i = 0; i < before; ++i) all.add(c[i]);
+    all.add_all(n - before, [&](unsigned i) { return c[before + i]; });
+    each.tally();
+    all.tally();
+    ASSERT_EQ(all.size(), each.size());
+    ASSERT_EQ(all.n(), n);
+    for (unsigned g = 0; g < each.size(); ++g) {
+      EXPECT_EQ(all.cls(g), each.cls(g));
+      EXPECT_EQ(all.members(g), each.members(g));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dripgate::dataplane
