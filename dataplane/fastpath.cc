@@ -1,6 +1,7 @@
 #include "dataplane/fastpath.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -32,18 +33,25 @@ uint64_t ns_to_ticks(uint64_t ns) {
 }  // namespace
 
 struct Fastpath::RxOut {
-  Handoff shaped[kBurst];  // split layout: unshaped frames too, with cls = kPassCls
+  // The packets to hand on, in arrival order, and their classes' groups (split layout: unshaped
+  // frames too, in the group of kPassCls). The burst is received into keep[] and compacted in
+  // place. The single layout ships them from here (ship_single); the split layout copies them
+  // into shaped[], partitioned by class, for its ring.
+  rte_mbuf* keep[kBurst];
+  unsigned n_keep = 0;
+  ClassGroups<kBurst> groups;
+  // The received frames' rte_pktmbuf_pkt_len, read while parse_burst has the mbuf at hand:
+  // len[i] is keep[i]'s as long as nothing was taken out (n_keep == n_rx), and bytes their sum.
+  uint32_t len[kBurst];
+  uint64_t bytes = 0;
+  Handoff shaped[kBurst];
   unsigned n_shaped = 0;
   rte_mbuf* pass[kBurst];
   unsigned n_pass = 0;
   rte_mbuf* drop[kBurst];
   unsigned n_drop = 0;
   unsigned n_rx = 0;
-  bool grouped = true;  // shaped[] holds one run per class (the classes of one burst)
-  void reset() {
-    n_shaped = n_pass = n_drop = n_rx = 0;
-    grouped = true;
-  }
+  void reset() { n_keep = n_shaped = n_pass = n_drop = n_rx = 0; }
 };
 
 // One RX lcore's own state. Only that lcore touches it, but for the mailbox, which the main
@@ -227,20 +235,48 @@ struct Fastpath::Burst {
   int tagged[kBurst];
 };
 
-void Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b) {
-  unsigned n4 = 0;
-  for (unsigned i = 0; i < n; ++i) {
+unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
+                               uint64_t* bytes) {
+  // The leading run of untagged non-IP frames first, with nothing stored per frame but its
+  // length: when it is the whole burst (every frame of net_null's, say) the caller reads
+  // nothing else of b. Then at[] and st[] of that run, and the rest frame by frame. A frame
+  // is_non_ip_fast() takes is never one parse_ipv4_fast() takes (not the IPv4 ethertype), so
+  // the order of the two tests does not matter.
+  uint64_t sum = 0;
+  unsigned lead = 0;
+  for (; lead < n; ++lead) {
+    const rte_mbuf* m = pkts[lead];
+    if (!is_non_ip_fast(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m))) break;
+    frame_len[lead] = rte_pktmbuf_pkt_len(m);
+    sum += frame_len[lead];
+  }
+  b.n4 = 0;
+  *bytes = sum;
+  if (lead == n) return n;
+  std::memset(b.at, Burst::kGeneral, lead);
+  std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
+  unsigned n4 = 0, n_non_ip = lead;
+  for (unsigned i = lead; i < n; ++i) {
     const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
     const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
+    frame_len[i] = rte_pktmbuf_pkt_len(pkts[i]);
+    sum += frame_len[i];
     if (parse_ipv4_fast(data, len, &b.k4[n4], &b.dscp4[n4])) [[likely]] {
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
       b.at[i] = Burst::kGeneral;
       // pp[i] is read only for kOk: a non-IP frame needs its status alone.
-      b.st[i] = is_non_ip_fast(data, len) ? ParseStatus::kNotIp : parse(data, len, &b.pp[i]);
+      if (is_non_ip_fast(data, len)) {
+        b.st[i] = ParseStatus::kNotIp;
+        ++n_non_ip;
+      } else {
+        b.st[i] = parse(data, len, &b.pp[i]);
+      }
     }
   }
   b.n4 = n4;
+  *bytes = sum;
+  return n_non_ip;
 }
 
 // The classes of a parsed burst's IPv4 keys: the lane's ClassCache first; the keys it does not
@@ -308,9 +344,9 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   for (unsigned k = 0; k < n_keys; ++k) b.tagged[idx[k]] = found[k];
 }
 
-// One RX queue per call, in turn.
+// One RX queue per call, in turn. Called once per o.reset(): the burst is received into o.keep.
 void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
-  rte_mbuf* pkts[kBurst];
+  rte_mbuf** const pkts = o.keep;
   const uint16_t q = lane.queues[lane.next_client];
   if (++lane.next_client == lane.queues.size()) lane.next_client = 0;
   const unsigned n = rte_eth_rx_burst(p_.client_port, q, pkts, static_cast<uint16_t>(max));
@@ -320,90 +356,186 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   const Classifier* const classifier = lane.classifier;
   st.rx_client.add(n);
   const bool inline_pass = split();
-  // The counts in locals: o.shaped[] stores (uint32 fields) could alias o's counters and force
-  // a reload and store of each per packet.
-  unsigned n_pass = o.n_pass, n_drop = o.n_drop;
+  ClassGroups<kBurst>& groups = o.groups;
   // No software prefetch of the frames: measured on net_null (4 KiB pages, --no-huge), issuing
   // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
-  parse_burst(pkts, n, b);
-  classify_burst(lane, n, now, b);
-  // The packets to hand on, with their class's group: they are partitioned by class below, so
-  // the scheduler takes one run per class and `classified` is counted once per class.
-  ClassGroups<kBurst> groups;
-  rte_mbuf* keep[kBurst];
-  unsigned n_keep = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    rte_mbuf* m = pkts[i];
-    int cls;
-    ParseStatus s = ParseStatus::kOk;
-    if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
-      cls = b.cls4[j];
+  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes);
+  if (n_non_ip == n) {
+    // Non-IP frames only: one decision for the whole burst, no classification and no pass
+    // over the packets. Then the burst is kept as received, in place.
+    if (p_.non_ip_cls >= 0) {
+      groups.one_group(static_cast<uint32_t>(p_.non_ip_cls), n);
+      o.n_keep = n;
     } else {
-      cls = b.tagged[i];
-      s = b.st[i];
-      if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
+      st.pass_non_ip.add(n);
+      if (inline_pass) {
+        groups.one_group(kPassCls, n);
+        o.n_keep = n;
+      } else {
+        std::copy(pkts, pkts + n, o.pass);
+        o.n_pass = n;
+        return;
+      }
     }
-    bool pass = false;
-    if (s == ParseStatus::kOk) [[likely]] {
-      if (cls < 0) {
-        switch (lane.unknown) {
-          case config::UnknownFlows::kDefault:
-            cls = p_.default_cls;
-            break;
-          case config::UnknownFlows::kDrop:
-            st.drop_unknown.add();
-            o.drop[n_drop++] = m;
-            continue;
-          case config::UnknownFlows::kPass:
-            st.pass_unknown.add();
-            pass = true;
-            break;
+  } else {
+    classify_burst(lane, n, now, b);
+    // The packets to hand on go to the front of keep[] (pkts[] itself, compacted in place: the
+    // write position never passes the read one), with their class's group: they are
+    // partitioned by class below, so the scheduler takes one run per class and `classified` is
+    // counted once per class.
+    groups.reset();
+    if (b.n4 == n && lane.unknown == config::UnknownFlows::kDefault) [[likely]] {
+      // Common frames only (at[i] == i) and an unknown flow takes the default class: every
+      // packet is kept, in its class or the default one; no per-packet decision but that.
+      const int dflt = p_.default_cls;
+      groups.add_all(n, [&](unsigned i) {
+        const int cls = b.cls4[i];
+        return static_cast<uint32_t>(cls < 0 ? dflt : cls);
+      });
+      o.n_keep = n;
+    } else {
+      // The counts in locals: stores into the arrays could alias o's counters and force a
+      // reload and store of each per packet.
+      unsigned n_keep = 0, n_pass = 0, n_drop = 0;
+      uint32_t kept_cls[kBurst];
+      for (unsigned i = 0; i < n; ++i) {
+        rte_mbuf* m = pkts[i];
+        int cls;
+        ParseStatus s = ParseStatus::kOk;
+        if (const unsigned j = b.at[i]; j != Burst::kGeneral) [[likely]] {
+          cls = b.cls4[j];
+        } else {
+          cls = b.tagged[i];
+          s = b.st[i];
+          if (s == ParseStatus::kOk && cls < 0) cls = classifier->classify(b.pp[i]);
         }
+        bool pass = false;
+        if (s == ParseStatus::kOk) [[likely]] {
+          if (cls < 0) {
+            switch (lane.unknown) {
+              case config::UnknownFlows::kDefault:
+                cls = p_.default_cls;
+                break;
+              case config::UnknownFlows::kDrop:
+                st.drop_unknown.add();
+                o.drop[n_drop++] = m;
+                continue;
+              case config::UnknownFlows::kPass:
+                st.pass_unknown.add();
+                pass = true;
+                break;
+            }
+          }
+        } else if (s == ParseStatus::kNotIp) {
+          cls = p_.non_ip_cls;
+          if (cls < 0) {
+            st.pass_non_ip.add();
+            pass = true;
+          }
+        } else {
+          st.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
+          o.drop[n_drop++] = m;
+          continue;
+        }
+        if (pass && !inline_pass) {
+          o.pass[n_pass++] = m;
+          continue;
+        }
+        kept_cls[n_keep] = pass ? kPassCls : static_cast<uint32_t>(cls);
+        pkts[n_keep++] = m;
       }
-    } else if (s == ParseStatus::kNotIp) {
-      cls = p_.non_ip_cls;
-      if (cls < 0) {
-        st.pass_non_ip.add();
-        pass = true;
-      }
-    } else {
-      st.malformed[static_cast<size_t>(s) % RxStats::kMaxCauses].add();
-      o.drop[n_drop++] = m;
-      continue;
+      o.n_keep = n_keep;
+      o.n_pass = n_pass;
+      o.n_drop = n_drop;
+      if (n_keep == 0) return;
+      groups.add_all(n_keep, [&](unsigned k) { return kept_cls[k]; });
     }
-    if (pass && !inline_pass) {
-      o.pass[n_pass++] = m;
-      continue;
-    }
-    groups.add(pass ? kPassCls : static_cast<uint32_t>(cls));
-    keep[n_keep++] = m;
+    groups.tally();
   }
-  o.n_pass = n_pass;
-  o.n_drop = n_drop;
-  if (n_keep == 0) return;
-  Handoff* out = o.shaped + o.n_shaped;
-  // Appended after another burst's groups, the whole is no longer one run per class.
-  if (o.n_shaped != 0) o.grouped = false;
-  o.n_shaped += n_keep;
-  groups.tally();
+  finish_rx(st, o, now);
+}
+
+// rx_client's end: `classified` per class, and the split layout's hand-over records.
+[[gnu::always_inline]] inline void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
+  const ClassGroups<kBurst>& groups = o.groups;
+  rte_mbuf** const pkts = o.keep;
+  const bool inline_pass = split();
   const unsigned n_groups = groups.size();
   for (unsigned g = 0; g < n_groups; ++g) {
     if (groups.cls(g) != kPassCls) st.classified[groups.cls(g)].add(groups.count(g));
   }
+  if (!inline_pass) return;  // the single layout ships them from keep[]: ship_single
+  // Split layout: the hand-over records for the ring, one run per class.
+  Handoff* out = o.shaped;
+  o.n_shaped = o.n_keep;
   auto handoff = [&](rte_mbuf* m, uint32_t cls) {
     return cls == kPassCls ? Handoff{m, now, kPassCls, 0}
                            : Handoff{m, now, cls, rte_pktmbuf_pkt_len(m)};
   };
   if (n_groups == 1) {
     const uint32_t cls = groups.cls(0);
-    for (unsigned k = 0; k < n_keep; ++k) out[k] = handoff(keep[k], cls);
+    for (unsigned k = 0; k < o.n_keep; ++k) out[k] = handoff(pkts[k], cls);
     return;
   }
   unsigned pos = 0;
-  groups.partition([&](unsigned g, unsigned k) { out[pos++] = handoff(keep[k], groups.cls(g)); });
+  groups.partition([&](unsigned g, unsigned k) { out[pos++] = handoff(pkts[k], groups.cls(g)); });
+}
+
+// Single layout, after rx_client: what enqueue_shaped does with the hand-over records, straight
+// from the kept mbufs and their groups. A class the scheduler lets bypass its queue is booked
+// and sent at once, the others' packets are queued, one run per class, in the groups' order.
+void Fastpath::ship_single(RxOut& o, uint64_t now) {
+  const unsigned n = o.n_keep;
+  if (n == 0) return;
+  const ClassGroups<kBurst>& groups = o.groups;
+  rte_mbuf** const keep = o.keep;
+  const unsigned n_groups = groups.size();
+  // Every received frame kept: their lengths, read by parse_burst, are in o.len, in order.
+  const bool all = n == o.n_rx;
+  if (n_groups == 1 && all && sched_.bypasses(groups.cls(0))) [[likely]] {
+    const uint32_t cls = groups.cls(0);
+    const TxRun run{cls, n, o.bytes, sched_.depart_now(cls, n, o.bytes, o.len[n - 1], now)};
+    transmit(keep, n, &run, 1, rte_rdtsc());
+    return;
+  }
+  TxList tx;
+  Handoff h[kBurst];
+  void* refused[kBurst];
+  unsigned n_refused = 0;
+  for (unsigned g = 0; g < n_groups; ++g) {
+    const uint32_t cls = groups.cls(g);
+    const uint32_t members = groups.members(g);
+    if (sched_.bypasses(cls)) {
+      uint64_t bytes = 0;
+      uint32_t len = 0;
+      const unsigned first = tx.n;
+      for (uint32_t m = members; m != 0; m &= m - 1) {
+        const unsigned k = static_cast<unsigned>(__builtin_ctz(m));
+        len = all ? o.len[k] : rte_pktmbuf_pkt_len(keep[k]);
+        tx.pkts[tx.n++] = keep[k];
+        bytes += len;
+      }
+      const unsigned k = tx.n - first;
+      tx.runs[tx.n_runs++] = TxRun{cls, k, bytes, sched_.depart_now(cls, k, bytes, len, now)};
+    } else {
+      unsigned k = 0;
+      for (uint32_t m = members; m != 0; m &= m - 1) {
+        const unsigned i = static_cast<unsigned>(__builtin_ctz(m));
+        h[k++] = Handoff{keep[i], now, cls, all ? o.len[i] : rte_pktmbuf_pkt_len(keep[i])};
+      }
+      // Counted by the scheduler (drop_depth / drop_bad_class).
+      n_refused += sched_.enqueue_burst(h, k, refused + n_refused);
+    }
+  }
+  if (tx.n) transmit(tx, rte_rdtsc());
+  if (n_refused) {
+    rte_mbuf* f[kBurst];
+    for (unsigned k = 0; k < n_refused; ++k) f[k] = static_cast<rte_mbuf*>(refused[k]);
+    rte_pktmbuf_free_bulk(f, n_refused);
+  }
 }
 
 // Sends pkts on a port's TX queue with up to kTxRetries retries, counts what left in `sent` and
@@ -440,9 +572,9 @@ void Fastpath::send_pass(rte_mbuf** pkts, unsigned n) {
 // Scheduler owner: queue the classified packets, send the unshaped ones. Each class's packets
 // go to the scheduler as one run (one counter update per run); a run the scheduler lets bypass
 // its empty, unlimited queue leaves at once.
-void Fastpath::enqueue_shaped(const Handoff* in, unsigned n, bool grouped) {
+void Fastpath::enqueue_shaped(const Handoff* in, unsigned n) {
   Handoff tmp[kBurst];
-  const Handoff* h = grouped ? in : group_by_class<kBurst>(in, n, tmp);
+  const Handoff* h = group_by_class<kBurst>(in, n, tmp);
   void* refused[kBurst];
   unsigned n_refused = 0;
   rte_mbuf* pass[kBurst];
@@ -521,17 +653,23 @@ void Fastpath::drip_due(uint64_t now) {
 // departure's error (send TSC - scheduled) and counts it, per run. What the port still refuses
 // after kTxRetries is freed and counted (drop_tx).
 void Fastpath::transmit(TxList& l, uint64_t t) {
+  transmit(l.pkts, l.n, l.runs, l.n_runs, t);
+}
+
+// transmit() of n mbufs in pkts[], in runs[0, n_runs) (their counts add up to n).
+void Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs,
+                        uint64_t t) {
   const uint64_t t0 = t;
-  unsigned sent = rte_eth_tx_burst(p_.cluster_port, 0, l.pkts, static_cast<uint16_t>(l.n));
+  unsigned sent = rte_eth_tx_burst(p_.cluster_port, 0, pkts, static_cast<uint16_t>(n));
   const unsigned sent0 = sent;  // left at t0; the rest (retries) by t
-  for (unsigned tries = 1; sent < l.n && tries <= kTxRetries; ++tries) {
+  for (unsigned tries = 1; sent < n && tries <= kTxRetries; ++tries) {
     stats_.drip.tx_retries.add();
     t = rte_rdtsc();
-    sent += rte_eth_tx_burst(p_.cluster_port, 0, l.pkts + sent, static_cast<uint16_t>(l.n - sent));
+    sent += rte_eth_tx_burst(p_.cluster_port, 0, pkts + sent, static_cast<uint16_t>(n - sent));
   }
   unsigned pos = 0;
-  for (unsigned r = 0; r < l.n_runs; ++r) {
-    const TxRun& run = l.runs[r];
+  for (unsigned r = 0; r < n_runs; ++r) {
+    const TxRun& run = runs[r];
     ClassCounters& cs = stats_.classes[run.cls];
     if (pos + run.n <= sent0) [[likely]] {
       stats_.drip.error.record_ticks_n(static_cast<int64_t>(t0 - run.scheduled_tsc), run.n);
@@ -541,13 +679,13 @@ void Fastpath::transmit(TxList& l, uint64_t t) {
       for (unsigned i = pos; i < pos + run.n; ++i) {
         if (i >= sent) {
           cs.drop_tx.add();
-          rte_pktmbuf_free(l.pkts[i]);
+          rte_pktmbuf_free(pkts[i]);
           continue;
         }
         stats_.drip.error.record_ticks(
             static_cast<int64_t>((i < sent0 ? t0 : t) - run.scheduled_tsc));
         cs.tx_pkts.add();
-        cs.tx_bytes.add(rte_pktmbuf_pkt_len(l.pkts[i]));
+        cs.tx_bytes.add(rte_pktmbuf_pkt_len(pkts[i]));
       }
     }
     pos += run.n;
@@ -626,7 +764,7 @@ int Fastpath::run_single(RxLane& lane) {
     out.reset();
     rx_client(lane, max, out, now);
     flows_.quiescent(lcore);
-    enqueue_shaped(out.shaped, out.n_shaped, out.grouped);
+    ship_single(out, now);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
     rx_reverse(lane, max);
@@ -635,7 +773,7 @@ int Fastpath::run_single(RxLane& lane) {
     // What was just queued is often due at once (always at unlimited rate): send it in this
     // pass rather than the next, which would spend a mailbox check, a TSC read and two
     // next_departure() calls to reach the same drip_due().
-    if (out.n_shaped != 0 && sched_.next_departure() <= after) drip_due(after);
+    if (out.n_keep != 0 && sched_.next_departure() <= after) drip_due(after);
   }
   flows_.quiescent(lcore);
   flows_.unregister_reader(lcore);

@@ -97,17 +97,24 @@ class Fastpath {
     unsigned n_runs = 0;
   };
   unsigned budget(uint64_t slack) const;
-  void parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b);
+  // Returns how many of the frames is_non_ip_fast() took; frame_len[i] is frame i's
+  // rte_pktmbuf_pkt_len, *bytes their sum.
+  unsigned parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
+                       uint64_t* bytes);
   void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
+  void finish_rx(RxStats& st, RxOut& o, uint64_t now);
   void rx_reverse(RxLane& lane, unsigned max);
   void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
                     Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
-  // grouped: the caller knows in[] holds one run per class (no grouping needed).
-  void enqueue_shaped(const Handoff* in, unsigned n, bool grouped = false);
+  // Split layout, drip lcore: the records of one ring dequeue.
+  void enqueue_shaped(const Handoff* in, unsigned n);
+  // Single layout: rx_client's kept packets, to the scheduler or (bypass) the port.
+  void ship_single(RxOut& o, uint64_t now);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
+  void transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs, uint64_t t);
   void check_drip_mailbox();
   void check_rx_mailbox(RxLane& lane);
   void drain_and_free();

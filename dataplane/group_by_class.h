@@ -27,29 +27,45 @@ class ClassGroups {
   static_assert(kMax <= 32 && kMax % 16 == 0, "a group's members are one 32-bit mask");
 
  public:
-  ClassGroups() {
+  ClassGroups() { reset(); }
+
+  // Empty again, for the next burst.
+  void reset() {
     std::memset(direct_, kNone, sizeof(direct_));
     std::memset(group_, kNone, sizeof(group_));
+    n_ = n_pkts_ = 0;
+  }
+  // n packets, all of class c (n <= kMax): what reset(), n add(c) and tally() leave, without a
+  // call per packet, for a burst whose class is decided once for all of it.
+  void one_group(uint32_t c, unsigned n) {
+    reset();
+    std::memset(group_, 0, n);
+    cls_[0] = c;
+    if (c < kDirect) direct_[c] = 0;
+    n_ = 1;
+    n_pkts_ = n;
+    tally();
   }
 
   // The group of class c, a new one after the others for a class not seen before; remembers it
   // as packet n()'s. At most kMax calls.
   uint8_t add(uint32_t c) {
-    // A direct table for the small class indexes configs have (one byte load per packet), a
-    // search of the groups so far for the rest (the pass-through marker).
-    unsigned g;
-    if (c < kDirect && direct_[c] != kNone) {
-      g = direct_[c];
-    } else {
-      g = 0;
-      while (g < n_ && cls_[g] != c) ++g;
-      if (g == n_) {
-        cls_[n_++] = c;
-        if (c < kDirect) direct_[c] = static_cast<uint8_t>(g);
-      }
-    }
-    group_[n_pkts_++] = static_cast<uint8_t>(g);
-    return static_cast<uint8_t>(g);
+    unsigned groups = n_;
+    const uint8_t g = group_of(c, groups);
+    n_ = groups;
+    group_[n_pkts_++] = g;
+    return g;
+  }
+  // add(class_of(i)) for i in [0, n), with the group and packet counts in registers: add() per
+  // packet keeps them in the object, and each packet's group byte store (a char store, which
+  // may alias anything) makes the next packet reload and store them again.
+  template <typename ClassOf>
+  void add_all(unsigned n, ClassOf&& class_of) {
+    unsigned groups = n_;
+    uint8_t* const out = group_ + n_pkts_;
+    for (unsigned i = 0; i < n; ++i) out[i] = group_of(class_of(i), groups);
+    n_ = groups;
+    n_pkts_ += n;
   }
   // Each group's members and count. One group is every packet; several are found by comparing
   // every slot at once (the slots past n() hold kNone, no group).
@@ -76,6 +92,19 @@ class ClassGroups {
   }
 
  private:
+  // The group of class c among the first `groups`, or a new one (groups grows). A direct table
+  // for the small class indexes configs have (one byte load per packet), a search of the
+  // groups so far for the rest (the pass-through marker).
+  uint8_t group_of(uint32_t c, unsigned& groups) {
+    if (c < kDirect && direct_[c] != kNone) return direct_[c];
+    unsigned g = 0;
+    while (g < groups && cls_[g] != c) ++g;
+    if (g == groups) {
+      cls_[groups++] = c;
+      if (c < kDirect) direct_[c] = static_cast<uint8_t>(g);
+    }
+    return static_cast<uint8_t>(g);
+  }
   // Bit i set where group_[i] == g: 16 slots per compare and byte mask.
   uint32_t equal_mask(uint8_t g) const {
     uint32_t m = 0;

@@ -102,5 +102,55 @@ TEST(ClassGroups, OneClassCountsEveryPacket) {
   EXPECT_EQ(empty.size(), 0u);
 }
 
+// one_group(c, n) leaves what reset(), n add(c) and tally() leave, and the object is reusable
+// for a burst grouped packet by packet afterwards.
+TEST(ClassGroups, OneGroupIsAddPerPacket) {
+  for (uint32_t c : {0u, 5u, 70u, UINT32_MAX}) {
+    for (unsigned n : {1u, 17u, 32u}) {
+      ClassGroups<32> one, each;
+      for (unsigned i = 0; i < n; ++i) each.add(c);
+      each.tally();
+      one.add(9);
+      one.one_group(c, n);
+      ASSERT_EQ(one.size(), 1u);
+      EXPECT_EQ(one.n(), n);
+      EXPECT_EQ(one.cls(0), c);
+      EXPECT_EQ(one.members(0), each.members(0));
+      EXPECT_EQ(one.count(0), n);
+      for (unsigned i = 0; i < n; ++i) EXPECT_EQ(one.group(i), 0u);
+      one.reset();
+      one.add(3);
+      one.add(c);
+      one.tally();
+      EXPECT_EQ(one.size(), c == 3 ? 1u : 2u);
+      EXPECT_EQ(one.count(0), c == 3 ? 2u : 1u);
+    }
+  }
+}
+
+// add_all() numbers and counts as add() per packet, also after packets added one by one.
+TEST(ClassGroups, AddAllIsAddPerPacket) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 5000; ++round) {
+    const unsigned n = 1 + rng() % 32;
+    const unsigned before = rng() % (n + 1);
+    std::vector<uint32_t> c(n);
+    for (auto& x : c) x = rng() % 4 == 0 ? 60 + rng() % 10 : rng() % 5;
+    if (rng() % 8 == 0) c[rng() % n] = UINT32_MAX;
+    ClassGroups<32> each, all;
+    for (unsigned i = 0; i < n; ++i) each.add(c[i]);
+    for (unsigned i = 0; i < before; ++i) all.add(c[i]);
+    all.add_all(n - before, [&](unsigned i) { return c[before + i]; });
+    each.tally();
+    all.tally();
+    ASSERT_EQ(all.size(), each.size());
+    ASSERT_EQ(all.n(), n);
+    for (unsigned g = 0; g < each.size(); ++g) {
+      EXPECT_EQ(all.cls(g), each.cls(g));
+      EXPECT_EQ(all.members(g), each.members(g));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dripgate::dataplane

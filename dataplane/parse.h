@@ -102,13 +102,31 @@ ParseStatus parse(const uint8_t* data, uint32_t len, ParsedPacket* out) noexcept
 inline bool parse_ipv4_fast(const uint8_t* data, uint32_t len, Ipv4Key* key,
                             uint8_t* dscp) noexcept {
   constexpr uint32_t kEth = 14, kIp = 20, kUdp = 8, kTcp = 20;
-  if (len < kEth + kIp + kUdp || data[12] != 0x08 || data[13] != 0x00) return false;
+  if (len < kEth + kIp + kUdp) return false;
   const uint8_t* ip = data + kEth;
   const uint8_t* l4 = ip + kIp;
-  const uint32_t total = (uint32_t{ip[2]} << 8) | ip[3];
-  // Version 4 and IHL 5; more-fragments and the fragment offset clear; nothing cut off.
-  if (ip[0] != 0x45 || (ip[6] & 0x3F) != 0 || ip[7] != 0 || total > len - kEth) return false;
-  const uint8_t proto = ip[9];
+  uint32_t total;
+  uint8_t proto, tos;
+  if constexpr (std::endian::native == std::endian::little) {
+    // The header as two words, tested with masks: the ethertype and version/IHL in one compare,
+    // the fragment bits in another, instead of a load and a branch per byte.
+    uint64_t a, f;
+    std::memcpy(&a, data + 12, 8);  // ethertype, version/IHL, TOS, total length, ID
+    std::memcpy(&f, ip + 6, 8);     // flags/fragment offset, TTL, protocol, checksum, ...
+    // IPv4 (08 00), version 4 and IHL 5; more-fragments and the fragment offset clear.
+    if ((a & 0xFFFFFF) != 0x450008 || (f & 0xFF3F) != 0) return false;
+    total = __builtin_bswap16(static_cast<uint16_t>(a >> 32));
+    proto = static_cast<uint8_t>(f >> 24);
+    tos = static_cast<uint8_t>(a >> 24);
+  } else {
+    if (data[12] != 0x08 || data[13] != 0x00) return false;
+    // Version 4 and IHL 5; more-fragments and the fragment offset clear.
+    if (ip[0] != 0x45 || (ip[6] & 0x3F) != 0 || ip[7] != 0) return false;
+    total = (uint32_t{ip[2]} << 8) | ip[3];
+    proto = ip[9];
+    tos = ip[1];
+  }
+  if (total > len - kEth) return false;  // nothing cut off
   if (proto == 17) {
     if (total < kIp + kUdp) return false;
   } else if (proto == 6) {
@@ -118,24 +136,26 @@ inline bool parse_ipv4_fast(const uint8_t* data, uint32_t len, Ipv4Key* key,
   } else {
     return false;
   }
-  const uint16_t sport = static_cast<uint16_t>((l4[0] << 8) | l4[1]);
-  const uint16_t dport = static_cast<uint16_t>((l4[2] << 8) | l4[3]);
   if constexpr (std::endian::native == std::endian::little) {
     // Two 8-byte stores, as the key is read (the CRC, ClassCache, rte_hash's compare): a word
-    // loaded across several smaller stores still in flight waits for them to retire.
+    // loaded across several smaller stores still in flight waits for them to retire. The ports
+    // in host order from one load: byte-swapping the 4 bytes swaps each port's bytes and the
+    // two ports, which the rotation puts back.
     uint64_t w[2];
+    uint32_t ports;
     std::memcpy(&w[0], ip + 12, 8);  // source and destination, adjacent on the wire
-    w[1] = sport | uint64_t{dport} << 16 | uint64_t{proto} << 32;
+    std::memcpy(&ports, l4, 4);
+    w[1] = std::rotl(__builtin_bswap32(ports), 16) | uint64_t{proto} << 32;
     std::memcpy(key, w, sizeof(w));
   } else {
     std::memcpy(&key->src, ip + 12, 4);
     std::memcpy(&key->dst, ip + 16, 4);
-    key->sport = sport;
-    key->dport = dport;
+    key->sport = static_cast<uint16_t>((l4[0] << 8) | l4[1]);
+    key->dport = static_cast<uint16_t>((l4[2] << 8) | l4[3]);
     key->proto = proto;
     std::memset(key->pad, 0, sizeof(key->pad));
   }
-  *dscp = ip[1] >> 2;
+  *dscp = tos >> 2;
   return true;
 }
 
