@@ -287,9 +287,19 @@ end
 local replaced = cur_rid and select(4, res_parse(cur_rid, w, res_ttl)) == nil
 -- Numbers as '%d' text: Redis formats a number argument with '%.17g', and Lua's concatenation with
 -- '%.14g', both through the floating-point formatter.
-redis.call('HSET', cur_key, rid,
-           (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
-               string.format('%d', now_ms - w * res_ttl * 1000), '#',
-           string.format('%d', replaced and open_cur or open_cur + 1))
+local v = (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
+              string.format('%d', now_ms - w * res_ttl * 1000)
+local open = string.format('%d', replaced and open_cur or open_cur + 1)
+if not (cur_open and now_us % 32 == 0) then
+  redis.call('HSET', cur_key, rid, v, '#', open)
+else
+  -- One admission in 32 of a window that exists (the microseconds of TIME pick it) makes it a
+  -- hash table if it is not one yet (lib_reservation.lua): a field longer than Redis keeps in
+  -- a listpack (hash-max-listpack-value, 64) converts it, and is removed at once; Redis does not
+  -- turn it back.
+  redis.call('HSET', cur_key, rid, v, '#', open, '~',
+             '------------------------------------------------------------------------')
+  redis.call('HDEL', cur_key, '~')
+end
 if not cur_open then redis.call('EXPIREAT', cur_key, cur_expire) end
 return out

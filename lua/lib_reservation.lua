@@ -17,6 +17,18 @@
 --   field "#"         the number of open reservations of the window (not settled, not refunded)
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
 --                     window of that time and the next one)
+--
+-- Redis keeps a small hash as a listpack (up to hash-max-listpack-entries fields, 512 or 128
+-- by Redis's configuration), where each field looked up is a scan of the list, and an admission
+-- looks up three that are absent (request_id in its HMGET, "x:<attempt>", request_id again in its
+-- HSET) and inserts one: about 320 instructions per field of the window on every admission,
+-- 15,000 per call on average over a window's first 3,000 (admit_lua_cost.sh --calls 3000). So
+-- admit.lua makes a window a hash table after about 32 admissions (one admission in 32 of a
+-- window that exists, at random, so that settled reservations, which stay fields without being
+-- counted open, count too; its fields stay the same, only Redis's encoding changes): its
+-- lookups no longer depend on its size, and it takes about 96 bytes of Redis memory per
+-- reservation instead of about 40, as any window beyond the listpack's limit already does. A
+-- window of a single admission stays a listpack.
 
 -- The current window's key, the previous one's, the next one's, the current window's expiry
 -- (unix s) and the current window's number w; the keys are nil when not declared. A script
