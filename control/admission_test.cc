@@ -1427,6 +1427,31 @@ TEST_F(AdmissionTest, AnUndoFindsOutWhetherTheCallRan) {
   EXPECT_EQ(s.reservations("ws-acme").count(gen.rid), 1u);
   EXPECT_EQ(code_of(run_call(s, RefundCall(gen, Undo{}))), 1);
   EXPECT_TRUE(s.reservations("ws-acme").empty());
+
+  // An engine-generated id's call undone before it ran: the cancellation is the id's field
+  // itself ("x"), in the current window and the next; the call refuses later, and a client's
+  // call that reuses the id is not taken for the cancelled one.
+  freeReplyObject(s.cmd({"FLUSHALL"}));
+  r.request_id.clear();
+  Prepared gen_late;
+  ASSERT_EQ(prepare(tables, r, rng, gen_late), "");
+  ASSERT_TRUE(gen_late.fresh);
+  EXPECT_EQ(code_of(run_call(s, RefundCall(gen_late, Undo{}))), 0);
+  EXPECT_EQ(code_of(run_call(s, RefundCall(gen_late, Undo{}))), 0);
+  std::string marks;
+  for (const auto& [k, v] : s.dump())
+    if (k.starts_with(keys::reservations("ws-acme"))) marks += v;
+  EXPECT_EQ(marks, "hash:" + gen_late.rid + "=x;hash:" + gen_late.rid + "=x;");
+  EXPECT_EQ(code_of(run_call(s, AdmitCall(gen_late))), 3);
+  EXPECT_TRUE(s.reservations("ws-acme").empty());
+  Prepared reuse_late;
+  r.request_id = gen_late.rid;
+  ASSERT_EQ(prepare(tables, r, rng, reuse_late), "");
+  ASSERT_FALSE(reuse_late.fresh);
+  EXPECT_EQ(code_of(run_call(s, AdmitCall(reuse_late))), 1);
+  EXPECT_EQ(s.reservations("ws-acme").count(gen_late.rid), 1u);
+  EXPECT_EQ(code_of(run_call(s, RefundCall(reuse_late, Undo{}))), 1);
+  EXPECT_TRUE(s.reservations("ws-acme").empty());
 }
 
 // An idle bucket goes away once it would be full again, and not much later: its key lives

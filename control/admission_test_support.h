@@ -223,8 +223,10 @@ class Sync {
       redisReply* h = cmd({"HGETALL", window});
       for (size_t j = 0; h && j + 1 < h->elements; j += 2) {
         std::string field(h->element[j]->str, h->element[j]->len);
-        if (field == "#" || field.starts_with("x:")) continue;
-        out[field] = std::string(h->element[j + 1]->str, h->element[j + 1]->len);
+        std::string value(h->element[j + 1]->str, h->element[j + 1]->len);
+        // "#" the count, "x:<attempt>" and an engine id's "x" cancellations: no reservations.
+        if (field == "#" || field.starts_with("x:") || value == "x") continue;
+        out[field] = value;
       }
       freeReplyObject(h);
     }

@@ -118,14 +118,25 @@ local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then
   return redis.error_reply(string.format(clock_error, sec))
 end
-local c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
-local cur_rid, cur_open, cancelled = c[1], c[2], c[3]
-if cancelled then return {3} end
+-- A call of an engine-generated id (fresh) is cancelled by the field request_id itself, "x" (the
+-- id names the call): one field fewer to look up (in a listpack window a scan that finds
+-- nothing), one reply element and one string fewer. A client's id may be retried by another attempt, which a
+-- cancellation must not refuse: "x:<attempt>", and an "x" under its id is no reservation.
+local c, cur_rid, cur_open
+if fresh then
+  c = redis.call('HMGET', cur_key, rid, '#')
+  cur_rid, cur_open = c[1], c[2]
+  if cur_rid == 'x' then return {3} end
+else
+  c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
+  cur_rid, cur_open = c[1] ~= 'x' and c[1], c[2]
+  if c[3] then return {3} end
+end
 local max_open = int_arg(ARGV[A_MAX_OPEN])
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
   local p = redis.call('HMGET', prev_key, rid, '#')
-  prev_rid, prev_open = not fresh and p[1], p[2]
+  prev_rid, prev_open = not fresh and p[1] ~= 'x' and p[1], p[2]
 end
 for i = 1, 2 do
   local v = i == 1 and cur_rid or prev_rid

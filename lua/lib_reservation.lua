@@ -16,12 +16,14 @@
 --                     the largest that Redis stores in a 16-byte allocation.
 --   field "#"         the number of open reservations of the window (not settled, not refunded)
 --   field "x:<attempt>" an admit.lua attempt refund.lua cancelled before it ran (written in the
---                     window of that time and the next one)
+--                     window of that time and the next one); for an id the engine generated,
+--                     the field request_id with the value "x" instead (the id names the call),
+--                     which is no reservation: readers skip it
 --
 -- Redis keeps a small hash as a listpack (up to hash-max-listpack-entries fields, 512 or 128
 -- by Redis's configuration), where each field looked up is a scan of the list, and an admission
--- looks up three that are absent (request_id in its HMGET, "x:<attempt>", request_id again in its
--- HSET) and inserts one: about 320 instructions per field of the window on every admission,
+-- looks up fields that are absent (request_id in its HMGET, "x:<attempt>" for a client's id,
+-- request_id again in its HSET) and inserts one: about 320 instructions per field of the window on every admission,
 -- 15,000 per call on average over a window's first 3,000 (admit_lua_cost.sh --calls 3000). So
 -- admit.lua makes a window a hash table after about 32 admissions (one admission in 32 of a
 -- window that exists, at random, so that settled reservations, which stay fields without being
@@ -63,7 +65,7 @@ end
 local function res_find(cur_key, prev_key, w, rid, ttl, now_ms)
   for i, k in ipairs({cur_key, prev_key}) do
     local v = redis.call('HGET', k, rid)
-    if v then
+    if v and v ~= 'x' then
       local a, r, c, ch = res_parse(v, w + 1 - i, ttl)
       if c + ttl * 1000 > now_ms then return k, v, a, r, c, ch end
     end

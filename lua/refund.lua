@@ -69,11 +69,19 @@ if not (cur_key and prev_key and next_key) then
 end
 local key, _, attempt, reserved, created, charged =
     res_find(cur_key, prev_key, w, rid, ttl, now_ms)
-if not key or attempt ~= (ARGV[A_FRESH] == '1' and '-' or ARGV[A_ATTEMPT]) or charged then
+local fresh = ARGV[A_FRESH] == '1'
+if not key or attempt ~= (fresh and '-' or ARGV[A_ATTEMPT]) or charged then
   -- In this window and the next: admit.lua, which runs after this if at all, looks in the
-  -- window of its own time only.
+  -- window of its own time only. An engine-generated id names its call: the field request_id
+  -- itself says "x", written only where the field is absent (a reservation of the id in the
+  -- window is live, as every reservation of the current window is, and the call answers
+  -- "live reservation" there, nothing written, as it would cancelled).
   for _, k in ipairs({cur_key, next_key}) do
-    redis.call('HSET', k, 'x:' .. ARGV[A_ATTEMPT], 1)
+    if fresh then
+      redis.call('HSETNX', k, rid, 'x')
+    else
+      redis.call('HSET', k, 'x:' .. ARGV[A_ATTEMPT], 1)
+    end
   end
   redis.call('EXPIREAT', cur_key, cur_expire)
   redis.call('EXPIREAT', next_key, cur_expire + ttl)
