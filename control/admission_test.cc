@@ -1967,15 +1967,15 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->script, "admit");
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
-  // The attempt is new for every call: 8 hex digits.
-  ASSERT_EQ(call->args.size(), 25u);
-  const std::string attempt = call->args[1];
+  // The attempt is new for every call: 8 hex digits, after the four flags.
+  ASSERT_EQ(call->args.size(), 24u);
+  const std::string attempt = call->args[1].substr(4);
   EXPECT_EQ(attempt.size(), 8u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
   // The quota months and reservation windows around the gateway's clock (the script picks by
   // Redis TIME among them).
   const keys::Months& m = keys::current_months();
-  const int64_t w = std::stoll(call->args[11]);
+  const int64_t w = std::stoll(call->args[10]);
   std::vector<std::string> keys = {"dg:{t:ws-acme}:q:" + m.prev.name,
                                    "dg:{t:ws-acme}:q:" + m.cur.name,
                                    "dg:{t:ws-acme}:q:" + m.next.name};
@@ -1987,16 +1987,16 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
   // flags: not fresh (the client's own id), a snapshot, no shadow quota or concurrency.
   std::vector<std::string> args = {
-      "rq-1", attempt, "0100", "42", "1000", "600", "-1", "-1", "120", m.cur.start_s, m.cur.end_s,
+      "rq-1", "0100" + attempt, "42", "1000", "600", "-1", "-1", "120", m.cur.start_s, m.cur.end_s,
       std::to_string(w), "2",
       // the buckets; no sliding window, so neither their count nor a member to add
       "tenant", "20", "5", "1", "0", "0", "user", "6", "2", "1", "0", "30"};
   EXPECT_EQ(call->args, args);
   // An id the engine generates is new: the script need not look for it in the older window.
   r.request_id.clear();
-  EXPECT_EQ(admit_script_call(cfg, r)->args[2], "1100");  // flags: fresh
+  EXPECT_EQ(admit_script_call(cfg, r)->args[1].substr(0, 4), "1100");  // flags: fresh
   r.request_id = "rq-1";
-  EXPECT_NE(admit_script_call(cfg, r)->args[1], attempt);
+  EXPECT_NE(admit_script_call(cfg, r)->args[1].substr(4), attempt);
   // The ip gate's bucket: in the tenant's hash slot, named by the address as normalised (an
   // IPv6 address by its /64).
   cfg.plans["plan-ws-acme"].ip = bucket(3, 1);
@@ -2004,7 +2004,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   call = admit_script_call(cfg, r);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
-  EXPECT_EQ(call->args[12], "3");  // bucket_count
+  EXPECT_EQ(call->args[11], "3");  // bucket_count
   EXPECT_EQ(std::vector<std::string>(call->args.end() - 6, call->args.end()),
             (std::vector<std::string>{"ip", "3", "1", "1", "0", "0"}));
   r.client_ip.clear();

@@ -251,6 +251,15 @@ void apply_brake(Prepared& p, const Brake& brake) {
   if (next > 0) p.brake = brake.factor;
 }
 
+// admit.lua's flags, a character each: fresh, snapshot (asked for on every call: any admission
+// may have to be undone), quota_shadow, streams_shadow; the attempt follows them in the same
+// argument (Prepared::flags).
+std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow) {
+  static constexpr std::string_view kFlags[8] = {"0100", "0101", "0110", "0111",
+                                                 "1100", "1101", "1110", "1111"};
+  return kFlags[(fresh ? 4 : 0) | (quota_shadow ? 2 : 0) | (streams_shadow ? 1 : 0)];
+}
+
 }  // namespace
 
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
@@ -288,6 +297,8 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   }
   p.attempt.clear();
   append_hex(p.attempt, rng(), 8);
+  p.flags.assign(admit_flags(p.fresh, t.quota_shadow_s == "1", t.streams_shadow_s == "1"))
+      .append(p.attempt);
   t.time_keys(p.time_keys);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
@@ -506,14 +517,6 @@ void add_windows(Call& c, std::span<const Gate* const> gates,
   }
 }
 
-// admit.lua's flags, a character each: fresh, snapshot (asked for on every call: any admission
-// may have to be undone), quota_shadow, streams_shadow.
-std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow) {
-  static constexpr std::string_view kFlags[8] = {"0100", "0101", "0110", "0111",
-                                                 "1100", "1101", "1110", "1111"};
-  return kFlags[(fresh ? 4 : 0) | (quota_shadow ? 2 : 0) | (streams_shadow ? 1 : 0)];
-}
-
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
@@ -540,14 +543,13 @@ AdmitCall::AdmitCall(const Prepared& p)
   set_time_keys(*this, p.time_keys, kAdmitTime);
   keys.set(s::kKeyLeases, t.leases_key);
   args.set(s::kArgRequestId, p.rid);
-  args.set(s::kArgAttempt, p.attempt);
   args.set(s::kArgTokens, p.tokens_s);
   args.set(s::kArgBudget, t.budget_s);
   args.set(s::kArgReservationTtl, t.res_ttl_s);
   args.set(s::kArgMaxOpen, t.max_open_s);
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
-  args.set(s::kArgFlags, admit_flags(p.fresh, t.quota_shadow_s == "1", t.streams_shadow_s == "1"));
+  args.set(s::kArgFlags, p.flags);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i)
     add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));

@@ -137,6 +137,9 @@ struct Prepared {
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
   std::string attempt;  // 8 hex digits
+  // admit.lua's flags argument: its four flag characters, then the attempt (one argument, not
+  // two: each costs Redis a string and a table slot on every call).
+  std::string flags;
   // The quota months and reservation windows around the gateway's clock at the admission: its
   // admit.lua call and, should it be undone, its refund.lua call declare them.
   keys::TimeKeys time_keys;

@@ -11,7 +11,7 @@
 -- but does not refuse: the request is admitted and the reply names it.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id attempt flags tokens budget reservation_ttl max_open max_streams lease_s
+-- @argv request_id flags tokens budget reservation_ttl max_open max_streams lease_s
 -- @argv month_start month_end res_base bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
@@ -28,11 +28,9 @@
 --   windows.count says
 -- ARGV (A_<NAME>):
 --   request_id
---   attempt       8 hex digits, new for every call: names this call apart from another one
---                 with the same request_id (a client's retry), for refund.lua, which may have
---                 cancelled it before it ran (its reply was lost), so it must not run now
---   flags         four characters, "1" or "0" each (one argument, not four: each argument
---                 costs Redis a string and a table slot on every call), in this order:
+--   flags         four characters, "1" or "0" each, then the attempt (one argument, not five:
+--                 each argument costs Redis a string and a table slot on every call), in this
+--                 order:
 --     fresh       "1": request_id was generated for this call (random, so it cannot be in use
 --                 yet): the previous reservation window is not looked up unless max_open needs
 --                 its count, and the reservation stores "-" for the attempt (the id names the
@@ -44,6 +42,10 @@
 --     quota_shadow "1": the quota and reservations gates only report (shadow mode: a request
 --                 they would refuse is admitted, reserved and counted like any other)
 --     streams_shadow "1": the same for the concurrency gate (the lease is taken)
+--     attempt     8 hex digits, new for every call: names this call apart from another one
+--                 with the same request_id (a client's retry), for refund.lua, which may have
+--                 cancelled it before it ran (its reply was lost), so it must not run now; read
+--                 only for a client's id (an engine-generated id names its call)
 --   tokens        to reserve (integer >= 0)
 --   budget        quota budget for the month; -1: no quota gate (usage is still counted)
 --   reservation_ttl (s)
@@ -100,9 +102,9 @@ local now_us = sec * 1000000 + t[2]
 local now_ms = (now_us - now_us % 1000) / 1000
 
 local rid = ARGV[A_REQUEST_ID]
-local attempt = ARGV[A_ATTEMPT]
 -- The flags' characters; 49 is "1".
-local fresh, snapshot, quota_shadow, streams_shadow = string.byte(ARGV[A_FLAGS], 1, 4)
+local flags = ARGV[A_FLAGS]
+local fresh, snapshot, quota_shadow, streams_shadow = string.byte(flags, 1, 4)
 fresh, snapshot, quota_shadow, streams_shadow =
     fresh == 49, snapshot == 49, quota_shadow == 49, streams_shadow == 49
 local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
@@ -122,12 +124,13 @@ end
 -- id names the call): one field fewer to look up (in a listpack window a scan that finds
 -- nothing), one reply element and one string fewer. A client's id may be retried by another attempt, which a
 -- cancellation must not refuse: "x:<attempt>", and an "x" under its id is no reservation.
-local c, cur_rid, cur_open
+local c, cur_rid, cur_open, attempt
 if fresh then
   c = redis.call('HMGET', cur_key, rid, '#')
   cur_rid, cur_open = c[1], c[2]
   if cur_rid == 'x' then return {3} end
 else
+  attempt = string.sub(flags, 5)
   c = redis.call('HMGET', cur_key, rid, '#', 'x:' .. attempt)
   cur_rid, cur_open = c[1] ~= 'x' and c[1], c[2]
   if c[3] then return {3} end

@@ -44,7 +44,7 @@ def main() -> int:
         drifts = [
             ("ARGV[A_TOKENS]", "ARGV[2]", "ARGV[2]: index ARGV through its A_* names"),
             ("ARGV[A_TOKENS]", "ARGV[A_TOKEN]", "A_TOKEN is not declared"),
-            ("@argv request_id attempt", "@argv request_id spare attempt",
+            ("@argv request_id flags", "@argv request_id spare flags",
              "A_SPARE is declared but never used"),
             ("ZCOUNT', KEYS[K_LEASES]", "ZCOUNT', KEYS[A_TOKENS]", "index KEYS through its K_* names"),
             ("@keys quota_prev", "@keys bucket... quota_prev", "'quota_prev' after a group"),
