@@ -6,7 +6,7 @@
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
 -- taken back before the script ends). One exception: a bucket with warm-up that does not exist
 -- yet and holds less than its cost at C/3 is created by the refusal (lib_bucket.lua's
--- bucket_start), so that its ramp starts; nothing else is written. redis.call('TIME') is the only clock. A gate in shadow mode
+-- bucket_admit), so that its ramp starts; nothing else is written. redis.call('TIME') is the only clock. A gate in shadow mode
 -- (a bucket's shadow flag, quota_shadow, streams_shadow) is evaluated and consumed the same way
 -- but does not refuse: the request is admitted and the reply names it.
 --
@@ -91,11 +91,6 @@
 -- strtod), and conversions were a tenth of this script's instructions
 -- (tools/bench/admit_lua_cost.sh).
 local t = redis.call('TIME')
--- An integer argument; its most common values (no gate, none, one) without a parse.
-local function int_arg(s)
-  if s == '-1' then return -1 elseif s == '0' then return 0 elseif s == '1' then return 1 end
-  return s + 0
-end
 local sec = t[1] + 0
 local now_us = sec * 1000000 + t[2]
 -- floor(now_us / 1000) in exact integer arithmetic, without a call to math.floor.
@@ -135,25 +130,35 @@ else
   cur_rid, cur_open = c[1] ~= 'x' and c[1], c[2]
   if c[3] then return {3} end
 end
-local max_open = int_arg(ARGV[A_MAX_OPEN])
+-- Integer arguments: their most common values (-1: no gate; 0, 1) are compared as text, without
+-- a parse; in place, since a function for it would be a closure made on every call.
+local max_open = ARGV[A_MAX_OPEN]
+max_open = max_open == '-1' and -1 or max_open + 0
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
   local p = redis.call('HMGET', prev_key, rid, '#')
   prev_rid, prev_open = not fresh and p[1] ~= 'x' and p[1], p[2]
 end
-for i = 1, 2 do
-  local v = i == 1 and cur_rid or prev_rid
-  if v then
-    local _, _, created = res_parse(v, w + 1 - i, res_ttl)
-    if created + res_ttl * 1000 > now_ms then return {2} end
-  end
+-- request_id's reservation in the current window is live: created in the window, it lives
+-- reservation_ttl, the window's length. One in the previous window lives until its creation
+-- time (relative to that window, or a unix time when above the window's length: an older
+-- value) + reservation_ttl. Read here, not by lib_reservation.lua's res_parse, which this script
+-- would define as a closure on every call (about 500 instructions) for a rare lookup.
+if cur_rid then return {2} end
+if prev_rid then
+  local created = string.match(prev_rid, '^%S+ %S+ (%S+)') + 0
+  if created < res_ttl * 1000 then created = created + (w - 1) * res_ttl * 1000 end
+  if created + res_ttl * 1000 > now_ms then return {2} end
 end
 
-local tokens = int_arg(ARGV[A_TOKENS])
-local budget = int_arg(ARGV[A_BUDGET])
-local max_streams = int_arg(ARGV[A_MAX_STREAMS])
+local tokens = ARGV[A_TOKENS] + 0
+local budget = ARGV[A_BUDGET]
+budget = budget == '-1' and -1 or budget + 0
+local max_streams = ARGV[A_MAX_STREAMS]
+max_streams = max_streams == '-1' and -1 or max_streams + 0
 local lease_ms = max_streams >= 0 and ARGV[A_LEASE_S] * 1000 or 0
-local n = int_arg(ARGV[A_BUCKET_COUNT])
+local n = ARGV[A_BUCKET_COUNT]
+n = n == '1' and 1 or n + 0
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
@@ -163,9 +168,11 @@ local buckets = {}
 for i = 1, n do
   local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
   local rate = (ARGV[a + A_BUCKET_REFILL] + 0)
-  local cost = int_arg(ARGV[a + A_BUCKET_COST])
+  local cost = ARGV[a + A_BUCKET_COST]
+  cost = cost == '1' and 1 or cost + 0
+  local warmup = ARGV[a + A_BUCKET_WARMUP_S]
   local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
-                        int_arg(ARGV[a + A_BUCKET_WARMUP_S]), now_us, cost)
+                        warmup == '0' and 0 or warmup + 0, now_us, cost)
   buckets[i] = b
   if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
     r = refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
@@ -181,7 +188,7 @@ end
 -- table slot that cost Redis about 750 instructions (admit_lua_cost.sh).
 local ws = A_BUCKET + n * A_BUCKET_STRIDE
 local m = ARGV[ws + A_WINDOWS_COUNT]
-m = m and int_arg(m) or 0
+m = m and m + 0 or 0
 local windows, admit_window
 if m > 0 then
 -- @include lib_window.lua
@@ -237,17 +244,18 @@ end
 -- it for every value listed, nil too), so they do not grow it; the reply ends at the first nil.
 local out = {0, r and r[1] or '', r and r[2] or 0, used, next_month - sec,
              next_month - month_start, live, first_ms, q_existed and 1 or 0, nil, nil, nil}
-local ts = bucket_now_text(t)
+-- TIME as stored text, as lib_bucket.lua's bucket_now_text makes it, in place: that function
+-- would be a closure made on every call.
+local ts = t[2]
+if #ts < 6 then ts = string.sub('00000' .. ts, -6) end
+ts = t[1] .. ts
 if out[2] ~= '' then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
     redis.call('DECRBY', qkey, ARGV[A_TOKENS])
   end
-  for i = 1, n do
-    bucket_start(buckets[i], sec, ts)
-    out[9 + i] = bucket_level_text(buckets[i][5])
-  end
+  for i = 1, n do out[9 + i] = bucket_admit(buckets[i], sec, ts, true) end
   for j = 1, m do out[9 + n + j] = windows[j].count end
   return out
 end
@@ -296,14 +304,11 @@ if max_streams >= 0 then
   if first_ms == 0 then out[8] = lease_ms end
 end
 
--- An expired reservation of the same request_id still open in this window is replaced, and was
--- counted already.
-local replaced = cur_rid and select(4, res_parse(cur_rid, w, res_ttl)) == nil
 -- Numbers as '%d' text: Redis formats a number argument with '%.17g', and Lua's concatenation with
 -- '%.14g', both through the floating-point formatter.
 local v = (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
               string.format('%d', now_ms - w * res_ttl * 1000)
-local open = string.format('%d', replaced and open_cur or open_cur + 1)
+local open = string.format('%d', open_cur + 1)
 if not (cur_open and now_us % 32 == 0) then
   redis.call('HSET', cur_key, rid, v, '#', open)
 else

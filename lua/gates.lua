@@ -10,7 +10,7 @@
 -- refuses, the engine undoes the parts that admitted (refund.lua, ungates.lua). All-or-nothing
 -- across the buckets given (the engine gives one): a refusal writes nothing, but for admit.lua's
 -- one exception (a new bucket with warm-up that holds less than its cost is created, so that
--- its ramp starts: lib_bucket.lua's bucket_start). Same bucket math as admit.lua
+-- its ramp starts: lib_bucket.lua's bucket_admit). Same bucket math as admit.lua
 -- (lib_bucket.lua).
 --
 -- An admission leaves a marker, "ran", that ungates.lua looks for: the reply may come after
@@ -93,10 +93,7 @@ local out = {0, r and r[1] or '', r and r[2] or 0}
 for j = 1, m do out[3 + n + j] = windows[j].count end
 local ts = bucket_now_text(t)
 if out[2] ~= '' then
-  for i = 1, n do
-    bucket_start(buckets[i], sec, ts)
-    out[3 + i] = bucket_level_text(buckets[i][5])
-  end
+  for i = 1, n do out[3 + i] = bucket_admit(buckets[i], sec, ts, true) end
   return out
 end
 

@@ -172,14 +172,6 @@ local function bucket_take(b, sec, ts, cost)
   return tk
 end
 
--- A refusal changes nothing, with one exception: a new warming bucket that holds less than its
--- cost (cost > C/3) is created all the same (level C/3, c = now), or its ramp would never start
--- and such a cost never pass. Called for each bucket of a refused call, and for an empty shadow
--- bucket of an admitted one; nothing for any other bucket.
-local function bucket_start(b, sec, ts)
-  if b[13] == '' and b[5] < b[4] then bucket_take(b, sec, ts, 0) end
-end
-
 -- Corrects the bucket at key by delta tokens (settle or a stream charge: actual - taken so far;
 -- negative gives back up to the capacity, positive may go below zero) and returns tk as stored;
 -- delta 0 writes nothing and returns the level.
@@ -193,10 +185,14 @@ end
 -- shadow bucket that holds less (the request is admitted all the same: the gate only reports),
 -- takes nothing, as an enforcing refusal takes nothing. Returns tk after the decision and the
 -- undo's snapshot entry "<old tk> <old ts>" (" " when the key did not exist), or "-" when nothing
--- was taken (no undo then; a new warming bucket is created all the same, bucket_start).
-local function bucket_admit(b, sec, ts)
-  if b[5] < b[4] then
-    bucket_start(b, sec, ts)
+-- was taken (no undo then). `refused`: the call is refused, and a refusal changes nothing, with
+-- one exception, made here as for the shadow bucket: a new warming bucket that holds less than
+-- its cost (cost > C/3) is created all the same (level C/3, c = now), or its ramp would never
+-- start and such a cost never pass. One function for both, not two: each function a script
+-- defines is a closure made on every call (about 500 instructions, admit_lua_cost.sh).
+local function bucket_admit(b, sec, ts, refused)
+  if refused or b[5] < b[4] then
+    if b[13] == '' and b[5] < b[4] then bucket_take(b, sec, ts, 0) end
     return bucket_level_text(b[5]), '-'
   end
   return bucket_take(b, sec, ts, b[4]), b[7] .. ' ' .. b[8]

@@ -42,7 +42,7 @@
 -- table of the five made (each table a call makes costs Redis about a thousand instructions);
 -- the bounds are constants once tools/embed.py has put the K_ numbers in.
 local function res_windows(ttl, sec)
-  local w = math.floor(sec / ttl)
+  local w = (sec - sec % ttl) / ttl  -- floor(sec / ttl), exactly, without a library call
   local d = w - ARGV[A_RES_BASE]
   return d >= K_RES_M2 - K_RES_0 and d <= K_RES_P2 - K_RES_0 and KEYS[K_RES_0 + d] or nil,
          d >= K_RES_M1 - K_RES_0 and d <= K_RES_P2 - K_RES_0 + 1 and KEYS[K_RES_0 + d - 1] or nil,
