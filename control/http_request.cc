@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <array>
 #include <climits>
 #include <cstring>
 
@@ -13,10 +14,6 @@ constexpr size_t kMaxFieldName = 32;
 
 bool equals_ci(std::string_view a, std::string_view b) {
   return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
-}
-
-bool starts_ci(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && strncasecmp(s.data(), prefix.data(), prefix.size()) == 0;
 }
 
 // RFC 9110 tchar: what a method name is made of.
@@ -71,16 +68,33 @@ bool split_target(HttpRequest& r) {
   return true;
 }
 
-// What feed_simple takes in a header name: a subset of RFC 9110's tchar.
-bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+// What feed_simple takes, a byte at a time by table: in a header name (kName: letters, digits
+// and '-', a subset of RFC 9110's tchar), in a target (kTarget: RFC 3986's pchar, '/' and '?',
+// every one of which http-parser takes in a path and a query alike) and in a header value
+// (kValue: printable ASCII and the space).
+enum : unsigned char { kName = 1, kTarget = 2, kValue = 4 };
+constexpr std::array<unsigned char, 256> kClass = [] {
+  std::array<unsigned char, 256> t{};
+  for (int c = 0x20; c < 0x7f; ++c) t[c] = kValue;
+  for (int c = '0'; c <= '9'; ++c) t[c] |= kName | kTarget;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] |= kName | kTarget, t[c - 'a' + 'A'] |= kName | kTarget;
+  t['-'] |= kName;
+  for (char c : std::string_view("-._~%!$&'()*+,;=:@/?"))
+    t[static_cast<unsigned char>(c)] |= kTarget;
+  return t;
+}();
+
+bool is(char c, unsigned char what) {
+  return (kClass[static_cast<unsigned char>(c)] & what) != 0;
 }
 
-// What feed_simple takes in a target: RFC 3986's pchar and '/' (and '?' after the first, in
-// the query), every one of which http-parser takes in a path and a query alike.
-bool is_target_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         (c != 0 && std::strchr("-._~%!$&'()*+,;=:@/?", c) != nullptr);
+// A header name (letters, digits, '-') begins with `lower` (lowercase letters and '-'): ASCII
+// case folding by one bit is exact for those.
+bool name_starts(std::string_view name, std::string_view lower) {
+  if (name.size() < lower.size()) return false;
+  for (size_t i = 0; i < lower.size(); ++i)
+    if ((name[i] | 0x20) != lower[i]) return false;
+  return true;
 }
 
 // http-parser's own bound on a request line and headers (HTTP_MAX_HEADER_SIZE).
@@ -279,7 +293,7 @@ bool HttpRequestParser::feed_simple(const char* data, size_t n, size_t& used) {
   const char* const target = p;
   const char* query = nullptr;  // its '?'
   for (; p < end && *p != ' '; ++p) {
-    if (!is_target_char(*p)) return false;
+    if (!is(*p, kTarget)) return false;
     if (*p == '?' && !query) query = p;
   }
   const char* const target_end = p;
@@ -300,13 +314,13 @@ bool HttpRequestParser::feed_simple(const char* data, size_t n, size_t& used) {
       break;
     }
     const char* const name = p;
-    while (p < end && is_name_char(*p)) ++p;
+    while (p < end && is(*p, kName)) ++p;
     if (p == end || *p != ':' || p == name) return false;
     const std::string_view field(name, static_cast<size_t>(p - name));
     ++p;
     while (p < end && *p == ' ') ++p;
     const char* const value = p;
-    while (p < end && *p >= 0x20 && *p < 0x7f) ++p;
+    while (p < end && is(*p, kValue)) ++p;
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n' || p == value || p[-1] == ' ') return false;
     const std::string_view v(value, static_cast<size_t>(p - value));
     p += 2;
@@ -315,21 +329,21 @@ bool HttpRequestParser::feed_simple(const char* data, size_t n, size_t& used) {
     // ("Transfer-Encodingx"): any such name is left to it, but an exact Content-Length.
     const char first = static_cast<char>(field[0] | 0x20);
     if (first == 'a') {
-      if (!has_authorization && equals_ci(field, "authorization")) {
+      if (!has_authorization && field.size() == 13 && name_starts(field, "authorization")) {
         has_authorization = true;
         authorization = v;
       }
     } else if (first == 'c' || first == 'p' || first == 't' || first == 'u' || first == 'e') {
-      if (starts_ci(field, "content-length")) {
+      if (name_starts(field, "content-length")) {
         if (field.size() != 14 || has_length || v.size() > 15) return false;
         for (char c : v) {
           if (c < '0' || c > '9') return false;
           length = length * 10 + static_cast<uint64_t>(c - '0');
         }
         has_length = true;
-      } else if (starts_ci(field, "connection") || starts_ci(field, "proxy-connection") ||
-                 starts_ci(field, "transfer-encoding") || starts_ci(field, "upgrade") ||
-                 starts_ci(field, "expect")) {
+      } else if (name_starts(field, "connection") || name_starts(field, "proxy-connection") ||
+                 name_starts(field, "transfer-encoding") || name_starts(field, "upgrade") ||
+                 name_starts(field, "expect")) {
         return false;
       }
     }
