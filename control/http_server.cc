@@ -56,7 +56,7 @@ constexpr int kAcceptBatch = 32;
 // What one read() takes at most (a worker's buffer, shared by its connections).
 constexpr size_t kReadChunk = 64 * 1024;
 
-const char* reason_phrase(int status) {
+std::string_view reason_phrase(int status) {
   switch (status) {
     case 100:
       return "Continue";
@@ -481,31 +481,33 @@ struct HttpServer::Worker {
       o.clear();
       c->out_at = 0;
     }
-    o += minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ";
+    // Every piece by its length (string_view literals): appending a C string measures it first.
+    using namespace std::string_view_literals;
+    o += minor == 0 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv;
     append_integer(o, r.status);
     o += ' ';
     o += reason_phrase(r.status);
-    o += "\r\n";
+    o += "\r\n"sv;
     o += date_header();
     const bool has_body = r.status != 204 && r.status != 304;
     if (has_body) {
-      o += "Content-Type: ";
+      o += "Content-Type: "sv;
       o += content_type;
-      o += "\r\nContent-Length: ";
+      o += "\r\nContent-Length: "sv;
       append_integer(o, static_cast<int64_t>(r.body.size()));
-      o += "\r\n";
+      o += "\r\n"sv;
     }
     for (const auto& [k, v] : r.headers) {
       o += k;
-      o += ": ";
+      o += ": "sv;
       o += v;
-      o += "\r\n";
+      o += "\r\n"sv;
     }
     if (!keep_alive)
-      o += "Connection: close\r\n";
+      o += "Connection: close\r\n"sv;
     else if (minor == 0)
-      o += "Connection: keep-alive\r\n";
-    o += "\r\n";
+      o += "Connection: keep-alive\r\n"sv;
+    o += "\r\n"sv;
     if (has_body && !head) o += r.body;
     server->metrics_.http_request(r.status);
     c->busy = false;
