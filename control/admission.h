@@ -190,7 +190,7 @@ class Engine {
   // calls still in flight with kUnavailable.
   // snap: the configuration to decide on (the caller's, read once per request); null: the
   // store's current one.
-  void admit(AdmitRequest req, std::function<void(AdmitResult)> done,
+  void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
              std::shared_ptr<const Snapshot> snap = nullptr);
   // The store's snapshot in force, as this engine's thread sees it (one atomic load when it
   // has not changed).

@@ -417,34 +417,37 @@ int64_t retry_after_seconds(int64_t retry_after_ms) {
 // Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
 // Both headers are written on every answer: appended into one string, numbers by to_chars.
 void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
+  // Literals by their length (string_view): appending a C string measures it first.
+  using namespace std::string_view_literals;
   bool first = true;
   for (const auto& r : remaining) {
-    if (!first) out += ", ";
+    if (!first) out += ", "sv;
     first = false;
     out += '"';
     out += r.gate;
-    out += "\";q=";
+    out += "\";q="sv;
     append_integer(out, whole(r.limit));
-    if (r.gate == "quota") out += ";qu=\"tokens\"";
-    if (r.gate == "concurrency") {
-      out += ";qu=\"concurrent-requests\"";
+    if (r.gate == "quota"sv) out += ";qu=\"tokens\""sv;
+    if (r.gate == "concurrency"sv) {
+      out += ";qu=\"concurrent-requests\""sv;
     } else {
-      out += ";w=";
+      out += ";w="sv;
       append_integer(out, std::max<int64_t>(1, whole(std::ceil(r.window_s))));
     }
   }
 }
 
 void append_ratelimit(std::string& out, const std::vector<Remaining>& remaining) {
+  using namespace std::string_view_literals;
   bool first = true;
   for (const auto& r : remaining) {
-    if (!first) out += ", ";
+    if (!first) out += ", "sv;
     first = false;
     out += '"';
     out += r.gate;
-    out += "\";r=";
+    out += "\";r="sv;
     append_integer(out, whole(std::floor(r.value)));
-    out += ";t=";
+    out += ";t="sv;
     append_integer(out, std::max<int64_t>(0, r.reset_s));
   }
 }

@@ -144,6 +144,17 @@ void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const
   metrics_.degraded(r.degraded, result_label(r.outcome));
 }
 
+config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
+                                              const std::string& tenant) {
+  if (snap != modes_of_) {
+    modes_of_ = snap;
+    plan_modes_ = false;
+    for (const auto& [name, plan] : snap->cfg.plans) plan_modes_ |= plan.on_failure.has_value();
+  }
+  if (!plan_modes_) return snap->cfg.redis.on_failure;
+  return failure_mode(snap->cfg, tenant, engine_.registry().get());
+}
+
 void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
@@ -153,7 +164,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   if (decisions_ && decisions_->sampled())
     who = DecisionWho{req.tenant, req.user, req.model, req.tool};
   // What the request is decided by should Redis not answer: kept only when not `closed`.
-  const config::OnFailure mode = failure_mode(snap->cfg, req.tenant, engine_.registry().get());
+  const config::OnFailure mode = admit_failure_mode(snap, req.tenant);
   std::optional<AdmitRequest> again;
   if (mode != config::OnFailure::kClosed) again = req;
   engine_.admit(

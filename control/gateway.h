@@ -98,6 +98,10 @@ class Gateway {
   }
   void redis_failed();
   void redis_answered();
+  // failure_mode (fallback.h) of an admission: redis.on_failure for every tenant while no plan
+  // of the snapshot has its own, the common case, known without looking the tenant up.
+  config::OnFailure admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
+                                       const std::string& tenant);
   static void on_tick(int, short, void* arg);
   void reconcile_some();
 
@@ -109,6 +113,10 @@ class Gateway {
   Watch watch_;
   std::atomic<int64_t> failing_since_ms_{0}, last_failure_ms_{0};
   std::mt19937_64 rng_{std::random_device{}()};
+  // The snapshot admit_failure_mode last saw (held, so that its address cannot come back as
+  // another's) and whether one of its plans has an on_failure.
+  std::shared_ptr<const Snapshot> modes_of_;
+  bool plan_modes_ = false;
   event* tick_ = nullptr;
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;

@@ -71,6 +71,9 @@ class HttpRequestParser {
   static int on_message_complete(http_parser* p);
   // A method http-parser refuses: reads the rest of the request line (its target) alone.
   Result feed_unknown_method(const char* data, size_t n, size_t& used);
+  // The common request whole in data[0, n): parsed here in one pass, with the same result as
+  // http-parser's; false (nothing taken) for anything else, which http-parser then reads.
+  bool feed_simple(const char* data, size_t n, size_t& used);
   bool grow_head(size_t n);
   int fail(int status, const char* message);
 

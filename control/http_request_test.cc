@@ -88,6 +88,36 @@ TEST(HttpRequestParser, PipelinedRequestsComeOutWholeHoweverTheBytesAreCut) {
   }
 }
 
+bool operator==(const Got& a, const Got& b) {
+  return a.method == b.method && a.known_method == b.known_method && a.keep_alive == b.keep_alive &&
+         a.has_authorization == b.has_authorization && a.minor == b.minor && a.path == b.path &&
+         a.query == b.query && a.authorization == b.authorization && a.body == b.body;
+}
+
+// A request fed whole may be read by feed_simple; fed a byte at a time it is http-parser's
+// alone (feed_simple wants it whole): both must make the same of it, near-misses included.
+TEST(HttpRequestParser, TheCommonRequestReadsAsHttpParserReadsIt) {
+  const std::string cases[] = {
+      "POST /v1/admit HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 33\r\n"
+      "Content-Type: application/json\r\n\r\n{\"tenant\":\"ws-bench\",\"tokens\":1}",
+      "GET /v1/admin/tenants?cursor=a&limit=3?x HTTP/1.1\r\nauthorization: Bearer a\r\n"
+      "AUTHORIZATION: Bearer b\r\n\r\nHEAD /healthz HTTP/1.1\r\n\r\n",
+      "DELETE /v1/admin/tenants/t-1 HTTP/1.1\r\nContent-Length: 0007\r\n\r\nabcdefgPUT / "
+      "HTTP/1.1\r\nContent-Length: 1\r\n\r\nz",
+      "POST /v1/admit HTTP/1.1\r\nTransfer-Encodingx: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n",
+      "POST /v1/admit HTTP/1.1\r\nContent-Lengthx: 2\r\nContent-Length: 2\r\n\r\n{}",
+      "GET /x HTTP/1.1\r\nConnection: close\r\n\r\nGET /y HTTP/1.1\r\n\r\n",
+      "GET /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+      "GET /x HTTP/1.1\r\nX:\tv\r\nY: v \r\n\r\n",
+      "GET /a#b HTTP/1.1\r\n\r\n",
+  };
+  for (const std::string& c : cases) {
+    Parsed whole = parse(c), bytes = parse(c, 1);
+    EXPECT_EQ(whole.error, bytes.error) << c;
+    EXPECT_TRUE(whole.requests == bytes.requests) << c;
+  }
+}
+
 TEST(HttpRequestParser, KeepAliveFollowsTheVersionAndTheConnectionHeader) {
   EXPECT_FALSE(parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").requests.at(0).keep_alive);
   EXPECT_TRUE(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").requests.at(0).keep_alive);

@@ -56,7 +56,7 @@ constexpr int kAcceptBatch = 32;
 // What one read() takes at most (a worker's buffer, shared by its connections).
 constexpr size_t kReadChunk = 64 * 1024;
 
-const char* reason_phrase(int status) {
+std::string_view reason_phrase(int status) {
   switch (status) {
     case 100:
       return "Continue";
@@ -156,6 +156,9 @@ struct HttpServer::Worker {
     event* read_ev = nullptr;
     event* write_ev = nullptr;  // made on the first short write
     event* deadline = nullptr;  // a complete request within request_timeout_s; or the linger
+    // Since accept or the last answer: what the request deadline runs from. The deadline's
+    // timer is not moved for every request; it checks this when it fires (on_deadline).
+    Clock::time_point idle_since{};
     HttpRequestParser parser;
     std::string pending;  // read, not parsed yet
     std::string out;      // answers not written yet, from out_at
@@ -210,8 +213,9 @@ struct HttpServer::Worker {
   int open = 0;  // connections holding a socket (orphans do not)
   HttpRequestParser::Limits limits;
   // libevent's common timeouts (one queue per duration, O(1) to add and remove) for the
-  // request deadline, re-armed after every answer, and the linger.
+  // request deadline, armed at accept and again when it fires in a request, and the linger.
   const timeval* request_timeout = nullptr;
+  Clock::duration request_limit{};  // request_timeout_s
   const timeval* linger_timeout = nullptr;
   IdleQueue unused, kept;  // never completed a request; kept alive between requests
   std::vector<std::unique_ptr<Conn>> conns;
@@ -294,6 +298,7 @@ struct HttpServer::Worker {
     if (!c->read_ev || !c->deadline || event_add(c->read_ev, nullptr) != 0) return;
     server->metrics_.http_connection_opened();
     ++open;
+    c->idle_since = Clock::now();
     arm(*c, request_timeout);
     c->enter_queue(unused);
     c->slot = conns.size();
@@ -348,12 +353,26 @@ struct HttpServer::Worker {
     conns.pop_back();  // frees c
   }
 
-  // Armed while a request is awaited (from accept or the last answer), never while one is in
-  // progress.
+  // A request is awaited from accept or the last answer (idle_since), never while one is in
+  // progress. The timer stays armed across requests (a delete when one arrives and an add after
+  // its answer cost more than the rest of the connection's bookkeeping): when it fires during a
+  // request it waits another full timeout, and when the wait began later than it was armed it
+  // waits for the rest.
   static void on_deadline(evutil_socket_t, short, void* arg) {
     auto* c = static_cast<Conn*>(arg);
-    if (!c->linger) c->worker->server->metrics_.http_request_timeout();
-    c->worker->close_conn(c);
+    Worker* w = c->worker;
+    if (!c->linger) {
+      if (c->busy) return arm(*c, w->request_timeout);
+      const Clock::duration left = c->idle_since + w->request_limit - Clock::now();
+      if (left > Clock::duration::zero()) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(left).count() + 1;
+        const timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+        evtimer_add(c->deadline, &tv);
+        return;
+      }
+      w->server->metrics_.http_request_timeout();
+    }
+    w->close_conn(c);
   }
 
   // ---- reading: one read() per readiness, parsed in place; pipelined requests in order ----
@@ -449,7 +468,6 @@ struct HttpServer::Worker {
   // A complete request arrived: no deadline while it is handled; the next one's starts when it
   // is answered.
   static void request_arrived(Conn* c) {
-    evtimer_del(c->deadline);
     c->leave_queue();
     c->busy = true;
   }
@@ -463,36 +481,39 @@ struct HttpServer::Worker {
       o.clear();
       c->out_at = 0;
     }
-    o += minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ";
+    // Every piece by its length (string_view literals): appending a C string measures it first.
+    using namespace std::string_view_literals;
+    o += minor == 0 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv;
     append_integer(o, r.status);
     o += ' ';
     o += reason_phrase(r.status);
-    o += "\r\n";
+    o += "\r\n"sv;
     o += date_header();
     const bool has_body = r.status != 204 && r.status != 304;
     if (has_body) {
-      o += "Content-Type: ";
+      o += "Content-Type: "sv;
       o += content_type;
-      o += "\r\nContent-Length: ";
+      o += "\r\nContent-Length: "sv;
       append_integer(o, static_cast<int64_t>(r.body.size()));
-      o += "\r\n";
+      o += "\r\n"sv;
     }
     for (const auto& [k, v] : r.headers) {
       o += k;
-      o += ": ";
+      o += ": "sv;
       o += v;
-      o += "\r\n";
+      o += "\r\n"sv;
     }
     if (!keep_alive)
-      o += "Connection: close\r\n";
+      o += "Connection: close\r\n"sv;
     else if (minor == 0)
-      o += "Connection: keep-alive\r\n";
-    o += "\r\n";
+      o += "Connection: keep-alive\r\n"sv;
+    o += "\r\n"sv;
     if (has_body && !head) o += r.body;
     server->metrics_.http_request(r.status);
     c->busy = false;
-    // Also bounds how long a client that does not read its answer holds the connection.
-    arm(*c, request_timeout);
+    // Also bounds how long a client that does not read its answer holds the connection. The
+    // timer, armed since accept, catches up when it fires.
+    c->idle_since = Clock::now();
     if (keep_alive)
       c->enter_queue(kept);
     else
@@ -983,6 +1004,7 @@ bool HttpServer::start(std::string& error) {
     }
     const timeval request_tv{opts_.request_timeout_s, 0};
     w->request_timeout = event_base_init_common_timeout(w->base, &request_tv);
+    w->request_limit = std::chrono::seconds(opts_.request_timeout_s);
     w->linger_timeout = event_base_init_common_timeout(w->base, &kLinger);
     w->listen_fd = fcntl(listen_fd_, F_DUPFD_CLOEXEC, 0);
     if (w->listen_fd < 0) {

@@ -31,6 +31,11 @@ struct LibeventEvents {
   redisAsyncContext* ac = nullptr;
   event* rev = nullptr;
   event* wev = nullptr;
+  // rev, wev are added: hiredis asks for reading again after every read and write, and for
+  // writing after every command, and event_add on an event already pending still takes the
+  // base's lock and checks it (about 180 instructions a command).
+  bool reading = false;
+  bool writing = false;
 
   ~LibeventEvents() {
     if (rev) event_free(rev);
@@ -51,26 +56,59 @@ bool attach_libevent(redisAsyncContext* ac, event_base* base) {
   e->wev = event_new(
       base, ac->c.fd, EV_WRITE,
       [](evutil_socket_t, short, void* arg) {
-        redisAsyncHandleWrite(static_cast<LibeventEvents*>(arg)->ac);
+        auto* e = static_cast<LibeventEvents*>(arg);
+        e->writing = false;  // fired: a one-shot event is no longer pending
+        redisAsyncHandleWrite(e->ac);
       },
       e);
   if (!e->rev || !e->wev) return false;
   ac->ev.data = owned.release();
-  ac->ev.addRead = [](void* d) { event_add(static_cast<LibeventEvents*>(d)->rev, nullptr); };
-  ac->ev.delRead = [](void* d) { event_del(static_cast<LibeventEvents*>(d)->rev); };
-  ac->ev.addWrite = [](void* d) { event_add(static_cast<LibeventEvents*>(d)->wev, nullptr); };
-  ac->ev.delWrite = [](void* d) { event_del(static_cast<LibeventEvents*>(d)->wev); };
+  ac->ev.addRead = [](void* d) {
+    auto* e = static_cast<LibeventEvents*>(d);
+    if (!e->reading) e->reading = event_add(e->rev, nullptr) == 0;
+  };
+  ac->ev.delRead = [](void* d) {
+    auto* e = static_cast<LibeventEvents*>(d);
+    event_del(e->rev);
+    e->reading = false;
+  };
+  ac->ev.addWrite = [](void* d) {
+    auto* e = static_cast<LibeventEvents*>(d);
+    if (!e->writing) e->writing = event_add(e->wev, nullptr) == 0;
+  };
+  ac->ev.delWrite = [](void* d) {
+    auto* e = static_cast<LibeventEvents*>(d);
+    event_del(e->wev);
+    e->writing = false;
+  };
   ac->ev.cleanup = [](void* d) { delete static_cast<LibeventEvents*>(d); };
   // As the adapter: a write event for the connect's completion, reading from the start.
-  event_add(e->rev, nullptr);
-  event_add(e->wev, nullptr);
+  e->reading = event_add(e->rev, nullptr) == 0;
+  e->writing = event_add(e->wev, nullptr) == 0;
   return true;
 }
 
 size_t digits(size_t v) {
-  size_t n = 1;
-  while (v >= 10) v /= 10, ++n;
+  if (v < 10) return 1;
+  if (v < 100) return 2;
+  size_t n = 3;
+  for (v /= 1000; v > 0; v /= 10) ++n;
   return n;
+}
+
+// v in decimal at w (room for it), returning its end: the lengths of a command's arguments
+// are mostly one or two digits, written here without a call.
+char* put_decimal(char* w, size_t v) {
+  if (v < 10) {
+    *w = static_cast<char>('0' + v);
+    return w + 1;
+  }
+  if (v < 100) {
+    w[0] = static_cast<char>('0' + v / 10);
+    w[1] = static_cast<char>('0' + v % 10);
+    return w + 2;
+  }
+  return std::to_chars(w, w + 20, v).ptr;
 }
 
 // A command in the Redis protocol, in one malloc'ed buffer as hiredis's own (freed by
@@ -85,7 +123,7 @@ int format_command(char** out, size_t argc, Each each) {
   char* w = buf;
   auto line = [&](char kind, size_t n) {
     *w++ = kind;
-    w = std::to_chars(w, buf + total, n).ptr;
+    w = put_decimal(w, n);
     *w++ = '\r';
     *w++ = '\n';
   };
