@@ -115,11 +115,15 @@ void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s, D
 void DataplaneClient::on_flush(int, short, void* arg) {
   auto* self = static_cast<DataplaneClient*>(arg);
   self->flush_armed_ = false;
+  self->send_batches();
+}
+
+void DataplaneClient::send_batches() {
   // By index: a callback that send runs may tag again, and add a batch.
-  for (size_t i = 0; i < self->batches_.size(); ++i)
-    if (self->batches_[i].count > 0) self->send_batch(i);
-  if (self->batches_.size() > kKeptBatches)
-    std::erase_if(self->batches_, [](const Batch& b) { return b.count == 0; });
+  for (size_t i = 0; i < batches_.size(); ++i)
+    if (batches_[i].count > 0) send_batch(i);
+  if (batches_.size() > kKeptBatches)
+    std::erase_if(batches_, [](const Batch& b) { return b.count == 0; });
 }
 
 void DataplaneClient::send_batch(size_t i) {
@@ -145,6 +149,8 @@ void DataplaneClient::send_batch(size_t i) {
 }
 
 void DataplaneClient::untag(const Flow& flow, Done done) {
+  // The tags of this pass leave first: an untag must not overtake the tag of its flow.
+  send_batches();
   line_.clear();
   JsonWriter w(line_);
   w.begin_object().key("op").string("untag").key("flow");

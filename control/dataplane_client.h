@@ -67,6 +67,7 @@ class DataplaneClient {
   // Sends line_ (one request, newline included).
   void send(const char* op, std::vector<Done> dones);
   void send_batch(size_t i);  // batches_[i]
+  void send_batches();        // every batch that holds tags
   // A callback list of the pass, emptied but with its capacity (finished lines give theirs back).
   std::vector<Done> take_dones();
   static void on_flush(int fd, short what, void* arg);

@@ -146,6 +146,28 @@ TEST_F(DataplaneClientTest, ALaterSmallerBatchSendsOnlyItsOwnFlows) {
   EXPECT_EQ(lines[1], (json{{"op", "tag"}, {"flow", f}, {"class", "gold"}, {"ttl_s", 120}}));
 }
 
+// An untag sends the tags gathered in its pass first: it never overtakes its flow's tag.
+TEST_F(DataplaneClientTest, AnUntagLeavesAfterTheTagsOfItsPass) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  DataplaneClient c(base_, path_, &metrics_);
+  Flow a = flow(), b = flow();
+  b.sport = 1235;
+  c.tag(a, "gold", 120, record);
+  c.tag(b, "gold", 120, record);
+  c.untag(a, record);
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok"}));
+  const auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["op"], "tag");
+  EXPECT_EQ(lines[0].value("flows", json::array()).size(), 2u);
+  EXPECT_EQ(lines[1]["op"], "untag");
+}
+
 // A batch refused part way: the flows before `tagged` succeeded, the rest failed.
 TEST_F(DataplaneClientTest, APartRefusedBatchFailsOnlyTheFlowsNotTagged) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerGiven,

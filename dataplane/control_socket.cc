@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -112,31 +113,44 @@ ControlSocket::~ControlSocket() {
   }
 }
 
-std::string ControlSocket::answer_line(std::string_view line, const Handler& handler,
-                                       JsonReader& reader) {
-  nlohmann::json answer;
+void ControlSocket::append_json(const nlohmann::json& j, std::string& out) {
+  // Replace invalid UTF-8 (echoed from a client's bytes) rather than throw.
+  out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void ControlSocket::answer_line(std::string_view line, const Handler& handler, JsonReader& reader,
+                                std::string& out) {
   switch (reader.read(line)) {
     case JsonReader::Status::kInvalid:
-      answer = {{"ok", false}, {"error", "malformed JSON"}};
+      out += R"({"error":"malformed JSON","ok":false})";
       break;
     case JsonReader::Status::kNotObject:
-      answer = {{"ok", false}, {"error", "request must be a JSON object"}};
+      out += R"({"error":"request must be a JSON object","ok":false})";
       break;
     case JsonReader::Status::kDuplicate:
       // Refused rather than resolved: which of two values a field has would otherwise depend on
       // the reader, and a request is either meant one way or is wrong.
-      answer = {{"ok", false}, {"error", reader.duplicate() + ": duplicate key"}};
+      append_json({{"ok", false}, {"error", reader.duplicate() + ": duplicate key"}}, out);
       break;
-    case JsonReader::Status::kOk:
+    case JsonReader::Status::kOk: {
+      const size_t mark = out.size();
       try {
-        answer = handler(reader);
+        handler(reader, out);
       } catch (const std::exception& e) {
-        answer = {{"ok", false}, {"error", e.what()}};
+        out.resize(mark);
+        append_json({{"ok", false}, {"error", e.what()}}, out);
       }
       break;
+    }
   }
-  // Replace invalid UTF-8 (echoed from a client's bytes) rather than throw.
-  return answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  out += '\n';
+}
+
+std::string ControlSocket::answer_line(std::string_view line, const Handler& handler,
+                                       JsonReader& reader) {
+  std::string out;
+  answer_line(line, handler, reader, out);
+  return out;
 }
 
 std::string ControlSocket::answer_line(std::string_view line, const Handler& handler) {
@@ -189,17 +203,17 @@ void ControlSocket::answer_lines(Client& c) {
     std::string_view line(c.in.data() + start, nl - start);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-    c.out += answer_line(line, handler_, reader_);
+    answer_line(line, handler_, reader_, c.out);
   }
   c.in.erase(0, start);
 }
 
 bool ControlSocket::read_client(Client& c) {
-  char buf[4096];
+  char buf[16384];
   // Backpressure: past kMaxPendingOut bytes of unread answers the client's lines stay in the
   // socket (its writes block) until it reads; it is not disconnected.
   while (c.out.size() < kMaxPendingOut) {
-    ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
     if (n == 0) {
       c.closing = true;  // answer what is complete, then close
       break;
@@ -218,6 +232,9 @@ bool ControlSocket::read_client(Client& c) {
       c.closing = true;
       break;
     }
+    // Less than asked for: the socket was empty when it answered. What arrives next makes
+    // poll() report the client again, so a second recv() that would only say EAGAIN is spared.
+    if (static_cast<size_t>(n) < sizeof(buf)) break;
   }
   return true;
 }
@@ -238,8 +255,8 @@ bool ControlSocket::flush_client(Client& c) {
 }
 
 bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
-  std::vector<pollfd> fds;
-  fds.reserve(clients_.size() + 2);
+  std::vector<pollfd>& fds = fds_;  // kept with its capacity: no allocation per wakeup
+  fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
   fds.push_back({wake_fd, POLLIN, 0});  // poll ignores a negative fd
   for (const auto& c : clients_) {
@@ -252,8 +269,7 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
     return false;
   }
   bool woken = wake_fd >= 0 && (fds[1].revents & POLLIN);
-  std::vector<Client> keep;
-  keep.reserve(clients_.size());
+  size_t kept = 0;  // clients_[0, kept) stay, in their order
   for (size_t i = 0; i < clients_.size(); ++i) {
     Client& c = clients_[i];
     short ev = fds[i + 2].revents;
@@ -265,13 +281,14 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
       answer_lines(c);
       ok = flush_client(c);
     }
-    if (ok) {
-      keep.push_back(std::move(c));
-    } else {
+    if (!ok) {
       ::close(c.fd);
+      continue;
     }
+    if (kept != i) clients_[kept] = std::move(c);
+    ++kept;
   }
-  clients_ = std::move(keep);
+  clients_.erase(clients_.begin() + static_cast<ptrdiff_t>(kept), clients_.end());
   // Idle ones first, so a newcomer evicts a client only when the slots are full of live ones.
   close_idle_clients();
   if (fds[0].revents & POLLIN) accept_clients();
@@ -450,12 +467,33 @@ int class_of(const ControlTargets& t, std::string_view cls_name, const char* fie
   return cls;
 }
 
+// A JSON string of s: a class name (an id) or a formatted flow need no escape in practice, but
+// anything else is escaped as a tree would.
+void append_string(std::string_view s, std::string& out) {
+  if (std::all_of(s.begin(), s.end(), [](char c) {
+        return static_cast<unsigned char>(c) >= 0x20 && c != '"' && c != '\\' &&
+               static_cast<unsigned char>(c) < 0x80;
+      })) {
+    out += '"';
+    out += s;
+    out += '"';
+    return;
+  }
+  ControlSocket::append_json(std::string(s), out);
+}
+
+void append_number(std::string_view key, uint64_t n, std::string& out) {
+  char buf[24];
+  out += key;
+  out.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof(buf), n).ptr - buf));
+}
+
 }  // namespace
 
 ControlSocket::Handler make_protocol(ControlTargets t) {
   // keys: the flows of a tag request, kept from one request to the next with their capacity (the
   // handler runs on the main lcore only).
-  return [t, keys = std::vector<FiveTuple>()](const JsonReader& req) mutable -> json {
+  return [t, keys = std::vector<FiveTuple>()](const JsonReader& req, std::string& out) mutable {
     constexpr int kBody = JsonReader::kBody;
     const std::string_view op = get_string(req.find(kBody, "op"), "op", {});
     if (op == "tag") {
@@ -470,21 +508,30 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
         if (rc == 0) continue;
         if (keys.size() == 1) bad(t.flows->add_error(rc));
         // The ones before stay tagged: say how many.
-        return {{"ok", false},
-                {"error", fmt::format("flows[{}]: {}", i, t.flows->add_error(rc))},
-                {"tagged", i}};
+        return ControlSocket::append_json(
+            {{"ok", false},
+             {"error", fmt::format("flows[{}]: {}", i, t.flows->add_error(rc))},
+             {"tagged", i}},
+            out);
       }
-      json answer = {{"ok", true}, {"class", t.sched->class_name(cls)}, {"ttl_s", ttl}};
-      if (batch)
-        answer["tagged"] = keys.size();
-      else
-        answer["flow"] = format_tuple(keys[0]);
-      return answer;
+      // Written flat, in the order a tree would (its keys sorted): the answer at admission rate.
+      out += R"({"class":)";
+      append_string(t.sched->class_name(cls), out);
+      if (!batch) {
+        out += R"(,"flow":)";
+        append_string(format_tuple(keys[0]), out);
+      }
+      out += R"(,"ok":true)";
+      if (batch) append_number(",\"tagged\":", keys.size(), out);
+      append_number(",\"ttl_s\":", ttl, out);
+      out += '}';
+      return;
     }
     if (op == "untag") {
       FiveTuple key = get_flow(req, field(req.find(kBody, "flow"), "flow", {}), {"flow"});
       bool removed = t.flows->del(key);
-      return {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}};
+      return ControlSocket::append_json(
+          {{"ok", true}, {"flow", format_tuple(key)}, {"removed", removed}}, out);
     }
     if (op == "set_rate") {
       const std::string_view cls_name = get_string(req.find(kBody, "class"), "class", {});
@@ -505,13 +552,16 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       MailboxResult res;
       t.mailbox->post_and_wait(r, &res, std::chrono::milliseconds(2000));
       if (!res.ok) bad("set_rate: " + res.error);
-      return {
-          {"ok", true}, {"class", std::string(cls_name)}, {"rate_pps", r.pps}, {"rate_bps", r.bps}};
+      return ControlSocket::append_json({{"ok", true},
+                                         {"class", std::string(cls_name)},
+                                         {"rate_pps", r.pps},
+                                         {"rate_bps", r.bps}},
+                                        out);
     }
     if (op == "stats") {
       json s = t.stats->to_json();
       s["flows"] = t.flows->size();
-      return {{"ok", true}, {"stats", std::move(s)}};
+      return ControlSocket::append_json({{"ok", true}, {"stats", std::move(s)}}, out);
     }
     bad(fmt::format("op: unknown '{}' (expected tag, untag, set_rate, stats)", op));
   };

@@ -6,6 +6,8 @@
 // replaces the one idle longest.
 #pragma once
 
+#include <poll.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -37,9 +39,12 @@ struct ControlSocketOptions {
 class ControlSocket {
  public:
   // Called with each request line, read flat (an object, no key repeated within an object; the
-  // body is JsonReader::kBody); returns the answer object. Throwing std::exception turns into
-  // {"ok":false,"error":what()}.
-  using Handler = std::function<nlohmann::json(const JsonReader&)>;
+  // body is JsonReader::kBody); appends the answer object's JSON text to `out` (no newline).
+  // Throwing std::exception turns into {"ok":false,"error":what()}, whatever it had appended.
+  // Text rather than a tree: the answers to tags, made at admission rate, are written flat.
+  using Handler = std::function<void(const JsonReader&, std::string& out)>;
+  // Appends j to out as a Handler's answer (invalid UTF-8 echoed from a client replaced).
+  static void append_json(const nlohmann::json& j, std::string& out);
 
   static constexpr size_t kMaxLine = 64 * 1024;
   // Answers waiting for a client to read them: past this, its further lines are not read (it
@@ -62,6 +67,8 @@ class ControlSocket {
   // Answers one line as the socket would, reading it with `reader` (reused from line to line: no
   // tree, and no allocation for the reading once warm). The second form, for tests, uses a new
   // reader.
+  static void answer_line(std::string_view line, const Handler& handler, JsonReader& reader,
+                          std::string& out);  // appends the answer and its newline
   static std::string answer_line(std::string_view line, const Handler& handler, JsonReader& reader);
   static std::string answer_line(std::string_view line, const Handler& handler);
 
@@ -85,6 +92,7 @@ class ControlSocket {
   JsonReader reader_;  // reads every client's lines, one at a time on this thread
   int listen_fd_ = -1;
   std::vector<Client> clients_;
+  std::vector<pollfd> fds_;  // poll()'s set, rebuilt on every call
 };
 
 // The dataplane protocol: tag, untag, set_rate, stats (docs/ARCHITECTURE.md, The control

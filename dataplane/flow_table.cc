@@ -5,6 +5,7 @@
 #include <rte_hash_crc.h>
 #include <rte_malloc.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -299,6 +300,17 @@ std::string FlowTable::add_error(int rc) const {
 int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {
   if (key.l3 != L3::kIpv4 && key.l3 != L3::kIpv6) return -EINVAL;
   std::lock_guard lock(writer_mu_);
+  const int rc = add_locked(key, cls, ttl_s, now);
+  // Full: slots held by flows that sweep_step() has not reached yet are taken back first, at
+  // most ten times a second (a whole walk per refused tag would stall the control socket).
+  if (rc != -ENOSPC || (swept_for_room_ && now - last_full_sweep_ < tsc_hz_ / 10)) return rc;
+  swept_for_room_ = true;
+  last_full_sweep_ = now;
+  if (sweep_locked(now) == 0) return rc;
+  return add_locked(key, cls, ttl_s, now);
+}
+
+int FlowTable::add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {
   reclaim_retired();
   uint32_t slot = 0;
   if (!alloc_slot(&slot)) return -ENOSPC;
@@ -355,25 +367,24 @@ bool FlowTable::del(const FiveTuple& key) {
   return true;
 }
 
-size_t FlowTable::sweep(uint64_t now) {
-  std::lock_guard lock(writer_mu_);
-  reclaim_retired();
-  sweep_keys_.clear();
-  for (rte_hash* h : {hash4_, hash6_}) {
-    const void* k = nullptr;
-    void* d = nullptr;
-    uint32_t next = 0;
-    while (rte_hash_iterate(h, &k, &d, &next) >= 0) {
-      const Value* v = static_cast<const Value*>(d);
-      const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
-      const bool expired = v->expires != 0 && now >= v->expires;
-      const bool idle = idle_ticks_ != 0 && now > last && now - last >= idle_ticks_;
-      if (!expired && !idle) continue;
-      sweep_keys_.push_back(h == hash4_ ? to_five_tuple(*static_cast<const Ipv4Key*>(k))
-                                        : *static_cast<const FiveTuple*>(k));
-    }
+bool FlowTable::collect_stale(rte_hash* h, uint32_t* next, uint64_t visits, uint64_t now) {
+  const void* k = nullptr;
+  void* d = nullptr;
+  for (uint64_t i = 0; i < visits; ++i) {
+    if (rte_hash_iterate(h, &k, &d, next) < 0) return false;
+    const Value* v = static_cast<const Value*>(d);
+    const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
+    const bool expired = v->expires != 0 && now >= v->expires;
+    const bool idle = idle_ticks_ != 0 && now > last && now - last >= idle_ticks_;
+    if (!expired && !idle) continue;
+    sweep_keys_.push_back(h == hash4_ ? to_five_tuple(*static_cast<const Ipv4Key*>(k))
+                                      : *static_cast<const FiveTuple*>(k));
   }
-  // Deleting after the walks keeps rte_hash_iterate's cursor valid.
+  return true;
+}
+
+// Deleting after the walks keeps rte_hash_iterate's cursor valid.
+size_t FlowTable::remove_collected() {
   size_t removed = 0;
   for (const FiveTuple& key : sweep_keys_) {
     Ipv4Key k4;
@@ -382,11 +393,52 @@ size_t FlowTable::sweep(uint64_t now) {
     if (p.h == hash4_) filter_remove(p.key);
     ++removed;
   }
+  sweep_keys_.clear();
   live_.fetch_sub(static_cast<uint32_t>(removed), std::memory_order_relaxed);
   if (removed != 0) bump_generation();
   return removed;
 }
 
+size_t FlowTable::sweep_locked(uint64_t now) {
+  reclaim_retired();
+  sweep_keys_.clear();
+  for (rte_hash* h : {hash4_, hash6_}) {
+    uint32_t next = 0;
+    collect_stale(h, &next, UINT64_MAX, now);
+  }
+  return remove_collected();
+}
+
+size_t FlowTable::sweep(uint64_t now) {
+  std::lock_guard lock(writer_mu_);
+  return sweep_locked(now);
+}
+
+uint32_t FlowTable::sweep_period_ms() const {
+  if (idle_ticks_ == 0 || tsc_hz_ == 0) return 10'000;
+  const uint64_t ms = idle_ticks_ / tsc_hz_ * 1000 / 8;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(ms, 1000, 10'000));
+}
+
+size_t FlowTable::sweep_step(uint64_t now) {
+  std::lock_guard lock(writer_mu_);
+  reclaim_retired();
+  sweep_keys_.clear();
+  rte_hash* h = sweep_family_ == 0 ? hash4_ : hash6_;
+  if (sweep_next_ == 0) {
+    // A table's pass begins: each step walks a share of the flows it holds now (a length in
+    // entries: rte_hash_iterate skips empty slots itself). A table that holds nothing is not
+    // walked at all.
+    const int32_t held = rte_hash_count(h);
+    const uint32_t steps = std::max<uint32_t>(1, sweep_period_ms() / kSweepStepMs);
+    sweep_share_ = held > 0 ? static_cast<uint32_t>(held) / steps + 1 : 0;
+  }
+  if (sweep_share_ == 0 || !collect_stale(h, &sweep_next_, sweep_share_, now)) {
+    sweep_family_ ^= 1;  // this table's pass is over: the other one's is next
+    sweep_next_ = 0;
+  }
+  return remove_collected();
+}
 void FlowTable::set_idle_timeout(uint32_t idle_timeout_s) {
   std::lock_guard lock(writer_mu_);
   idle_ticks_ = static_cast<uint64_t>(idle_timeout_s) * tsc_hz_;

@@ -103,6 +103,17 @@ class FlowTable {
   // Removes entries whose tag expired or that were not seen for idle_timeout_s; returns the
   // count removed. Also frees memory of replaced entries whose grace period has passed.
   size_t sweep(uint64_t now);
+  // The same work spread out, as the main lcore does it: called every kSweepStepMs, each call
+  // walks the next share of the tables, so that a whole pass takes sweep_period_ms(). A walk
+  // costs the same for every slot of flow_table_size, so one pass per second over a table of
+  // 2^20 would spend the main lcore's time on slots, not on the tags it serves; lookups never
+  // match an expired tag, so a sweep only returns slots, and a tag that finds the table full
+  // sweeps it whole first (add()).
+  static constexpr uint32_t kSweepStepMs = 100;
+  size_t sweep_step(uint64_t now);
+  // An eighth of the idle timeout, within 1 s .. 10 s (10 s without an idle timeout): a flow
+  // stays at most that much past its idle timeout.
+  uint32_t sweep_period_ms() const;
   // A new idle timeout (a reload), used from the next sweep on; 0: entries never idle out.
   void set_idle_timeout(uint32_t idle_timeout_s);
   // Writer-side inspection (stats, tests).
@@ -157,6 +168,18 @@ class FlowTable {
   size_t retired_head_ = 0;
   size_t retired_count_ = 0;
   std::vector<FiveTuple> sweep_keys_;  // preallocated scratch for sweep()
+  // Where sweep_step() goes on: the table (0: IPv4, 1: IPv6) and rte_hash_iterate's position.
+  unsigned sweep_family_ = 0;
+  uint32_t sweep_next_ = 0;
+  uint32_t sweep_share_ = 0;  // entries a step walks in this table's pass
+  bool swept_for_room_ = false;
+  uint64_t last_full_sweep_ = 0;  // tsc of the last sweep add() made for room
+  // Collects into sweep_keys_ the expired or idle entries of h from *next on, up to `visits`
+  // entries; false when the walk reached the table's end.
+  bool collect_stale(rte_hash* h, uint32_t* next, uint64_t visits, uint64_t now);
+  size_t remove_collected();
+  size_t sweep_locked(uint64_t now);
+  int add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
 
   // The hashes tagged IPv4 keys may have: bit (hash & filter_mask_) is set while a tagged IPv4
   // key has that bit (filter_counts_ counts them, writer-side; a count that reached its

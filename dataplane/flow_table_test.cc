@@ -338,6 +338,50 @@ TEST(FlowTable, IdleSweepSparesFlowsThatWereSeen) {
   EXPECT_EQ(t->size(), 0u);
 }
 
+// The main lcore's sweep: a pass spread over steps, each walking its share of the flows held, so
+// that every stale flow of both families is gone within one period's steps (plus the step that
+// finds a table's end), and no step walks much more than its share.
+TEST(FlowTable, SweepStepsCoverBothTablesWithinAPeriod) {
+  EXPECT_EQ(make_table(64, 0, "ft_p0")->sweep_period_ms(), 10'000u);    // no idle timeout
+  EXPECT_EQ(make_table(64, 4, "ft_p4")->sweep_period_ms(), 1'000u);     // at least 1 s
+  EXPECT_EQ(make_table(64, 300, "ft_p3")->sweep_period_ms(), 10'000u);  // at most 10 s
+  auto t = make_table(4096, 20);  // idle after 20 s; a pass in 2.5 s, 25 steps
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->sweep_period_ms(), 2'500u);
+  const uint32_t steps = t->sweep_period_ms() / FlowTable::kSweepStepMs;
+  for (uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 0, 0), 0);
+  for (uint32_t i = 0; i < 100; ++i) ASSERT_EQ(t->add(v6_key(i), 1, 0, 0), 0);
+  for (uint32_t i = 0; i < 1000; i += 2) ASSERT_EQ(t->lookup(v4_key(i), 15'000), 1);
+  size_t removed = 0;
+  uint32_t calls = 0;
+  for (; calls < 4 * steps && removed < 600; ++calls) {
+    const size_t r = t->sweep_step(20'000);
+    EXPECT_LE(r, 1000 / steps + 1) << "step " << calls << " walked more than its share";
+    removed += r;
+  }
+  EXPECT_EQ(removed, 600u);  // the 500 odd IPv4 flows and the 100 IPv6 ones
+  EXPECT_LE(calls, 2 * (steps + 1));
+  EXPECT_EQ(t->size(), 500u);
+  for (uint32_t i = 0; i < 1000; ++i) EXPECT_EQ(t->get(v4_key(i)).has_value(), i % 2 == 0) << i;
+}
+
+// A tag that finds the table full takes back the slots of expired and idle flows first (the
+// steps may not have reached them yet), at most ten times a second.
+TEST(FlowTable, ATagThatFindsTheTableFullSweepsItFirst) {
+  auto t = make_table(16, 0);
+  ASSERT_TRUE(t);
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 0, 0), 0);   // forever
+  for (uint32_t i = 8; i < 16; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 1, 0), 0);  // until 1000
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 500), -ENOSPC);  // swept at 500: nothing expired
+  EXPECT_EQ(t->add(v4_key(100), 1, 0, 1050), 0);       // swept at 1050: 8 expired
+  EXPECT_EQ(t->size(), 9u);
+  for (uint32_t i = 101; i < 108; ++i) ASSERT_EQ(t->add(v4_key(i), 1, 1, 1050), 0);  // until 2050
+  EXPECT_EQ(t->add(v4_key(200), 1, 0, 2000), -ENOSPC);  // swept at 2000: nothing expired
+  EXPECT_EQ(t->add(v4_key(200), 1, 0, 2060), -ENOSPC);  // 7 expired, but swept 60 ms ago
+  EXPECT_EQ(t->add(v4_key(200), 1, 0, 2100), 0);        // 100 ms later: swept
+  EXPECT_EQ(t->size(), 10u);
+}
+
 TEST(FlowTable, FullTableAndSlotRecycling) {
   auto t = make_table(64);
   ASSERT_TRUE(t);

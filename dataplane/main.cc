@@ -186,7 +186,8 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  auto next_sweep = start + std::chrono::seconds(1);
+  const auto sweep_step = std::chrono::milliseconds(dg::FlowTable::kSweepStepMs);
+  auto next_sweep = start + sweep_step;
   for (;;) {
     if (control.poll_once(100, signals.fd())) {
       const int sig = signals.take();
@@ -202,8 +203,8 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
       break;
     }
     if (now >= next_sweep) {
-      flows->sweep(rte_rdtsc());
-      next_sweep = now + std::chrono::seconds(1);
+      flows->sweep_step(rte_rdtsc());
+      next_sweep = now + sweep_step;
     }
   }
 

@@ -3,8 +3,10 @@
 # (admit_bench.yaml), one attached to a running dripgate-dataplane (every admitted request's flow
 # is tagged over the control socket before the answer), one without a dataplane; wrk sends
 # POST /v1/admit with a new flow per request (admit_bench.lua, DG_FLOWS=1) to each in alternating rounds.
-# Prints decisions/s of both, medians and every round's ratio, and how many flows the
-# dataplane holds at the end. Target: tagging costs at most 10 % of the decisions/s.
+# Prints decisions/s of both, medians and every round's ratio, how many flows the dataplane
+# holds at the end, and the CPU time the dataplane's main lcore (the control socket, the flow
+# table's writer) spent per tag in the windows with it (/proc/<pid>/task/<pid>/schedstat).
+# Target: tagging costs at most 10 % of the decisions/s.
 #
 #   tools/bench/admit_tagging.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
 set -euo pipefail
@@ -24,7 +26,8 @@ DP_FLOW_TABLE_SIZE=1048576 dp_bench_yaml "$tmp/dp.yaml" "$prefix" net_null0 "net
     "$tmp/dp.sock" one-way
 "$build/dataplane/dripgate-dataplane" --config "$tmp/dp.yaml" --shape-non-ip default \
     >"$tmp/dp.out" 2>"$tmp/dp.err" &
-pids+=($!)
+dp_pid=$!
+pids+=($dp_pid)
 for i in $(seq 100); do [[ -S $tmp/dp.sock ]] && break; sleep 0.1; done
 [[ -S $tmp/dp.sock ]] || { echo "dripgate-dataplane did not start:" >&2; cat "$tmp/dp.err" >&2; exit 1; }
 
@@ -44,6 +47,19 @@ daemon() {
 daemon with "$tmp/dp.sock"
 daemon without /nonexistent/dripgate-bench.sock
 
+tags_ok() {
+  curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }'
+}
+main_cpu_ns() { awk '{ print $1 }' "/proc/$dp_pid/task/$dp_pid/schedstat"; }
+# The main lcore's CPU ns and the tags answered ok in the windows with a dataplane.
+with_run() {
+  local c0 t0 w
+  c0=$(main_cpu_ns)
+  t0=$(tags_ok)
+  w=$(run "$with")
+  echo "$(($(main_cpu_ns) - c0)) $(printf '%.0f' "$(tags_ok)") ${t0:-0}" >>"$tmp/main_cpu"
+  echo "$w"
+}
 run() {  # $1 = port: decisions/s over one window
   DG_FLOWS=1 wrk -t2 "-c$conns" "-d${seconds}s" -s "$here/admit_bench.lua" "http://127.0.0.1:$1/v1/admit" |
     awk '/^WRK_RESULT/ { if ($6 != 0) { print "wrk: " $6 " errors" > "/dev/stderr"; exit 1 } print $2 }'
@@ -51,11 +67,11 @@ run() {  # $1 = port: decisions/s over one window
 # The order flips every round: a window's load can favour whichever side runs first.
 for round in $(seq "$rounds"); do
   if ((round % 2)); then
-    w=$(run "$with")
+    w=$(with_run)
     wo=$(run "$without")
   else
     wo=$(run "$without")
-    w=$(run "$with")
+    w=$(with_run)
   fi
   echo "round $round: with a dataplane $w/s, without $wo/s" >&2
   echo "$w $wo" >>"$tmp/rounds"
@@ -64,7 +80,7 @@ flows=$(dp_control "$tmp/dp.sock" '{"op":"stats"}' |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"]["flows"])')
 tagged=$(curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }')
 
-python3 - "$tmp/rounds" "$flows" "${tagged:-0}" "$(uptime)" <<'EOF'
+python3 - "$tmp/rounds" "$flows" "${tagged:-0}" "$(uptime)" "$tmp/main_cpu" <<'EOF'
 import statistics, sys
 rounds = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
 flows, tagged, up = sys.argv[2], sys.argv[3], sys.argv[4].strip()
@@ -76,5 +92,10 @@ print("| with a dataplane /s | without /s | ratio (median of rounds) | rounds")
 print(f"| {w:>19.0f} | {wo:>10.0f} | {statistics.median(ratios):>24.2f} | " +
       " ".join(f"{x:.2f}" for x in ratios))
 print(f"tags answered ok: {tagged}; flows in the dataplane's table at the end: {flows}")
+cpu = [tuple(map(float, l.split())) for l in open(sys.argv[5]) if l.strip()]
+per_tag = [c / (t1 - t0) for c, t1, t0 in cpu if t1 > t0]
+if per_tag:
+    print(f"dataplane main lcore CPU per tag: {statistics.median(per_tag):.0f} ns (rounds: " +
+          " ".join(f"{x:.0f}" for x in per_tag) + ")")
 print("target: ratio >= 0.90 (tagging costs at most 10 % of the decisions/s)")
 EOF
