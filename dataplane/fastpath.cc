@@ -459,7 +459,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
 }
 
 // rx_client's end: `classified` per class, and the split layout's hand-over records.
-[[gnu::always_inline]] inline void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
+void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
   const ClassGroups<kBurst>& groups = o.groups;
   rte_mbuf** const pkts = o.keep;
   const bool inline_pass = split();
@@ -531,11 +531,15 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
     }
   }
   if (tx.n) transmit(tx, rte_rdtsc());
-  if (n_refused) {
-    rte_mbuf* f[kBurst];
-    for (unsigned k = 0; k < n_refused; ++k) f[k] = static_cast<rte_mbuf*>(refused[k]);
-    rte_pktmbuf_free_bulk(f, n_refused);
-  }
+  free_refused(refused, n_refused);
+}
+
+// The packets the scheduler refused (it counted them: drop_depth / drop_bad_class), freed.
+void Fastpath::free_refused(void* const* refused, unsigned n) {
+  if (n == 0) return;
+  rte_mbuf* f[kBurst];
+  for (unsigned k = 0; k < n; ++k) f[k] = static_cast<rte_mbuf*>(refused[k]);
+  rte_pktmbuf_free_bulk(f, n);
 }
 
 // Sends pkts on a port's TX queue with up to kTxRetries retries, counts what left in `sent` and
@@ -607,11 +611,7 @@ void Fastpath::enqueue_shaped(const Handoff* in, unsigned n) {
   }
   if (n_pass) send_pass(pass, n_pass);
   if (now.n) transmit(now, rte_rdtsc());
-  if (n_refused) {
-    rte_mbuf* f[kBurst];
-    for (unsigned k = 0; k < n_refused; ++k) f[k] = static_cast<rte_mbuf*>(refused[k]);
-    rte_pktmbuf_free_bulk(f, n_refused);
-  }
+  free_refused(refused, n_refused);
 }
 
 // Scheduler owner: send what is due at `now`, free what expired.

@@ -112,6 +112,7 @@ class Fastpath {
   void enqueue_shaped(const Handoff* in, unsigned n);
   // Single layout: rx_client's kept packets, to the scheduler or (bypass) the port.
   void ship_single(RxOut& o, uint64_t now);
+  static void free_refused(void* const* refused, unsigned n);
   void drip_due(uint64_t now);
   void transmit(TxList& l, uint64_t t);
   void transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs, uint64_t t);
