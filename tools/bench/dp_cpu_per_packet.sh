@@ -48,8 +48,11 @@ measure() {  # $1 = build dir, $2 = scenario: prints ns of worker CPU per packet
   esac
   rm -f "$tmp/dp.sock"
   dp_bench_yaml "$tmp/dp.yaml" "$prefix" "$vdev0" "$vdev1" "$tmp/dp.sock" "$2"
+  # No --duration: on a loaded box the telemetry reads can take seconds, and a dataplane that
+  # stopped on its own before the second one would leave the window without an end. It is
+  # stopped (SIGTERM) once both ends are read.
   "$1/dataplane/dripgate-dataplane" --config "$tmp/dp.yaml" "${extra[@]}" \
-    --duration $((seconds + warmup + 4)) >"$tmp/dp.out" 2>"$tmp/dp.err" &
+    >"$tmp/dp.out" 2>"$tmp/dp.err" &
   local pid=$!
   pids+=("$pid")
   python3 "$here/dp_telemetry.py" get --prefix "$prefix" /ethdev/list >/dev/null
@@ -66,8 +69,11 @@ measure() {  # $1 = build dir, $2 = scenario: prints ns of worker CPU per packet
   sleep "$seconds"
   p1=$(opackets "$prefix")
   c1=$(cut -d' ' -f1 "/proc/$pid/task/$tid/schedstat")
+  kill -TERM "$pid"
   wait "$pid" || { echo "dripgate-dataplane failed:" >&2; cat "$tmp/dp.err" >&2; exit 1; }
-  python3 -c "print(f'{($c1 - $c0) / max($p1 - $p0, 1):.2f}')"
+  [[ $p0 =~ ^[0-9]+$ && $p1 =~ ^[0-9]+$ && $c0 =~ ^[0-9]+$ && $c1 =~ ^[0-9]+$ ]] && ((p1 > p0)) ||
+    { echo "a window without both ends (packets $p0 -> $p1, CPU ns $c0 -> $c1)" >&2; exit 1; }
+  python3 -c "print(f'{($c1 - $c0) / ($p1 - $p0):.2f}')"
 }
 
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"
