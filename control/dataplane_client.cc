@@ -28,19 +28,37 @@ constexpr size_t kMaxLine = 64 * 1024;
 constexpr size_t kKeptBatches = 16;
 constexpr size_t kKeptDones = 16;
 
-void write_flow(JsonWriter& w, const Flow& f) {
-  w.begin_object()
-      .key("src")
-      .string(f.src)
-      .key("sport")
-      .integer(f.sport)
-      .key("dst")
-      .string(f.dst)
-      .key("dport")
-      .integer(f.dport)
-      .key("proto")
-      .integer(f.proto)
-      .end_object();
+// A flow's address as a JSON string. The API checked it with inet_pton when it read the request,
+// so it holds hex digits, '.' and ':', which need no escape; anything else goes through the
+// writer's escaping.
+void append_address(std::string& out, std::string_view a) {
+  const bool plain = std::all_of(a.begin(), a.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' ||
+           c == ':';
+  });
+  if (!plain) {
+    JsonWriter(out).string(a);
+    return;
+  }
+  out += '"';
+  out += a;
+  out += '"';
+}
+
+// A flow's object, written flat: a tag line holds one per admission, and the writer's key
+// escaping and comma bookkeeping cost more than the text itself.
+void append_flow(std::string& out, const Flow& f) {
+  out += R"({"src":)";
+  append_address(out, f.src);
+  out += R"(,"sport":)";
+  append_integer(out, f.sport);
+  out += R"(,"dst":)";
+  append_address(out, f.dst);
+  out += R"(,"dport":)";
+  append_integer(out, f.dport);
+  out += R"(,"proto":)";
+  append_integer(out, f.proto);
+  out += '}';
 }
 
 }  // namespace
@@ -128,19 +146,22 @@ void DataplaneClient::send_batches() {
 
 void DataplaneClient::send_batch(size_t i) {
   Batch& b = batches_[i];
-  line_.clear();
-  JsonWriter w(line_);
-  w.begin_object().key("op").string("tag").key("class").string(b.cls).key("ttl_s").integer(b.ttl_s);
+  line_ = R"({"op":"tag","class":)";
+  JsonWriter(line_).string(b.cls);
+  line_ += R"(,"ttl_s":)";
+  append_integer(line_, b.ttl_s);
   if (b.count == 1) {
-    w.key("flow");
-    write_flow(w, b.flows[0]);
+    line_ += R"(,"flow":)";
+    append_flow(line_, b.flows[0]);
   } else {
-    w.key("flows").begin_array();
-    for (size_t k = 0; k < b.count; ++k) write_flow(w, b.flows[k]);
-    w.end_array();
+    line_ += R"(,"flows":[)";
+    for (size_t k = 0; k < b.count; ++k) {
+      if (k) line_ += ',';
+      append_flow(line_, b.flows[k]);
+    }
+    line_ += ']';
   }
-  w.end_object();
-  line_ += '\n';
+  line_ += "}\n";
   // The batch is empty before send runs callbacks, which may tag into it again.
   std::vector<Done> dones = std::move(b.dones);
   b.dones = take_dones();
@@ -151,12 +172,9 @@ void DataplaneClient::send_batch(size_t i) {
 void DataplaneClient::untag(const Flow& flow, Done done) {
   // The tags of this pass leave first: an untag must not overtake the tag of its flow.
   send_batches();
-  line_.clear();
-  JsonWriter w(line_);
-  w.begin_object().key("op").string("untag").key("flow");
-  write_flow(w, flow);
-  w.end_object();
-  line_ += '\n';
+  line_ = R"({"op":"untag","flow":)";
+  append_flow(line_, flow);
+  line_ += "}\n";
   std::vector<Done> dones = take_dones();
   dones.push_back(std::move(done));
   send("untag", std::move(dones));

@@ -87,6 +87,21 @@ TEST_F(DataplaneClientTest, TagAndUntagSpeakTheProtocol) {
   EXPECT_EQ(metrics_.dataplane_untags().value({"ok"}), 1u);
 }
 
+// Addresses are written as they are when they need no escape; anything else is escaped, so a
+// line stays JSON whatever a Flow holds.
+TEST_F(DataplaneClientTest, AFlowThatNeedsEscapingStillMakesAJsonLine) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  DataplaneClient c(base_, path_, &metrics_);
+  Flow f = flow();
+  f.src = "10.0.0.1\"\\";
+  EXPECT_EQ(complete([&](auto done) { c.tag(f, "gold", 120, done); }), "ok");
+  const auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_TRUE(lines[0].is_object());
+  EXPECT_EQ(lines[0]["flow"]["src"], "10.0.0.1\"\\");
+  EXPECT_EQ(lines[0]["flow"]["dst"], "10.0.0.2");
+}
+
 // The tags asked for in one pass of the loop leave as one line per class and ttl.
 TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
