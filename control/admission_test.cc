@@ -1967,10 +1967,10 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->script, "admit");
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
-  // The attempt is new for every call: 8 hex digits, after the four flags.
+  // The attempt is new for every call: 16 hex digits, after the four flags.
   ASSERT_EQ(call->args.size(), 24u);
   const std::string attempt = call->args[1].substr(4);
-  EXPECT_EQ(attempt.size(), 8u);
+  EXPECT_EQ(attempt.size(), 16u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
   // The quota months and reservation windows around the gateway's clock (the script picks by
   // Redis TIME among them).

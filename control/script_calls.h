@@ -136,7 +136,7 @@ struct Prepared {
   std::string rid, user_key, api_key_key, ip_key, user_tokens_key, api_key_tokens_key, tokens_s;
   // New for every admission: tells this admit.lua/gates.lua call apart from any other with the
   // same request_id, so that an undo whose call's reply was lost can find out whether it ran.
-  std::string attempt;  // 8 hex digits
+  std::string attempt;  // 16 hex digits
   // admit.lua's flags argument: its four flag characters, then the attempt (one argument, not
   // two: each costs Redis a string and a table slot on every call).
   std::string flags;

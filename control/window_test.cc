@@ -181,9 +181,9 @@ TEST_F(WindowTest, BurstAdmitsExactlyTheLimitAndTheWaitIsExact) {
   auto m = members(s, key);
   ASSERT_EQ(m.size(), 5u);
   for (size_t i = 0; i < m.size(); ++i) {
-    // Member "<request_id>:<attempt>" (8 hex digits), in admission order.
+    // Member "<request_id>:<attempt>" (16 hex digits), in admission order.
     EXPECT_EQ(m[i].first.rfind(rids[i] + ":", 0), 0u) << m[i].first;
-    EXPECT_EQ(m[i].first.size(), rids[i].size() + 9);
+    EXPECT_EQ(m[i].first.size(), rids[i].size() + 17);
   }
   const int64_t pttl = std::stoll(s.str({"PTTL", key}));
   EXPECT_GT(pttl, 20000 - 2000);

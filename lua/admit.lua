@@ -42,7 +42,7 @@
 --     quota_shadow "1": the quota and reservations gates only report (shadow mode: a request
 --                 they would refuse is admitted, reserved and counted like any other)
 --     streams_shadow "1": the same for the concurrency gate (the lease is taken)
---     attempt     8 hex digits, new for every call: names this call apart from another one
+--     attempt     16 hex digits, new for every call: names this call apart from another one
 --                 with the same request_id (a client's retry), for refund.lua, which may have
 --                 cancelled it before it ran (its reply was lost), so it must not run now; read
 --                 only for a client's id (an engine-generated id names its call)
