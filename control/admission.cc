@@ -85,24 +85,26 @@ std::string bad_reply(const redisReply* r, std::string_view error, size_t n) {
   return {};
 }
 
-// Positions in admit.lua's reply: {code, gate, retry_after_ms, quota_used, month_left_s,
-// month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n, count_1 ..
-// count_m (windows) [, snapshot]}.
-enum AdmitReply : size_t {
-  kCode,
-  kGate,
-  kRetryAfterMs,
-  kQuotaUsed,
-  kMonthLeft,
-  kMonthLen,
-  kLive,
-  kFirstLeaseMs,
-  kQuotaExisted,
-  kTokens
-};
+// Positions in admit.lua's reply: {code, quota_used, month_left_s, month_len_s, quota_existed,
+// tokens_1 .. tokens_n, count_1 .. count_m (windows) [, snapshot] [, gate, retry_after_ms
+// [, live_leases, first_lease_ms [, pruned]]]}. What is usually the same ends the reply and is
+// left out there (each element costs Redis a conversion): the tail's place depends on the code
+// and on whether a snapshot was asked for (admit_tail), a missing gate reads "" and a missing
+// retry_after_ms 0, and live_leases and first_lease_ms come only with a concurrency gate.
+enum AdmitReply : size_t { kCode, kQuotaUsed, kMonthLeft, kMonthLen, kQuotaExisted, kTokens };
+// Offsets in the reply's tail.
+enum AdmitTail : size_t { kGate, kRetryAfterMs, kLive, kFirstLeaseMs, kPruned };
+// Where the tail of admit.lua's reply starts: after the tokens, the windows' counts and an
+// admission's snapshot (asked for by the flags' second character).
+size_t admit_tail(const Prepared& p, bool admitted) {
+  const size_t nb = static_cast<size_t>(p.nb);
+  size_t at = kTokens + nb + static_cast<size_t>(p.nw);
+  if (admitted && p.flags[1] == '1') at += nb + 1;
+  return at;
+}
 // gates.lua's reply: {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m
 // [, snapshot]}; a gate is one bucket or one window, so either is at kGatesTokens.
-constexpr size_t kGatesTokens = 3;
+enum GatesReply : size_t { kGatesCode, kGatesGate, kGatesRetryAfterMs, kGatesTokens };
 // The snapshot entry of a bucket that took nothing (an empty shadow bucket, lib_bucket.lua).
 constexpr std::string_view kUntaken = "-";
 
@@ -392,16 +394,20 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     op->used = as_int(elem(r, kQuotaUsed));
     op->month_left = as_int(elem(r, kMonthLeft));
     op->month_len = as_int(elem(r, kMonthLen));
-    op->live = as_int(elem(r, kLive));
-    op->first_ms = as_int(elem(r, kFirstLeaseMs));
+    const size_t tail = admit_tail(op->p, code == 1);
+    // Without a concurrency gate the reply has no lease figures: live stays -1.
+    if (op->p.t->max_streams_s != "-1") {
+      op->live = as_int(elem(r, tail + kLive));
+      op->first_ms = as_int(elem(r, tail + kFirstLeaseMs));
+    }
     op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
     for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
     for (size_t j = 0; j < nw; ++j) op->window_counts[j] = as_int(elem(r, kTokens + nb + j));
     op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
     if (code != 1) {
-      refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+      refused_by(op, as_str(elem(r, tail + kGate)), as_int(elem(r, tail + kRetryAfterMs)));
     } else {
-      shadow_refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+      shadow_refused_by(op, as_str(elem(r, tail + kGate)), as_int(elem(r, tail + kRetryAfterMs)));
       if (op->p.ng > 0 && !decode_undo(op, r)) {
         // Admitted without the snapshot a refund needs: cannot happen with our script;
         // refund.lua then gives one token back per bucket.
@@ -419,19 +425,19 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
   AdmitOp* op = op_ptr.get();
   const auto at = static_cast<size_t>(i);
   std::string bad = bad_reply(r, error, kGatesTokens + 1);
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kCode)) == 3) {
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kGatesCode)) == 3) {
     failed(op, "redis: call cancelled");
   } else if (!bad.empty()) {
     failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_gates
   } else {
     op->global_tokens[at] = as_double(elem(r, kGatesTokens));
-    if (as_int(elem(r, kCode)) == 1) {
+    if (as_int(elem(r, kGatesCode)) == 1) {
       op->global_parts[at] = Part::kAdmitted;
-      shadow_refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+      shadow_refused_by(op, as_str(elem(r, kGatesGate)), as_int(elem(r, kGatesRetryAfterMs)));
       decode_gates_undo(op, i, r);
     } else {
       op->global_parts[at] = Part::kRefused;
-      refused_by(op, as_str(elem(r, kGate)), as_int(elem(r, kRetryAfterMs)));
+      refused_by(op, as_str(elem(r, kGatesGate)), as_int(elem(r, kGatesRetryAfterMs)));
     }
   }
   part_done(op_ptr);
@@ -592,7 +598,7 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
     op->undo.snapshot.emplace_back(as_str(elem(r, kTokens + i)));
     op->undo.snapshot.emplace_back(new_ts);
   }
-  const size_t pruned_at = at + nb + 1;
+  const size_t pruned_at = admit_tail(op->p, true) + kPruned;
   if (r->elements > pruned_at) {
     auto k = static_cast<size_t>(std::max<int64_t>(0, as_int(elem(r, pruned_at))));
     for (size_t i = 0; i < 2 * k && pruned_at + 1 + i < r->elements; ++i)

@@ -69,22 +69,26 @@
 --                 window_ms, shadow ("1": a full window does not refuse; it takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
--- declared months or windows. Returns {code, gate, retry_after_ms, quota_used, month_left_s,
--- month_len_s, live_leases, first_lease_ms, quota_existed, tokens_1 .. tokens_n,
--- count_1 .. count_m [, snapshot]}
+-- declared months or windows. Returns {code, quota_used, month_left_s, month_len_s,
+-- quota_existed, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot] [, gate, retry_after_ms
+-- [, live_leases, first_lease_ms [, pruned]]]}: what is usually the same ends the reply and is
+-- left out there, since each element costs Redis a conversion and the daemon a parse (a
+-- missing gate is "", a missing retry_after_ms 0); the caller knows which parts to expect.
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
 --   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
 --   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
 --   retry_after_ms name the shadow gate that would have refused (longest wait; "" and 0: none),
---   shadow refusals are not reported beside a real one. quota_used and live_leases are
---   after the decision; live_leases -1 without a concurrency gate; first_lease_ms = ms until the
---   earliest live lease ends (0: none). tokens_i are strings: Lua numbers would be truncated to
---   integers on the way out. count_j: the admissions in window j before the decision (an
---   admission adds one unless the window is full, which only a shadow window admits; an undo
---   removes it). snapshot (admitted with snapshot = "1"): per bucket "<old tk> <old
---   ts>" (" " when the key did not exist; "-" for an empty shadow bucket: nothing taken), then the new ts of every bucket (their new tk are
---   tokens_i), exactly as stored; then, with a concurrency gate, the number k of expired leases
---   pruned and k pairs member, score.
+--   shadow refusals are not reported beside a real one. gate and retry_after_ms are left out
+--   when gate is "" and no concurrency gate follows. quota_used and live_leases are after the
+--   decision; live_leases and first_lease_ms (ms until the earliest live lease ends, 0: none)
+--   are there only with a concurrency gate (max_streams >= 0). tokens_i are strings: Lua
+--   numbers would be truncated to integers on the way out. count_j: the admissions in window j
+--   before the decision (an admission adds one unless the window is full, which only a shadow
+--   window admits; an undo removes it). snapshot (admitted with snapshot = "1"): per bucket
+--   "<old tk> <old ts>" (" " when the key did not exist; "-" for an empty shadow bucket: nothing
+--   taken), then the new ts of every bucket (their new tk are tokens_i), exactly as stored.
+--   pruned (admitted with snapshot = "1" and a concurrency gate): the number k of expired
+--   leases pruned and k pairs member, score.
 
 -- Numbers arrive as strings (ARGV, TIME, replies) and are converted with `s + 0`, not
 -- tonumber(s): Lua 5.1's tonumber parses a string twice (lua_isnumber, then lua_tonumber, each a
@@ -247,40 +251,49 @@ if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
   r = refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
--- The three nils size the table for one bucket's entries and a snapshot's (a constructor sizes
--- it for every value listed, nil too), so they do not grow it; the reply ends at the first nil.
-local out = {0, r and r[1] or '', r and r[2] or 0, used, next_month - sec,
-             next_month - month_start, live, first_ms, q_existed and 1 or 0, nil, nil, nil}
-if out[2] ~= '' then
+-- The three nils size the table for one bucket's level and a snapshot's two entries (a
+-- constructor sizes it for every value listed, nil too), so they do not grow it; the reply ends
+-- at the first nil.
+local out = {0, used, next_month - sec, next_month - month_start, q_existed and 1 or 0, nil, nil,
+             nil}
+-- The reply's tail (gate, retry_after_ms, then with a concurrency gate live_leases,
+-- first_lease_ms): after the tokens, the counts and an admission's snapshot.
+local tail = 6 + n + m
+if r and r[1] ~= '' then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
     redis.call('DECRBY', qkey, ARGV[A_TOKENS])
   end
-  for i = 1, n do out[9 + i] = bucket_admit(buckets[i], sec, ts, true) end
-  for j = 1, m do out[9 + n + j] = windows[j].count end
+  for i = 1, n do out[5 + i] = bucket_admit(buckets[i], sec, ts, true) end
+  for j = 1, m do out[5 + n + j] = windows[j].count end
+  out[tail], out[tail + 1] = r[1], r[2]
+  if max_streams >= 0 then out[tail + 2], out[tail + 3] = live, first_ms end
   return out
 end
 
 -- Admitted: consume everything (an empty shadow bucket has nothing to give).
 out[1] = 1
-if r then out[2], out[3] = r[3], r[4] end
 for i = 1, n do
   local old
-  out[9 + i], old = bucket_admit(buckets[i], sec, ts)
-  if snapshot then out[9 + n + m + i] = old end
+  out[5 + i], old = bucket_admit(buckets[i], sec, ts)
+  if snapshot then out[5 + n + m + i] = old end
 end
 for j = 1, m do
-  out[9 + n + j] = windows[j].count
+  out[5 + n + j] = windows[j].count
   admit_window(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
 end
-if snapshot then out[10 + 2 * n + m] = ts end
+if snapshot then
+  out[tail + n] = ts
+  tail = tail + n + 1
+end
+if r or max_streams >= 0 then out[tail], out[tail + 1] = r and r[3] or '', r and r[4] or 0 end
 
 -- Quota usage includes reservations; the key outlives its month by 32 days for reporting. Its
 -- expiry is set once, by the month's first charge.
 if tokens > 0 then
   if q_created then redis.call('EXPIREAT', qkey, next_month + 32 * 86400) end
-  out[4] = used + tokens
+  out[2] = used + tokens
 end
 
 if max_streams >= 0 then
@@ -289,9 +302,8 @@ if max_streams >= 0 then
     -- back when a global gate refuses (so the set stays bounded under steady traffic either way).
     local old = redis.call('ZRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms, 'WITHSCORES',
                            'LIMIT', 0, 16)
-    local s = 10 + 2 * n + m
-    out[s + 1] = #old / 2
-    for j = 1, #old do out[s + 1 + j] = old[j] end
+    out[tail + 4] = #old / 2
+    for j = 1, #old do out[tail + 4 + j] = old[j] end
     for j = 1, #old, 2 do redis.call('ZREM', KEYS[K_LEASES], old[j]) end
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[K_LEASES], '-inf', now_ms)
@@ -301,9 +313,7 @@ if max_streams >= 0 then
   if redis.call('PTTL', KEYS[K_LEASES]) < lease_ms + 1000 then
     redis.call('PEXPIRE', KEYS[K_LEASES], lease_ms + 1000)
   end
-  live = live + 1
-  out[7] = live
-  if first_ms == 0 then out[8] = lease_ms end
+  out[tail + 2], out[tail + 3] = live + 1, first_ms == 0 and lease_ms or first_ms
 end
 
 -- Numbers as '%d' text: Redis formats a number argument with '%.17g', and Lua's concatenation with
