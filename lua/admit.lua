@@ -75,7 +75,7 @@
 -- left out there, since each element costs Redis a conversion and the daemon a parse (a
 -- missing gate is "", a missing retry_after_ms 0); the caller knows which parts to expect.
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
---   request_id has a live reservation, 3 this attempt was cancelled (nothing evaluated); gate
+--   request_id has a live reservation, 3 this attempt was cancelled (nothing written); gate
 --   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
 --   retry_after_ms name the shadow gate that would have refused (longest wait; "" and 0: none),
 --   shadow refusals are not reported beside a real one. gate and retry_after_ms are left out
@@ -119,12 +119,24 @@ local qkey, month_start, next_month = quota_month(sec)
 if not (cur_key and prev_key and qkey) then
   return redis.error_reply(string.format(clock_error, sec))
 end
+-- Integer arguments: their most common values (-1: no gate; 0, 1) are compared as text, without
+-- a parse; in place, since a function for it would be a closure made on every call.
+local max_open = ARGV[A_MAX_OPEN]
+max_open = max_open == '-1' and -1 or max_open + 0
 -- A call of an engine-generated id (fresh) is cancelled by the field request_id itself, "x" (the
 -- id names the call): one field fewer to look up (in a listpack window a scan that finds
 -- nothing), one reply element and one string fewer. A client's id may be retried by another attempt, which a
 -- cancellation must not refuse: "x:<attempt>", and an "x" under its id is no reservation.
+-- Without max_open, such a call (late) reads nothing of the window before its decision: it
+-- writes its reservation with HSETNX, which finds the field taken when the call was cancelled or
+-- already ran (the same call delivered twice), and counts it open with HINCRBY, which answers
+-- the count; a refusal reads the field. Two keyspace calls with scalar replies instead of an
+-- HMGET (a reply table) and an HSET, and the count is neither parsed nor formatted.
+local late = fresh and max_open < 0
 local c, cur_rid, cur_open, attempt
-if fresh then
+if late then
+  cur_open = false
+elseif fresh then
   c = redis.call('HMGET', cur_key, rid, '#')
   cur_rid, cur_open = c[1], c[2]
   if cur_rid == 'x' then return {3} end
@@ -134,10 +146,6 @@ else
   cur_rid, cur_open = c[1] ~= 'x' and c[1], c[2]
   if c[3] then return {3} end
 end
--- Integer arguments: their most common values (-1: no gate; 0, 1) are compared as text, without
--- a parse; in place, since a function for it would be a closure made on every call.
-local max_open = ARGV[A_MAX_OPEN]
-max_open = max_open == '-1' and -1 or max_open + 0
 local prev_rid, prev_open = false, false
 if not fresh or max_open >= 0 then
   local p = redis.call('HMGET', prev_key, rid, '#')
@@ -246,8 +254,7 @@ if max_streams >= 0 then
 end
 
 -- Open reservations: the previous window's count goes when its hash expires.
-local open_cur = (cur_open or 0) + 0
-if max_open >= 0 and open_cur + (prev_open or 0) >= max_open then
+if max_open >= 0 and (cur_open or 0) + (prev_open or 0) >= max_open then
   r = refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
@@ -259,12 +266,25 @@ local out = {0, used, next_month - sec, next_month - month_start, q_existed and 
 -- The reply's tail (gate, retry_after_ms, then with a concurrency gate live_leases,
 -- first_lease_ms): after the tokens, the counts and an admission's snapshot.
 local tail = 6 + n + m
-if r and r[1] ~= '' then
+local refused = r and r[1] ~= ''
+-- The reservation's value. Numbers as '%d' text: Redis formats a number argument with '%.17g',
+-- and Lua's concatenation with '%.14g', both through the floating-point formatter.
+local v = not refused and (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
+              string.format('%d', now_ms - w * res_ttl * 1000)
+-- A late call's request_id found in the window: "x" (cancelled) or its reservation (it ran).
+local taken = false
+if late then
+  if refused or redis.call('HSETNX', cur_key, rid, v) == 0 then
+    taken = redis.call('HGET', cur_key, rid)
+  end
+end
+if refused or taken then
   if q_created then
     redis.call('DEL', qkey)
   elseif tokens > 0 then
     redis.call('DECRBY', qkey, ARGV[A_TOKENS])
   end
+  if taken then return {taken == 'x' and 3 or 2} end
   for i = 1, n do out[5 + i] = bucket_admit(buckets[i], sec, ts, true) end
   for j = 1, m do out[5 + n + j] = windows[j].count end
   out[tail], out[tail + 1] = r[1], r[2]
@@ -316,18 +336,27 @@ if max_streams >= 0 then
   out[tail + 2], out[tail + 3] = live + 1, first_ms == 0 and lease_ms or first_ms
 end
 
--- Numbers as '%d' text: Redis formats a number argument with '%.17g', and Lua's concatenation with
--- '%.14g', both through the floating-point formatter.
-local v = (fresh and '-' or attempt) .. ' ' .. ARGV[A_TOKENS] .. ' ' ..
-              string.format('%d', now_ms - w * res_ttl * 1000)
-local open = string.format('%d', open_cur + 1)
-if not (cur_open and now_us % 32 == 0) then
+-- One admission in 32 of a window that exists (the microseconds of TIME pick it) makes it a hash
+-- table if it is not one yet (lib_reservation.lua): a field longer than Redis keeps in a
+-- listpack (hash-max-listpack-value, 64) converts it, and is removed at once; Redis does not
+-- turn it back.
+local convert = now_us % 32 == 0
+if late then
+  -- Open count 1: a new window, or one whose reservations were all closed (the same expiry);
+  -- one that had fields before holds more than request_id and "#".
+  local open = redis.call('HINCRBY', cur_key, '#', 1)
+  if open == 1 then redis.call('EXPIREAT', cur_key, cur_expire) end
+  if convert and (open > 1 or redis.call('HLEN', cur_key) > 2) then
+    redis.call('HSET', cur_key, '~',
+               '------------------------------------------------------------------------')
+    redis.call('HDEL', cur_key, '~')
+  end
+  return out
+end
+local open = string.format('%d', (cur_open or 0) + 1)
+if not (cur_open and convert) then
   redis.call('HSET', cur_key, rid, v, '#', open)
 else
-  -- One admission in 32 of a window that exists (the microseconds of TIME pick it) makes it a
-  -- hash table if it is not one yet (lib_reservation.lua): a field longer than Redis keeps in
-  -- a listpack (hash-max-listpack-value, 64) converts it, and is removed at once; Redis does not
-  -- turn it back.
   redis.call('HSET', cur_key, rid, v, '#', open, '~',
              '------------------------------------------------------------------------')
   redis.call('HDEL', cur_key, '~')

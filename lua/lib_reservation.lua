@@ -22,8 +22,8 @@
 --
 -- Redis keeps a small hash as a listpack (up to hash-max-listpack-entries fields, 512 or 128
 -- by Redis's configuration), where each field looked up is a scan of the list, and an admission
--- looks up fields that are absent (request_id in its HMGET, "x:<attempt>" for a client's id,
--- request_id again in its HSET) and inserts one: about 320 instructions per field of the window on every admission,
+-- looks up fields that are absent (request_id in its HMGET, or in its HSETNX for an
+-- engine-generated id, "x:<attempt>" for a client's id, request_id again in its HSET) and inserts one: about 320 instructions per field of the window on every admission,
 -- 15,000 per call on average over a window's first 3,000 (admit_lua_cost.sh --calls 3000). So
 -- admit.lua makes a window a hash table after about 32 admissions (one admission in 32 of a
 -- window that exists, at random, so that settled reservations, which stay fields without being
