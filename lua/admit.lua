@@ -104,8 +104,14 @@ local ARGV, KEYS, redis = ARGV, KEYS, redis
 -- strtod), and conversions were a tenth of this script's instructions
 -- (tools/bench/admit_lua_cost.sh).
 local t = redis.call('TIME')
-local sec = t[1] + 0
-local now_us = sec * 1000000 + t[2]
+-- TIME as stored text, "<sec><usec, 6 digits>" (lib_bucket.lua's bucket_now_text, in place: that
+-- function would be a closure made on every call), read as a number once: one parse instead of
+-- one for each part.
+local ts = t[2]
+if #ts < 6 then ts = string.sub('00000' .. ts, -6) end
+ts = t[1] .. ts
+local now_us = ts + 0
+local sec = (now_us - now_us % 1000000) / 1000000
 -- floor(now_us / 1000) in exact integer arithmetic, without a call to math.floor.
 local now_ms = (now_us - now_us % 1000) / 1000
 
@@ -182,11 +188,6 @@ n = n == '1' and 1 or n + 0
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
 local r  -- the gates that would refuse (refusal_note)
--- TIME as stored text, as lib_bucket.lua's bucket_now_text makes it, in place: that function
--- would be a closure made on every call.
-local ts = t[2]
-if #ts < 6 then ts = string.sub('00000' .. ts, -6) end
-ts = t[1] .. ts
 -- The buckets go in TIME's reply, read by now (sec, now_us, ts): its array part has their
 -- slots for up to two, and each table a call makes costs Redis about a thousand instructions.
 local buckets = t
