@@ -90,14 +90,14 @@
 --   pruned (admitted with snapshot = "1" and a concurrency gate): the number k of expired
 --   leases pruned and k pairs member, score.
 
--- The routines first: they index the globals KEYS and ARGV and call redis.call. The body then
--- reads the three as locals (a register instead of a lookup in the globals table, about 130
--- instructions each use, some thirty uses per call); a function defined after them would hold
--- them as upvalues (lib_window.lua's, only with windows).
+-- The routines first: they index the globals KEYS and ARGV and call redis.call and the string
+-- library. The body then reads the four as locals (a register instead of a lookup in the
+-- globals table, about 130 instructions each use, some thirty uses per call); a function
+-- defined after them would hold them as upvalues (lib_window.lua's, only with windows).
 -- @include lib_reservation.lua
 -- @include lib_month.lua
 -- @include lib_bucket.lua
-local ARGV, KEYS, redis = ARGV, KEYS, redis
+local ARGV, KEYS, redis, string = ARGV, KEYS, redis, string
 
 -- Numbers arrive as strings (ARGV, TIME, replies) and are converted with `s + 0`, not
 -- tonumber(s): Lua 5.1's tonumber parses a string twice (lua_isnumber, then lua_tonumber, each a
