@@ -123,6 +123,8 @@ class RedisClient {
   struct Posted;
   friend struct Conn;
 
+  Pending* acquire();
+  void recycle(Pending* p);
   Conn* pick(WhenStalled stalled);
   void dispatch(Pending* p, WhenStalled stalled);
   void send(Conn* c, Pending* p);
@@ -155,6 +157,9 @@ class RedisClient {
   RedisObserver* observer_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::deque<Pending*> held_;  // kQueue calls waiting for a connection, in call order
+  // Answered calls kept for reuse (acquire), at most kMaxSpare.
+  static constexpr size_t kMaxSpare = 256;
+  std::vector<Pending*> spare_;
   size_t next_ = 0;
   Conn* batch_ = nullptr;  // the connection this loop iteration's calls go on (see pick)
   bool shutting_down_ = false;
