@@ -414,9 +414,11 @@ int64_t retry_after_seconds(int64_t retry_after_ms) {
   return (retry_after_ms + 999) / 1000;
 }
 
+namespace {
+
 // Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
-// Both headers are written on every answer: appended into one string, numbers by to_chars.
-void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
+// Numbers by to_chars.
+void format_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
   // Literals by their length (string_view): appending a C string measures it first.
   using namespace std::string_view_literals;
   bool first = true;
@@ -435,6 +437,47 @@ void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& rem
       append_integer(out, std::max<int64_t>(1, whole(std::ceil(r.window_s))));
     }
   }
+}
+
+// The policy is the plan's (gates, limits, windows): the same for every answer on a plan until
+// a reload, a brake or the month's length changes it. So each thread keeps the last one it
+// wrote with what it was written from, and writes it again only when any of that differs.
+struct PolicyCache {
+  struct Item {
+    std::string gate;
+    double limit = 0, window_s = 0;
+  };
+  std::vector<Item> from;
+  std::string text;
+
+  const std::string& of(const std::vector<Remaining>& remaining) {
+    if (!same(remaining)) {
+      text.clear();
+      format_ratelimit_policy(text, remaining);
+      from.resize(remaining.size());
+      for (size_t i = 0; i < remaining.size(); ++i)
+        from[i] = {remaining[i].gate, remaining[i].limit, remaining[i].window_s};
+    }
+    return text;
+  }
+  // Bitwise equal inputs, so the same text (a NaN never matches: written every time).
+  bool same(const std::vector<Remaining>& remaining) const {
+    if (remaining.size() != from.size()) return false;
+    for (size_t i = 0; i < remaining.size(); ++i) {
+      const Remaining& r = remaining[i];
+      if (r.limit != from[i].limit || r.window_s != from[i].window_s || r.gate != from[i].gate)
+        return false;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+// Both headers are written on every answer: appended into one string.
+void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
+  thread_local PolicyCache cache;
+  out += cache.of(remaining);
 }
 
 void append_ratelimit(std::string& out, const std::vector<Remaining>& remaining) {

@@ -369,6 +369,36 @@ TEST(Render, ConcurrencyPolicyHasNoWindow) {
   EXPECT_EQ(ratelimit_policy_header(rem), "\"concurrency\";q=50;qu=\"concurrent-requests\"");
 }
 
+// The policy is written again whenever what it says changes (another plan, a reload, a brake,
+// a month of another length), however often the same one came before.
+TEST(Render, PolicyFollowsEveryChangeOfItsGates) {
+  const std::vector<Remaining> plan = {{"tenant", 4, 5, 5, 1}, {"quota", 900, 1000, 2678400, 9}};
+  const std::string text = "\"tenant\";q=5;w=5, \"quota\";q=1000;qu=\"tokens\";w=2678400";
+  EXPECT_EQ(ratelimit_policy_header(plan), text);
+  // Only the remaining values moved: the same policy.
+  std::vector<Remaining> other = plan;
+  other[0].value = 1;
+  other[1].reset_s = 1;
+  EXPECT_EQ(ratelimit_policy_header(other), text);
+  other = plan;
+  other[1].window_s = 2592000;  // a 30-day month
+  EXPECT_EQ(ratelimit_policy_header(other),
+            "\"tenant\";q=5;w=5, \"quota\";q=1000;qu=\"tokens\";w=2592000");
+  other = plan;
+  other[0].limit = 2.5;  // under a brake
+  other[0].window_s = 2.5;
+  EXPECT_EQ(ratelimit_policy_header(other),
+            "\"tenant\";q=2;w=3, \"quota\";q=1000;qu=\"tokens\";w=2678400");
+  other = plan;
+  other[0].gate = "user";
+  EXPECT_EQ(ratelimit_policy_header(other),
+            "\"user\";q=5;w=5, \"quota\";q=1000;qu=\"tokens\";w=2678400");
+  other.pop_back();
+  EXPECT_EQ(ratelimit_policy_header(other), "\"user\";q=5;w=5");
+  EXPECT_EQ(ratelimit_policy_header({}), "");
+  EXPECT_EQ(ratelimit_policy_header(plan), text);
+}
+
 TEST(Render, ErrorsAndOtherOutcomes) {
   AdmitResult a;
   a.outcome = Outcome::kBadRequest;

@@ -155,51 +155,88 @@ config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapsh
   return failure_mode(snap->cfg, tenant, engine_.registry().get());
 }
 
+// What an admission's answer needs of its request, kept from one admission to the next: the
+// engine's callback then holds only the gateway and this (no closure on the heap per request),
+// and its strings keep their capacity.
+struct Gateway::Admission {
+  std::string tenant;  // the metrics label
+  std::optional<Flow> flow;
+  std::optional<DecisionWho> who;
+  config::OnFailure mode = config::OnFailure::kClosed;
+  std::optional<AdmitRequest> again;
+  std::shared_ptr<const Snapshot> snap;
+  std::function<void(AdmitDecision)> done;
+};
+
+Gateway::Admission* Gateway::take_admission() {
+  if (spare_admissions_.empty()) return new Admission;
+  Admission* a = spare_admissions_.back().release();
+  spare_admissions_.pop_back();
+  return a;
+}
+
+void Gateway::give_back(Admission* a) {
+  std::unique_ptr<Admission> owned(a);
+  if (spare_admissions_.size() >= kSpareAdmissions) return;
+  a->flow.reset();
+  a->who.reset();
+  a->again.reset();
+  a->snap.reset();
+  a->done = nullptr;
+  spare_admissions_.push_back(std::move(owned));
+}
+
 void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
-  std::string tenant(snap->tenant_label(req.tenant, engine_.registry().get()));
-  std::optional<Flow> flow = req.flow;
-  std::optional<DecisionWho> who;
+  Admission* a = take_admission();
+  a->tenant.assign(snap->tenant_label(req.tenant, engine_.registry().get()));
+  a->flow = req.flow;
   if (decisions_ && decisions_->sampled())
-    who = DecisionWho{req.tenant, req.user, req.model, req.tool};
+    a->who = DecisionWho{req.tenant, req.user, req.model, req.tool};
   // What the request is decided by should Redis not answer: kept only when not `closed`.
-  const config::OnFailure mode = admit_failure_mode(snap, req.tenant);
-  std::optional<AdmitRequest> again;
-  if (mode != config::OnFailure::kClosed) again = req;
+  a->mode = admit_failure_mode(snap, req.tenant);
+  if (a->mode != config::OnFailure::kClosed) a->again = req;
+  a->snap = snap;
+  a->done = std::move(done);
   engine_.admit(
-      std::move(req),
-      [this, tenant = std::move(tenant), flow = std::move(flow), who = std::move(who), mode,
-       again = std::move(again), snap, done = std::move(done)](AdmitResult r) mutable {
-        if (r.outcome == Outcome::kUnavailable) {
-          redis_failed();
-          if (again) degraded_admit(mode, *snap, *again, r);
-        } else {
-          redis_answered();
-          if (mode == config::OnFailure::kLocal && fallback_)
-            for (const Remaining& q : r.remaining)
-              if (q.gate == "quota")
-                fallback_->quota_left(again->tenant, static_cast<int64_t>(q.value));
-        }
-        // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
-        const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
-        metrics_.admission(tenant,
-                           r.outcome == Outcome::kRefused ? std::string_view(r.gate)
-                           : shadow                       ? std::string_view(r.shadow_refused)
-                                                          : std::string_view(),
-                           shadow ? "shadow_refused" : result_label(r.outcome), front_);
-        if (who) decisions_->record(*who, r, result_label(r.outcome));
-        if (r.outcome != Outcome::kAllowed || !flow) return done(AdmitDecision{std::move(r), {}});
-        flows_.put(r.request_id, *flow);
-        // The flow stays in its class as long as the lease would, unless released earlier.
-        int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
-        std::string cls = r.cls;
-        dp_.tag(*flow, cls, ttl_s,
-                [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
-                  done(AdmitDecision{std::move(r), tag});
-                });
-      },
-      snap);
+      std::move(req), [this, a](AdmitResult&& r) { admitted(a, r); }, std::move(snap));
+}
+
+void Gateway::admitted(Admission* a, AdmitResult& r) {
+  if (r.outcome == Outcome::kUnavailable) {
+    redis_failed();
+    if (a->again) degraded_admit(a->mode, *a->snap, *a->again, r);
+  } else {
+    redis_answered();
+    if (a->mode == config::OnFailure::kLocal && fallback_)
+      for (const Remaining& q : r.remaining)
+        if (q.gate == "quota")
+          fallback_->quota_left(a->again->tenant, static_cast<int64_t>(q.value));
+  }
+  // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
+  const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
+  metrics_.admission(a->tenant,
+                     r.outcome == Outcome::kRefused ? std::string_view(r.gate)
+                     : shadow                       ? std::string_view(r.shadow_refused)
+                                                    : std::string_view(),
+                     shadow ? "shadow_refused" : result_label(r.outcome), front_);
+  if (a->who) decisions_->record(*a->who, r, result_label(r.outcome));
+  auto done = std::move(a->done);
+  if (r.outcome != Outcome::kAllowed || !a->flow) {
+    give_back(a);
+    return done(AdmitDecision{std::move(r), {}});
+  }
+  const Flow flow = std::move(*a->flow);
+  give_back(a);
+  flows_.put(r.request_id, flow);
+  // The flow stays in its class as long as the lease would, unless released earlier.
+  int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
+  std::string cls = r.cls;
+  dp_.tag(flow, cls, ttl_s,
+          [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
+            done(AdmitDecision{std::move(r), tag});
+          });
 }
 
 namespace {

@@ -87,6 +87,12 @@ class Gateway {
     Metrics& metrics;
     std::atomic<int64_t> down_since_ms{0};
   };
+  struct Admission;
+  Admission* take_admission();
+  void give_back(Admission* a);
+  // An admission's answer from the engine (the callback's own, moved on from there): the
+  // metrics, the decision log, the flow's tag.
+  void admitted(Admission* a, AdmitResult& r);
   // A decision Redis could not make, under the tenant's redis.on_failure.
   void degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
                       AdmitResult& r);
@@ -118,6 +124,10 @@ class Gateway {
   std::shared_ptr<const Snapshot> modes_of_;
   bool plan_modes_ = false;
   event* tick_ = nullptr;
+  // Admissions answered, kept for the next ones (take_admission), at most kSpareAdmissions.
+  // Before the engine: destroyed after it, whose last callbacks still give theirs back.
+  static constexpr size_t kSpareAdmissions = 256;
+  std::vector<std::unique_ptr<Admission>> spare_admissions_;
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks

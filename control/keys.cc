@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 
 namespace dripgate::control::keys {
 
@@ -142,9 +143,9 @@ const Months& current_months() {
   return m;
 }
 
-void TimeKeys::build(std::string_view quota_prefix, std::string_view reservations_prefix,
-                     std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
-  const int64_t base_w = now_s / ttl;
+void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,
+                      std::string_view reservations_prefix, std::string_view ttl_s, int64_t base_w,
+                      const Months& months) {
   char num[5][24];
   std::string_view w[5];
   for (int i = 0; i < 5; ++i) {
@@ -157,19 +158,72 @@ void TimeKeys::build(std::string_view quota_prefix, std::string_view reservation
   for (const Month* m : ms) n += quota_prefix.size() + m->name.size();
   for (auto x : w) n += reservations_prefix.size() + ttl_s.size() + 1 + x.size();
   for (auto x : b) n += x.size();
+  // A buffer another build still points into is left to it.
+  buf_.reset();
+  if (!buf || buf.use_count() > 1) buf = std::make_shared<std::string>();
+  std::string& out = *buf;
   // Reserved in full first: the views below stay valid.
-  buf_.clear();
-  buf_.reserve(n);
+  out.clear();
+  out.reserve(n);
   auto add = [&](std::initializer_list<std::string_view> parts) {
-    const size_t at = buf_.size();
-    for (auto p : parts) buf_.append(p);
-    return std::string_view(buf_).substr(at);
+    const size_t at = out.size();
+    for (auto p : parts) out.append(p);
+    return std::string_view(out).substr(at);
   };
   for (int i = 0; i < 3; ++i) quota[static_cast<size_t>(i)] = add({quota_prefix, ms[i]->name});
   for (int i = 0; i < 5; ++i)
     windows[static_cast<size_t>(i)] = add({reservations_prefix, ttl_s, ":", w[i]});
   base = windows[2].substr(reservations_prefix.size() + ttl_s.size() + 1);
   for (int i = 0; i < 2; ++i) bounds[static_cast<size_t>(i)] = add({b[i]});
+  buf_ = buf;
+}
+
+void TimeKeys::share(const TimeKeys& o) {
+  quota = o.quota;
+  windows = o.windows;
+  base = o.base;
+  bounds = o.bounds;
+  buf_ = o.buf_;
+}
+
+// A thread's newest build per tenant, by what the names are made of. Direct-mapped on the quota
+// prefix (the tenant's): tenants that meet in a slot take turns, each build is still correct.
+struct TimeKeysCache {
+  struct Entry {
+    std::string quota_prefix, reservations_prefix, ttl_s;
+    int64_t ttl = 0, base_w = 0, prev = 0, cur = 0, next = 0;
+    std::shared_ptr<std::string> buf;  // what keys points into
+    TimeKeys keys;
+  };
+  static constexpr size_t kSlots = 64;
+  std::array<Entry, kSlots> slots;
+
+  void build(TimeKeys& out, std::string_view quota_prefix, std::string_view reservations_prefix,
+             std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
+    const int64_t base_w = now_s / ttl;
+    Entry& e = slots[std::hash<std::string_view>{}(quota_prefix) % kSlots];
+    if (!e.buf || e.base_w != base_w || e.ttl != ttl || e.cur != months.cur.start ||
+        e.prev != months.prev.start || e.next != months.next.start ||
+        e.quota_prefix != quota_prefix || e.reservations_prefix != reservations_prefix ||
+        e.ttl_s != ttl_s) {
+      e.keys.format(e.buf, quota_prefix, reservations_prefix, ttl_s, base_w, months);
+      e.quota_prefix.assign(quota_prefix);
+      e.reservations_prefix.assign(reservations_prefix);
+      e.ttl_s.assign(ttl_s);
+      e.ttl = ttl;
+      e.base_w = base_w;
+      e.prev = months.prev.start;
+      e.cur = months.cur.start;
+      e.next = months.next.start;
+    }
+    out.share(e.keys);
+  }
+};
+
+void TimeKeys::build(std::string_view quota_prefix, std::string_view reservations_prefix,
+                     std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
+  thread_local TimeKeysCache cache;
+  cache.build(*this, quota_prefix, reservations_prefix, ttl_s, ttl, now_s, months);
 }
 
 }  // namespace dripgate::control::keys

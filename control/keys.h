@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,11 @@ std::string reservations(std::string_view tenant);
 // current, next) and the reservation windows base - 2 .. base + 2 (base = now / ttl), and the
 // scripts pick by Redis TIME among them (lua/lib_month.lua, lua/lib_reservation.lua). One buffer
 // with views into it: neither copied nor moved once built.
+//
+// The names change only when the reservation window or the month does (every ttl seconds), so
+// each thread keeps the newest build per tenant (a small table by the tenant's prefix) and a
+// build within the same window and months shares its buffer instead of formatting it again; a
+// build for another window, other months, prefixes or ttl is formatted anew.
 class TimeKeys {
  public:
   TimeKeys() = default;
@@ -64,8 +70,18 @@ class TimeKeys {
   // months' from the calendar, lua/lib_month.lua)
   std::array<std::string_view, 2> bounds{};
 
+  // Whether this build shares its buffer with another (the thread's table): for the tests.
+  const void* buffer() const { return buf_.get(); }
+
  private:
-  std::string buf_;
+  friend struct TimeKeysCache;
+  // Formats the names into buf (reused when nothing else holds it) and points the views at it.
+  void format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,
+              std::string_view reservations_prefix, std::string_view ttl_s, int64_t base_w,
+              const Months& months);
+  void share(const TimeKeys& o);
+
+  std::shared_ptr<const std::string> buf_;
 };
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);

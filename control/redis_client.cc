@@ -97,8 +97,8 @@ size_t digits(size_t v) {
 }
 
 // v in decimal at w (room for it), returning its end: the lengths of a command's arguments
-// are mostly one or two digits, written here without a call.
-char* put_decimal(char* w, size_t v) {
+// are mostly one or two digits, written here without a call (inlined: twice per argument).
+[[gnu::always_inline]] inline char* put_decimal(char* w, size_t v) {
   if (v < 10) {
     *w = static_cast<char>('0' + v);
     return w + 1;
@@ -114,12 +114,20 @@ char* put_decimal(char* w, size_t v) {
 // A command in the Redis protocol, in one malloc'ed buffer as hiredis's own (freed by
 // redisFreeCommand): written here with to_chars because redisFormatCommandArgv costs a sprintf
 // per argument, which showed in the daemon's profile. each(f) calls f(arg) for every argument.
+// *out of *cap bytes is written over when the command fits (a recycled call's buffer), else
+// replaced by a new one.
 template <class Each>
-int format_command(char** out, size_t argc, Each each) {
+int format_command(char** out, size_t* cap, size_t argc, Each each) {
   size_t total = 1 + digits(argc) + 2;
   each([&](std::string_view a) { total += 1 + digits(a.size()) + 2 + a.size() + 2; });
-  char* buf = static_cast<char*>(std::malloc(total));
-  if (!buf) throw std::bad_alloc();
+  if (!*out || *cap < total) {
+    char* fresh = static_cast<char*>(std::malloc(total));
+    if (!fresh) throw std::bad_alloc();
+    if (*out) redisFreeCommand(*out);
+    *out = fresh;
+    *cap = total;
+  }
+  char* buf = *out;
   char* w = buf;
   auto line = [&](char kind, size_t n) {
     *w++ = kind;
@@ -135,13 +143,12 @@ int format_command(char** out, size_t argc, Each each) {
     *w++ = '\r';
     *w++ = '\n';
   });
-  *out = buf;
   return static_cast<int>(total);
 }
 
 // format_command over a list of arguments.
-int format_command(char** out, std::span<const std::string_view> argv) {
-  return format_command(out, argv.size(), [&](auto f) {
+int format_command(char** out, size_t* cap, std::span<const std::string_view> argv) {
+  return format_command(out, cap, argv.size(), [&](auto f) {
     for (auto a : argv) f(a);
   });
 }
@@ -180,6 +187,7 @@ struct RedisClient::Pending {
   Conn* conn = nullptr;
   Callback cb;
   char* cmd = nullptr;  // the formatted command, kept for the NOSCRIPT retry
+  size_t cap = 0;       // cmd's size: a recycled call writes its command over it when it fits
   int len = 0;
   LateReply late;  // for a reply that comes after cb was answered with a timeout
   const lua::Script* script = nullptr;
@@ -197,7 +205,35 @@ struct RedisClient::Pending {
   ~Pending() {
     if (cmd) redisFreeCommand(cmd);
   }
+  // As new, but for cmd's buffer.
+  void reset() {
+    conn = nullptr;
+    cb = nullptr;
+    len = 0;
+    late = nullptr;
+    script = nullptr;
+    retried = answered = setup = queue = asking = false;
+    start = deadline = {};
+  }
 };
+
+// A call's Pending and its command buffer are reused by the next call: two allocations and
+// frees fewer per call. A few are kept, as many as a burst of calls in flight needs.
+RedisClient::Pending* RedisClient::acquire() {
+  if (spare_.empty()) return new Pending;
+  Pending* p = spare_.back();
+  spare_.pop_back();
+  return p;
+}
+
+void RedisClient::recycle(Pending* p) {
+  if (spare_.size() >= kMaxSpare) {
+    delete p;
+    return;
+  }
+  p->reset();
+  spare_.push_back(p);
+}
 
 struct RedisClient::Conn {
   RedisClient* client = nullptr;
@@ -294,6 +330,7 @@ RedisClient::~RedisClient() {
   }
   // Last: the callbacks above may still queue commands (which send() no longer flushes).
   event_free(flush_ev_);
+  for (Pending* p : spare_) delete p;
 }
 
 void RedisClient::post(std::function<void()> fn) {
@@ -359,9 +396,9 @@ void RedisClient::connect(Conn* c) {
 }
 
 void RedisClient::setup(Conn* c, std::vector<std::string_view> argv, const char* what) {
-  auto* p = new Pending;
+  auto* p = acquire();
   p->setup = true;
-  p->len = format_command(&p->cmd, argv);
+  p->len = format_command(&p->cmd, &p->cap, argv);
   p->cb = [this, c, what](const redisReply* r, std::string_view) { on_setup_reply(c, what, r); };
   if (std::string_view(what) != "SCRIPT LOAD") ++c->setup_left;
   send(c, p);
@@ -565,23 +602,23 @@ void RedisClient::send(Conn* c, Pending* p) {
   }
   if (p->asking) {
     // No deadline of its own (the call behind it has one); its reply is dropped.
-    auto* asking = new Pending;
+    auto* asking = acquire();
     asking->setup = true;
     std::string_view argv[] = {"ASKING"};
-    asking->len = format_command(&asking->cmd, argv);
+    asking->len = format_command(&asking->cmd, &asking->cap, argv);
     asking->cb = [](const redisReply*, std::string_view) {};
     asking->conn = c;
     if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, asking, asking->cmd,
                                    static_cast<size_t>(asking->len)) == REDIS_OK)
       c->pending.push_back(asking);
     else
-      delete asking;
+      recycle(asking);
   }
   if (redisAsyncFormattedCommand(c->ac, &RedisClient::on_reply, p, p->cmd,
                                  static_cast<size_t>(p->len)) != REDIS_OK) {
     if (p->queue && !shutting_down_) return post([this, p] { dispatch(p, WhenStalled::kQueue); });
     Callback cb = std::move(p->cb);
-    delete p;
+    recycle(p);
     post([cb = std::move(cb)] { cb(nullptr, "redis: connection is closing"); });
     return;
   }
@@ -623,7 +660,7 @@ void RedisClient::lost(LateReply late) {
 
 void RedisClient::complete(Pending* p, const redisReply* reply, std::string_view error) {
   Callback cb = std::move(p->cb);
-  delete p;
+  recycle(p);
   cb(reply, error);
 }
 
@@ -641,7 +678,7 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
   if (p->answered) {
     // Its caller was told "timeout" already; a NOSCRIPT error means it did not run at all.
     LateReply late = std::move(p->late);
-    delete p;
+    self->recycle(p);
     if (!reply) return self->lost(std::move(late));
     bool ran = !(reply->type == REDIS_REPLY_ERROR &&
                  std::string_view(reply->str, reply->len).starts_with("NOSCRIPT"));
@@ -670,9 +707,9 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
     // command again, pipelined on this connection so the load is in place before the retry.
     if (self->observer_) self->observer_->error("noscript");
     p->retried = true;
-    auto* load = new Pending;
+    auto* load = self->acquire();
     const std::string_view argv[] = {"SCRIPT", "LOAD", p->script->text};
-    load->len = format_command(&load->cmd, argv);
+    load->len = format_command(&load->cmd, &load->cap, argv);
     load->cb = [](const redisReply*, std::string_view) {};
     self->send(c, load);
     self->send(c, p);
@@ -694,7 +731,7 @@ void RedisClient::dispatch(Pending* p, WhenStalled stalled) {
   }
   if (stalled == WhenStalled::kQueue && observer_) observer_->error("late_lost");
   Callback cb = std::move(p->cb);
-  delete p;
+  recycle(p);
   refuse(std::move(cb));
 }
 
@@ -703,12 +740,12 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
                           WhenStalled stalled, bool asking) {
   char numkeys[24];
   auto nk = std::to_chars(numkeys, numkeys + sizeof numkeys, keys.size()).ptr - numkeys;
-  auto* p = new Pending;
+  auto* p = acquire();
   p->script = &script;
   p->cb = std::move(cb);
   p->late = std::move(late);
   p->asking = asking;
-  p->len = format_command(&p->cmd, 3 + keys.size() + args.size(), [&](auto f) {
+  p->len = format_command(&p->cmd, &p->cap, 3 + keys.size() + args.size(), [&](auto f) {
     f("EVALSHA");
     f(script.sha1);
     f(std::string_view(numkeys, static_cast<size_t>(nk)));
@@ -719,10 +756,10 @@ void RedisClient::evalsha(const lua::Script& script, std::span<const std::string
 }
 
 void RedisClient::command(std::span<const std::string_view> argv, Callback cb, bool asking) {
-  auto* p = new Pending;
+  auto* p = acquire();
   p->cb = std::move(cb);
   p->asking = asking;
-  p->len = format_command(&p->cmd, argv);
+  p->len = format_command(&p->cmd, &p->cap, argv);
   dispatch(p, WhenStalled::kFailFast);
 }
 

@@ -19,14 +19,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -41,6 +45,119 @@ struct Script;
 }
 
 namespace dripgate::control {
+
+// A copyable function like std::function, whose callable is kept in place up to kInPlace bytes
+// (std::function: 16): a call's callbacks, the engine's among them (its gateway and its
+// shared state: 24 bytes), then cost no allocation and no free per call. A larger callable, or
+// one whose move may throw, goes to the heap as with std::function.
+template <class Sig>
+class InlineFunction;
+
+template <class R, class... A>
+class InlineFunction<R(A...)> {
+ public:
+  static constexpr size_t kInPlace = 48;
+
+  InlineFunction() noexcept = default;
+  InlineFunction(std::nullptr_t) noexcept {}
+  template <class F, class D = std::decay_t<F>,
+            class = std::enable_if_t<!std::is_same_v<D, InlineFunction> &&
+                                     std::is_invocable_r_v<R, D&, A...>>>
+  InlineFunction(F&& f) {
+    // An empty std::function (or null pointer) makes an empty one, as std::function does.
+    if constexpr (requires { f == nullptr; })
+      if (f == nullptr) return;
+    if constexpr (kFits<D>) {
+      ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));
+      ops_ = &kInPlaceOps<D>;
+    } else {
+      *reinterpret_cast<D**>(buf_) = new D(std::forward<F>(f));
+      ops_ = &kHeapOps<D>;
+    }
+  }
+  InlineFunction(const InlineFunction& o) {
+    if (o.ops_) o.ops_->copy(o.buf_, buf_);
+    ops_ = o.ops_;
+  }
+  InlineFunction(InlineFunction&& o) noexcept {
+    if (o.ops_) o.ops_->move(o.buf_, buf_);
+    ops_ = std::exchange(o.ops_, nullptr);
+  }
+  InlineFunction& operator=(const InlineFunction& o) {
+    if (this != &o) *this = InlineFunction(o);
+    return *this;
+  }
+  InlineFunction& operator=(InlineFunction&& o) noexcept {
+    if (this != &o) {
+      reset();
+      if (o.ops_) o.ops_->move(o.buf_, buf_);
+      ops_ = std::exchange(o.ops_, nullptr);
+    }
+    return *this;
+  }
+  InlineFunction& operator=(std::nullptr_t) noexcept {
+    reset();
+    return *this;
+  }
+  ~InlineFunction() { reset(); }
+
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+  R operator()(A... a) const { return ops_->call(buf_, std::forward<A>(a)...); }
+
+ private:
+  // What the stored callable's type knows: each moves (from then destroyed), copies, calls and
+  // destroys it.
+  struct Ops {
+    R (*call)(unsigned char* buf, A&&... a);
+    void (*move)(unsigned char* from, unsigned char* to) noexcept;
+    void (*copy)(const unsigned char* from, unsigned char* to);
+    void (*destroy)(unsigned char* buf) noexcept;
+  };
+  template <class D>
+  static constexpr bool kFits =
+      sizeof(D) <= kInPlace &&
+      alignof(D) <= alignof(std::max_align_t) && std::is_nothrow_move_constructible_v<D>;
+  template <class D>
+  static D* in_place(unsigned char* buf) {
+    return std::launder(reinterpret_cast<D*>(buf));
+  }
+  template <class D>
+  static D* on_heap(const unsigned char* buf) {
+    return *reinterpret_cast<D* const*>(buf);
+  }
+  template <class D>
+  static constexpr Ops kInPlaceOps = {
+      [](unsigned char* buf, A&&... a) -> R {
+        return std::invoke(*in_place<D>(buf), std::forward<A>(a)...);
+      },
+      [](unsigned char* from, unsigned char* to) noexcept {
+        ::new (static_cast<void*>(to)) D(std::move(*in_place<D>(from)));
+        in_place<D>(from)->~D();
+      },
+      [](const unsigned char* from, unsigned char* to) {
+        ::new (static_cast<void*>(to)) D(*in_place<D>(const_cast<unsigned char*>(from)));
+      },
+      [](unsigned char* buf) noexcept { in_place<D>(buf)->~D(); }};
+  template <class D>
+  static constexpr Ops kHeapOps = {[](unsigned char* buf, A&&... a) -> R {
+                                     return std::invoke(*on_heap<D>(buf), std::forward<A>(a)...);
+                                   },
+                                   [](unsigned char* from, unsigned char* to) noexcept {
+                                     *reinterpret_cast<D**>(to) = on_heap<D>(from);
+                                   },
+                                   [](const unsigned char* from, unsigned char* to) {
+                                     *reinterpret_cast<D**>(to) = new D(*on_heap<D>(from));
+                                   },
+                                   [](unsigned char* buf) noexcept { delete on_heap<D>(buf); }};
+
+  void reset() noexcept {
+    if (ops_) std::exchange(ops_, nullptr)->destroy(buf_);
+  }
+
+  const Ops* ops_ = nullptr;
+  // Mutable: a call runs the callable as std::function does, through a const function.
+  alignas(std::max_align_t) mutable unsigned char buf_[kInPlace];
+};
 
 // Observes Redis round trips; implemented by the metrics registry.
 struct RedisObserver {
@@ -72,13 +189,13 @@ class RedisClient {
   // reply: the reply (may be an error reply, e.g. a script error) or nullptr, then error says
   // why no reply came ("redis: timeout after 50 ms", "redis: not connected", ...). Called
   // exactly once, always from the event loop, never from inside evalsha()/command().
-  using Callback = std::function<void(const redisReply* reply, std::string_view error)>;
+  using Callback = InlineFunction<void(const redisReply* reply, std::string_view error)>;
   // What became of a command after its Callback was answered with an error: reply != nullptr,
   // the reply of a command answered with a timeout (it ran after all; undo it); nullptr, the
   // connection went away after the command was written and before its reply (it may or may not
   // have run; undo it by what Redis holds). Runs on the loop, at most once, never while the
   // client shuts down.
-  using LateReply = std::function<void(const redisReply* reply)>;
+  using LateReply = InlineFunction<void(const redisReply* reply)>;
   // A call made while no connection takes new calls: kFailFast answers it at once ("redis: not
   // answering" / "not connected") without writing it; kQueue, for the undo calls that must
   // reach Redis once it answers again, writes it on a stalled connection or holds it (up to
@@ -123,6 +240,8 @@ class RedisClient {
   struct Posted;
   friend struct Conn;
 
+  Pending* acquire();
+  void recycle(Pending* p);
   Conn* pick(WhenStalled stalled);
   void dispatch(Pending* p, WhenStalled stalled);
   void send(Conn* c, Pending* p);
@@ -155,6 +274,9 @@ class RedisClient {
   RedisObserver* observer_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::deque<Pending*> held_;  // kQueue calls waiting for a connection, in call order
+  // Answered calls kept for reuse (acquire), at most kMaxSpare.
+  static constexpr size_t kMaxSpare = 256;
+  std::vector<Pending*> spare_;
   size_t next_ = 0;
   Conn* batch_ = nullptr;  // the connection this loop iteration's calls go on (see pick)
   bool shutting_down_ = false;
