@@ -350,35 +350,113 @@ void DataplaneClient::on_timer(int, short, void* arg) {
   self->arm_timer();
 }
 
+FlowRegistry::FlowRegistry(size_t capacity) : capacity_(capacity) {}
+
+uint32_t FlowRegistry::hash_of(std::string_view id) {
+  return static_cast<uint32_t>(std::hash<std::string_view>{}(id));
+}
+
+size_t FlowRegistry::find(std::string_view id, uint32_t hash) const {
+  const size_t mask = index_.size() - 1;
+  for (size_t s = hash & mask;; s = (s + 1) & mask) {
+    const Slot& slot = index_[s];
+    if (slot.entry == kNone) return s;
+    if (slot.hash == hash && entries_[slot.entry].id == id) return s;
+  }
+}
+
+void FlowRegistry::erase_slot(size_t s) {
+  const size_t mask = index_.size() - 1;
+  // An entry further along the run moves into the hole when the hole lies between its home
+  // slot and where it sits, so every entry stays reachable from its home without tombstones.
+  for (size_t j = (s + 1) & mask; index_[j].entry != kNone; j = (j + 1) & mask) {
+    const size_t home = index_[j].hash & mask;
+    if (((j - home) & mask) >= ((j - s) & mask)) {
+      index_[s] = index_[j];
+      s = j;
+    }
+  }
+  index_[s].entry = kNone;
+}
+
+void FlowRegistry::unlink(uint32_t e) {
+  Entry& x = entries_[e];
+  (x.prev == kNone ? oldest_ : entries_[x.prev].next) = x.next;
+  (x.next == kNone ? newest_ : entries_[x.next].prev) = x.prev;
+  x.prev = kNone;
+  x.next = free_;
+  free_ = e;
+  --size_;
+}
+
+void FlowRegistry::grow_index() {
+  std::vector<Slot> old = std::move(index_);
+  index_.assign(std::max<size_t>(16, 2 * old.size()), Slot{});
+  const size_t mask = index_.size() - 1;
+  for (const Slot& slot : old) {
+    if (slot.entry == kNone) continue;
+    size_t s = slot.hash & mask;
+    while (index_[s].entry != kNone) s = (s + 1) & mask;
+    index_[s] = slot;
+  }
+}
+
 void FlowRegistry::put(const std::string& request_id, const Flow& flow) {
+  if (capacity_ == 0) return;
+  const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
-  auto it = map_.find(request_id);
-  if (it != map_.end()) {
-    it->second.first = flow;
+  if (index_.empty()) grow_index();
+  size_t s = find(request_id, hash);
+  if (index_[s].entry != kNone) {
+    entries_[index_[s].entry].flow = flow;
     return;
   }
-  if (capacity_ == 0) return;
-  while (map_.size() >= capacity_) {
-    map_.erase(order_.front());
-    order_.pop_front();
+  if (size_ >= capacity_) {
+    const uint32_t e = oldest_;
+    erase_slot(find(entries_[e].id, entries_[e].hash));
+    unlink(e);
+    s = find(request_id, hash);  // the shift may have moved the hole
+  } else if (2 * (size_ + 1) > index_.size()) {
+    grow_index();
+    s = find(request_id, hash);
   }
-  order_.push_back(request_id);
-  map_.emplace(request_id, std::make_pair(flow, std::prev(order_.end())));
+  uint32_t e = free_;
+  if (e != kNone) {
+    free_ = entries_[e].next;
+  } else {
+    e = static_cast<uint32_t>(entries_.size());
+    entries_.emplace_back();
+  }
+  // Assigned in place: a reused entry's strings keep their capacity.
+  Entry& x = entries_[e];
+  x.id = request_id;
+  x.flow = flow;
+  x.hash = hash;
+  x.prev = newest_;
+  x.next = kNone;
+  (newest_ == kNone ? oldest_ : entries_[newest_].next) = e;
+  newest_ = e;
+  index_[s] = Slot{e, hash};
+  ++size_;
 }
 
 std::optional<Flow> FlowRegistry::take(const std::string& request_id) {
+  const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
-  auto it = map_.find(request_id);
-  if (it == map_.end()) return std::nullopt;
-  Flow f = std::move(it->second.first);
-  order_.erase(it->second.second);
-  map_.erase(it);
+  if (size_ == 0) return std::nullopt;
+  const size_t s = find(request_id, hash);
+  const uint32_t e = index_[s].entry;
+  if (e == kNone) return std::nullopt;
+  // Copied, not moved: the entry keeps its strings' capacity for the next put.
+  std::optional<Flow> f = entries_[e].flow;
+  erase_slot(s);
+  unlink(e);
   return f;
 }
 
 size_t FlowRegistry::size() const {
   std::lock_guard lock(mu_);
-  return map_.size();
+  return size_;
 }
 
 }  // namespace dripgate::control
