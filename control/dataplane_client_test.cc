@@ -132,6 +132,35 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 3u);
 }
 
+// More lines in one pass than the socket holds: the first go straight into the socket, the rest
+// wait in the bufferevent, and every line arrives whole and in order.
+TEST_F(DataplaneClientTest, LinesBeyondWhatTheSocketHoldsArriveWholeAndInOrder) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/5000);
+  constexpr int kFlows = 20 * static_cast<int>(DataplaneClient::kMaxBatch);
+  for (int i = 0; i < kFlows; ++i) {
+    Flow f = flow();
+    f.src = "2001:db8:aaaa:bbbb:cccc:dddd:" + std::to_string(1000 + i / 60000) + ":1";
+    f.sport = static_cast<uint16_t>(i % 60000);
+    c.tag(f, "gold", 120, record);
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (results.size() < kFlows && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kFlows));
+  EXPECT_EQ(std::count(results.begin(), results.end(), "ok"), kFlows);
+  const auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 20u);
+  int next = 0;
+  for (const auto& line : lines) {
+    ASSERT_TRUE(line.is_object());
+    for (const auto& f : line["flows"]) EXPECT_EQ(f["sport"], next++ % 60000);
+  }
+  EXPECT_EQ(next, kFlows);
+}
+
 // A batch's slots are reused from pass to pass: a smaller later batch sends only its own flows.
 TEST_F(DataplaneClientTest, ALaterSmallerBatchSendsOnlyItsOwnFlows) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
