@@ -582,12 +582,40 @@ class TagLineScan {
           lit(R"(,"dst":)") && str(&dst) && lit(R"(,"dport":)") && uint(65535, &dport) &&
           lit(R"(,"proto":)") && uint(255, &proto) && lit("}")))
       return false;
-    std::optional<FiveTuple> t =
+    // Two dotted quads, the daemon's common case, are read here: inet_pton cost about 240
+    // instructions an address. Anything else goes through make_tuple, which reads it the same.
+    FiveTuple t;
+    std::memset(&t, 0, sizeof(t));
+    if (ipv4(src, t.src) && ipv4(dst, t.dst)) {
+      t.l3 = L3::kIpv4;
+      t.sport = static_cast<uint16_t>(sport);
+      t.dport = static_cast<uint16_t>(dport);
+      t.proto = static_cast<uint8_t>(proto);
+      *out = t;
+      return true;
+    }
+    std::optional<FiveTuple> m =
         dataplane::make_tuple(src, static_cast<uint16_t>(sport), dst, static_cast<uint16_t>(dport),
                               static_cast<uint8_t>(proto));
-    if (!t) return false;
-    *out = *t;
+    if (!m) return false;
+    *out = *m;
     return true;
+  }
+
+  // Four decimal octets as inet_pton(AF_INET) takes them: 0..255 each, no leading zero, three
+  // dots, nothing else.
+  static bool ipv4(std::string_view a, uint8_t out[4]) {
+    size_t i = 0;
+    for (int part = 0; part < 4; ++part) {
+      if (part > 0 && (i == a.size() || a[i++] != '.')) return false;
+      const size_t b = i;
+      unsigned v = 0;
+      for (; i < a.size() && i - b < 3 && a[i] >= '0' && a[i] <= '9'; ++i)
+        v = v * 10 + static_cast<unsigned>(a[i] - '0');
+      if (i == b || v > 255 || (i - b > 1 && a[b] == '0')) return false;
+      out[part] = static_cast<uint8_t>(v);
+    }
+    return i == a.size();
   }
 
  private:

@@ -801,6 +801,16 @@ TEST(ControlProtocol, TheTagFastPathAnswersAsTheReaderDoes) {
       head +
           R"(300,"flow":{"src":"10.0.0.256","sport":1,"dst":"192.0.2.1","dport":443,"proto":6}})",
       head +
+          R"(300,"flow":{"src":"0.0.0.0","sport":1,"dst":"255.255.255.255","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.01","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1.","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1.2","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10..0.1","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"1000.0.0.1","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"::ffff:10.0.0.1","sport":1,"dst":"::1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"2001:db8::1","dport":2,"proto":6}})",
+      head +
           R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":"tcp"}})",
       head +
           R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":6,"x":1}})",
