@@ -10,13 +10,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "common/json_reader.h"
@@ -101,18 +101,44 @@ class DataplaneClient {
 // (oldest entries are forgotten first); shared by the worker threads of one daemon, so a release
 // must reach the daemon that admitted the request for the untag to happen (the dataplane's idle
 // timeout and the tag's ttl_s clean up otherwise).
+//
+// A put comes with every admission that carries a flow, so the registry allocates nothing once
+// warm: entries live in one array (their strings keep their capacity when a slot is reused), in
+// admission order on a list threaded through the array, found through an open-addressing index
+// of slot numbers (linear probing, deletion by backward shift, no tombstones).
 class FlowRegistry {
  public:
-  explicit FlowRegistry(size_t capacity = 65536) : capacity_(capacity) {}
+  explicit FlowRegistry(size_t capacity = 65536);
+  // A request id already held keeps its place in the order and takes the new flow.
   void put(const std::string& request_id, const Flow& flow);
   std::optional<Flow> take(const std::string& request_id);
   size_t size() const;
 
  private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Entry {
+    std::string id;
+    Flow flow;
+    uint32_t hash = 0;
+    uint32_t prev = kNone, next = kNone;  // admission order; a free entry's next is the free list
+  };
+  struct Slot {
+    uint32_t entry = kNone;  // kNone: empty
+    uint32_t hash = 0;       // the id's hash, compared before the id
+  };
+  static uint32_t hash_of(std::string_view id);
+  // The index slot holding id, or the empty slot where it would go.
+  size_t find(std::string_view id, uint32_t hash) const;
+  void erase_slot(size_t s);  // empties s and shifts back the entries probing past it
+  void unlink(uint32_t e);    // out of the order, onto the free list
+  void grow_index();
+
   size_t capacity_;
   mutable std::mutex mu_;
-  std::list<std::string> order_;  // oldest first
-  std::unordered_map<std::string, std::pair<Flow, std::list<std::string>::iterator>> map_;
+  std::vector<Entry> entries_;  // grows up to capacity_, then slots are reused
+  std::vector<Slot> index_;     // a power of two, at least twice the entries
+  uint32_t oldest_ = kNone, newest_ = kNone, free_ = kNone;
+  size_t size_ = 0;
 };
 
 }  // namespace dripgate::control

@@ -9,12 +9,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +130,35 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   EXPECT_EQ(lines[1]["class"], "silver");
   EXPECT_EQ(lines[1]["flow"]["sport"], 1236);  // one flow: the one-flow form
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 3u);
+}
+
+// More lines in one pass than the socket holds: the first go straight into the socket, the rest
+// wait in the bufferevent, and every line arrives whole and in order.
+TEST_F(DataplaneClientTest, LinesBeyondWhatTheSocketHoldsArriveWholeAndInOrder) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/5000);
+  constexpr int kFlows = 20 * static_cast<int>(DataplaneClient::kMaxBatch);
+  for (int i = 0; i < kFlows; ++i) {
+    Flow f = flow();
+    f.src = "2001:db8:aaaa:bbbb:cccc:dddd:" + std::to_string(1000 + i / 60000) + ":1";
+    f.sport = static_cast<uint16_t>(i % 60000);
+    c.tag(f, "gold", 120, record);
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (results.size() < kFlows && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kFlows));
+  EXPECT_EQ(std::count(results.begin(), results.end(), "ok"), kFlows);
+  const auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 20u);
+  int next = 0;
+  for (const auto& line : lines) {
+    ASSERT_TRUE(line.is_object());
+    for (const auto& f : line["flows"]) EXPECT_EQ(f["sport"], next++ % 60000);
+  }
+  EXPECT_EQ(next, kFlows);
 }
 
 // A batch's slots are reused from pass to pass: a smaller later batch sends only its own flows.
@@ -291,6 +323,61 @@ TEST(FlowRegistry, RemembersAndForgetsOldestFirst) {
   EXPECT_FALSE(r.take("b"));  // taken once
   EXPECT_EQ(r.take("c")->sport, 3);
   EXPECT_EQ(r.size(), 0u);
+  // A put of an id already held takes the new flow and keeps the id's place in the order.
+  r.put("a", a);
+  r.put("b", b);
+  r.put("a", c);  // still the oldest
+  r.put("d", c);  // evicts "a"
+  EXPECT_FALSE(r.take("a"));
+  EXPECT_EQ(r.take("b")->sport, 2);
+  FlowRegistry none(0);
+  none.put("a", a);
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_FALSE(none.take("a"));
+}
+
+// Against a model of the order it keeps (a list, oldest first): random puts (new ids and ids
+// held), takes (held, taken and never seen) across several rounds of eviction, with the index
+// growing, wrapping and shifting back.
+TEST(FlowRegistry, KeepsTheOrderOfAListUnderChurn) {
+  for (size_t capacity : {1u, 3u, 64u, 1000u}) {
+    FlowRegistry r(capacity);
+    std::list<std::pair<std::string, uint16_t>> model;  // oldest first
+    std::mt19937 rng(static_cast<unsigned>(capacity));
+    auto find = [&](const std::string& id) {
+      return std::find_if(model.begin(), model.end(), [&](const auto& e) { return e.first == id; });
+    };
+    for (int step = 0; step < 20000; ++step) {
+      const std::string id = "req-" + std::to_string(rng() % (3 * capacity + 5));
+      Flow f;
+      f.sport = static_cast<uint16_t>(step);
+      f.src = step % 7 ? "10.0.0.1" : "2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff";
+      if (rng() % 3) {
+        r.put(id, f);
+        if (auto it = find(id); it != model.end()) {
+          it->second = f.sport;
+        } else {
+          if (model.size() >= capacity) model.pop_front();
+          model.emplace_back(id, f.sport);
+        }
+      } else {
+        auto got = r.take(id);
+        auto it = find(id);
+        ASSERT_EQ(got.has_value(), it != model.end()) << capacity << " " << step << " " << id;
+        if (got) {
+          EXPECT_EQ(got->sport, it->second);
+          model.erase(it);
+        }
+      }
+      ASSERT_EQ(r.size(), model.size());
+    }
+    for (const auto& [id, sport] : std::list(model)) {
+      auto got = r.take(id);
+      ASSERT_TRUE(got) << id;
+      EXPECT_EQ(got->sport, sport);
+    }
+    EXPECT_EQ(r.size(), 0u);
+  }
 }
 
 }  // namespace

@@ -200,8 +200,8 @@ void Metrics::http_request(int code) {
   http_requests_.inc({std::string_view(buf, ec == std::errc() ? end - buf : 0)});
 }
 
-void Metrics::dataplane(std::string_view op, std::string_view result) {
-  (op == "untag" ? dataplane_untag_ : dataplane_tag_).inc({result});
+void Metrics::dataplane(std::string_view op, std::string_view result, uint64_t n) {
+  (op == "untag" ? dataplane_untag_ : dataplane_tag_).inc({result}, n);
 }
 
 std::string Metrics::render() const {

@@ -78,7 +78,8 @@ class Metrics : public RedisObserver {
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
   // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
-  void dataplane(std::string_view op, std::string_view result);
+  // n: the flows of one line with that result.
+  void dataplane(std::string_view op, std::string_view result, uint64_t n = 1);
   // A configuration reload (SIGHUP or the admin API): applied, or refused with the old one kept.
   void config_reload(bool ok) { config_reloads_.inc({ok ? "ok" : "error"}); }
   // A decision made without Redis (redis.on_failure): mode "open" | "local", result as

@@ -43,6 +43,11 @@ class ControlSocket {
   // Throwing std::exception turns into {"ok":false,"error":what()}, whatever it had appended.
   // Text rather than a tree: the answers to tags, made at admission rate, are written flat.
   using Handler = std::function<void(const JsonReader&, std::string& out)>;
+  // Answers a line it recognises without the reader, appending the answer's text (as Handler)
+  // and returning true; false leaves the line to the reader and the Handler, and must not have
+  // changed anything they would see. The tag lines dripgate-control writes, at admission rate,
+  // are read this way (make_tag_fast_path).
+  using FastPath = std::function<bool(std::string_view line, std::string& out)>;
   // Appends j to out as a Handler's answer (invalid UTF-8 echoed from a client replaced).
   static void append_json(const nlohmann::json& j, std::string& out);
 
@@ -53,7 +58,8 @@ class ControlSocket {
 
   // Binds and listens; throws std::runtime_error when the path is taken by a live dataplane or
   // cannot be created. A stale socket file left by a dead process is replaced.
-  ControlSocket(std::string path, Handler handler, ControlSocketOptions options = {});
+  ControlSocket(std::string path, Handler handler, ControlSocketOptions options = {},
+                FastPath fast = {});
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;
@@ -64,11 +70,11 @@ class ControlSocket {
   size_t clients() const { return clients_.size(); }
   const std::string& path() const { return path_; }
 
-  // Answers one line as the socket would, reading it with `reader` (reused from line to line: no
-  // tree, and no allocation for the reading once warm). The second form, for tests, uses a new
-  // reader.
-  static void answer_line(std::string_view line, const Handler& handler, JsonReader& reader,
-                          std::string& out);  // appends the answer and its newline
+  // Answers one line as the socket would: by `fast` when it takes the line, else reading it with
+  // `reader` (reused from line to line: no tree, and no allocation for the reading once warm).
+  // The other forms, for tests, have no fast path and use a new reader.
+  static void answer_line(std::string_view line, const Handler& handler, const FastPath& fast,
+                          JsonReader& reader, std::string& out);  // appends answer and newline
   static std::string answer_line(std::string_view line, const Handler& handler, JsonReader& reader);
   static std::string answer_line(std::string_view line, const Handler& handler);
 
@@ -89,6 +95,7 @@ class ControlSocket {
   std::string path_;
   Handler handler_;
   ControlSocketOptions options_;
+  FastPath fast_;
   JsonReader reader_;  // reads every client's lines, one at a time on this thread
   int listen_fd_ = -1;
   std::vector<Client> clients_;
@@ -107,5 +114,11 @@ struct ControlTargets {
   uint64_t (*now)();       // TSC for flow-table timestamps
 };
 ControlSocket::Handler make_protocol(ControlTargets t);
+// The tag lines dripgate-control writes ({"op":"tag","class":…,"ttl_s":…,"flows":[{"src",
+// "sport","dst","dport","proto"},…]} or "flow":{…}, compact, numbers as plain integers, strings
+// without escapes) scanned in one pass and tagged as make_protocol's handler would, with the
+// same answer. Anything else, and any line it would refuse, is left to the handler, which then
+// names what is wrong.
+ControlSocket::FastPath make_tag_fast_path(ControlTargets t);
 
 }  // namespace dripgate::dataplane

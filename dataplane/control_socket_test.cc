@@ -722,5 +722,164 @@ TEST(ControlProtocol, ARepeatedKeyOrDeepNestingIsRefused) {
             json({{"ok", false}, {"error", "malformed JSON"}}));
 }
 
+// Lines answered two ways: by the handler alone on one table, and by the fast path (the handler
+// behind it) on another.
+struct TwoWays {
+  TwoWays(const char* plain_name, const char* fast_name, uint32_t entries)
+      : plain(plain_name, entries), fast(fast_name, entries) {}
+  bool ok() const { return plain.flows != nullptr && fast.flows != nullptr; }
+  // The handler's answer and the fast path's (`fp`, or another in front of the same table).
+  std::pair<std::string, std::string> answer(const std::string& line,
+                                             const ControlSocket::FastPath* other = nullptr) {
+    std::pair<std::string, std::string> a;
+    ControlSocket::answer_line(line, ha, {}, ra, a.first);
+    ControlSocket::answer_line(line, hb, other ? *other : fp, rb, a.second);
+    return a;
+  }
+  Protocol plain, fast;
+  const ControlSocket::Handler ha = plain.handler(), hb = fast.handler();
+  const ControlSocket::FastPath fp =
+      make_tag_fast_path({fast.flows.get(), nullptr, nullptr, &fast.sched, zero_now});
+  JsonReader ra, rb;
+};
+
+// The tag fast path against the reader: lines in the form dripgate-control writes, near misses,
+// and every one-byte mutation of them (a byte deleted, replaced by one that matters to JSON, or
+// inserted), answered by the handler alone on one table and by the fast path (the handler
+// behind it) on another: the same answers, and the same flows tagged with the same expiry.
+TEST(ControlProtocol, TheTagFastPathAnswersAsTheReaderDoes) {
+  TwoWays two("cs_fast_a", "cs_fast_b", 16384);
+  ASSERT_TRUE(two.ok());
+  const Protocol &plain = two.plain, &fast = two.fast;
+  size_t taken = 0;  // lines the fast path answered
+  const ControlSocket::FastPath counted = [&](std::string_view line, std::string& out) {
+    const bool took = two.fp(line, out);
+    taken += took;
+    return took;
+  };
+  size_t lines = 0;
+  auto both = [&](const std::string& line) {
+    const auto [a, b] = two.answer(line, &counted);
+    ++lines;
+    ASSERT_EQ(a, b) << line;
+    ASSERT_EQ(plain.flows->size(), fast.flows->size()) << line;
+  };
+  const std::string f1 =
+      R"({"src":"10.0.0.1","sport":1234,"dst":"192.0.2.1","dport":443,"proto":6})";
+  const std::string f2 =
+      R"({"src":"10.0.0.2","sport":0,"dst":"192.0.2.9","dport":65535,"proto":17})";
+  const std::string f6 =
+      R"({"src":"2001:db8::1","sport":40000,"dst":"2001:db8::2","dport":80,"proto":255})";
+  const std::string head = R"({"op":"tag","class":"gold","ttl_s":)";
+  const std::vector<std::string> base = {
+      head + "300,\"flow\":" + f1 + "}",
+      head + "0,\"flows\":[" + f1 + "," + f2 + "," + f6 + "]}",
+      head + "315360000,\"flows\":[" + f6 + "]}",
+  };
+  const std::vector<std::string> near = {
+      head + "315360001,\"flow\":" + f1 + "}",  // ttl_s out of range
+      head + "0300,\"flow\":" + f1 + "}",       // leading zero: malformed JSON
+      head + "3e2,\"flow\":" + f1 + "}",
+      head + "300.0,\"flow\":" + f1 + "}",
+      head + "-1,\"flow\":" + f1 + "}",
+      head + "99999999999999999999999,\"flow\":" + f1 + "}",
+      head + "300,\"flows\":[]}",
+      head + "300,\"flows\":[" + f1 + "],\"flow\":" + f1 + "}",
+      head + "300,\"flow\":" + f1 + "} ",
+      head + "300,\"flow\":" + f1 + "}x",
+      head + "300 ,\"flow\":" + f1 + "}",
+      R"({"op":"tag","class":"silver","ttl_s":300,"flow":)" + f1 + "}",
+      R"({"op":"tag","class":"go\u006cd","ttl_s":300,"flow":)" + f1 + "}",
+      R"({"op":"tag","class":"gold\"","ttl_s":300,"flow":)" + f1 + "}",
+      R"({"op":"tag","class":"gold","flow":)" + f1 + "}",  // no ttl_s
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":65536,"dst":"192.0.2.1","dport":443,"proto":6}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":256}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"2001:db8::1","dport":443,"proto":6}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.256","sport":1,"dst":"192.0.2.1","dport":443,"proto":6}})",
+      head +
+          R"(300,"flow":{"src":"0.0.0.0","sport":1,"dst":"255.255.255.255","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.01","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1.","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1.2","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10..0.1","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"1000.0.0.1","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"::ffff:10.0.0.1","sport":1,"dst":"::1","dport":2,"proto":6}})",
+      head + R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"2001:db8::1","dport":2,"proto":6}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":"tcp"}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":6,"x":1}})",
+      head + R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443}})",
+      head +
+          R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":6,"proto":6}})",
+      head + "300,\"flow\":" + f1 + ",\"flow\":" + f1 + "}",
+      head + "300,\"flow\":" + f1 + ",\"ttl_s\":300}",
+      std::string(R"({"op":"tag","class":"gold)") + "\xc3\xa9" + R"(","ttl_s":1,"flow":)" + f1 +
+          "}",
+  };
+  for (const auto& line : base) both(line);
+  const size_t base_taken = taken;
+  EXPECT_EQ(base_taken, base.size());  // the daemon's lines all take the fast path
+  for (const auto& line : near) both(line);
+  const std::string bytes = "\"\\,:{}[] 09a.e-\x01\x80";
+  for (const auto& line : base) {
+    for (size_t i = 0; i <= line.size(); ++i) {
+      if (i < line.size()) {
+        both(line.substr(0, i) + line.substr(i + 1));
+        for (char c : bytes) {
+          if (c == line[i]) continue;
+          std::string m = line;
+          m[i] = c;
+          both(m);
+        }
+      }
+      for (char c : {'0', ' ', ','}) both(line.substr(0, i) + c + line.substr(i));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(taken, base_taken + 100) << lines << " lines";
+  for (const auto& text : {f1, f2, f6}) {
+    const json f = json::parse(text);
+    auto key = dataplane::make_tuple(f["src"].get<std::string>(), f["sport"].get<uint16_t>(),
+                                     f["dst"].get<std::string>(), f["dport"].get<uint16_t>(),
+                                     f["proto"].get<uint8_t>());
+    ASSERT_TRUE(key);
+    auto a = plain.flows->get(*key), b = fast.flows->get(*key);
+    ASSERT_TRUE(a && b) << text;
+    EXPECT_EQ(a->cls, b->cls);
+    EXPECT_EQ(a->expires, b->expires);
+  }
+}
+
+// A table that fills up answers the same through the fast path: a single flow's refusal (thrown
+// by the tagging, after the line was read) and a batch refused part way.
+TEST(ControlProtocol, TheTagFastPathAnswersAFullTableAsTheReaderDoes) {
+  TwoWays two("cs_full_a", "cs_full_b", 8);
+  ASSERT_TRUE(two.ok());
+  auto flow = [](int i) {
+    return fmt::format(R"({{"src":"10.0.{}.1","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}})",
+                       i);
+  };
+  std::string batch = R"({"op":"tag","class":"gold","ttl_s":5,"flows":[)";
+  for (int i = 100; i < 140; ++i) batch += (i > 100 ? "," : "") + flow(i);
+  batch += "]}";
+  std::vector<std::string> lines = {batch};
+  for (int i = 0; i < 40; ++i)
+    lines.push_back(R"({"op":"tag","class":"gold","ttl_s":5,"flow":)" + flow(i) + "}");
+  bool refused = false;
+  for (const auto& line : lines) {
+    const auto [a, b] = two.answer(line);
+    EXPECT_EQ(a, b) << line;
+    refused |= json::parse(a)["ok"] == false;
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(two.plain.flows->size(), two.fast.flows->size());
+}
+
 }  // namespace
 }  // namespace dripgate::dataplane

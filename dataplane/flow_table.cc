@@ -240,16 +240,16 @@ void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, ui
   }
 }
 
-// Writer-side, under writer_mu_; k4 is an IPv4 key in the table's form.
-void FlowTable::filter_add(const void* k4) {
-  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+// Writer-side, under writer_mu_; hash is an IPv4 key's hash_ipv4().
+void FlowTable::filter_add(uint32_t hash) {
+  const uint32_t bit = hash & filter_mask_;
   uint8_t& c = filter_counts_[bit];
   if (c == UINT8_MAX) return;
   if (c++ == 0) filter_[bit >> 6].fetch_or(uint64_t{1} << (bit & 63), std::memory_order_release);
 }
 
-void FlowTable::filter_remove(const void* k4) {
-  const uint32_t bit = hash_ipv4(*static_cast<const Ipv4Key*>(k4)) & filter_mask_;
+void FlowTable::filter_remove(uint32_t hash) {
+  const uint32_t bit = hash & filter_mask_;
   uint8_t& c = filter_counts_[bit];
   if (c == UINT8_MAX) return;  // saturated: its true count is unknown, the bit stays set
   if (--c == 0)
@@ -321,8 +321,11 @@ int FlowTable::add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, ui
 
   Ipv4Key k4;
   const Probe p = probe_of(key, &k4);
+  const bool ipv4 = p.h == hash4_;
+  // Hashed once for the probe, the filter and the add (the IPv4 table's hash is hash_ipv4).
+  const hash_sig_t sig = ipv4 ? hash_ipv4(k4) : rte_hash_hash(p.h, p.key);
   void* old = nullptr;
-  const bool existed = rte_hash_lookup_data(p.h, p.key, &old) >= 0;
+  const bool existed = rte_hash_lookup_with_hash_data(p.h, p.key, sig, &old) >= 0;
   // The two families' tables share the one configured size.
   if (!existed && live_.load(std::memory_order_relaxed) >= entries_) {
     free_slots_.push_back(slot);
@@ -336,11 +339,10 @@ int FlowTable::add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, ui
   }
   // Publishes the fully written value (release store inside rte_hash); readers that still hold
   // the old pointer keep reading valid memory until the grace period below has passed.
-  const bool ipv4 = p.h == hash4_;
-  if (ipv4 && !existed) filter_add(p.key);
-  const int rc = rte_hash_add_key_data(p.h, p.key, &v);
+  if (ipv4 && !existed) filter_add(sig);
+  const int rc = rte_hash_add_key_with_hash_data(p.h, p.key, sig, &v);
   if (rc < 0) {
-    if (ipv4 && !existed) filter_remove(p.key);
+    if (ipv4 && !existed) filter_remove(sig);
     free_slots_.push_back(slot);
     return rc == -ENOSPC ? -ENOSPC : -EINVAL;
   }
@@ -361,7 +363,7 @@ bool FlowTable::del(const FiveTuple& key) {
   Ipv4Key k4;
   const Probe p = probe_of(key, &k4);
   if (rte_hash_del_key(p.h, p.key) < 0) return false;
-  if (p.h == hash4_) filter_remove(p.key);
+  if (p.h == hash4_) filter_remove(hash_ipv4(k4));
   live_.fetch_sub(1, std::memory_order_relaxed);
   bump_generation();
   return true;
@@ -390,7 +392,7 @@ size_t FlowTable::remove_collected() {
     Ipv4Key k4;
     const Probe p = probe_of(key, &k4);
     if (rte_hash_del_key(p.h, p.key) < 0) continue;
-    if (p.h == hash4_) filter_remove(p.key);
+    if (p.h == hash4_) filter_remove(hash_ipv4(k4));
     ++removed;
   }
   sweep_keys_.clear();

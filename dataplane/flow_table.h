@@ -194,8 +194,8 @@ class FlowTable {
     const uint32_t bit = hash & filter_mask_;
     return (filter_[bit >> 6].load(std::memory_order_relaxed) >> (bit & 63)) & 1;
   }
-  void filter_add(const void* k4);
-  void filter_remove(const void* k4);
+  void filter_add(uint32_t hash);
+  void filter_remove(uint32_t hash);
 };
 
 }  // namespace dripgate::dataplane

@@ -173,9 +173,10 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailboxes(), dp,
                         std::move(classifier));
 
-  dg::ControlSocket control(dp.control_socket,
-                            dg::make_protocol({flows.get(), stats.get(), &fastpath.drip_mailbox(),
-                                               sched.get(), &tsc_now}));
+  const dg::ControlTargets targets{flows.get(), stats.get(), &fastpath.drip_mailbox(), sched.get(),
+                                   &tsc_now};
+  dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), {},
+                            dg::make_tag_fast_path(targets));
   fastpath.launch();
   spdlog::info(
       "running: {} layout (rx lcores {}, {} RX queues, drip lcore {}), port rate {} pps / {} "

@@ -5,7 +5,8 @@
 # POST /v1/admit with a new flow per request (admit_bench.lua, DG_FLOWS=1) to each in alternating rounds.
 # Prints decisions/s of both, medians and every round's ratio, how many flows the dataplane
 # holds at the end, and the CPU time the dataplane's main lcore (the control socket, the flow
-# table's writer) spent per tag in the windows with it (/proc/<pid>/task/<pid>/schedstat).
+# table's writer) spent per tag in the windows with it (/proc/<pid>/task/<pid>/schedstat) and
+# the tags it served per wakeup (voluntary context switches, /proc/<pid>/task/<pid>/status).
 # Target: tagging costs at most 10 % of the decisions/s.
 #
 #   tools/bench/admit_tagging.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
@@ -51,13 +52,19 @@ tags_ok() {
   curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }'
 }
 main_cpu_ns() { awk '{ print $1 }' "/proc/$dp_pid/task/$dp_pid/schedstat"; }
-# The main lcore's CPU ns and the tags answered ok in the windows with a dataplane.
+# Times the main lcore slept and was woken (by the control socket, its 100 ms poll timeout, a
+# signal): each costs a context switch each way.
+main_wakeups() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$dp_pid/task/$dp_pid/status"; }
+# The main lcore's CPU ns, the tags answered ok and the main lcore's wakeups in the windows with
+# a dataplane.
 with_run() {
-  local c0 t0 w
+  local c0 t0 v0 w
   c0=$(main_cpu_ns)
   t0=$(tags_ok)
+  v0=$(main_wakeups)
   w=$(run "$with")
-  echo "$(($(main_cpu_ns) - c0)) $(printf '%.0f' "$(tags_ok)") ${t0:-0}" >>"$tmp/main_cpu"
+  echo "$(($(main_cpu_ns) - c0)) $(printf '%.0f' "$(tags_ok)") ${t0:-0} $(($(main_wakeups) - v0))" \
+    >>"$tmp/main_cpu"
   echo "$w"
 }
 run() {  # $1 = port: decisions/s over one window
@@ -93,9 +100,13 @@ print(f"| {w:>19.0f} | {wo:>10.0f} | {statistics.median(ratios):>24.2f} | " +
       " ".join(f"{x:.2f}" for x in ratios))
 print(f"tags answered ok: {tagged}; flows in the dataplane's table at the end: {flows}")
 cpu = [tuple(map(float, l.split())) for l in open(sys.argv[5]) if l.strip()]
-per_tag = [c / (t1 - t0) for c, t1, t0 in cpu if t1 > t0]
+per_tag = [c / (t1 - t0) for c, t1, t0, _ in cpu if t1 > t0]
 if per_tag:
     print(f"dataplane main lcore CPU per tag: {statistics.median(per_tag):.0f} ns (rounds: " +
           " ".join(f"{x:.0f}" for x in per_tag) + ")")
+wake = [(t1 - t0) / v for _, t1, t0, v in cpu if t1 > t0 and v > 0]
+if wake:
+    print(f"tags per wakeup of the dataplane main lcore: {statistics.median(wake):.1f} (rounds: " +
+          " ".join(f"{x:.1f}" for x in wake) + ")")
 print("target: ratio >= 0.90 (tagging costs at most 10 % of the decisions/s)")
 EOF
