@@ -108,10 +108,10 @@ def capture(clis, http_port, body):
 def replayable(call, rid):
     """`call` with its request id made new by redis-benchmark -r for every call: same length as
     the daemon's id, so the reservation key and record weigh the same. A global gate's attempt
-    marker key (":a:<8 hex digits>", which gates.lua answers "cancelled" once it exists) is made
-    new the same way."""
+    marker key (":a:<16 hex digits>", which gates.lua answers "cancelled" once it exists) is made
+    new the same way, at the same length (__rand_int__ becomes 12 digits)."""
     new_rid = (rid[:-len(RAND)] if len(rid) > len(RAND) else rid + ".") + RAND
-    return [re.sub(r"(\}:a:)[0-9a-f]{8}$", r"\g<1>" + RAND, x.replace(rid, new_rid))
+    return [re.sub(r"(\}:a:)[0-9a-f]{16}$", r"\g<1>0000" + RAND, x.replace(rid, new_rid))
             for x in call]
 
 
