@@ -2,14 +2,17 @@
 // their replies into results.
 #include "control/admission.h"
 
+#include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <list>
 #include <random>
 #include <type_traits>
 
@@ -126,6 +129,17 @@ bool split_old(std::string_view old, std::vector<std::string>& out) {
 // How long an undo whose own reply was lost is sent again: as long as gates.lua's marker lives.
 constexpr int kUndoRetryS = kAttemptTtlS;
 
+// An error reply that says Redis ran nothing and can run the undo later: it is loading its
+// dataset (a restart), a script is past the busy threshold, a replica lost its master, or the
+// script is not loaded (yet, after a restart). Such an undo is sent again after a back-off,
+// whether the reply came in time or after the undo's own timeout; any other error is final.
+bool undo_can_wait(const redisReply* r) {
+  if (!r || r->type != REDIS_REPLY_ERROR) return false;
+  const std::string_view e(r->str, r->len);
+  return e.starts_with("LOADING") || e.starts_with("BUSY ") || e.starts_with("MASTERDOWN") ||
+         e.starts_with("NOSCRIPT");
+}
+
 // Answers a call that failed validation, on the loop (never inside the call itself).
 template <class Result>
 void post_bad_request(RedisCalls& redis, std::string error, std::function<void(Result)> done) {
@@ -169,14 +183,31 @@ struct Engine::Impl {
   std::unique_ptr<RedisCalls> redis;
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
+  event_base* base;
+  // Undos waiting to be sent again (undo_later), each on its own timer; declared after redis,
+  // so freed before the client their calls would use.
+  struct Later {
+    Impl* impl = nullptr;
+    event* ev = nullptr;
+    std::function<void()> run;
+    std::list<Later>::iterator self;
+    Later() = default;
+    Later(const Later&) = delete;
+    Later& operator=(const Later&) = delete;
+    ~Later() {
+      if (ev) event_free(ev);
+    }
+  };
+  std::list<Later> later;
 
-  Impl(const ConfigStore& store, event_base* base, RedisObserver* obs)
+  Impl(const ConfigStore& store, event_base* b, RedisObserver* obs)
       : view(store),
         rng(std::random_device{}()),
         observer(obs),
         redis(make_redis_calls(
-            base, view.get()->cfg.redis,
-            std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs)) {}
+            b, view.get()->cfg.redis,
+            std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs)),
+        base(b) {}
 
   // Where one call of an admission stands.
   enum class Part : uint8_t { kPending, kAdmitted, kRefused };
@@ -233,6 +264,10 @@ struct Engine::Impl {
   enum class UndoOf { kAdmit, kGates };
   void undo(const Op& op, UndoOf what, int gate = 0,
             std::chrono::steady_clock::time_point since = {}, std::function<void()> then = {});
+  // Counts (and at most every 10 s logs) an undo given up after kUndoRetryS.
+  void give_up(const Op& op);
+  // Runs `run` on the loop after `delay`.
+  void undo_later(std::chrono::milliseconds delay, std::function<void()> run);
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
   template <class Result>
@@ -554,26 +589,32 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
   if (since == std::chrono::steady_clock::time_point{}) since = now;
   std::string_view name = what == UndoOf::kAdmit ? "refund" : "global-gate refund";
   // A timeout or a lost connection is no failure of the undo (its late reply or its resend
-  // follows) and must not flood the log while Redis is stopped; an error reply is.
-  auto on_reply = [op, name, then = std::move(then)](const redisReply* r, std::string_view) {
-    if (r && r->type == REDIS_REPLY_ERROR)
+  // follows) and must not flood the log while Redis is stopped; an error reply is, unless Redis
+  // will run it later (undo_can_wait): then it is sent again after a back-off as long as the
+  // time since the first try, from 50 ms to 1 s. The request's answer does not wait for that.
+  auto wait = [this, op, what, gate, since] {
+    const auto waited = std::chrono::steady_clock::now() - since;
+    if (waited > std::chrono::seconds(kUndoRetryS)) return give_up(op);
+    if (observer) observer->error("undo_wait");
+    undo_later(std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(waited),
+                          std::chrono::milliseconds(50), std::chrono::milliseconds(1000)),
+               [this, op, what, gate, since] { undo(op, what, gate, since); });
+  };
+  auto on_reply = [op, name, wait, then = std::move(then)](const redisReply* r, std::string_view) {
+    if (undo_can_wait(r)) {
+      wait();
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
       spdlog::warn("{} of {} failed: {}", name, op->p.rid, std::string_view(r->str, r->len));
+    }
     if (then) then();
   };
-  auto on_lost = [this, op, what, gate, since](const redisReply* r) {
+  // The reply after the undo's own timeout: none (the connection went away), or one that says
+  // the undo did not run yet.
+  auto on_lost = [this, op, what, gate, since, wait](const redisReply* r) {
+    if (undo_can_wait(r)) return wait();
     if (r) return;
-    auto now = std::chrono::steady_clock::now();
-    if (now - since > std::chrono::seconds(kUndoRetryS)) {
-      if (observer) observer->error("late_lost");
-      ++given_up;
-      if (now >= give_up_log_next) {  // one line per 10 s, however many give up
-        give_up_log_next = now + std::chrono::seconds(10);
-        spdlog::warn("redis: unreachable for {} s: {} undos given up (e.g. of request {})",
-                     kUndoRetryS, given_up, op->p.rid);
-        given_up = 0;
-      }
-      return;
-    }
+    if (std::chrono::steady_clock::now() - since > std::chrono::seconds(kUndoRetryS))
+      return give_up(op);
     undo(op, what, gate, since);
   };
   if (what == UndoOf::kAdmit)
@@ -583,6 +624,42 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
     send(UngatesCall(op->p, gate, op->global_undo[static_cast<size_t>(gate)],
                      !op->global_untaken[static_cast<size_t>(gate)]),
          std::move(on_reply), std::move(on_lost), RedisClient::WhenStalled::kQueue);
+}
+
+void Engine::Impl::give_up(const Op& op) {
+  if (observer) observer->error("late_lost");
+  ++given_up;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= give_up_log_next) {  // one line per 10 s, however many give up
+    give_up_log_next = now + std::chrono::seconds(10);
+    spdlog::warn("redis: unreachable for {} s: {} undos given up (e.g. of request {})", kUndoRetryS,
+                 given_up, op->p.rid);
+    given_up = 0;
+  }
+}
+
+void Engine::Impl::undo_later(std::chrono::milliseconds delay, std::function<void()> run) {
+  Later& l = later.emplace_front();
+  l.impl = this;
+  l.run = std::move(run);
+  l.self = later.begin();
+  l.ev = evtimer_new(
+      base,
+      [](evutil_socket_t, short, void* arg) {
+        auto* l = static_cast<Later*>(arg);
+        auto run = std::move(l->run);
+        l->impl->later.erase(l->self);  // frees the timer, no longer pending
+        run();
+      },
+      &l);
+  if (!l.ev) {  // no timer to be had: sent again at once rather than never
+    auto now = std::move(l.run);
+    later.erase(l.self);
+    return now();
+  }
+  const timeval tv{static_cast<time_t>(delay.count() / 1000),
+                   static_cast<suseconds_t>(delay.count() % 1000 * 1000)};
+  evtimer_add(l.ev, &tv);
 }
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {

@@ -1315,16 +1315,55 @@ TEST_F(AdmissionFaultTest, StoppedPastAbandonChargesOnlyWhatWasAnswered200) {
 // Redis killed (SIGKILL) under load and restarted from its append-only file (fsync always: a
 // call that ran survives even when its reply never left): the replies lost with the connection
 // are undone by what the restarted Redis holds.
-TEST(AdmissionKill, KilledRedisChargesOnlyWhatWasAnswered200) {
-  testing::RedisServer redis(testing::RedisServer::Durability::kAppendFsyncAlways);
-  Observer obs;
+// Under load for 300 ms, then killed and started again after `down`; returns its counts.
+Observer& kill_under_load(testing::RedisServer& redis, Observer& obs, milliseconds down) {
   expect_charged_only_for_200(redis, obs, 200, 1300, [&] {
     std::this_thread::sleep_for(milliseconds(300));
     redis.stop();
-    std::this_thread::sleep_for(milliseconds(300));
+    std::this_thread::sleep_for(down);
     redis.start();
   });
   EXPECT_GE(obs.count("lost"), 1) << "no call was in flight when Redis died";
+  return obs;
+}
+
+TEST(AdmissionKill, KilledRedisChargesOnlyWhatWasAnswered200) {
+  testing::RedisServer redis(testing::RedisServer::Durability::kAppendFsyncAlways);
+  Observer obs;
+  kill_under_load(redis, obs, milliseconds(300));
+}
+
+// Killed and restarted with a dataset that takes about a second to load: the undos of the replies
+// lost with the connection reach Redis while it answers LOADING (it accepts connections while it
+// loads), and are sent again until it runs them; still nothing is charged for a 503.
+TEST(AdmissionKill, UndosThatMeetALoadingRedisAreSentAgain) {
+  testing::RedisServer redis(testing::RedisServer::Durability::kAppendFsyncAlways);
+  {
+    // A million keys in another database (the admissions' checks list database 0's keys),
+    // written with the append-only file off, then in it by one rewrite.
+    Sync s(redis.port());
+    auto ok = [&](std::vector<std::string> argv) {
+      redisReply* r = s.cmd(std::move(argv));
+      ASSERT_TRUE(r && r->type != REDIS_REPLY_ERROR) << (r ? r->str : "no reply");
+      freeReplyObject(r);
+    };
+    ok({"SELECT", "1"});
+    ok({"CONFIG", "SET", "appendonly", "no"});
+    ok({"EVAL", "for i = 1, 1000000 do redis.call('SET', 'fill:' .. i, 'x') end", "0"});
+    ok({"CONFIG", "SET", "appendonly", "yes"});
+    auto rewriting = [&] {
+      const std::string info = s.str({"INFO", "persistence"});
+      return info.find("aof_rewrite_in_progress:0") == std::string::npos ||
+             info.find("aof_rewrite_scheduled:0") == std::string::npos;
+    };
+    for (int i = 0; i < 600 && rewriting(); ++i) std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_FALSE(rewriting()) << "the append-only rewrite did not end within 30 s";
+  }
+  // Restarted at once, so the reconnect back-off (doubled per failed try) stays far shorter than
+  // the load.
+  Observer obs;
+  EXPECT_GE(kill_under_load(redis, obs, milliseconds(20)).count("undo_wait"), 1)
+      << "no undo met the loading Redis";
 }
 
 // Runs a packed call as the engine would (EVAL of the same text, keys and args) on s.

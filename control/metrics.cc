@@ -147,15 +147,18 @@ Metrics::Metrics()
                   {"tenant", "gate", "result", "front"}),
       http_requests_("dripgate_http_requests_total", "HTTP requests answered, by status code.",
                      {"code"}),
-      redis_errors_("dripgate_redis_errors_total",
-                    "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
-                    "refused), script_load, noscript, reply (an error reply), late (a reply after "
-                    "its request was answered 503; undone), lost (a call whose connection went "
-                    "away before its reply: undone by what Redis holds), late_lost (an undo that "
-                    "could not be sent: the client shut down or too many were waiting); on a "
-                    "cluster also moved, ask (redirects followed), redirects (too many), tryagain "
-                    "(a call sent again during a slot migration).",
-                    {"kind"}),
+      redis_errors_(
+          "dripgate_redis_errors_total",
+          "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
+          "refused), script_load, noscript, reply (an error reply), late (a reply after "
+          "its request was answered 503; undone), lost (a call whose connection went "
+          "away before its reply: undone by what Redis holds), late_lost (an undo that "
+          "could not be sent: the client shut down or too many were waiting, or Redis could "
+          "not run it for 60 s), undo_wait (an undo Redis answered LOADING, BUSY or "
+          "MASTERDOWN: sent again after a back-off); on a "
+          "cluster also moved, ask (redirects followed), redirects (too many), tryagain "
+          "(a call sent again during a slot migration).",
+          {"kind"}),
       dataplane_tag_("dripgate_dataplane_tag_total",
                      "Flow tag requests sent to the dataplane, by result.", {"result"}),
       dataplane_untag_("dripgate_dataplane_untag_total",
@@ -184,7 +187,7 @@ Metrics::Metrics()
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind :
        {"connect", "disconnect", "timeout", "auth", "script_load", "noscript", "reply", "late",
-        "lost", "late_lost", "moved", "ask", "redirects", "tryagain"})
+        "lost", "late_lost", "undo_wait", "moved", "ask", "redirects", "tryagain"})
     redis_errors_.inc({kind}, 0);
   for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
 }

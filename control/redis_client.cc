@@ -676,14 +676,14 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
   }
   auto* reply = static_cast<const redisReply*>(r);
   if (p->answered) {
-    // Its caller was told "timeout" already; a NOSCRIPT error means it did not run at all.
+    // Its caller was told "timeout" already. A NOSCRIPT error means it did not run at all: not
+    // counted as late, but told all the same (an undo that did not run must be sent again).
     LateReply late = std::move(p->late);
     self->recycle(p);
     if (!reply) return self->lost(std::move(late));
     bool ran = !(reply->type == REDIS_REPLY_ERROR &&
                  std::string_view(reply->str, reply->len).starts_with("NOSCRIPT"));
-    if (!ran) return;
-    if (self->observer_) self->observer_->error("late");
+    if (ran && self->observer_) self->observer_->error("late");
     if (late) late(reply);
     return;
   }
