@@ -410,8 +410,19 @@ void RedisClient::on_setup_reply(Conn* c, const char* what, const redisReply* r)
   if (r->type == REDIS_REPLY_ERROR) {
     std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
     if (!gate) {
-      spdlog::error("{}", why);
+      // Each pooled connection loads each script, again at every reconnect: a Redis that
+      // refuses them all (loading its dataset after a restart, an ACL without SCRIPT) would
+      // write a line per script and connection. One line a second, with the count since.
       if (observer_) observer_->error("script_load");
+      auto now = Clock::now();
+      if (now < script_log_next_) {
+        ++script_log_quiet_;
+        return;
+      }
+      script_log_next_ = now + std::chrono::seconds(1);
+      if (script_log_quiet_ == 0) return spdlog::error("{}", why);
+      spdlog::error("{} ({} more refused since the last line)", why,
+                    std::exchange(script_log_quiet_, 0));
       return;
     }
     // Every pooled connection meets the same refusal at about the same time: one line per

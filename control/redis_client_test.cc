@@ -60,49 +60,23 @@ std::vector<const lua::Script*> all_scripts() {
   return std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll));
 }
 
-// A callback in place (the engine's size) and one on the heap behave as std::function would:
-// calls, copies, moves and the lifetime of what they hold.
-TEST(InlineFunction, KeepsWhatItHoldsAsStdFunctionDoes) {
-  using Fn = InlineFunction<void(int)>;
-  int sum = 0;
-  auto held = std::make_shared<int>(1);
-  std::array<char, 100> big{};
-  big[0] = 10;
-  Fn small = [&sum, held](int x) { sum += x + *held; };
-  Fn large = [&sum, held, big](int x) { sum += x + big[0]; };
-  EXPECT_EQ(held.use_count(), 3);
-  small(1);
-  large(1);
-  EXPECT_EQ(sum, 2 + 11);
-  {
-    Fn a = small, b = large;  // copies hold their own
-    EXPECT_EQ(held.use_count(), 5);
-    Fn c = std::move(a), d = std::move(b);  // moves take over
-    EXPECT_FALSE(a);
-    EXPECT_FALSE(b);
-    EXPECT_EQ(held.use_count(), 5);
-    c(0);
-    d(0);
-    EXPECT_EQ(sum, 13 + 1 + 10);
-    c = d;  // the small one's hold goes, the large one's copy holds
-    EXPECT_EQ(held.use_count(), 5);
-    c(0);
-    EXPECT_EQ(sum, 24 + 10);
-    c = nullptr;
-    EXPECT_FALSE(c);
-    EXPECT_EQ(held.use_count(), 4);
+// What the default logger writes while it lives, until stop().
+class LogCapture {
+ public:
+  LogCapture() : saved_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
   }
-  EXPECT_EQ(held.use_count(), 3);
-  std::vector<Fn> many(10, small);
-  EXPECT_EQ(held.use_count(), 13);
-  many.clear();
-  EXPECT_EQ(held.use_count(), 3);
-  std::function<void(int)> empty;
-  EXPECT_FALSE(Fn(empty));
-  EXPECT_FALSE(Fn());
-  std::function<void(int)> wrapped = small;
-  EXPECT_TRUE(Fn(wrapped));
-}
+  ~LogCapture() { stop(); }
+  std::string stop() {
+    if (saved_) spdlog::set_default_logger(std::exchange(saved_, nullptr));
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> saved_;
+};
 
 Result call(Loop& loop, RedisClient& c, std::vector<std::string_view> argv) {
   Result r;
@@ -326,10 +300,7 @@ TEST(RedisClient, WrongPasswordBacksOffAndSaysSo) {
   };
   long before = connections();
   ASSERT_GE(before, 0);
-  std::ostringstream log;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
-  auto saved = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  LogCapture log;
   Loop loop;
   Observer obs;
   RedisOptions o = options(redis.port());
@@ -355,13 +326,43 @@ TEST(RedisClient, WrongPasswordBacksOffAndSaysSo) {
     EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
     EXPECT_EQ(c.state(), "up");
   }
-  spdlog::set_default_logger(saved);
-  std::string text = log.str();
+  std::string text = log.stop();
   auto lines = std::count(text.begin(), text.end(), '\n');
   EXPECT_GE(lines, 1);
   EXPECT_LE(lines, 14) << text;
   std::printf("wrong password: %ld log lines\n", static_cast<long>(lines));
   EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
+}
+
+// A Redis that refuses every SCRIPT LOAD (here an ACL without SCRIPT; a restarted Redis loading
+// its dataset answers LOADING alike) gets one log line a second, not one per script and pooled
+// connection; the metric counts every refusal.
+TEST(RedisClient, RefusedScriptLoadsAreLoggedOnceASecond) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("ACL SETUSER loader on '>pw-load-4e2' '~*' '&*' '+@all' '-script'"), "OK");
+  LogCapture log;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.pool_size = 4;
+  o.user = "loader";
+  o.password = "pw-load-4e2";
+  const int loads = o.pool_size * static_cast<int>(all_scripts().size());
+  {
+    RedisClient c(loop.base(), o, all_scripts(), &obs);
+    EXPECT_TRUE(
+        loop.wait_until([&] { return obs.errors["script_load"] == loads; }, milliseconds(3000)));
+    EXPECT_TRUE(c.up());  // EVALSHA is allowed: the connection serves, its scripts unloaded
+  }
+  std::string text = log.stop();
+  long lines = 0;
+  for (size_t at = 0; (at = text.find("SCRIPT LOAD failed", at)) != std::string::npos; ++at)
+    ++lines;
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, 2) << text;  // all within about a second; a slow box may see a second line
+  EXPECT_NE(text.find("NOPERM"), std::string::npos) << text;
+  EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
+  std::printf("%d refused SCRIPT LOADs, %ld log lines\n", loads, lines);
 }
 
 TEST(RedisClient, ReconnectsAfterRestartOnTheSamePort) {
