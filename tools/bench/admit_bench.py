@@ -9,7 +9,8 @@ every window starts from the same state (one tenant bucket, no reservations):
             MONITOR, the request id made new for every call), then redis-benchmark running the
             minimal bucket script below. Per window: decisions/s, CONFIG RESETSTAT then
             INFO commandstats (usec_per_call), and /proc/<pid>/stat utime+stime of the daemon and
-            of Redis over the window divided by the decisions.
+            of Redis over the window divided by the decisions. Between the daemon's and
+            redis-benchmark's windows, the HTTP floor's (Floor): nginx under the same wrk.
   half      N rounds of the daemon and redis-benchmark at the same low concurrency, the lowest
             at which the daemon's closed-loop rate reaches half its median peak (2 s probes):
             p50/p99. wrk2 (constant rate) is not in Debian; wrk's delay() paces in whole
@@ -63,8 +64,9 @@ RAND_RANGE = "2000000000"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def post(http_port, body):
-    """One POST /v1/admit on its own connection; the answer's JSON (exits unless admitted)."""
+def post_raw(http_port, body):
+    """One POST /v1/admit on its own connection: the whole answer, head and body (exits unless
+    admitted)."""
     s = socket.create_connection(("127.0.0.1", http_port))
     s.sendall((f"POST /v1/admit HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -76,7 +78,85 @@ def post(http_port, body):
     text = reply.decode()
     if '"allowed":true' not in text:
         sys.exit(f"bench: admission failed:\n{text}")
+    return text
+
+
+def post(http_port, body):
+    """One POST /v1/admit on its own connection; the answer's JSON (exits unless admitted)."""
+    text = post_raw(http_port, body)
     return json.loads(text[text.index("{"):])
+
+
+def cpu_seconds(pid):
+    """CPU seconds (utime + stime, all threads) of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# The floor of any HTTP/1.1 server on this machine: nginx, one process, answering every request
+# with the daemon's own answer (same head fields, same body) from memory, keep-alive, no log.
+# Its CPU per request is what the kernel's loopback TCP and the minimal read and send per
+# request cost here, before any work; the daemon's CPU above it is its own.
+NGINX_CONF = """daemon off; master_process off; worker_processes 1;
+pid {dir}/nginx.pid; error_log {dir}/nginx.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; server_tokens off; keepalive_requests 1000000000; keepalive_timeout 600s;
+  client_body_temp_path {dir}/nginx-body; proxy_temp_path {dir}/nginx-proxy;
+  fastcgi_temp_path {dir}/nginx-fastcgi; uwsgi_temp_path {dir}/nginx-uwsgi;
+  scgi_temp_path {dir}/nginx-scgi;
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      default_type {ctype};
+{headers}
+      return 200 '{body}';
+    }}
+  }}
+}}
+"""
+
+
+class Floor:
+    """nginx answering the daemon's answer (NGINX_CONF) on a free port, while in a with block."""
+
+    def __init__(self, work_dir, answer):
+        head, body = answer.split("\r\n\r\n", 1)
+        fields = [l.split(":", 1) for l in head.split("\r\n")[1:]]
+        own = {"content-length", "content-type", "connection", "date", "server", "keep-alive"}
+        ctype = next((v.strip() for k, v in fields if k.lower() == "content-type"), "text/plain")
+        quote = lambda v: "'" + v.strip().replace("\\", "\\\\").replace("'", "\\'") + "'"
+        headers = "\n".join(f"      add_header {k} {quote(v)} always;" for k, v in fields
+                             if k.lower() not in own)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.conf = os.path.join(work_dir, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(NGINX_CONF.format(dir=work_dir, port=self.port, ctype=ctype, headers=headers,
+                                      body=body.replace("\\", "\\\\").replace("'", "\\'")))
+        self.work_dir = work_dir
+        self.url = f"http://127.0.0.1:{self.port}/v1/admit"
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["nginx", "-p", self.work_dir, "-e",
+                                      os.path.join(self.work_dir, "nginx.log"), "-c", self.conf])
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port)).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None:
+                    sys.exit("bench: nginx did not start: " +
+                             open(os.path.join(self.work_dir, "nginx.log")).read())
+                time.sleep(0.05)
+        self.pid = self.proc.pid
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
 
 
 def capture(clis, http_port, body):
@@ -202,11 +282,7 @@ class Bench:
 
     def cpu(self):
         """CPU seconds (utime + stime, all threads) of the daemon and of Redis."""
-        def secs(pid):
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / CLK_TCK
-        return secs(self.a.daemon_pid), secs(self.a.redis_pid)
+        return cpu_seconds(self.a.daemon_pid), cpu_seconds(self.a.redis_pid)
 
     def window(self, run, cmd):
         """Runs one load window from a flushed keyspace; adds Redis's and /proc's figures."""
@@ -238,9 +314,15 @@ class Bench:
         self.wrk(a.conns, 1)
         raw_rate = self.redis_benchmark(self.call, a.conns, 20000)["rate"]
         min_rate = self.redis_benchmark(self.min_call, a.conns, 20000)["rate"]
+        floor = Floor(a.work_dir, post_raw(a.http_port, a.body))
         peak = []
         for r in range(a.rounds):
             d = self.window(lambda: self.wrk(a.conns, a.seconds), self.cmd)
+            with floor:
+                c0 = cpu_seconds(floor.pid)
+                fl = wrk(floor.url, a.wrk_script, a.conns, a.seconds)
+                d["floor_us"] = (cpu_seconds(floor.pid) - c0) * 1e6 / max(fl["decisions"], 1)
+                d["floor_rate"] = fl["rate"]
             raw = self.window(lambda: self.redis_benchmark(
                 self.call, a.conns, self.size(raw_rate, a.seconds)), self.cmd)
             mn = self.window(lambda: self.redis_benchmark(
@@ -254,7 +336,10 @@ class Bench:
                   f"{raw['usec_per_call'] / mn['usec_per_call']:.2f}\n"
                   f"  CPU us/decision daemon {d['daemon_us']:.1f}, Redis {d['redis_us']:.1f} "
                   f"(in redis-benchmark's window {raw['redis_us']:.1f}), ratio "
-                  f"{d['daemon_us'] / d['redis_us']:.2f}", flush=True)
+                  f"{d['daemon_us'] / d['redis_us']:.2f}\n"
+                  f"  HTTP floor (nginx, the daemon's answer from memory): {d['floor_rate']:.0f} "
+                  f"requests/s, CPU us/request {d['floor_us']:.1f}, ratio to Redis's "
+                  f"{d['floor_us'] / d['redis_us']:.2f}", flush=True)
             if abs(d["calls"] - d["decisions"]) > 0.02 * d["decisions"]:
                 print(f"  warning: {d['calls']} script calls for {d['decisions']} decisions")
             warn_failed((("daemon", d), ("redis-benchmark admit", raw), ("minimal", mn)))
@@ -326,6 +411,8 @@ class Bench:
         ratios = [d["rate"] / raw["rate"] for d, raw, _ in peak]
         upc = [raw["usec_per_call"] / mn["usec_per_call"] for _, raw, mn in peak]
         cpu = [d["daemon_us"] / d["redis_us"] for d, _, _ in peak]
+        floor = [d["floor_us"] / d["redis_us"] for d, _, _ in peak]
+        own = [(d["daemon_us"] - d["floor_us"]) / d["redis_us"] for d, _, _ in peak]
         rows = [
             (f"decisions/s, {a.conns} connections",
              med(raw["rate"] for _, raw, _ in peak), med(d["rate"] for d, _, _ in peak),
@@ -342,6 +429,12 @@ class Bench:
              med(upc) <= 2.0, "{:.2f}"),
             ("CPU us/decision (Redis | daemon)", med(d["redis_us"] for d, _, _ in peak),
              med(d["daemon_us"] for d, _, _ in peak), med(cpu), "<= 0.5x", med(cpu) <= 0.5,
+             "{:.1f}"),
+            ("CPU us/request, HTTP floor (Redis | nginx)", med(d["redis_us"] for d, _, _ in peak),
+             med(d["floor_us"] for d, _, _ in peak), med(floor), "", None, "{:.1f}"),
+            ("CPU us/decision above floor (Redis | daemon)",
+             med(d["redis_us"] for d, _, _ in peak),
+             med(d["daemon_us"] - d["floor_us"] for d, _, _ in peak), med(own), "", None,
              "{:.1f}"),
             (f"Redis bytes/open reservation, N={mem['n']}", None, mem["bytes"], None, "<= 100 B",
              mem["bytes"] <= 100, "{:.0f}"),
@@ -377,12 +470,15 @@ class Bench:
         print("decisions/s ratio by round: " + " ".join(f"{x:.2f}" for x in ratios))
         print("usec_per_call ratio by round: " + " ".join(f"{x:.2f}" for x in upc))
         print("CPU/decision ratio by round: " + " ".join(f"{x:.2f}" for x in cpu))
+        print("HTTP floor CPU/request ratio by round: " + " ".join(f"{x:.2f}" for x in floor))
         if five:
             print("five-gate decisions/s ratio by round: " +
                   " ".join(f"{x:.2f}" for x in five_ratios))
         print(f"baselines: redis-benchmark -r sending the daemon's admit call (decisions/s, "
               f"latency); the minimal bucket script (HMGET, TIME, HSET, EXPIRE) for "
-              f"usec_per_call; Redis's CPU in the daemon's windows for CPU/decision")
+              f"usec_per_call; Redis's CPU in the daemon's windows for CPU/decision; the HTTP "
+              f"floor is nginx answering the daemon's answer from memory under the same wrk "
+              f"(one read and one send per request: the kernel's share of any HTTP/1.1 server)")
         print(f"half peak: {half_target:.0f}/s wanted, closed loop at {conns} connections "
               f"(wrk and redis-benchmark alike); memory: {mem['keys']:.2f} keys per admission")
 
@@ -407,6 +503,7 @@ def arguments(doc):
 def main():
     p = arguments(__doc__)
     p.add_argument("--half-conns", type=int, default=0)
+    p.add_argument("--work-dir", required=True, help="where the HTTP floor's nginx keeps its files")
     p.add_argument("--memory-calls", type=int, default=100000)
     p.add_argument("--five-body", default="", help="the five-gate request; empty: not measured")
     Bench(p.parse_args()).run()

@@ -7,6 +7,10 @@
 #   Redis usec_per_call        vs a minimal bucket script (HMGET, TIME, HSET, EXPIRE) on the
 #                                 same Redis (INFO commandstats after CONFIG RESETSTAT)
 #   daemon CPU per decision    vs Redis CPU per decision in the same window (/proc/<pid>/stat)
+#   HTTP floor                 nginx answering the daemon's answer from memory under the same
+#                                 wrk, each round: the CPU per request that the kernel's
+#                                 loopback TCP and one read and one send cost any HTTP/1.1
+#                                 server here, and the daemon's CPU above it
 #   Redis bytes per open reservation (used_memory over --memory-calls admissions)
 #   five gates: decisions/s of a request passing the tenant's and the user's buckets, the
 #                 tenant's token-rate bucket, a model's and a tool's global buckets (three script
@@ -62,6 +66,8 @@ while [[ $# -gt 0 ]]; do
 done
 cd "$root"
 BUILD=$build bootstrap dripgate-control
+((cluster)) || command -v nginx >/dev/null ||
+  { echo "nginx not found (Debian package nginx-light; tools/setup-deps.sh installs it)" >&2; exit 1; }
 
 bench_workdir dripgate-bench
 work=$tmp
@@ -117,5 +123,5 @@ wait_port "$http_port"
 python3 "$here/admit_bench.py" "${redis[@]}" --redis-pid "$redis_pid" --daemon-pid "${pids[-1]}" \
   --http-port "$http_port" --wrk-script "$here/admit_bench.lua" --rounds "$rounds" \
   --seconds "$seconds" --conns "$conns" --half-conns "$half_conns" --threads "$threads" \
-  --memory-calls "$memory_calls" \
+  --memory-calls "$memory_calls" --work-dir "$work" \
   --five-body '{"tenant":"ws-five","user":"u-bench","model":"m-bench","tool":"t-bench","tokens":100}'
