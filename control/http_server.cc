@@ -458,11 +458,17 @@ struct HttpServer::Worker {
     scratch.swap(c->pending);
     parse(c, scratch.data(), scratch.size());
     scratch.clear();
-    if (!c->reading && !c->peer_closed && !c->close_after && !c->output_waits() &&
-        c->pending.size() <= limits.max_head + limits.max_body) {
-      event_add(c->read_ev, nullptr);
-      c->reading = true;
-    }
+    resume_reading(c);
+  }
+
+  // A paused connection is read again once nothing holds it back: its answers written (all of
+  // them: flush calls this when they are), its pending bytes within bounds.
+  void resume_reading(Conn* c) {
+    if (c->reading || c->peer_closed || c->close_after || c->output_waits() ||
+        c->pending.size() > limits.max_head + limits.max_body)
+      return;
+    event_add(c->read_ev, nullptr);
+    c->reading = true;
   }
 
   // A complete request arrived: no deadline while it is handled; the next one's starts when it
@@ -548,6 +554,7 @@ struct HttpServer::Worker {
     }
     c->out.clear();
     c->out_at = 0;
+    resume_reading(c);
     if (c->busy) return true;
     if (c->close_after) return done_with(c);
     if (c->peer_closed && c->pending.empty()) return close_conn(c);

@@ -936,6 +936,35 @@ TEST_F(HttpTest, PipelinedRequestsInOnePacketAreAnsweredInOrder) {
   EXPECT_FALSE(c.closed_within(100ms)) << "kept alive after the pipeline";
 }
 
+// Tens of thousands of pipelined requests whose answers (about 6 MB) the client reads only once
+// it has sent them all: the daemon's writes come up short and wait for the socket, its reading
+// pauses while its answers and the bytes read wait, and resumes once they are out; every answer
+// arrives whole, in order, the connection kept.
+TEST_F(HttpTest, ManyPipelinedAnswersReadLateAllArriveInOrder) {
+  start();
+  constexpr int kRequests = 30000;
+  RawConn c(daemon_->port());
+  ASSERT_TRUE(c.connected());
+  std::string batch;
+  for (int i = 0; i < kRequests; ++i)
+    batch += i % 2 ? kKeepAliveGet : "GET /nope-" + std::to_string(i) + " HTTP/1.1\r\n\r\n";
+  std::thread sender([&] { EXPECT_TRUE(c.send(batch)); });
+  std::this_thread::sleep_for(300ms);  // the daemon's answers fill both socket buffers meanwhile
+  int in_order = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto a = c.next(10s);
+    if (a.status != (i % 2 ? 200 : 404)) {
+      ADD_FAILURE() << "answer " << i << ": " << a.status << " " << a.head;
+      break;
+    }
+    ++in_order;
+  }
+  sender.join();
+  EXPECT_EQ(in_order, kRequests);
+  ASSERT_TRUE(c.send(kKeepAliveGet));
+  EXPECT_EQ(c.answer(), 200);
+}
+
 // A request cut into one-byte writes (well within the request deadline) is read whole.
 TEST_F(HttpTest, ARequestSplitIntoTinyWritesIsAnswered) {
   start();
