@@ -94,24 +94,54 @@ std::vector<std::string> RedisCluster::seeds() const {
   return out;
 }
 
-void RedisCluster::with_reply(size_t i, const std::vector<std::string>& argv,
-                              const std::function<void(const redisReply&)>& fn) const {
+namespace {
+
+using Context = std::unique_ptr<redisContext, void (*)(redisContext*)>;
+using Reply = std::unique_ptr<redisReply, void (*)(void*)>;
+
+Context connect_to(int port, size_t i) {
   timeval tv{5, 0};
-  std::unique_ptr<redisContext, void (*)(redisContext*)> c(
-      redisConnectWithTimeout("127.0.0.1", nodes_[i]->port(), tv), redisFree);
+  Context c(redisConnectWithTimeout("127.0.0.1", port, tv), redisFree);
   if (!c || c->err)
     throw std::runtime_error("redis cluster: cannot connect to node " + std::to_string(i));
+  // A node that never answers (stopped) fails the command rather than hang the test.
+  redisSetTimeout(c.get(), timeval{15, 0});
+  return c;
+}
+
+void append(redisContext* c, const std::vector<std::string>& argv) {
   std::vector<const char*> a;
   std::vector<size_t> l;
   for (const auto& s : argv) {
     a.push_back(s.data());
     l.push_back(s.size());
   }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c.get(), static_cast<int>(a.size()), a.data(), l.data()));
-  if (!r) throw std::runtime_error("redis cluster: no reply from node " + std::to_string(i));
-  std::unique_ptr<redisReply, void (*)(void*)> owned(r, freeReplyObject);
-  fn(*r);
+  redisAppendCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data());
+}
+
+Reply next_reply(redisContext* c, size_t i) {
+  void* r = nullptr;
+  if (redisGetReply(c, &r) != REDIS_OK || !r)
+    throw std::runtime_error("redis cluster: no reply from node " + std::to_string(i));
+  return Reply(static_cast<redisReply*>(r), freeReplyObject);
+}
+
+}  // namespace
+
+void RedisCluster::with_reply(size_t i, const std::vector<std::string>& argv,
+                              const std::function<void(const redisReply&)>& fn) const {
+  Context c = connect_to(nodes_[i]->port(), i);
+  append(c.get(), argv);
+  fn(*next_reply(c.get(), i));
+}
+
+std::vector<std::string> RedisCluster::pipeline(
+    size_t i, const std::vector<std::vector<std::string>>& commands) const {
+  Context c = connect_to(nodes_[i]->port(), i);
+  for (const auto& argv : commands) append(c.get(), argv);  // buffered: one write below
+  std::vector<std::string> out;
+  for (size_t k = 0; k < commands.size(); ++k) out.push_back(text_of(*next_reply(c.get(), i)));
+  return out;
 }
 
 std::string RedisCluster::call(size_t i, const std::vector<std::string>& argv) const {
@@ -147,9 +177,13 @@ std::string RedisCluster::slot_view(size_t i) const {
 }
 
 size_t RedisCluster::owner(int slot) const {
-  size_t found = nodes_.size();
   size_t ask = 0;
   while (ask + 1 < nodes_.size() && !nodes_[ask]->running()) ++ask;
+  return owner_seen_by(ask, slot);
+}
+
+size_t RedisCluster::owner_seen_by(size_t ask, int slot) const {
+  size_t found = nodes_.size();
   with_reply(ask, {"CLUSTER", "SLOTS"}, [&](const redisReply& r) {
     for (size_t k = 0; k < r.elements; ++k) {
       const redisReply& e = *r.element[k];
@@ -195,7 +229,8 @@ void RedisCluster::wait_stable(int limit_ms) const {
 }
 
 void RedisCluster::begin_migration(int slot, size_t to) {
-  size_t from = owner(slot);
+  // Asked of `to`, which is to answer anyway: another node may be stopped by the test.
+  size_t from = owner_seen_by(to, slot);
   std::string s = std::to_string(slot);
   std::string a = call(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", ids_[from]});
   std::string b = call(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", ids_[to]});

@@ -38,6 +38,12 @@ class RedisCluster {
   // One command on node i; the reply as text: a string, status, error ("ERR ...") or integer
   // as such, an array's elements (strings or integers) one per line.
   std::string call(size_t i, const std::vector<std::string>& argv) const;
+  // Commands on node i written at once on one connection, their replies as call() gives them.
+  // Redis runs the commands it reads in one go back to back, before it serves another client:
+  // a DEBUG SLEEP in front holds back whatever other clients send meanwhile until the commands
+  // behind it ran. Blocks until the last reply.
+  std::vector<std::string> pipeline(size_t i,
+                                    const std::vector<std::vector<std::string>>& commands) const;
 
   // The hash slot of a key as Redis computes it (CLUSTER KEYSLOT).
   int keyslot(std::string_view key) const;
@@ -79,6 +85,8 @@ class RedisCluster {
   // node i's view of the slot owners: "start-end:port" per range, sorted.
   std::string slot_view(size_t i) const;
   size_t index_of_port(long long port) const;
+  // The owner of a slot as node i sees it.
+  size_t owner_seen_by(size_t i, int slot) const;
   size_t replica_of(size_t master) const;
 
   std::vector<std::unique_ptr<RedisServer>> nodes_;

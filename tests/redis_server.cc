@@ -90,11 +90,12 @@ void RedisServer::start() {
     // nodes.conf and the log (a cluster's chatter) land in --dir. A short node timeout so that a
     // lost node is noticed within a test; a replica syncs at once (the diskless sync otherwise
     // waits 5 s for more replicas); the masters still up keep serving their slots while a dead
-    // one's are not taken over yet (the setting a gateway's cluster wants).
-    for (const char* a :
-         {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-          "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0", "--logfile",
-          "redis.log", "--cluster-require-full-coverage", "no", "--cluster-port"})
+    // one's are not taken over yet (the setting a gateway's cluster wants); a test may put a
+    // node to sleep in band (DEBUG SLEEP, local connections only).
+    for (const char* a : {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                          "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0",
+                          "--logfile", "redis.log", "--cluster-require-full-coverage", "no",
+                          "--enable-debug-command", "local", "--cluster-port"})
       argv.push_back(a);
     argv.push_back(bus.c_str());
   }
