@@ -129,15 +129,22 @@ bool split_old(std::string_view old, std::vector<std::string>& out) {
 // How long an undo whose own reply was lost is sent again: as long as gates.lua's marker lives.
 constexpr int kUndoRetryS = kAttemptTtlS;
 
-// An error reply that says Redis ran nothing and can run the undo later: it is loading its
-// dataset (a restart), a script is past the busy threshold, a replica lost its master, or the
-// script is not loaded (yet, after a restart). Such an undo is sent again after a back-off,
-// whether the reply came in time or after the undo's own timeout; any other error is final.
-bool undo_can_wait(const redisReply* r) {
-  if (!r || r->type != REDIS_REPLY_ERROR) return false;
+// An answer that says Redis ran nothing and can run the undo later: it is loading its dataset
+// (a restart), a script is past the busy threshold, a replica lost its master, or the script is
+// not loaded (yet, after a restart); on a cluster, the slot moved or is moving (MOVED, ASK, and
+// TRYAGAIN once the cluster client stopped sending it again; no reply at all when it ran out of
+// redirects) or a failover is under way (CLUSTERDOWN). Sent again, the undo is routed afresh by
+// the cluster's slot map and follows an in-time redirect. Such an undo is sent again after a
+// back-off, whether the answer came in time or after the undo's own timeout (`error` empty);
+// any other error is final.
+bool undo_can_wait(const redisReply* r, std::string_view error) {
+  if (!r) return error == kTooManyRedirects;
+  if (r->type != REDIS_REPLY_ERROR) return false;
   const std::string_view e(r->str, r->len);
-  return e.starts_with("LOADING") || e.starts_with("BUSY ") || e.starts_with("MASTERDOWN") ||
-         e.starts_with("NOSCRIPT");
+  for (std::string_view not_run :
+       {"LOADING", "BUSY ", "MASTERDOWN", "NOSCRIPT", "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"})
+    if (e.starts_with(not_run)) return true;
+  return false;
 }
 
 // Answers a call that failed validation, on the loop (never inside the call itself).
@@ -600,8 +607,9 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
                           std::chrono::milliseconds(50), std::chrono::milliseconds(1000)),
                [this, op, what, gate, since] { undo(op, what, gate, since); });
   };
-  auto on_reply = [op, name, wait, then = std::move(then)](const redisReply* r, std::string_view) {
-    if (undo_can_wait(r)) {
+  auto on_reply = [op, name, wait, then = std::move(then)](const redisReply* r,
+                                                           std::string_view error) {
+    if (undo_can_wait(r, error)) {
       wait();
     } else if (r && r->type == REDIS_REPLY_ERROR) {
       spdlog::warn("{} of {} failed: {}", name, op->p.rid, std::string_view(r->str, r->len));
@@ -611,7 +619,7 @@ void Engine::Impl::undo(const Op& op, UndoOf what, int gate,
   // The reply after the undo's own timeout: none (the connection went away), or one that says
   // the undo did not run yet.
   auto on_lost = [this, op, what, gate, since, wait](const redisReply* r) {
-    if (undo_can_wait(r)) return wait();
+    if (undo_can_wait(r, {})) return wait();
     if (r) return;
     if (std::chrono::steady_clock::now() - since > std::chrono::seconds(kUndoRetryS))
       return give_up(op);

@@ -154,8 +154,9 @@ Metrics::Metrics()
           "its request was answered 503; undone), lost (a call whose connection went "
           "away before its reply: undone by what Redis holds), late_lost (an undo that "
           "could not be sent: the client shut down or too many were waiting, or Redis could "
-          "not run it for 60 s), undo_wait (an undo Redis answered LOADING, BUSY or "
-          "MASTERDOWN: sent again after a back-off); on a "
+          "not run it for 60 s), undo_wait (an undo Redis did not run and can run later, "
+          "answered LOADING, BUSY, MASTERDOWN, NOSCRIPT or on a cluster MOVED, ASK, TRYAGAIN, "
+          "CLUSTERDOWN or too many redirects: sent again after a back-off); on a "
           "cluster also moved, ask (redirects followed), redirects (too many), tryagain "
           "(a call sent again during a slot migration).",
           {"kind"}),

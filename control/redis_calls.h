@@ -14,6 +14,10 @@
 
 namespace dripgate::control {
 
+// A Redis Cluster's answer (no reply) to a call redirected more than its bound: the call did not
+// run, and no late reply follows.
+inline constexpr std::string_view kTooManyRedirects = "redis: too many redirects";
+
 class RedisCalls {
  public:
   using Callback = RedisClient::Callback;

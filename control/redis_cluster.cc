@@ -25,11 +25,6 @@ bool is_redirect(const redisReply* r) {
   return is_error(r, "MOVED ") || is_error(r, "ASK ");
 }
 
-// Refusals by the cluster, before the command ran: nothing for a LateReply to undo.
-bool not_run(const redisReply* r) {
-  return is_redirect(r) || is_error(r, "CLUSTERDOWN") || is_error(r, "TRYAGAIN");
-}
-
 timeval ms_timeval(long long ms) {
   if (ms < 0) ms = 0;
   return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
@@ -163,18 +158,15 @@ std::string RedisCluster::owner_of(int slot) const {
 
 void RedisCluster::send(std::shared_ptr<Call> call, Node* node, bool asking) {
   std::vector<std::string_view> v(call->parts.begin(), call->parts.end());
-  LateReply late;
-  if (call->late)
-    late = [late = call->late](const redisReply* r) {
-      if (!not_run(r)) late(r);
-    };
   Callback cb = [this, call](const redisReply* r, std::string_view error) {
     on_reply(call, r, error);
   };
   std::span<const std::string_view> all(v);
+  // Every late reply goes to the call's LateReply, a refusal (MOVED, ASK, CLUSTERDOWN, TRYAGAIN)
+  // too, unfollowed: it says the command did not run, which an undo must know to be sent again.
   if (call->script)
     node->client->evalsha(*call->script, all.first(call->nkeys), all.subspan(call->nkeys),
-                          std::move(cb), std::move(late), call->stalled, asking);
+                          std::move(cb), call->late, call->stalled, asking);
   else
     node->client->command(all, std::move(cb), asking);
 }
@@ -202,7 +194,7 @@ bool RedisCluster::redirect(const std::shared_ptr<Call>& call, std::string_view 
     return false;
   if (call->redirects >= opts_.max_redirects) {
     if (observer_) observer_->error("redirects");
-    call->cb(nullptr, "redis: too many redirects");
+    call->cb(nullptr, kTooManyRedirects);
     return true;
   }
   Node* to = node_at(err.substr(space + 1));

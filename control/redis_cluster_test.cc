@@ -14,8 +14,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <event2/event.h>
 
@@ -51,6 +54,65 @@ RedisCluster::Callback into(Result& out) {
 
 // INCRBY KEYS[1] ARGV[1]: a script of the test's own, so that the engine's scripts may change.
 constexpr std::string_view kIncrText = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
+
+// evalsha on node i, from INFO commandstats: the calls that ran, and those the cluster refused
+// before running them (a redirect, TRYAGAIN).
+struct EvalshaCounts {
+  long long calls = 0, rejected = 0;
+};
+
+// A request split over two masters, for the undo tests: a tenant whose slot is on master A and a
+// model gate on master C, both buckets without refill (Redis's level tells what was taken), and
+// B, the third master. The first request was admitted, so both buckets exist.
+struct SplitAdmission {
+  std::unique_ptr<ConfigStore> store;
+  std::unique_ptr<Engine> engine;
+  std::string tenant, model;
+  int slot = -1;  // the tenant's
+  size_t a = 0, b = 0, c = 0;
+  double model_cap = 0;
+  static constexpr double kCap = 1e9;
+
+  AdmitRequest request() const {
+    AdmitRequest req;
+    req.tenant = tenant;
+    req.model = model;
+    return req;
+  }
+};
+
+// While it lives, a node that sleeps or stops for seconds is not taken for failed: no failover
+// under a test's feet (the nodes' own timeout is 1 s).
+class LongNodeTimeout {
+ public:
+  explicit LongNodeTimeout(Nodes& nodes) : nodes_(nodes) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!nodes_.node(i).running()) continue;
+      const std::string was = nodes_.call(i, {"CONFIG", "GET", "cluster-node-timeout"});
+      was_.emplace_back(i, was.substr(was.find('\n') + 1));
+      nodes_.call(i, {"CONFIG", "SET", "cluster-node-timeout", "60000"});
+    }
+  }
+  ~LongNodeTimeout() {
+    for (const auto& [i, was] : was_)
+      nodes_.call(i, {"CONFIG", "SET", "cluster-node-timeout", was});
+  }
+  LongNodeTimeout(const LongNodeTimeout&) = delete;
+  LongNodeTimeout& operator=(const LongNodeTimeout&) = delete;
+
+ private:
+  Nodes& nodes_;
+  std::vector<std::pair<size_t, std::string>> was_;
+};
+
+// SIGSTOP on a node while it lives.
+struct Stopped {
+  explicit Stopped(dripgate::testing::RedisServer& s) : server(s) { server.pause(); }
+  ~Stopped() { server.resume(); }
+  Stopped(const Stopped&) = delete;
+  Stopped& operator=(const Stopped&) = delete;
+  dripgate::testing::RedisServer& server;
+};
 
 class RedisClusterTest : public ::testing::Test {
  protected:
@@ -102,6 +164,85 @@ class RedisClusterTest : public ::testing::Test {
       if (m != not_this) return m;
     ADD_FAILURE() << "no other master";
     return not_this;
+  }
+
+  // The tenant `name` (its slot on some master A), a model gate of model_cap on another
+  // master C, and the first request admitted. Its engine answers into obs_, cleared after that.
+  SplitAdmission split(const std::string& name, int timeout_ms, double model_cap) {
+    SplitAdmission s;
+    s.tenant = name;
+    s.model_cap = model_cap;
+    s.slot = hash_slot("t:" + name);
+    s.a = nodes_->owner(s.slot);
+    for (int i = 0; s.model.empty(); ++i) {
+      std::string m = name + "-m" + std::to_string(i);
+      if (nodes_->owner(hash_slot("g:model:" + m)) != s.a) s.model = m;
+    }
+    s.c = nodes_->owner(hash_slot("g:model:" + s.model));
+    s.b = s.a;
+    for (size_t m : nodes_->masters())
+      if (m != s.a && m != s.c) s.b = m;
+    EXPECT_NE(s.b, s.a) << "no third master";
+    config::Config cfg;
+    cfg.redis.cluster = {nodes_->seeds()[0]};
+    cfg.redis.timeout_ms = timeout_ms;
+    config::Plan plan;
+    plan.name = "p";
+    plan.tenant = config::Bucket{SplitAdmission::kCap, 0};
+    cfg.plans["p"] = plan;
+    cfg.tenants[name] = config::Tenant{name, "p"};
+    cfg.global_gates.model[s.model] = config::Bucket{model_cap, 0};
+    s.store = std::make_unique<ConfigStore>(cfg);
+    s.engine = std::make_unique<Engine>(*s.store, loop_.base(), &obs_);
+    EXPECT_TRUE(loop_.wait_until([&] { return s.engine->redis_up(); }, milliseconds(5000)));
+    auto first = loop_.await<AdmitResult>(
+        [&](std::function<void(AdmitResult)> done) { s.engine->admit(s.request(), done); },
+        milliseconds(5000));
+    EXPECT_TRUE(first && first->outcome == Outcome::kAllowed) << (first ? first->error : "");
+    obs_.errors.clear();
+    return s;
+  }
+
+  EvalshaCounts evalsha_counts(size_t node) {
+    const std::string stats = nodes_->call(node, {"INFO", "commandstats"});
+    EvalshaCounts n;
+    const size_t at = stats.find("cmdstat_evalsha:");
+    if (at == std::string::npos) return n;
+    auto field = [&](std::string_view name) {
+      const size_t f = stats.find(name, at);
+      return f == std::string::npos ? 0LL : std::atoll(stats.c_str() + f + name.size());
+    };
+    n.calls = field(":calls=");
+    n.rejected = field(",rejected_calls=");
+    return n;
+  }
+
+  // Both buckets of `s` hold what its first request took and nothing more, once the undos ran
+  // (they reach Redis on their own time: polled for up to 10 s).
+  void expect_charged_once(const SplitAdmission& s) {
+    auto taken = [&](const std::string& key, int slot, double cap) {
+      const std::string tk = nodes_->call(nodes_->owner(slot), {"HGET", key, "tk"});
+      return tk.empty() ? 0.0 : cap - std::stod(tk);
+    };
+    double tenant = -1, model = -1;
+    loop_.wait_until(
+        [&] {
+          tenant = taken(keys::bucket(s.tenant, "tenant"), s.slot, SplitAdmission::kCap);
+          model = taken(keys::global_bucket("model", s.model), hash_slot("g:model:" + s.model),
+                        s.model_cap);
+          return tenant == 1 && model == 1;
+        },
+        milliseconds(10000));
+    EXPECT_EQ(tenant, 1) << "the request not admitted is charged to the tenant";
+    EXPECT_EQ(model, 1) << "the request not admitted is charged to the model gate";
+  }
+
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) out.push_back(line);
+    return out;
   }
 
   static Nodes* nodes_;
@@ -431,6 +572,107 @@ TEST_F(RedisClusterTest, TheTotalGateLimitsTenantsOnTheCluster) {
     }
   }
   EXPECT_EQ(gates, (std::vector<std::string>{"", "", "total"}));
+}
+
+// A request answered 503 or 429 is charged nothing, also when its undo meets a cluster refusal
+// (MOVED, ASK, TRYAGAIN, or a call that ran out of redirects): those mean the undo did not run,
+// and it is sent again until it does.
+//
+// Late: the tenant's call runs on A, the model gate's on C does not answer (stopped), so the
+// request is answered 503 after the timeout, and its undo goes to A. Before that, A is sent
+// one batch: DEBUG SLEEP, then MIGRATE of every key of the tenant's slot to B (IMPORTING on B
+// and MIGRATING on A set just before). A runs the batch before the undo it receives while
+// asleep; the undo times out meanwhile, and its reply, after its timeout, is ASK (its keys are
+// gone). Sent again, it runs on B, so the tenant ends charged for the first request only.
+TEST_F(RedisClusterTest, AnUndoAnsweredARedirectAfterItsTimeoutIsSentAgain) {
+  constexpr int kTimeoutMs = 2000;
+  // The batch reaches A within kTimeoutMs / 2 (checked), the undo is sent at about kTimeoutMs
+  // and times out at about 2 * kTimeoutMs; A wakes up at about 3 * kTimeoutMs, well before the
+  // engine would drop the connection (4 * kTimeoutMs after the undo was sent): the undo's reply
+  // comes late, not lost.
+  const std::string sleep_s = std::to_string(3 * kTimeoutMs / 1000);
+  std::optional<AdmitResult> res;  // answered into until the engine in s is gone
+  SplitAdmission s = split("late-redirect", kTimeoutMs, SplitAdmission::kCap);
+  const std::string slot = std::to_string(s.slot);
+  const EvalshaCounts on_a = evalsha_counts(s.a);
+  std::vector<std::string> batch;
+  std::atomic<bool> batch_done{false};
+  std::chrono::steady_clock::time_point sent, written;
+  std::jthread sleeper;
+  {
+    LongNodeTimeout long_timeout(*nodes_);
+    {
+      Stopped stopped(nodes_->node(s.c));
+      sent = std::chrono::steady_clock::now();
+      s.engine->admit(s.request(), [&](AdmitResult r) { res = std::move(r); });
+      ASSERT_TRUE(loop_.wait_until([&] { return evalsha_counts(s.a).calls > on_a.calls; },
+                                   milliseconds(kTimeoutMs / 4)))
+          << "the tenant's call did not run on A";
+      nodes_->begin_migration(s.slot, s.b);
+      std::vector<std::string> migrate = {
+          "MIGRATE", "127.0.0.1", std::to_string(nodes_->node(s.b).port()), "", "0",
+          "5000",    "KEYS"};
+      for (std::string& key : lines(nodes_->call(s.a, {"CLUSTER", "GETKEYSINSLOT", slot, "100"})))
+        migrate.push_back(std::move(key));
+      sleeper = std::jthread([&, migrate] {
+        written = std::chrono::steady_clock::now();
+        batch = nodes_->pipeline(s.a, {{"DEBUG", "SLEEP", sleep_s}, migrate});
+        batch_done = true;
+      });
+      EXPECT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(3 * kTimeoutMs)));
+    }
+    EXPECT_TRUE(loop_.wait_until([&] { return batch_done.load(); }, milliseconds(6 * kTimeoutMs)));
+    sleeper.join();
+    EXPECT_EQ(batch, (std::vector<std::string>{"OK", "OK"}));
+    // Written well before the undo was (the model gate's call timed out at kTimeoutMs).
+    EXPECT_LT(written - sent, milliseconds(kTimeoutMs / 2));
+    // A refused the undo it ran after the batch (its keys gone).
+    EXPECT_TRUE(loop_.wait_until([&] { return evalsha_counts(s.a).rejected > on_a.rejected; },
+                                 milliseconds(2 * kTimeoutMs)));
+  }
+  nodes_->finish_migration(s.slot);
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->outcome, Outcome::kUnavailable);
+  EXPECT_NE(res->error.find("timeout"), std::string::npos) << res->error;
+  expect_charged_once(s);
+  EXPECT_EQ(obs_.errors["lost"], 0) << "a connection was dropped: the undo's reply was lost, "
+                                       "not late";
+  EXPECT_GE(obs_.errors["undo_wait"], 1);
+}
+
+// In time: the tenant's call runs on A while the model gate's call waits on C (stopped); then
+// every key of the tenant's slot moves to B (the migration left open) and C answers: the model
+// gate refuses (its one token was taken by the first request), and the tenant's undo goes to A.
+// A answers ASK, B TRYAGAIN (the undo declares keys the admission never created, which B does
+// not hold), sent again until the cluster client gives up ("too many redirects"): the undo did
+// not run, and is sent again after a back-off until the migration is over and it runs on B.
+TEST_F(RedisClusterTest, AnUndoRefusedInTimeByTheClusterIsSentAgain) {
+  constexpr int kTimeoutMs = 2000;
+  std::optional<AdmitResult> res;  // answered into until the engine in s is gone
+  SplitAdmission s = split("intime-redirect", kTimeoutMs, 1);
+  const std::string slot = std::to_string(s.slot);
+  const EvalshaCounts on_a = evalsha_counts(s.a);
+  {
+    LongNodeTimeout long_timeout(*nodes_);
+    Stopped stopped(nodes_->node(s.c));
+    s.engine->admit(s.request(), [&](AdmitResult r) { res = std::move(r); });
+    ASSERT_TRUE(loop_.wait_until([&] { return evalsha_counts(s.a).calls > on_a.calls; },
+                                 milliseconds(kTimeoutMs / 2)))
+        << "the tenant's call did not run on A";
+    nodes_->begin_migration(s.slot, s.b);
+    for (const std::string& key :
+         lines(nodes_->call(s.a, {"CLUSTER", "GETKEYSINSLOT", slot, "100"})))
+      nodes_->move_key(key);
+  }
+  EXPECT_TRUE(loop_.wait_until([&] { return res.has_value(); }, milliseconds(2 * kTimeoutMs)));
+  EXPECT_TRUE(loop_.wait_until([&] { return obs_.errors["undo_wait"] >= 2; }, milliseconds(10000)));
+  nodes_->finish_migration(s.slot);
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->outcome, Outcome::kRefused) << res->error;
+  EXPECT_EQ(res->gate, "model");
+  EXPECT_GE(obs_.errors["redirects"], 1);
+  EXPECT_GE(evalsha_counts(s.a).rejected, on_a.rejected + 1);
+  expect_charged_once(s);
 }
 
 // Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
