@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -26,6 +27,7 @@
 #include "control/brake_sync.h"
 #include "control/gateway.h"
 #include "control/http_request.h"
+#include "control/io_batch.h"
 #include "control/json_writer.h"
 #include "control/reload.h"
 #include "control/tenant_registry.h"
@@ -55,6 +57,11 @@ constexpr timeval kLinger{1, 0};
 constexpr int kAcceptBatch = 32;
 // What one read() takes at most (a worker's buffer, shared by its connections).
 constexpr size_t kReadChunk = 64 * 1024;
+// Operations per io_uring submission, and what a batched read takes of a connection at once (an
+// admission request is a few hundred bytes; a larger one takes several passes, each read at
+// once as the socket stays readable): 256 x 4 KiB = 1 MiB per worker.
+constexpr unsigned kBatch = 256;
+constexpr size_t kBatchRead = 4096;
 
 std::string_view reason_phrase(int status) {
   switch (status) {
@@ -170,6 +177,8 @@ struct HttpServer::Worker {
     bool reading = true;       // read_ev is added
     bool peer_closed = false;  // EOF read: answer what was complete, then close
     bool orphan = false;       // closed while busy: freed when its answer comes
+    bool queued_read = false;  // in worker->to_read
+    bool queued_send = false;  // in worker->to_send
     // While idle: the worker's unused or kept queue and the neighbours in it.
     IdleQueue* queue = nullptr;
     Conn* prev = nullptr;
@@ -227,12 +236,21 @@ struct HttpServer::Worker {
   std::vector<std::pair<std::string, std::string>> query;  // a request's parameters
   time_t date_at = 0;
   std::string date;  // "Date: ...\r\n" for date_at
+  // The reads and the answers of one loop pass, each done together after it (io_batch.h): one
+  // submission for the tens of requests one epoll_wait finds, and one for the tens of answers a
+  // Redis reply batch makes, instead of a read() or send() each. Null: the system calls.
+  std::unique_ptr<IoBatch> io;
+  std::vector<Conn*> to_read, to_send;  // Conn::queued_read, queued_send; a closed one: null
+  std::vector<IoBatch::Op> ops;
+  std::vector<char> read_slots;  // kBatchRead bytes per op of a read batch
+  event* read_ev = nullptr;      // made active by the first connection queued in a pass
+  event* send_ev = nullptr;
 
   ~Worker() {
     stopped = true;
     gateway.reset();
     drop_all();
-    for (event* ev : {listen_ev, stop_ev, drain_ev, resume_ev})
+    for (event* ev : {listen_ev, stop_ev, drain_ev, resume_ev, read_ev, send_ev})
       if (ev) event_free(ev);
     if (listen_fd >= 0) close(listen_fd);
     if (base) event_base_free(base);
@@ -305,9 +323,11 @@ struct HttpServer::Worker {
     conns.push_back(std::move(c));
   }
 
-  // Frees every connection at once (the queues are dropped first: a connection leaving its
-  // queue would touch neighbours already freed).
+  // Frees every connection at once (the queues and this pass's batches are dropped first: a
+  // connection leaving its queue would touch neighbours already freed).
   void drop_all() {
+    to_read.clear();
+    to_send.clear();
     for (auto& c : conns) c->queue = nullptr;
     unused = kept = IdleQueue{};
     conns.clear();
@@ -325,6 +345,8 @@ struct HttpServer::Worker {
   // Frees the connection; one with a request in progress loses its socket now and is freed
   // when the answer comes (which then goes nowhere). Returns false (for flush's "c is gone").
   bool close_conn(Conn* c) {
+    unqueue(c, c->queued_read, to_read);
+    unqueue(c, c->queued_send, to_send);
     if (c->fd >= 0) {
       server->metrics_.http_connection_closed();
       --open;
@@ -345,6 +367,8 @@ struct HttpServer::Worker {
   }
 
   void destroy(Conn* c) {
+    unqueue(c, c->queued_read, to_read);
+    unqueue(c, c->queued_send, to_send);
     size_t at = c->slot;
     if (at + 1 != conns.size()) {
       std::swap(conns[at], conns.back());
@@ -380,30 +404,77 @@ struct HttpServer::Worker {
   static void on_readable(evutil_socket_t, short, void* arg) {
     auto* c = static_cast<Conn*>(arg);
     Worker* w = c->worker;
+    if (w->io) return w->queue(c, c->queued_read, w->to_read, w->read_ev);
     ssize_t n = read(c->fd, w->rbuf.data(), w->rbuf.size());
+    w->got(c, n < 0 ? -errno : n, w->rbuf.data());
+  }
+
+  // What a read gave c: n bytes at data, 0 at the end of the stream, or -errno.
+  void got(Conn* c, ssize_t n, const char* data) {
     if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) w->close_conn(c);
+      if (n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR) close_conn(c);
       return;
     }
-    if (n == 0) {
-      w->peer_closed(c);
-      return;
-    }
+    if (n == 0) return peer_closed(c);
     if (c->linger) return;  // dropped
     if (c->busy || c->output_waits()) {
       // Waits for the request in progress (or for the client to read its answers); within
       // bounds, beyond which reading pauses until it is parsed.
-      c->pending.append(w->rbuf.data(), static_cast<size_t>(n));
-      if (c->pending.size() > w->limits.max_head + w->limits.max_body) w->pause_reading(c);
+      c->pending.append(data, static_cast<size_t>(n));
+      if (c->pending.size() > limits.max_head + limits.max_body) pause_reading(c);
       return;
     }
     if (c->pending.empty()) {
-      w->parse(c, w->rbuf.data(), static_cast<size_t>(n));
+      parse(c, data, static_cast<size_t>(n));
     } else {
-      c->pending.append(w->rbuf.data(), static_cast<size_t>(n));
-      w->parse_pending(c);
+      c->pending.append(data, static_cast<size_t>(n));
+      parse_pending(c);
     }
-    w->flush(c);
+    send_soon(c);
+  }
+
+  // Puts c in a batch of this loop pass (its event made active by the first one).
+  static void queue(Conn* c, bool& queued, std::vector<Conn*>& batch, event* ev) {
+    if (queued) return;
+    queued = true;
+    if (batch.empty()) event_active(ev, EV_READ, 0);
+    batch.push_back(c);
+  }
+
+  static void unqueue(Conn* c, bool& queued, std::vector<Conn*>& batch) {
+    if (!queued) return;
+    queued = false;
+    auto at = std::find(batch.begin(), batch.end(), c);
+    if (at != batch.end()) *at = nullptr;
+  }
+
+  // The pass's readable connections, kBatchRead bytes each, one submission per
+  // io->capacity() of them; then each goes on as after a read().
+  static void on_read_batch(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    const size_t cap = w->io->capacity();
+    for (size_t from = 0; from < w->to_read.size() && w->io; from += cap) {
+      const size_t to = std::min(w->to_read.size(), from + cap);
+      w->ops.clear();
+      for (size_t i = from; i < to; ++i)
+        if (Conn* c = w->to_read[i])
+          w->ops.push_back(
+              {c->fd, w->read_slots.data() + w->ops.size() * kBatchRead, kBatchRead, false, 0});
+      const bool ok = w->io->run(w->ops);
+      size_t k = 0;
+      for (size_t i = from; i < to; ++i) {
+        Conn* c = w->to_read[i];
+        if (!c) continue;  // closed meanwhile
+        c->queued_read = false;
+        const IoBatch::Op& op = w->ops[k++];
+        w->got(c, op.result, op.data);
+      }
+      if (!ok) w->io_failed();
+    }
+    // After a failed ring, the rest are read by a system call when they are found readable again.
+    for (Conn* c : w->to_read)
+      if (c) c->queued_read = false;
+    w->to_read.clear();
   }
 
   void pause_reading(Conn* c) {
@@ -561,13 +632,68 @@ struct HttpServer::Worker {
     return true;
   }
 
+  // Sends c's output after this loop pass with the others' (then flush's work), or now without
+  // a ring or while c waits for EV_WRITE (its output goes in order, after what is waiting).
+  bool send_soon(Conn* c) {
+    if (c->queued_send) return true;
+    if (!io || !c->output_waits() || (c->write_ev && event_pending(c->write_ev, EV_WRITE, nullptr)))
+      return flush(c);
+    queue(c, c->queued_send, to_send, send_ev);
+    return true;
+  }
+
+  // The pass's answers, one submission per io->capacity() of them; then each connection goes
+  // on as after a send() (flush: the rest of a short write, a close its answer asked for).
+  static void on_send_batch(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    const size_t cap = w->io->capacity();
+    for (size_t from = 0; from < w->to_send.size() && w->io; from += cap) {
+      const size_t to = std::min(w->to_send.size(), from + cap);
+      w->ops.clear();
+      for (size_t i = from; i < to; ++i)
+        if (Conn* c = w->to_send[i])
+          w->ops.push_back({c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, true, 0});
+      const bool ok = w->io->run(w->ops);
+      size_t k = 0;
+      for (size_t i = from; i < to; ++i) {
+        Conn* c = w->to_send[i];
+        if (!c) continue;
+        c->queued_send = false;
+        const ssize_t r = w->ops[k++].result;
+        if (r > 0) c->out_at += static_cast<size_t>(r);
+        if (r < 0 && r != -EAGAIN && r != -EINTR)
+          w->close_conn(c);
+        else
+          w->written(c);
+      }
+      if (!ok) w->io_failed();
+    }
+    // After a failed ring, the rest by a system call each.
+    if (!w->io)
+      for (Conn* c : w->to_send)
+        if (c && c->queued_send) {
+          c->queued_send = false;
+          w->written(c);
+        }
+    w->to_send.clear();
+  }
+
+  // The ring failed (not one operation): reads and answers go by system calls from now on.
+  void io_failed() {
+    spdlog::warn("io_uring failed; reading and answering with a system call each from now on");
+    io.reset();
+  }
+
   static void on_writable(evutil_socket_t, short, void* arg) {
     auto* c = static_cast<Conn*>(arg);
-    Worker* w = c->worker;
-    // Requests that waited for the output to drain go on.
-    if (w->flush(c) && !c->busy && !c->output_waits() && !c->pending.empty() && !c->close_after) {
-      w->parse_pending(c);
-      w->flush(c);
+    c->worker->written(c);
+  }
+
+  // Some of c's output went out: the rest follows; requests that waited for it to drain go on.
+  void written(Conn* c) {
+    if (flush(c) && !c->busy && !c->output_waits() && !c->pending.empty() && !c->close_after) {
+      parse_pending(c);
+      send_soon(c);
     }
   }
 
@@ -599,7 +725,7 @@ struct HttpServer::Worker {
       c->parser.next();
       if (!c->pending.empty()) parse_pending(c);
     }
-    flush(c);
+    send_soon(c);
   }
 
   // Answers an asynchronous request unless the server was torn down meanwhile, or drops it when
@@ -952,6 +1078,10 @@ struct HttpServer::Worker {
 
   static void on_drain(evutil_socket_t, short, void* arg) {
     auto* w = static_cast<Worker*>(arg);
+    // This pass's batches first (this timer may run before their events): the requests read
+    // are handled, the answers written, before the connections go.
+    if (w->io && !w->to_read.empty()) on_read_batch(-1, 0, w);
+    if (w->io && !w->to_send.empty()) on_send_batch(-1, 0, w);
     if (w->inflight > 0 && Clock::now() < w->drain_deadline) return;  // persistent: next tick
     if (w->inflight > 0)
       spdlog::warn("worker {}: {} requests abandoned at shutdown", w->index, w->inflight);
@@ -1030,6 +1160,19 @@ bool HttpServer::start(std::string& error) {
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
     w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
     w->resume_ev = evtimer_new(w->base, &Worker::on_resume, w.get());
+    std::string why;
+    if (opts_.io_uring) w->io = IoBatch::create(kBatch, why);
+    if (w->io) {
+      w->read_ev = event_new(w->base, -1, 0, &Worker::on_read_batch, w.get());
+      w->send_ev = event_new(w->base, -1, 0, &Worker::on_send_batch, w.get());
+      w->read_slots.resize(w->io->capacity() * kBatchRead);
+      if (!w->read_ev || !w->send_ev) w->io.reset();
+    }
+    if (i == 0 && w->io)
+      spdlog::info("HTTP: reads and answers in one io_uring submission per loop pass each");
+    else if (i == 0)
+      spdlog::info("HTTP: reads and answers with a system call each ({})",
+                   opts_.io_uring ? why : "--no-io-uring");
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {

@@ -3,6 +3,7 @@
 // records the lines it receives and answers like the dataplane's control protocol.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -111,8 +112,11 @@ class Daemon {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) dup2(fd, 2);
       std::string listen = "127.0.0.1:" + std::to_string(port_);
+      // DRIPGATE_TEST_NO_IO_URING (control/meson.build's http_syscalls_test): the same tests
+      // with a read() and a send() per connection instead of io_uring batches.
       execl(DRIPGATE_CONTROL_BIN, DRIPGATE_CONTROL_BIN, "--config", cfg.c_str(), "--redis",
-            redis.url().c_str(), "--listen", listen.c_str(), "--log-level", "debug", nullptr);
+            redis.url().c_str(), "--listen", listen.c_str(), "--log-level", "debug",
+            std::getenv("DRIPGATE_TEST_NO_IO_URING") ? "--no-io-uring" : nullptr, nullptr);
       _exit(127);
     }
     auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -963,6 +967,21 @@ TEST_F(HttpTest, ManyPipelinedAnswersReadLateAllArriveInOrder) {
   EXPECT_EQ(in_order, kRequests);
   ASSERT_TRUE(c.send(kKeepAliveGet));
   EXPECT_EQ(c.answer(), 200);
+}
+
+// The reads and answers go through io_uring batches unless --no-io-uring says otherwise (the
+// http_syscalls_test runs this file's transport tests that way) or the kernel refuses io_uring
+// (as it then refuses this test process too).
+TEST_F(HttpTest, ReadsAndAnswersUseIoUringUnlessTurnedOff) {
+  start();
+  io_uring ring;
+  const bool refused = io_uring_queue_init(4, &ring, 0) != 0;
+  if (!refused) io_uring_queue_exit(&ring);
+  const bool off = refused || std::getenv("DRIPGATE_TEST_NO_IO_URING") != nullptr;
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  const std::string log = daemon_->log();
+  EXPECT_EQ(log.find("one io_uring submission per loop pass") != std::string::npos, !off) << log;
+  EXPECT_EQ(log.find("a system call each") != std::string::npos, off) << log;
 }
 
 // A request cut into one-byte writes (well within the request deadline) is read whole.

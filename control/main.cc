@@ -45,7 +45,7 @@ Config masked(Config cfg) {
 int main(int argc, char** argv) {
   CLI::App app{"dripgate-control: admission over HTTP, decided atomically in Redis"};
   std::string config_file, listen, redis_url, log_level = "info";
-  bool check = false, print_config = false;
+  bool check = false, print_config = false, no_io_uring = false;
   int threads = 0;
   app.add_option("--config", config_file, "YAML config file (default: the embedded default)");
   app.add_flag("--check", check, "validate the config, print every error, exit 0 or 1");
@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "override control.listen (host:port)");
   app.add_option("--redis", redis_url, "override redis.url");
   app.add_option("--threads", threads, "override control.threads")->check(CLI::Range(1, 256));
+  app.add_flag("--no-io-uring", no_io_uring,
+               "send each HTTP answer with its own send() instead of one io_uring submission per "
+               "event-loop pass (for comparison; used anyway where the kernel refuses io_uring)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   opts.threads = cfg.control.threads;
   opts.max_connections = cfg.control.max_connections;
   opts.request_timeout_s = cfg.control.request_timeout_s;
+  opts.io_uring = !no_io_uring;
   // Local decisions (redis.on_failure: local) and the journal that carries them into Redis,
   // read back first: a restart during an outage keeps what was decided before it.
   std::unique_ptr<dripgate::control::Fallback> fallback;

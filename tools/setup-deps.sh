@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential pkg-config meson ninja-build clang llvm lld
   libdpdk-dev dpdk dpdk-dev
-  libhiredis-dev libevent-dev libhttp-parser-dev libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libsimdjson-dev
+  libhiredis-dev libevent-dev liburing-dev libhttp-parser-dev libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libsimdjson-dev
   libcli11-dev libgtest-dev libpcap-dev libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
