@@ -54,9 +54,9 @@ struct RedisCluster::Call {
   Callback cb;
   LateReply late;
   WhenStalled stalled = WhenStalled::kFailFast;
-  int slot = -1;  // of its first key; -1: none
-  int redirects = 0;
-  int tries = 0;  // TRYAGAIN answers so far
+  int slot = -1;                  // of its first key; -1: none
+  int redirects = 0;              // since its last TRYAGAIN (try_again)
+  Clock::time_point try_until{};  // sent again on TRYAGAIN until then; set by the first
 };
 
 // A call waiting for its TRYAGAIN timer, owned by the cluster (so that a cluster shut down in
@@ -215,12 +215,24 @@ bool RedisCluster::redirect(const std::shared_ptr<Call>& call, std::string_view 
 
 // TRYAGAIN: a call with several keys met its slot in the middle of a migration, some of its keys
 // moved already and some not (it did not run). Sent again, routed afresh, every 10 ms for as
-// long as a node's timeout lasts: a migration moves a slot's keys in quick batches, and an
-// admission declares several keys of its tenant's slot.
+// long as a node's timeout lasts from its first TRYAGAIN: a migration moves a slot's keys in
+// quick batches, and an admission declares several keys of its tenant's slot.
+//
+// A TRYAGAIN also starts the call's redirect count again. During a migration a call meets ASK
+// (on the source, once none of its keys is left there) and TRYAGAIN (on the importing node,
+// while some of them are not there: an admission declares keys it never created) alternately
+// until the slot is given away; counted over the whole call, those ASKs alone would end it
+// after max_redirects round trips, tens of milliseconds, long before the window. So the window
+// bounds a migration, and max_redirects still bounds redirects with no TRYAGAIN between them (a
+// MOVED or ASK loop of a misconfigured cluster). Both bounds hold together: at most
+// timeout_ms / 10 TRYAGAINs, each followed by at most max_redirects redirects.
 bool RedisCluster::try_again(const std::shared_ptr<Call>& call) {
-  constexpr int kTryAgainMs = 10;
-  if ((call->tries + 1) * kTryAgainMs > opts_.node.timeout_ms) return false;
-  ++call->tries;
+  constexpr auto kTryAgain = std::chrono::milliseconds(10);
+  const Clock::time_point now = Clock::now();
+  if (call->try_until == Clock::time_point{})
+    call->try_until = now + std::chrono::milliseconds(opts_.node.timeout_ms);
+  if (now + kTryAgain > call->try_until) return false;
+  call->redirects = 0;
   if (observer_) observer_->error("tryagain");
   auto retry = std::make_unique<Retry>();
   Retry* r = retry.get();
@@ -237,7 +249,7 @@ bool RedisCluster::try_again(const std::shared_ptr<Call>& call) {
       },
       r);
   r->at = retries_.insert(retries_.end(), std::move(retry));
-  timeval tv = ms_timeval(kTryAgainMs);
+  timeval tv = ms_timeval(kTryAgain.count());
   evtimer_add(r->ev, &tv);
   return true;
 }

@@ -11,14 +11,18 @@
 //   refresh is asked for, and the call goes again to the new owner;
 // * ASK slot host:port: the slot is being migrated and this key already moved. The call goes
 //   once to that node behind an ASKING (RedisClient's `asking`), the map unchanged;
-// * at most max_redirects redirects per call, then kTooManyRedirects (no reply, none late).
+// * at most max_redirects redirects in a row, then kTooManyRedirects (no reply, none late): a
+//   TRYAGAIN (below) starts the count again, so a call meeting ASK and TRYAGAIN alternately
+//   during a migration is bounded by the TRYAGAIN window, and a MOVED or ASK loop by this.
 // A MOVED or ASK reply means the command did not run, so following it never runs a script
 // twice. Such a refusal (or CLUSTERDOWN, TRYAGAIN) arriving as a late reply, after a timeout,
 // is handed to LateReply as it is, not followed: it says the command did not run (nothing to
 // undo; an undo is sent again, routed afresh). TRYAGAIN (a multi-key call during a migration,
-// its keys split between two nodes) is sent again for up to a timeout, then answered as it is,
-// as CLUSTERDOWN is. Each attempt has the node's own timeout, so a call is answered within
-// (max_redirects + 1) timeouts.
+// its keys split between two nodes) is sent again every 10 ms for up to a timeout from the
+// first, then answered as it is, as CLUSTERDOWN is. Each attempt has the node's own timeout and
+// none follows a timeout, so a call is answered within (2 * max_redirects + 3) timeouts
+// (max_redirects + 1 attempts before its first TRYAGAIN, the TRYAGAIN window, max_redirects + 1
+// attempts after its last), after at most (timeout_ms / 10 + 1) * (max_redirects + 1) attempts.
 //
 // A WhenStalled::kQueue call held for a node that is down waits for that node (RedisClient's
 // holding): if the node comes back as a replica, the held call meets a MOVED there and follows

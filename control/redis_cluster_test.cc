@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -217,9 +219,10 @@ class RedisClusterTest : public ::testing::Test {
     return n;
   }
 
-  // Both buckets of `s` hold what its first request took and nothing more, once the undos ran
-  // (they reach Redis on their own time: polled for up to 10 s).
-  void expect_charged_once(const SplitAdmission& s) {
+  // Both buckets of `s` hold what its `admitted` requests took (the first one and any answered
+  // 200 since) and nothing more, once the undos ran (they reach Redis on their own time: polled
+  // for up to 10 s).
+  void expect_charged_once(const SplitAdmission& s, double admitted = 1) {
     auto taken = [&](const std::string& key, int slot, double cap) {
       const std::string tk = nodes_->call(nodes_->owner(slot), {"HGET", key, "tk"});
       return tk.empty() ? 0.0 : cap - std::stod(tk);
@@ -230,11 +233,11 @@ class RedisClusterTest : public ::testing::Test {
           tenant = taken(keys::bucket(s.tenant, "tenant"), s.slot, SplitAdmission::kCap);
           model = taken(keys::global_bucket("model", s.model), hash_slot("g:model:" + s.model),
                         s.model_cap);
-          return tenant == 1 && model == 1;
+          return tenant == admitted && model == admitted;
         },
         milliseconds(10000));
-    EXPECT_EQ(tenant, 1) << "the request not admitted is charged to the tenant";
-    EXPECT_EQ(model, 1) << "the request not admitted is charged to the model gate";
+    EXPECT_EQ(tenant, admitted) << "a request not admitted is charged to the tenant";
+    EXPECT_EQ(model, admitted) << "a request not admitted is charged to the model gate";
   }
 
   static std::vector<std::string> lines(const std::string& text) {
@@ -644,8 +647,9 @@ TEST_F(RedisClusterTest, AnUndoAnsweredARedirectAfterItsTimeoutIsSentAgain) {
 // every key of the tenant's slot moves to B (the migration left open) and C answers: the model
 // gate refuses (its one token was taken by the first request), and the tenant's undo goes to A.
 // A answers ASK, B TRYAGAIN (the undo declares keys the admission never created, which B does
-// not hold), sent again until the cluster client gives up ("too many redirects"): the undo did
-// not run, and is sent again after a back-off until the migration is over and it runs on B.
+// not hold), sent again until the cluster client gives up (its TRYAGAIN window over, answered
+// TRYAGAIN): the undo did not run, and is sent again after a back-off until the migration is
+// over and it runs on B.
 TEST_F(RedisClusterTest, AnUndoRefusedInTimeByTheClusterIsSentAgain) {
   constexpr int kTimeoutMs = 2000;
   std::optional<AdmitResult> res;  // answered into until the engine in s is gone
@@ -670,9 +674,102 @@ TEST_F(RedisClusterTest, AnUndoRefusedInTimeByTheClusterIsSentAgain) {
   ASSERT_TRUE(res.has_value());
   EXPECT_EQ(res->outcome, Outcome::kRefused) << res->error;
   EXPECT_EQ(res->gate, "model");
-  EXPECT_GE(obs_.errors["redirects"], 1);
+  EXPECT_GE(obs_.errors["ask"], 2);
+  EXPECT_GE(obs_.errors["tryagain"], 2);
   EXPECT_GE(evalsha_counts(s.a).rejected, on_a.rejected + 1);
   expect_charged_once(s);
+}
+
+// A reshard of the tenant's slot from A to B, as `redis-cli --cluster reshard` does it (keys
+// moved in batches, then the slot given to B), with admissions in flight all along. The slot holds
+// keys no admission declares, which stay on A until the end: its keys are split between A and B
+// throughout. Once the tenant's own keys moved, A answers an admission ASK (none of its keys left
+// there) and B, asked with ASKING, TRYAGAIN (the admission declares keys it never created, which
+// B does not hold): ASK and TRYAGAIN alternately, until the migration ends 200 ms later, well
+// within the 2 s timeout. Every admission rides through: answered 200, charged once.
+TEST_F(RedisClusterTest, AdmissionsRideThroughAMigrationOfTheirSlot) {
+  constexpr int kTimeoutMs = 2000;
+  constexpr int kAdmissions = 8;
+  constexpr auto kBatchGap = milliseconds(100);
+  SplitAdmission s = split("mid-migration", kTimeoutMs, SplitAdmission::kCap);
+  const std::string slot = std::to_string(s.slot);
+  const std::vector<std::string> tenant_keys =
+      lines(nodes_->call(s.a, {"CLUSTER", "GETKEYSINSLOT", slot, "100"}));
+  ASSERT_FALSE(tenant_keys.empty());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(nodes_->call(s.a, {"SET", "{t:mid-migration}:other:" + std::to_string(i), "x"}),
+              "OK");
+  nodes_->begin_migration(s.slot, s.b);
+
+  std::vector<std::pair<AdmitResult, milliseconds>> results;  // and when, since start
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kAdmissions; ++i)
+    s.engine->admit(s.request(), [&](AdmitResult r) {
+      results.emplace_back(std::move(r), std::chrono::duration_cast<milliseconds>(
+                                             std::chrono::steady_clock::now() - start));
+    });
+  std::atomic<bool> finished{false};
+  milliseconds open{};
+  std::jthread reshard([&] {
+    // The tenant's keys in two batches (the first leaves them split: A answers TRYAGAIN), the
+    // other keys and the slot at the end.
+    const size_t half = tenant_keys.size() / 2;
+    for (size_t i = 0; i < half; ++i) nodes_->move_key(tenant_keys[i]);
+    std::this_thread::sleep_for(kBatchGap);
+    for (size_t i = half; i < tenant_keys.size(); ++i) nodes_->move_key(tenant_keys[i]);
+    std::this_thread::sleep_for(kBatchGap);
+    open = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    nodes_->finish_migration(s.slot);
+    finished = true;
+  });
+  EXPECT_TRUE(loop_.wait_until([&] { return finished.load() && results.size() == kAdmissions; },
+                               milliseconds(4 * kTimeoutMs)));
+  reshard.join();
+  ASSERT_EQ(nodes_->owner(s.slot), s.b);
+  ASSERT_EQ(results.size(), size_t{kAdmissions});
+  for (const auto& [r, at] : results)
+    EXPECT_TRUE(r.outcome == Outcome::kAllowed)
+        << "answered " << static_cast<int>(r.outcome) << " \"" << r.error << "\" at " << at.count()
+        << " ms; the migration ended at " << open.count() << " ms";
+  // They met the migration (ASK and TRYAGAIN while it was open) and waited for it, not for a
+  // timeout.
+  EXPECT_GE(obs_.errors["ask"], kAdmissions);
+  EXPECT_GE(obs_.errors["tryagain"], kAdmissions);
+  EXPECT_EQ(obs_.errors["redirects"], 0);
+  EXPECT_LT(open, milliseconds(kTimeoutMs));
+  expect_charged_once(s, 1 + kAdmissions);
+  milliseconds last{};
+  for (const auto& [r, at] : results) last = std::max(last, at);
+  std::printf(
+      "migration of the tenant's slot: %d admissions answered by %lld ms, the slot given "
+      "away at %lld ms; %d ASK and %d TRYAGAIN met\n",
+      kAdmissions, static_cast<long long>(last.count()), static_cast<long long>(open.count()),
+      obs_.errors["ask"], obs_.errors["tryagain"]);
+}
+
+// A real redirect loop: the slot MIGRATING on A but not IMPORTING on B (a reshard misconfigured
+// or cut short). A answers ASK for a key it does not hold, B (not the owner, not importing)
+// MOVED back to A, and so on, no TRYAGAIN between: the call gives up after max_redirects.
+TEST_F(RedisClusterTest, ARedirectLoopIsCutAfterMaxRedirects) {
+  auto c = client();
+  const std::string key = "loop:{l1}";
+  const int slot = hash_slot(key);
+  const size_t a = nodes_->owner(slot);
+  const size_t b = other_master(a);
+  ASSERT_EQ(
+      nodes_->call(a, {"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", nodes_->id(b)}),
+      "OK");
+  const auto start = std::chrono::steady_clock::now();
+  Result r = incr(*c, key);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(nodes_->call(a, {"CLUSTER", "SETSLOT", std::to_string(slot), "STABLE"}), "OK");
+  EXPECT_EQ(r.error, kTooManyRedirects);
+  EXPECT_EQ(r.type, 0);
+  EXPECT_EQ(c->stats().asked + c->stats().moved, 5u);
+  EXPECT_EQ(obs_.errors["redirects"], 1);
+  EXPECT_EQ(obs_.errors["tryagain"], 0);
+  EXPECT_LT(took, milliseconds(1000));
+  EXPECT_EQ(incr(*c, key).integer, 1);
 }
 
 // Keeps `in_flight` script calls (INCRBY key 1) going round `keys` and counts, per key, what
