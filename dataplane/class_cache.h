@@ -9,11 +9,13 @@
 //    writers bump after every change (tag, re-tag, untag, sweep); a new generation forgets
 //    every entry, so a change is seen from the next burst on, as with the probe itself;
 //  * the rules: invalidate() when the lcore switches to a reloaded classifier;
-//  * time: an entry lives until the valid_until given to put(): the caller gives no more than
-//    the tag's expiry and the table's last-seen refresh period, so a tag expires on time and a
-//    busy tagged flow still refreshes its last-seen time through a real lookup.
+//  * time: an entry lives until the valid_until given to put(): for a tagged flow the caller
+//    gives no more than the tag's expiry and the table's last-seen refresh period, so a tag
+//    expires on time and a busy tagged flow still refreshes its last-seen time through a real
+//    lookup; an untagged flow's class depends on nothing that changes with time, and its entry
+//    is given a second.
 // Forgetting is O(1): entries carry the epoch they were made in. The 32-bit epoch may wrap, but
-// no entry outlives the refresh period, far shorter than 2^32 changes take.
+// no entry outlives a second, far shorter than 2^32 changes take (at most one per burst).
 #pragma once
 
 #include <bit>

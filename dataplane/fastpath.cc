@@ -89,6 +89,7 @@ Fastpath::Fastpath(const FastpathParams& p, Scheduler& sched, FlowTable& flows,
     throw std::invalid_argument("fewer RX queues than RX lcores");
   margin_ticks_ = ns_to_ticks(150);
   prep_ticks_ = ns_to_ticks(250);
+  untagged_entry_ticks_ = rte_get_tsc_hz();
   rx_cost_fixed_ = ns_to_ticks(300);
   rx_cost_per_pkt_ = ns_to_ticks(60);
   const auto queues = rx_queues_by_lcore(p_.rx_queues, p_.rx_lcores.size());
@@ -281,9 +282,12 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
 
 // The classes of a parsed burst's IPv4 keys: the lane's ClassCache first; the keys it does not
 // hold go to one bulk probe of the flow table (only keys whose hash a tagged key may have, with
-// the hash computed once here), then the rules, and are remembered until the tag expires or
-// the table's last-seen refresh period ends, whichever comes first. The general frames' tags
-// come from one bulk probe of each table. A tag added meanwhile is seen from the next burst on.
+// the hash computed once here), then the rules, and are remembered: a tagged flow until the tag
+// expires or the table's last-seen refresh period ends, whichever comes first, so a busy one
+// still refreshes its last-seen time; an untagged one (a rule's class or none) for up to
+// untagged_entry_ticks_, as nothing but a change of the table or of the rules, each of which
+// forgets every entry, could change its class. The general frames' tags come from one bulk
+// probe of each table. A tag added meanwhile is seen from the next burst on.
 void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) {
   ClassCache& cache = lane.cache;
   cache.observe(flows_.generation());
@@ -312,15 +316,18 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
       flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, expires);
     }
     const Classifier& rules = *lane.classifier;
-    const uint64_t until = now + flows_.refresh_ticks();
+    const uint64_t tag_until = now + flows_.refresh_ticks();
+    const uint64_t rule_until = now + untagged_entry_ticks_;
     for (unsigned k = 0; k < n_miss; ++k) {
       const unsigned j = miss[k];
       int cls = any_tag ? found[k] : FlowTable::kNoMatch;
-      uint64_t valid_until = until;
+      uint64_t valid_until;
       if (cls >= 0) {
+        valid_until = tag_until;
         if (expires[k] != 0) valid_until = std::min(valid_until, expires[k]);
       } else {
         cls = rules.classify_ipv4(b.k4[j].src, b.k4[j].dst, b.dscp4[j]);
+        valid_until = rule_until;
       }
       b.cls4[j] = cls;
       cache.put(b.k4[j], b.dscp4[j], hashes[j], cls, valid_until);

@@ -140,6 +140,10 @@ class Fastpath {
   // How far ahead of its time a departure is polled from the scheduler, so that only the TX call
   // separates the end of the spin from the packet leaving.
   uint64_t prep_ticks_ = 0;
+  // How long a ClassCache entry of an untagged IPv4 flow stands (ticks, one second): its class
+  // changes only with the flow table or the rules, which forget every entry anyway; the bound
+  // keeps each entry far younger than 2^32 of the cache's epochs (at most one per burst).
+  uint64_t untagged_entry_ticks_ = 0;
 };
 
 }  // namespace dripgate::dataplane
