@@ -166,6 +166,12 @@ inline bool parse_ipv4_fast(const uint8_t* data, uint32_t len, Ipv4Key* key,
 // general parser's work. Reads nothing at or past data + len.
 inline bool is_non_ip_fast(const uint8_t* data, uint32_t len) noexcept {
   if (len < 14) return false;
+  // The four ethertypes' first bytes, 0x08, 0x86, 0x81 and 0x88, are bits 8, 6 and 1 of a
+  // mask indexed by a byte's low six bits: a frame whose first byte has none of them (0x00,
+  // say) is non-IP after one test instead of four compares.
+  constexpr uint64_t kFirstBytes = (uint64_t{1} << (0x08 & 63)) | (uint64_t{1} << (0x86 & 63)) |
+                                   (uint64_t{1} << (0x81 & 63)) | (uint64_t{1} << (0x88 & 63));
+  if (((kFirstBytes >> (data[12] & 63)) & 1) == 0) return true;
   const uint16_t ether_type = static_cast<uint16_t>((data[12] << 8) | data[13]);
   return ether_type != 0x0800 && ether_type != 0x86DD && ether_type != 0x8100 &&
          ether_type != 0x88A8;

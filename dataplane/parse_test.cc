@@ -683,6 +683,14 @@ TEST(ParseFast, NonIpInline) {
     EXPECT_FALSE(non_ip_exact(others[i], others[i].size())) << "frame " << i;
   for (size_t len = 0; len < 14; ++len)
     EXPECT_FALSE(non_ip_exact(Bytes(64, 0), len)) << "cut at " << len;  // truncated-l2
+  // Every ethertype: non-IP exactly when it is none of the four parse() looks into.
+  for (unsigned e = 0; e <= 0xFFFF; ++e) {
+    Bytes f(64, 0);
+    f[12] = static_cast<uint8_t>(e >> 8);
+    f[13] = static_cast<uint8_t>(e);
+    const bool looked_into = e == 0x0800 || e == 0x86DD || e == 0x8100 || e == 0x88A8;
+    ASSERT_EQ(non_ip_exact(f, f.size()), !looked_into) << "ethertype " << e;
+  }
   // Random ethertypes and lengths: whenever the inline test says non-IP, parse() agrees.
   std::mt19937 rng(11);
   unsigned non_ip = 0;
