@@ -221,13 +221,15 @@ void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
 }
 
 // A received burst, parsed: the common frames by the inline parser (their keys packed in k4[]
-// in arrival order, at[i] = frame i's place there), the others by parse() (at[i] = kGeneral,
-// pp[i] and st[i]). cls4[j] is the class of key j before unknown_flows (a tag, a rule, or
-// kNoMatch); tagged[i] is the flow table's class for a general frame i, or kNoMatch.
+// in arrival order, at[i] = frame i's place there, hash4[j] = FlowTable::hash_ipv4(k4[j])), the
+// others by parse() (at[i] = kGeneral, pp[i] and st[i]). cls4[j] is the class of key j before
+// unknown_flows (a tag, a rule, or kNoMatch); tagged[i] is the flow table's class for a
+// general frame i, or kNoMatch.
 struct Fastpath::Burst {
   static constexpr uint8_t kGeneral = 0xFF;
   uint8_t at[kBurst];
   Ipv4Key k4[kBurst];
+  uint32_t hash4[kBurst];
   uint8_t dscp4[kBurst];
   unsigned n4;
   ParseStatus st[kBurst];
@@ -237,7 +239,7 @@ struct Fastpath::Burst {
 };
 
 unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
-                               uint64_t* bytes) {
+                               uint64_t* bytes, const ClassCache& cache) {
   // The leading run of untagged non-IP frames first, with nothing stored per frame but its
   // length: when it is the whole burst (every frame of net_null's, say) the caller reads
   // nothing else of b. Then at[] and st[] of that run, and the rest frame by frame. A frame
@@ -263,6 +265,10 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     frame_len[i] = rte_pktmbuf_pkt_len(pkts[i]);
     sum += frame_len[i];
     if (parse_ipv4_fast(data, len, &b.k4[n4], &b.dscp4[n4])) [[likely]] {
+      // Hashed while the key is at hand, and its cache set requested for classify_burst.
+      const uint32_t h = FlowTable::hash_ipv4(b.k4[n4]);
+      b.hash4[n4] = h;
+      cache.prefetch(h);
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
       b.at[i] = Burst::kGeneral;
@@ -292,13 +298,9 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   ClassCache& cache = lane.cache;
   cache.observe(flows_.generation());
   const bool any_tag = flows_.size() != 0;  // static rules alone, or no admitted flow yet
-  uint32_t hashes[kBurst];
+  const uint32_t* const hashes = b.hash4;   // their sets prefetched by parse_burst
   uint8_t miss[kBurst];
   unsigned n_miss = 0;
-  for (unsigned j = 0; j < b.n4; ++j) {
-    hashes[j] = FlowTable::hash_ipv4(b.k4[j]);
-    cache.prefetch(hashes[j]);
-  }
   for (unsigned j = 0; j < b.n4; ++j) {
     if (!cache.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
       miss[n_miss++] = static_cast<uint8_t>(j);
@@ -369,7 +371,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
-  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes);
+  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes, lane.cache);
   if (n_non_ip == n) {
     // Non-IP frames only: one decision for the whole burst, no classification and no pass
     // over the packets. Then the burst is kept as received, in place.
