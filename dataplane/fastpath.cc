@@ -510,6 +510,14 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
     transmit(keep, n, &run, 1, rte_rdtsc());
     return;
   }
+  // The kept frames' lengths in keep[]'s order: parse_burst's when every frame was kept, else
+  // read again (frames were taken out: dropped, or passed in the single layout).
+  uint32_t kept_len[kBurst];
+  const uint32_t* len_of = o.len;
+  if (!all) {
+    for (unsigned k = 0; k < n; ++k) kept_len[k] = rte_pktmbuf_pkt_len(keep[k]);
+    len_of = kept_len;
+  }
   TxList tx;
   Handoff h[kBurst];
   void* refused[kBurst];
@@ -523,7 +531,7 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
       const unsigned first = tx.n;
       for (uint32_t m = members; m != 0; m &= m - 1) {
         const unsigned k = static_cast<unsigned>(__builtin_ctz(m));
-        len = all ? o.len[k] : rte_pktmbuf_pkt_len(keep[k]);
+        len = len_of[k];
         tx.pkts[tx.n++] = keep[k];
         bytes += len;
       }
@@ -533,7 +541,7 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
       unsigned k = 0;
       for (uint32_t m = members; m != 0; m &= m - 1) {
         const unsigned i = static_cast<unsigned>(__builtin_ctz(m));
-        h[k++] = Handoff{keep[i], now, cls, all ? o.len[i] : rte_pktmbuf_pkt_len(keep[i])};
+        h[k++] = Handoff{keep[i], now, cls, len_of[i]};
       }
       // Counted by the scheduler (drop_depth / drop_bad_class).
       n_refused += sched_.enqueue_burst(h, k, refused + n_refused);
