@@ -256,8 +256,10 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
   b.n4 = 0;
   *bytes = sum;
   if (lead == n) return n;
-  std::memset(b.at, Burst::kGeneral, lead);
-  std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
+  if (lead != 0) {  // a library call each, even for no byte
+    std::memset(b.at, Burst::kGeneral, lead);
+    std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
+  }
   unsigned n4 = 0, n_non_ip = lead;
   for (unsigned i = lead; i < n; ++i) {
     const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
