@@ -463,7 +463,8 @@ struct HttpServer::Worker {
       const bool ok = w->io->run(w->ops);
       size_t k = 0;
       for (size_t i = from; i < to; ++i) {
-        Conn* c = w->to_read[i];
+        // Taken out of the batch before it is handled, which may free it.
+        Conn* c = std::exchange(w->to_read[i], nullptr);
         if (!c) continue;  // closed meanwhile
         c->queued_read = false;
         const IoBatch::Op& op = w->ops[k++];
@@ -656,7 +657,7 @@ struct HttpServer::Worker {
       const bool ok = w->io->run(w->ops);
       size_t k = 0;
       for (size_t i = from; i < to; ++i) {
-        Conn* c = w->to_send[i];
+        Conn* c = std::exchange(w->to_send[i], nullptr);  // as in on_read_batch
         if (!c) continue;
         c->queued_send = false;
         const ssize_t r = w->ops[k++].result;
