@@ -448,30 +448,40 @@ struct HttpServer::Worker {
     if (at != batch.end()) *at = nullptr;
   }
 
-  // The pass's readable connections, kBatchRead bytes each, one submission per
-  // io->capacity() of them; then each goes on as after a read().
-  static void on_read_batch(evutil_socket_t, short, void* arg) {
-    auto* w = static_cast<Worker*>(arg);
-    const size_t cap = w->io->capacity();
-    for (size_t from = 0; from < w->to_read.size() && w->io; from += cap) {
-      const size_t to = std::min(w->to_read.size(), from + cap);
-      w->ops.clear();
+  // Runs make(c)'s op for each connection of the batch, one submission per io->capacity() of
+  // them, then done(c, op) for each in order, as after its own read() or send(). Each is taken
+  // out of the batch before it is handled, which may free it (a peer that closed). When the
+  // ring fails, the connections not reached stay in the batch for the caller.
+  template <class Make, class Done>
+  void run_batch(std::vector<Conn*>& batch, bool Conn::*queued, Make make, Done done) {
+    const size_t cap = io->capacity();
+    for (size_t from = 0; from < batch.size() && io; from += cap) {
+      const size_t to = std::min(batch.size(), from + cap);
+      ops.clear();
       for (size_t i = from; i < to; ++i)
-        if (Conn* c = w->to_read[i])
-          w->ops.push_back(
-              {c->fd, w->read_slots.data() + w->ops.size() * kBatchRead, kBatchRead, false, 0});
-      const bool ok = w->io->run(w->ops);
+        if (Conn* c = batch[i]) ops.push_back(make(c));
+      const bool ok = io->run(ops);
       size_t k = 0;
       for (size_t i = from; i < to; ++i) {
-        // Taken out of the batch before it is handled, which may free it.
-        Conn* c = std::exchange(w->to_read[i], nullptr);
+        Conn* c = std::exchange(batch[i], nullptr);
         if (!c) continue;  // closed meanwhile
-        c->queued_read = false;
-        const IoBatch::Op& op = w->ops[k++];
-        w->got(c, op.result, op.data);
+        c->*queued = false;
+        done(c, ops[k++]);
       }
-      if (!ok) w->io_failed();
+      if (!ok) io_failed();
     }
+  }
+
+  // The pass's readable connections, kBatchRead bytes each; then each goes on as after a read().
+  static void on_read_batch(evutil_socket_t, short, void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    w->run_batch(
+        w->to_read, &Conn::queued_read,
+        [w](Conn* c) {
+          return IoBatch::Op{c->fd, w->read_slots.data() + w->ops.size() * kBatchRead, kBatchRead,
+                             false, 0};
+        },
+        [w](Conn* c, const IoBatch::Op& op) { w->got(c, op.result, op.data); });
     // After a failed ring, the rest are read by a system call when they are found readable again.
     for (Conn* c : w->to_read)
       if (c) c->queued_read = false;
@@ -643,32 +653,22 @@ struct HttpServer::Worker {
     return true;
   }
 
-  // The pass's answers, one submission per io->capacity() of them; then each connection goes
-  // on as after a send() (flush: the rest of a short write, a close its answer asked for).
+  // The pass's answers; then each connection goes on as after a send() (flush: the rest of a
+  // short write, a close its answer asked for).
   static void on_send_batch(evutil_socket_t, short, void* arg) {
     auto* w = static_cast<Worker*>(arg);
-    const size_t cap = w->io->capacity();
-    for (size_t from = 0; from < w->to_send.size() && w->io; from += cap) {
-      const size_t to = std::min(w->to_send.size(), from + cap);
-      w->ops.clear();
-      for (size_t i = from; i < to; ++i)
-        if (Conn* c = w->to_send[i])
-          w->ops.push_back({c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, true, 0});
-      const bool ok = w->io->run(w->ops);
-      size_t k = 0;
-      for (size_t i = from; i < to; ++i) {
-        Conn* c = std::exchange(w->to_send[i], nullptr);  // as in on_read_batch
-        if (!c) continue;
-        c->queued_send = false;
-        const ssize_t r = w->ops[k++].result;
-        if (r > 0) c->out_at += static_cast<size_t>(r);
-        if (r < 0 && r != -EAGAIN && r != -EINTR)
-          w->close_conn(c);
-        else
-          w->written(c);
-      }
-      if (!ok) w->io_failed();
-    }
+    w->run_batch(
+        w->to_send, &Conn::queued_send,
+        [](Conn* c) {
+          return IoBatch::Op{c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, true, 0};
+        },
+        [w](Conn* c, const IoBatch::Op& op) {
+          if (op.result > 0) c->out_at += static_cast<size_t>(op.result);
+          if (op.result < 0 && op.result != -EAGAIN && op.result != -EINTR)
+            w->close_conn(c);
+          else
+            w->written(c);
+        });
     // After a failed ring, the rest by a system call each.
     if (!w->io)
       for (Conn* c : w->to_send)
