@@ -6,7 +6,8 @@
 #   p50/p99 at about half peak vs redis-benchmark at the same concurrency
 #   Redis usec_per_call        vs a minimal bucket script (HMGET, TIME, HSET, EXPIRE) on the
 #                                 same Redis (INFO commandstats after CONFIG RESETSTAT)
-#   daemon CPU per decision    vs Redis CPU per decision in the same window (/proc/<pid>/stat)
+#   daemon CPU per decision    vs Redis CPU per decision in the same window (/proc/<pid>/stat),
+#                                 and the daemon's system time alone: the kernel's share
 #   HTTP floor                 nginx answering the daemon's answer from memory under the same
 #                                 wrk, each round: the CPU per request that the kernel's
 #                                 loopback TCP and one read and one send cost any HTTP/1.1

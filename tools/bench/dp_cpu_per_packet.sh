@@ -33,12 +33,6 @@ need_dataplane "$build"
 bench_workdir dp_cpu_per_packet
 warmup=2
 
-opackets() {  # $1 = telemetry prefix: packets sent by ports 0 and 1 so far
-  python3 "$here/dp_telemetry.py" get --prefix "$1" /ethdev/stats,0 /ethdev/stats,1 |
-    python3 -c 'import json, sys
-print(sum(json.loads(l)["/ethdev/stats"]["opackets"] for l in sys.stdin if l.strip()))'
-}
-
 measure() {  # $1 = build dir, $2 = scenario: prints ns of worker CPU per packet sent
   local prefix="dgcp$$" extra=(--shape-non-ip default) vdev0=net_null0 vdev1="net_null1,no-rx=1"
   case $2 in
@@ -57,23 +51,15 @@ measure() {  # $1 = build dir, $2 = scenario: prints ns of worker CPU per packet
   pids+=("$pid")
   python3 "$here/dp_telemetry.py" get --prefix "$prefix" /ethdev/list >/dev/null
   [[ $2 != ip-flows ]] || python3 "$here/ip_flows.py" tag "$tmp/dp.sock" >&2
-  sleep "$warmup"
-  local task tid=""
-  for task in /proc/"$pid"/task/*; do
-    [[ $(cat "$task/comm") == rte-worker-1 ]] && tid=${task##*/}
-  done
-  [[ -n $tid ]] || { echo "no rte-worker-1 thread in dripgate-dataplane" >&2; exit 1; }
-  local p0 c0 p1 c1
-  p0=$(opackets "$prefix")
-  c0=$(cut -d' ' -f1 "/proc/$pid/task/$tid/schedstat")
-  sleep "$seconds"
-  p1=$(opackets "$prefix")
-  c1=$(cut -d' ' -f1 "/proc/$pid/task/$tid/schedstat")
+  python3 "$here/dp_telemetry.py" rate --prefix "$prefix" --ports 0,1 --warmup "$warmup" \
+      --seconds "$seconds" --pid "$pid" >"$tmp/window.json"
   kill -TERM "$pid"
   wait "$pid" || { echo "dripgate-dataplane failed:" >&2; cat "$tmp/dp.err" >&2; exit 1; }
-  [[ $p0 =~ ^[0-9]+$ && $p1 =~ ^[0-9]+$ && $c0 =~ ^[0-9]+$ && $c1 =~ ^[0-9]+$ ]] && ((p1 > p0)) ||
-    { echo "a window without both ends (packets $p0 -> $p1, CPU ns $c0 -> $c1)" >&2; exit 1; }
-  python3 -c "print(f'{($c1 - $c0) / ($p1 - $p0):.2f}')"
+  python3 -c 'import json, sys
+w = json.load(open(sys.argv[1]))
+if w["total_opackets_per_s"] <= 0:
+    sys.exit("a window without packets sent")
+print("%.2f" % w["worker_ns_per_packet"])' "$tmp/window.json"
 }
 
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"

@@ -5,6 +5,8 @@ its socket, so both are measured the same way.
   dp_telemetry.py rate --prefix P --ports 0,1 --warmup 2 --seconds 10
       waits for the socket, sleeps `warmup`, samples /ethdev/stats,N for every port, sleeps
       `seconds`, samples again; prints JSON: per-port opackets/s and ipackets/s and the total.
+      With --pid, also the on-CPU nanoseconds of the process's worker lcore thread (rte-worker-N,
+      N = --lcore; /proc/<pid>/task/<tid>/schedstat) per packet sent in the same window.
   dp_telemetry.py get --prefix P CMD...
       prints the JSON answer of each command.
 """
@@ -43,6 +45,27 @@ def sample(s, ports):
     return t, stats
 
 
+def worker_thread(pid, lcore, timeout):
+    """The schedstat path of pid's thread of worker lcore `lcore` (DPDK names it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() == f"rte-worker-{lcore}":
+                        return f"/proc/{pid}/task/{tid}/schedstat"
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            sys.exit(f"dp_telemetry: no rte-worker-{lcore} thread in process {pid}")
+        time.sleep(0.1)
+
+
+def on_cpu_ns(path):
+    with open(path) as f:
+        return int(f.read().split()[0])
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="what", required=True)
@@ -52,6 +75,8 @@ def main():
     r.add_argument("--warmup", type=float, default=2)
     r.add_argument("--seconds", type=float, default=10)
     r.add_argument("--timeout", type=float, default=30)
+    r.add_argument("--pid", type=int, default=0)
+    r.add_argument("--lcore", type=int, default=1)
     g = sub.add_parser("get")
     g.add_argument("--prefix", required=True)
     g.add_argument("--timeout", type=float, default=30)
@@ -64,9 +89,12 @@ def main():
         return
     ports = [int(p) for p in a.ports.split(",")]
     time.sleep(a.warmup)
+    worker = worker_thread(a.pid, a.lcore, a.timeout) if a.pid else None
+    c0 = on_cpu_ns(worker) if worker else 0
     t0, s0 = sample(s, ports)
     time.sleep(a.seconds)
     t1, s1 = sample(s, ports)
+    c1 = on_cpu_ns(worker) if worker else 0
     dt = t1 - t0
     out = {"seconds": dt, "ports": {}}
     total = 0.0
@@ -77,6 +105,8 @@ def main():
                            "oerrors": s1[p]["oerrors"] - s0[p]["oerrors"]}
         total += opps
     out["total_opackets_per_s"] = total
+    if worker:
+        out["worker_ns_per_packet"] = (c1 - c0) / max(total * dt, 1)
     print(json.dumps(out))
 
 
