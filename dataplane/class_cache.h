@@ -29,6 +29,8 @@
 namespace dripgate::dataplane {
 
 class ClassCache {
+  struct Set;
+
  public:
   // 2^log2_sets sets of two entries, each set one 64-byte cache line.
   explicit ClassCache(unsigned log2_sets = 11)
@@ -45,21 +47,41 @@ class ClassCache {
   // Forgets everything (the rules changed).
   void invalidate() { ++epoch_; }
 
-  // Starts loading the set of `hash` into the cache: a burst prefetches every key's set before
-  // the first find(), so the misses overlap instead of each stalling its packet.
-  void prefetch(uint32_t hash) const { __builtin_prefetch(&sets_[hash & mask_]); }
-
-  // The class cached for (key, dscp) at `now`; hash is FlowTable::hash_ipv4(key).
-  bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
-    const Words w = words(key, dscp);
-    const Set& s = sets_[hash & mask_];
-    for (const Entry& e : s.way) {
-      if (e.w0 == w.w0 && e.w1 == w.w1 && e.epoch == epoch_ && now < e.valid_until) {
-        *cls = e.cls;
-        return true;
+  // What a burst's lookups read of the cache, copied by value into the caller's registers:
+  // called through the cache object, each packet's prefetch and find reloaded the table's
+  // address, mask and epoch, since the caller's byte stores between them may alias anything.
+  // Valid until the next observe(), invalidate() or put().
+  class Reader {
+   public:
+    // Starts loading the set of `hash` into the cache: a burst prefetches every key's set
+    // before the first find(), so the misses overlap instead of each stalling its packet.
+    void prefetch(uint32_t hash) const { __builtin_prefetch(&sets_[hash & mask_]); }
+    // The class cached for (key, dscp) at `now`; hash is FlowTable::hash_ipv4(key).
+    bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
+      const Words w = words(key, dscp);
+      const Set& s = sets_[hash & mask_];
+      for (const Entry& e : s.way) {
+        if (e.w0 == w.w0 && e.w1 == w.w1 && e.epoch == epoch_ && now < e.valid_until) {
+          *cls = e.cls;
+          return true;
+        }
       }
+      return false;
     }
-    return false;
+
+   private:
+    friend class ClassCache;
+    Reader(const Set* sets, uint32_t mask, uint32_t epoch)
+        : sets_(sets), mask_(mask), epoch_(epoch) {}
+    const Set* sets_;
+    uint32_t mask_;
+    uint32_t epoch_;
+  };
+  Reader reader() const { return Reader(sets_.get(), mask_, epoch_); }
+
+  void prefetch(uint32_t hash) const { reader().prefetch(hash); }
+  bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
+    return reader().find(key, dscp, hash, now, cls);
   }
   // Remembers cls for (key, dscp) until valid_until (exclusive), as the set's newest entry; the
   // older one of the set is the one replaced.

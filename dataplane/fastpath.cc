@@ -239,7 +239,7 @@ struct Fastpath::Burst {
 };
 
 unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
-                               uint64_t* bytes, const ClassCache& cache) {
+                               uint64_t* bytes, const ClassCache& class_cache) {
   // The leading run of untagged non-IP frames first, with nothing stored per frame but its
   // length: when it is the whole burst (every frame of net_null's, say) the caller reads
   // nothing else of b. Then at[] and st[] of that run, and the rest frame by frame. A frame
@@ -261,6 +261,7 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
   }
   unsigned n4 = 0, n_non_ip = lead;
+  const ClassCache::Reader cache = class_cache.reader();
   for (unsigned i = lead; i < n; ++i) {
     const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
     const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
@@ -303,8 +304,9 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   const uint32_t* const hashes = b.hash4;   // their sets prefetched by parse_burst
   uint8_t miss[kBurst];
   unsigned n_miss = 0;
+  const ClassCache::Reader reader = cache.reader();
   for (unsigned j = 0; j < b.n4; ++j) {
-    if (!cache.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
+    if (!reader.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
       miss[n_miss++] = static_cast<uint8_t>(j);
   }
   if (n_miss != 0) {
@@ -759,10 +761,12 @@ int Fastpath::run_single(RxLane& lane) {
   const unsigned lcore = rte_lcore_id();
   flows_.register_reader(lcore);
   RxOut out;
+  OpenPass pass;
   while (running_.load(std::memory_order_relaxed)) {
     check_drip_mailbox();
     check_rx_mailbox(lane);
     uint64_t now = rte_rdtsc();
+    close_pass(pass, now);
     const uint64_t nd = sched_.next_departure();
     unsigned max;
     if (nd <= now + prep_ticks_) {
@@ -787,12 +791,16 @@ int Fastpath::run_single(RxLane& lane) {
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
     rx_reverse(lane, max);
-    const uint64_t after = rte_rdtsc();
-    note_rx_cost(after - now, out.n_rx);
+    pass = OpenPass{now, out.n_rx, true};
     // What was just queued is often due at once (always at unlimited rate): send it in this
     // pass rather than the next, which would spend a mailbox check, a TSC read and two
-    // next_departure() calls to reach the same drip_due().
-    if (out.n_keep != 0 && sched_.next_departure() <= after) drip_due(after);
+    // next_departure() calls to reach the same drip_due(). Only then is the TSC read here,
+    // closing the pass before the departures; else the next turn's read closes it.
+    if (out.n_keep != 0 && sched_.next_departure() != UINT64_MAX) {
+      const uint64_t after = rte_rdtsc();
+      close_pass(pass, after);
+      if (sched_.next_departure() <= after) drip_due(after);
+    }
   }
   flows_.quiescent(lcore);
   flows_.unregister_reader(lcore);
@@ -828,9 +836,11 @@ int Fastpath::run_rx(RxLane& lane) {
 
 int Fastpath::run_drip() {
   Handoff h[kBurst];
+  OpenPass pass;
   for (;;) {
     check_drip_mailbox();
     const uint64_t now = rte_rdtsc();
+    close_pass(pass, now);
     const uint64_t nd = sched_.next_departure();
     const bool due = nd <= now + prep_ticks_;
     if (due) {
@@ -856,7 +866,7 @@ int Fastpath::run_drip() {
     }
     if (n) {
       enqueue_shaped(h, n);
-      note_rx_cost(rte_rdtsc() - now, n);
+      pass = OpenPass{now, n, true};
     } else if (rx_finished) {
       break;  // RX has stopped and everything it handed over is in the scheduler
     }
