@@ -267,9 +267,13 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
     frame_len[i] = rte_pktmbuf_pkt_len(pkts[i]);
     sum += frame_len[i];
-    if (parse_ipv4_fast(data, len, &b.k4[n4], &b.dscp4[n4])) [[likely]] {
-      // Hashed while the key is at hand, and its cache set requested for classify_burst.
-      const uint32_t h = FlowTable::hash_ipv4(b.k4[n4]);
+    Ipv4Key key;
+    if (parse_ipv4_fast(data, len, &key, &b.dscp4[n4])) [[likely]] {
+      // Hashed while the key is at hand, and its cache set requested for classify_burst. The
+      // key is hashed from a local, held in registers, and stored after: hashed from b.k4, the
+      // CRC's loads waited for the key's store to be forwarded, on every packet.
+      const uint32_t h = FlowTable::hash_ipv4(key);
+      b.k4[n4] = key;
       b.hash4[n4] = h;
       cache.prefetch(h);
       b.at[i] = static_cast<uint8_t>(n4++);
