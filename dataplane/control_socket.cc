@@ -513,10 +513,10 @@ constexpr int64_t kMaxTtlS = 10 * 365 * 86400;
 // path's common end.
 void tag_keys(const ControlTargets& t, const std::vector<FiveTuple>& keys, int cls, uint32_t ttl,
               bool batch, std::string& out) {
-  const uint64_t now = t.now();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    int rc = t.flows->add(keys[i], static_cast<uint16_t>(cls), ttl, now);
-    if (rc == 0) continue;
+  int rc = 0;
+  const size_t i =
+      t.flows->add_many(keys.data(), keys.size(), static_cast<uint16_t>(cls), ttl, t.now(), &rc);
+  if (rc != 0) {
     if (keys.size() == 1) bad(t.flows->add_error(rc));
     // The ones before stay tagged: say how many.
     return ControlSocket::append_json(

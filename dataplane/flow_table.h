@@ -116,6 +116,11 @@ class FlowTable {
   // Re-tagging an existing key replaces its class and expiry atomically for readers.
   // Returns 0, or -ENOSPC when the table is full, -EINVAL on bad arguments.
   int add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  // add() of keys[0, n) in order, under one lock, their buckets fetched together first (a tag
+  // line's flows). Returns how many were added: n, or the index of the first one refused, with
+  // *rc its code (0 when all were added); the ones before it stay added.
+  size_t add_many(const FiveTuple* keys, size_t n, uint16_t cls, uint32_t ttl_s, uint64_t now,
+                  int* rc);
   // Why add() returned rc (< 0), for an operator: a full table names the setting to raise.
   std::string add_error(int rc) const;
   // True when the key was present.
@@ -200,6 +205,9 @@ class FlowTable {
   size_t remove_collected();
   size_t sweep_locked(uint64_t now);
   int add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  // add_locked(), and when the table is full, a whole sweep for room first (rate limited).
+  int add_with_room_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  void warm(const FiveTuple* keys, size_t n);  // see add_many
 
   // The hashes tagged IPv4 keys may have: bit (hash & filter_mask_) is set while a tagged IPv4
   // key has that bit (filter_counts_ counts them, writer-side; a count that reached its

@@ -3,7 +3,8 @@
 // larger than the caches is read against a cache-resident one; and a churn run (new flows
 // tagged, old ones going idle, the sweep every second) that shows the table stays bounded.
 // Lookups go the fast path's way: lookup_bulk_ipv4 over bursts of 32 keys in random order, each
-// round alternating the table sizes; medians over the rounds. Prints figures; asserts nothing.
+// round alternating the table sizes; medians over the rounds. Then tag lines of 15 flows, by
+// add() and by add_many(), alternating. Prints figures; asserts nothing.
 //
 //   build/dataplane/flow_table_bench [rounds]
 #include <rte_eal.h>
@@ -88,20 +89,27 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void churn() {
-  // 200,000 flows a second would fill a 2^20 table in 5 s; an idle timeout of 2 s and the sweep
-  // every second keep it near 2-3 s worth of flows.
+// A table of `entries` on the injected millisecond clock; the bench stops when it cannot be made.
+std::unique_ptr<dp::FlowTable> make_table(const std::string& name, uint32_t entries,
+                                          uint32_t idle_s) {
   dp::FlowTableParams p;
-  p.name = "ftb_churn";
-  p.entries = 1 << 20;
+  p.name = name;
+  p.entries = entries;
   p.tsc_hz = kHz;
-  p.idle_timeout_s = 2;
+  p.idle_timeout_s = idle_s;
   std::string error;
   auto t = dp::FlowTable::create(p, &error);
   if (!t) {
-    std::fprintf(stderr, "flow_table_bench: %s\n", error.c_str());
+    std::fprintf(stderr, "flow_table_bench: %u entries: %s\n", entries, error.c_str());
     std::exit(1);
   }
+  return t;
+}
+
+void churn() {
+  // 200,000 flows a second would fill a 2^20 table in 5 s; an idle timeout of 2 s and the sweep
+  // every second keep it near 2-3 s worth of flows.
+  auto t = make_table("ftb_churn", 1 << 20, 2);
   uint32_t next = 0, max_size = 0, refused = 0;
   for (uint64_t ms = 0; ms < 30'000; ms += 10) {
     for (int k = 0; k < 2000; ++k)
@@ -113,6 +121,44 @@ void churn() {
       "churn: %u flows tagged over 30 s (200,000/s), idle timeout 2 s, sweep every 1 s: largest "
       "table %u of %u entries, %u refused, %u at the end\n",
       next, max_size, t->capacity(), refused, t->size());
+}
+
+// Tagging as the control socket does it, into a 2^20 table already holding 500,000 flows: lines
+// of 15 new flows (what dripgate-control sends per pass at admission rate), each line by add()
+// flow by flow or by add_many(); the two ways alternate round by round on fresh keys, which are
+// untagged again after each round (not timed). ns per flow tagged.
+void tag_lines(int rounds) {
+  constexpr uint32_t kLine = 15, kPerRound = 15 * 4096, kPrefill = 500'000;
+  auto t = make_table("ftb_lines", 1 << 20, 0);
+  for (uint32_t i = 0; i < kPrefill; ++i) t->add(flow(i), 1, 0, 0);
+  uint32_t next = kPrefill;
+  std::vector<double> one, many;
+  std::vector<dp::FiveTuple> keys(kPerRound);
+  for (int r = 0; r < rounds; ++r) {
+    for (int way = 0; way < 2; ++way) {
+      for (auto& k : keys) k = flow(next++);
+      auto t0 = std::chrono::steady_clock::now();
+      for (uint32_t i = 0; i < kPerRound; i += kLine) {
+        if (way == 0) {
+          for (uint32_t k = i; k < i + kLine; ++k) t->add(keys[k], 1, 30, 1);
+        } else {
+          int rc = 0;
+          t->add_many(&keys[i], kLine, 1, 30, 1, &rc);
+        }
+      }
+      (way == 0 ? one : many).push_back(ns_since(t0, kPerRound));
+      if (t->size() != kPrefill + kPerRound)
+        std::fprintf(stderr, "flow_table_bench: %u flows, expected %u\n", t->size(),
+                     kPrefill + kPerRound);
+      for (const auto& k : keys) t->del(k);
+    }
+  }
+  std::printf(
+      "tag lines of %u new flows into a 2^20 table of %u, ns per flow, medians of %d "
+      "alternating rounds: add() %.1f, add_many() %.1f (ratio %.2f)\n  rounds:",
+      kLine, kPrefill, rounds, median(one), median(many), median(many) / median(one));
+  for (int r = 0; r < rounds; ++r) std::printf(" %.1f/%.1f", one[r], many[r]);
+  std::printf("\n");
 }
 
 }  // namespace
@@ -130,18 +176,8 @@ int main(int argc, char** argv) {
     s.flows = flows;
     s.entries = 1024;
     while (s.entries < flows) s.entries <<= 1;
-    dp::FlowTableParams p;
-    p.name = "ftb_" + std::to_string(flows);
-    p.entries = s.entries;
-    p.tsc_hz = kHz;
-    p.idle_timeout_s = 0;
     const size_t before = heap_bytes();
-    std::string error;
-    s.table = dp::FlowTable::create(p, &error);
-    if (!s.table) {
-      std::fprintf(stderr, "flow_table_bench: %u entries: %s\n", s.entries, error.c_str());
-      return 1;
-    }
+    s.table = make_table("ftb_" + std::to_string(flows), s.entries, 0);
     auto t0 = std::chrono::steady_clock::now();
     for (uint32_t i = 0; i < flows; ++i) {
       if (s.table->add(flow(i), 1, 0, 0) != 0) {
@@ -188,6 +224,7 @@ int main(int argc, char** argv) {
   }
   std::printf("(the 1,000-flow table is the baseline: it fits in the caches)\n");
   sizes.clear();
+  tag_lines(rounds);
   churn();
   rte_eal_cleanup();
   return 0;

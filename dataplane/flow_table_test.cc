@@ -301,6 +301,38 @@ TEST(FlowTable, FamiliesShareTheSizeAndTheSweep) {
   EXPECT_EQ(t->add(v4_key(100), 1, 0, 0), 0);
 }
 
+// A tag line's flows in one call: the same tags as add() one by one (both families, more keys
+// than one bulk probe holds, a key already tagged, a key twice), and a refusal stops the batch
+// at its index with the ones before kept.
+TEST(FlowTable, AddManyIsAddInOrder) {
+  auto t = make_table(256, 0);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->add(v4_key(4), 1, 0, 10), 0);  // a tag the line re-tags
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 100; ++i) keys.push_back(i % 3 == 0 ? v6_key(i) : v4_key(i));
+  keys.push_back(v4_key(5));  // twice in one line: the second is a re-tag
+  int rc = -1;
+  EXPECT_EQ(t->add_many(keys.data(), keys.size(), 2, 30, 1000, &rc), keys.size());
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(t->size(), 100u);
+  for (const FiveTuple& k : keys) {
+    const auto e = t->get(k);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->cls, 2);
+    EXPECT_EQ(e->expires, 1000u + 30 * kHz);
+    EXPECT_EQ(e->last_seen, 1000u);
+  }
+  // Full at 256: 156 more fit, the 157th is refused, the ones after are not tried.
+  keys.clear();
+  for (uint32_t i = 1000; i < 1200; ++i) keys.push_back(v4_key(i));
+  EXPECT_EQ(t->add_many(keys.data(), keys.size(), 1, 0, 2000, &rc), 156u);
+  EXPECT_EQ(rc, -ENOSPC);
+  EXPECT_EQ(t->size(), 256u);
+  EXPECT_TRUE(t->get(keys[155]));
+  EXPECT_FALSE(t->get(keys[156]));
+  EXPECT_FALSE(t->get(keys[157]));
+}
+
 TEST(FlowTable, RetagReplacesClassAndExpiry) {
   auto t = make_table(64);
   ASSERT_TRUE(t);

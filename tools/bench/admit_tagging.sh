@@ -6,7 +6,8 @@
 # Prints decisions/s of both, medians and every round's ratio, how many flows the dataplane
 # holds at the end, and the CPU time the dataplane's main lcore (the control socket, the flow
 # table's writer) spent per tag in the windows with it (/proc/<pid>/task/<pid>/schedstat) and
-# the tags it served per wakeup (voluntary context switches, /proc/<pid>/task/<pid>/status).
+# the tags it served per wakeup (voluntary context switches, /proc/<pid>/task/<pid>/status), and
+# each daemon's CPU per decision (all its threads' schedstat over its windows).
 # Target: tagging costs at most 10 % of the decisions/s.
 #
 #   tools/bench/admit_tagging.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
@@ -42,6 +43,7 @@ daemon() {
   "$build/control/dripgate-control" --config "$yaml" --redis "redis://127.0.0.1:$redis_port/0" \
     --listen "127.0.0.1:$port" --threads 1 --log-level warn 2>"$tmp/control.$port.log" &
   pids+=($!)
+  printf -v "$1_pid" '%s' "$!"
   wait_port "$port"
   printf -v "$1" '%s' "$port"
 }
@@ -52,6 +54,8 @@ tags_ok() {
   curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }'
 }
 main_cpu_ns() { awk '{ print $1 }' "/proc/$dp_pid/task/$dp_pid/schedstat"; }
+# A process's on-CPU ns so far, all its threads.
+process_cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 # Times the main lcore slept and was woken (by the control socket, its 100 ms poll timeout, a
 # signal): each costs a context switch each way.
 main_wakeups() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$dp_pid/task/$dp_pid/status"; }
@@ -62,12 +66,19 @@ with_run() {
   c0=$(main_cpu_ns)
   t0=$(tags_ok)
   v0=$(main_wakeups)
-  w=$(run "$with")
+  w=$(run "$with" "$with_pid")
   echo "$(($(main_cpu_ns) - c0)) $(printf '%.0f' "$(tags_ok)") ${t0:-0} $(($(main_wakeups) - v0))" \
     >>"$tmp/main_cpu"
   echo "$w"
 }
-run() {  # $1 = port: decisions/s over one window
+run() {  # $1 = port, $2 = its daemon's pid: decisions/s over one window
+  local c0 r
+  c0=$(process_cpu_ns "$2")
+  r=$(run_wrk "$1")
+  echo "$r $(($(process_cpu_ns "$2") - c0))" >>"$tmp/daemon_cpu.$1"
+  echo "$r"
+}
+run_wrk() {
   DG_FLOWS=1 wrk -t2 "-c$conns" "-d${seconds}s" -s "$here/admit_bench.lua" "http://127.0.0.1:$1/v1/admit" |
     awk '/^WRK_RESULT/ { if ($6 != 0) { print "wrk: " $6 " errors" > "/dev/stderr"; exit 1 } print $2 }'
 }
@@ -75,9 +86,9 @@ run() {  # $1 = port: decisions/s over one window
 for round in $(seq "$rounds"); do
   if ((round % 2)); then
     w=$(with_run)
-    wo=$(run "$without")
+    wo=$(run "$without" "$without_pid")
   else
-    wo=$(run "$without")
+    wo=$(run "$without" "$without_pid")
     w=$(with_run)
   fi
   echo "round $round: with a dataplane $w/s, without $wo/s" >&2
@@ -87,8 +98,10 @@ flows=$(dp_control "$tmp/dp.sock" '{"op":"stats"}' |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"]["flows"])')
 tagged=$(curl -s "http://127.0.0.1:$with/metrics" | awk '/^dripgate_dataplane_tag_total\{result="ok"\}/ { print $2 }')
 
-python3 - "$tmp/rounds" "$flows" "${tagged:-0}" "$(uptime)" "$tmp/main_cpu" <<'EOF'
+python3 - "$tmp/rounds" "$flows" "${tagged:-0}" "$(uptime)" "$tmp/main_cpu" "$with" "$without" "$tmp/daemon_cpu." \
+    "$seconds" <<'EOF'
 import statistics, sys
+seconds = float(sys.argv[9])
 rounds = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
 flows, tagged, up = sys.argv[2], sys.argv[3], sys.argv[4].strip()
 w = statistics.median(r[0] for r in rounds)
@@ -108,5 +121,10 @@ wake = [(t1 - t0) / v for _, t1, t0, v in cpu if t1 > t0 and v > 0]
 if wake:
     print(f"tags per wakeup of the dataplane main lcore: {statistics.median(wake):.1f} (rounds: " +
           " ".join(f"{x:.1f}" for x in wake) + ")")
+for name, port in (("with a dataplane", sys.argv[6]), ("without", sys.argv[7])):
+    d = [tuple(map(float, l.split())) for l in open(sys.argv[8] + port) if l.strip()]
+    us = [c / 1e3 / (r * seconds) for r, c in d if r > 0]
+    print(f"daemon CPU per decision, {name}: {statistics.median(us):.1f} us (rounds: " +
+          " ".join(f"{x:.1f}" for x in us) + ")")
 print("target: ratio >= 0.90 (tagging costs at most 10 % of the decisions/s)")
 EOF
