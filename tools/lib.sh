@@ -114,7 +114,8 @@ bench_workdir() {
   trap bench_cleanup EXIT
 }
 bench_cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # CONT after TERM: a process a benchmark stopped (SIGSTOP) acts on the TERM once it runs.
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$tmp"
 }
