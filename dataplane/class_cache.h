@@ -48,14 +48,11 @@ class ClassCache {
   void invalidate() { ++epoch_; }
 
   // What a burst's lookups read of the cache, copied by value into the caller's registers:
-  // called through the cache object, each packet's prefetch and find reloaded the table's
+  // called through the cache object, each packet's find reloaded the table's
   // address, mask and epoch, since the caller's byte stores between them may alias anything.
   // Valid until the next observe(), invalidate() or put().
   class Reader {
    public:
-    // Starts loading the set of `hash` into the cache: a burst prefetches every key's set
-    // before the first find(), so the misses overlap instead of each stalling its packet.
-    void prefetch(uint32_t hash) const { __builtin_prefetch(&sets_[hash & mask_]); }
     // The class cached for (key, dscp) at `now`; hash is FlowTable::hash_ipv4(key).
     bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
       const Words w = words(key, dscp);
@@ -79,7 +76,6 @@ class ClassCache {
   };
   Reader reader() const { return Reader(sets_.get(), mask_, epoch_); }
 
-  void prefetch(uint32_t hash) const { reader().prefetch(hash); }
   bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
     return reader().find(key, dscp, hash, now, cls);
   }

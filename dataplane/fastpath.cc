@@ -239,7 +239,7 @@ struct Fastpath::Burst {
 };
 
 unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
-                               uint64_t* bytes, const ClassCache& class_cache) {
+                               uint64_t* bytes) {
   // The leading run of untagged non-IP frames first, with nothing stored per frame but its
   // length: when it is the whole burst (every frame of net_null's, say) the caller reads
   // nothing else of b. Then at[] and st[] of that run, and the rest frame by frame. A frame
@@ -261,7 +261,6 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
   }
   unsigned n4 = 0, n_non_ip = lead;
-  const ClassCache::Reader cache = class_cache.reader();
   for (unsigned i = lead; i < n; ++i) {
     const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
     const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
@@ -269,13 +268,15 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     sum += frame_len[i];
     Ipv4Key key;
     if (parse_ipv4_fast(data, len, &key, &b.dscp4[n4])) [[likely]] {
-      // Hashed while the key is at hand, and its cache set requested for classify_burst. The
-      // key is hashed from a local, held in registers, and stored after: hashed from b.k4, the
-      // CRC's loads waited for the key's store to be forwarded, on every packet.
+      // Hashed while the key is at hand. The key is hashed from a local, held in registers,
+      // and stored after: hashed from b.k4, the CRC's loads waited for the key's store to be
+      // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
+      // stay in L2, classify_burst's finds are independent loads the out-of-order core
+      // overlaps, and the prefetch instruction per packet cost more than it hid
+      // (dp_cpu_per_packet.sh, ip-flows: 0.95x the worker's ns per packet without it).
       const uint32_t h = FlowTable::hash_ipv4(key);
       b.k4[n4] = key;
       b.hash4[n4] = h;
-      cache.prefetch(h);
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
       b.at[i] = Burst::kGeneral;
@@ -305,7 +306,7 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   ClassCache& cache = lane.cache;
   cache.observe(flows_.generation());
   const bool any_tag = flows_.size() != 0;  // static rules alone, or no admitted flow yet
-  const uint32_t* const hashes = b.hash4;   // their sets prefetched by parse_burst
+  const uint32_t* const hashes = b.hash4;   // computed by parse_burst
   uint8_t miss[kBurst];
   unsigned n_miss = 0;
   const ClassCache::Reader reader = cache.reader();
@@ -379,7 +380,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
   // one miss away, which the out-of-order core overlaps with the previous packet's work.
   Burst b;
-  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes, lane.cache);
+  const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes);
   if (n_non_ip == n) {
     // Non-IP frames only: one decision for the whole burst, no classification and no pass
     // over the packets. Then the burst is kept as received, in place.

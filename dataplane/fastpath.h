@@ -100,10 +100,9 @@ class Fastpath {
   };
   unsigned budget(uint64_t slack) const;
   // Returns how many of the frames is_non_ip_fast() took; frame_len[i] is frame i's
-  // rte_pktmbuf_pkt_len, *bytes their sum. Each inline-parsed key's set in `cache` is
-  // prefetched.
+  // rte_pktmbuf_pkt_len, *bytes their sum.
   unsigned parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
-                       uint64_t* bytes, const ClassCache& cache);
+                       uint64_t* bytes);
   void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
   void finish_rx(RxStats& st, RxOut& o, uint64_t now);
