@@ -273,7 +273,8 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
       // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
       // stay in L2, classify_burst's finds are independent loads the out-of-order core
       // overlaps, and the prefetch instruction per packet cost more than it hid
-      // (dp_cpu_per_packet.sh, ip-flows: 0.95x the worker's ns per packet without it).
+      // (dp_cpu_per_packet.sh, ip-flows: 0.96x the worker's ns per packet without it, the median
+      // of five runs).
       const uint32_t h = FlowTable::hash_ipv4(key);
       b.k4[n4] = key;
       b.hash4[n4] = h;
