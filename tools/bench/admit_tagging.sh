@@ -24,7 +24,7 @@ source "$(dirname "$0")/../lib.sh"
 bench_defaults
 # 20 rounds of 4 s by default: one round's ratio moves by up to ±0.2 on a shared 2-vCPU VM (the
 # box's speed changes under it), so a median of 3 says little; the median of 20 came out the same
-# (0.91) in two runs an hour apart.
+# (0.91) in two runs 40 minutes apart.
 rounds=20
 seconds=4
 conns=32
