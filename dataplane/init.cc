@@ -21,6 +21,27 @@ namespace {
 }
 }  // namespace
 
+// Set by dataplane/meson.build in a static build.
+#ifndef DRIPGATE_DPDK_DRIVERS
+#define DRIPGATE_DPDK_DRIVERS ""
+#endif
+std::string_view static_drivers() {
+  return DRIPGATE_DPDK_DRIVERS;
+}
+
+std::string plugin_error(const std::vector<std::string>& args, std::string_view drivers) {
+  if (drivers.empty()) return "";
+  for (const auto& a : args) {
+    if (a.starts_with("-d"))  // "-d PATH" or "-dPATH"; the EAL has no long form of it
+      return fmt::format(
+          "EAL argument '{}': this dataplane is linked statically with the DPDK drivers {} and "
+          "cannot load a driver plugin; add the driver to the dpdk_drivers build option, or "
+          "build with -Ddpdk_link=shared",
+          a, drivers);
+  }
+  return "";
+}
+
 namespace {
 // The runtime dir, removed at exit: DPDK's telemetry unlinks its socket in an atexit handler,
 // so ours must be registered before rte_eal_init to run after it.
@@ -31,6 +52,8 @@ void remove_runtime_dir() {
 }  // namespace
 
 Eal::Eal(const std::vector<std::string>& args) {
+  if (std::string error = plugin_error(args, static_drivers()); !error.empty())
+    throw std::runtime_error(error);
   static const bool registered = std::atexit(remove_runtime_dir) == 0;
   (void)registered;
   std::vector<std::string> copy = args;  // rte_eal_init may permute argv
@@ -39,7 +62,12 @@ Eal::Eal(const std::vector<std::string>& args) {
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   if (rte_eal_init(static_cast<int>(copy.size()), argv.data()) < 0)
-    fail("EAL initialisation failed (check dataplane.eal)", rte_errno);
+    fail(static_drivers().empty()
+             ? std::string("EAL initialisation failed (check dataplane.eal)")
+             : fmt::format("EAL initialisation failed (check dataplane.eal; the DPDK drivers in "
+                           "this build: {})",
+                           static_drivers()),
+         rte_errno);
   runtime_dir_ = rte_eal_get_runtime_dir();
   std::snprintf(g_runtime_dir, sizeof(g_runtime_dir), "%s", runtime_dir_.c_str());
 }

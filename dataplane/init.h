@@ -4,16 +4,27 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 struct rte_mempool;
 
 namespace dripgate::dataplane {
 
+// The DPDK drivers linked into this executable, comma-separated; empty when DPDK is linked as
+// shared libraries and the EAL loads every driver in its plugin directory (the dpdk_link and
+// dpdk_drivers build options).
+std::string_view static_drivers();
+
+// The error for EAL args that load a driver plugin (-d) into a build linked statically with
+// `drivers`, or "" when there is none (no -d, or `drivers` empty: a shared build). Such a plugin
+// would link its own copy of the EAL and ethdev, whose ports ours never sees.
+std::string plugin_error(const std::vector<std::string>& args, std::string_view drivers);
+
 // rte_eal_init in the constructor, rte_eal_cleanup in the destructor.
 class Eal {
  public:
-  // args[0] is the program name.
+  // args[0] is the program name. A plugin_error is thrown before the EAL starts.
   explicit Eal(const std::vector<std::string>& args);
   ~Eal();
   Eal(const Eal&) = delete;
