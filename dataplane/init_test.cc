@@ -7,21 +7,24 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 namespace dripgate::dataplane {
 namespace {
 
 TEST(PluginError, StaticBuildRefusesDriverPlugins) {
   const std::string plugin = "/usr/lib/dpdk/librte_net_foo.so";
-  for (const auto& args : {std::vector<std::string>{"dp", "--no-huge", "-d", plugin},
-                           std::vector<std::string>{"dp", "-d" + plugin}}) {
-    const std::string error = plugin_error(args, "net_null,net_ring");
-    EXPECT_NE(error.find("EAL argument '" + args[args.size() == 4 ? 2 : 1] + "'"),
-              std::string::npos)
-        << error;
+  struct Case {
+    std::vector<std::string> args;
+    std::string flagged;  // the argument the error quotes
+  };
+  for (const Case& c : {Case{{"dp", "--no-huge", "-d", plugin}, "-d"},
+                        Case{{"dp", "-d" + plugin}, "-d" + plugin}}) {
+    const std::string error = plugin_error(c.args, "net_null,net_ring");
+    EXPECT_NE(error.find("EAL argument '" + c.flagged + "'"), std::string::npos) << error;
     EXPECT_NE(error.find("net_null,net_ring"), std::string::npos) << error;  // what it has
     EXPECT_NE(error.find("dpdk_drivers"), std::string::npos) << error;       // and the remedy
-    EXPECT_EQ(plugin_error(args, ""), "");  // a shared build leaves -d to the EAL
+    EXPECT_EQ(plugin_error(c.args, ""), "");  // a shared build leaves -d to the EAL
   }
   EXPECT_EQ(plugin_error({"dp", "--no-huge", "--vdev=net_null0", "--file-prefix=d"}, "net_null"),
             "");
