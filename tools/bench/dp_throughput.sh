@@ -27,6 +27,11 @@
 # PMDs' alone): macswap (swaps the Ethernet addresses) on the net_null scenarios, 5tswap (parses
 # Ethernet/IPv4/UDP and swaps addresses and ports) on ip-flows. Its ratio to io says how much of
 # io's rate is left to anything that reads headers on these vdevs, dripgate included.
+# A third baseline in every round, the floor: dp_floor (built beside the dataplane) forwards
+# with io's loop plus only what the dataplane cannot skip, each frame's length and ethertype
+# test (read, the net_null scenarios) or its IPv4/UDP 5-tuple and hash (parse, ip-flows). Its
+# /io is the most any dataplane that looks at every frame reaches here; dripgate's /floor is
+# what classifying and scheduling cost on top.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
@@ -38,6 +43,8 @@ while [[ $# -gt 0 ]]; do
 done
 need_dataplane "$build"
 dp="$build/dataplane/dripgate-dataplane"
+floor="$build/tools/bench/dp_floor"
+[[ -x $floor ]] || { echo "build $floor first (meson compile -C $build dp_floor)" >&2; exit 1; }
 [[ -z "$baseline" ]] || need_dataplane "$baseline"
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (Debian package dpdk)" >&2; exit 1; }
 bench_workdir dp_throughput
@@ -58,6 +65,16 @@ measure_testpmd() {  # $1, $2 = vdevs of ports 0 and 1, $3 = forward mode
   rmdir "/var/run/dpdk/$prefix" 2>/dev/null || true  # testpmd leaves its empty runtime dir
 }
 
+measure_floor() {  # $1, $2 = vdevs of ports 0 and 1, $3 = dp_floor's mode
+  local prefix="dgbf$$"
+  "$floor" --mode "$3" --seconds "$run_for" -- "${eal[@]}" --file-prefix="$prefix" \
+      --vdev="$1" --vdev="$2" >"$tmp/floor.out" 2>"$tmp/floor.err" &
+  pids+=($!)
+  python3 "$here/dp_telemetry.py" rate --prefix "$prefix" --ports 0,1 --warmup "$warmup" \
+      --seconds "$seconds"
+  wait "${pids[-1]}" || { echo "dp_floor failed:" >&2; cat "$tmp/floor.err" >&2; exit 1; }
+}
+
 measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scenario
   local prefix="dgbd$$" extra=()
   [[ $4 == ip-flows ]] || extra=(--shape-non-ip default)
@@ -76,15 +93,16 @@ measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scena
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"
 for round in $(seq "$rounds"); do
   for scenario in both one-way ip-flows; do
-    header_mode=macswap
+    header_mode=macswap floor_mode=read
     case $scenario in
       both) vdev0="net_null0"; vdev1="net_null1" ;;
       one-way) vdev0="net_null0"; vdev1="net_null1,no-rx=1" ;;
       ip-flows) vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1"
-                header_mode=5tswap ;;
+                header_mode=5tswap floor_mode=parse ;;
     esac
     measure_testpmd "$vdev0" "$vdev1" io >>"$tmp/res.$scenario.testpmd"
     measure_testpmd "$vdev0" "$vdev1" "$header_mode" >>"$tmp/res.$scenario.header"
+    measure_floor "$vdev0" "$vdev1" "$floor_mode" >>"$tmp/res.$scenario.floor"
     measure_dripgate "$vdev0" "$vdev1" "$dp" "$scenario" >>"$tmp/res.$scenario.dripgate"
     if [[ -n "$baseline" ]]; then
       measure_dripgate "$vdev0" "$vdev1" "$baseline/dataplane/dripgate-dataplane" "$scenario" \
@@ -109,46 +127,57 @@ def load(scenario, tool):
                       for p in runs[0]["ports"]},
             "rounds": [r["total_opackets_per_s"] for r in runs]}
 
-rows = [(s, load(s, "testpmd"), load(s, "dripgate"), load(s, "base"), load(s, "header"))
-        for s in ("both", "one-way", "ip-flows")]
+rows = [(s, load(s, "testpmd"), load(s, "dripgate"), load(s, "base"), load(s, "header"),
+         load(s, "floor")) for s in ("both", "one-way", "ip-flows")]
 has_base = rows[0][3] is not None
 modes = {"both": "macswap", "one-way": "macswap", "ip-flows": "5tswap"}
+floor_modes = {"both": "read", "one-way": "read", "ip-flows": "parse"}
 print(f"\nDataplane throughput, lcores 0-1 (1 worker), median of {rounds} rounds of {secs} s each, "
       "Mpps = ethdev opackets/s")
 print(f"({up})")
-hdr = f"{'scenario':<9} {'direction':<16} {'testpmd io':>11} {'hdr mode':>8} {'testpmd hdr':>11} {'/io':>6}"
+hdr = (f"{'scenario':<9} {'direction':<16} {'testpmd io':>11} {'hdr mode':>8} {'testpmd hdr':>11} "
+       f"{'/io':>6} {'floor':>10} {'/io':>6}")
 if has_base:
     hdr += f" {'baseline':>10} {'/io':>6}"
-hdr += f" {'dripgate':>10} {'/io':>6} {'/hdr':>6}"
+hdr += f" {'dripgate':>10} {'/io':>6} {'/hdr':>6} {'/floor':>6}"
 print(hdr)
 print("-" * len(hdr))
 def cell(t, d):
     return f" {d / 1e6:>10.3f} {d / t if t else 0:>6.3f}"
-for name, t, d, b, h in rows:
+for name, t, d, b, h, f in rows:
     lines = [(label, t["ports"][port]["opackets_per_s"], d["ports"][port]["opackets_per_s"],
-              b["ports"][port]["opackets_per_s"] if b else 0, h["ports"][port]["opackets_per_s"])
+              b["ports"][port]["opackets_per_s"] if b else 0, h["ports"][port]["opackets_per_s"],
+              f["ports"][port]["opackets_per_s"])
              for label, port in (("client->cluster", "1"), ("cluster->client", "0"))]
     lines.append(("total", t["total_opackets_per_s"], d["total_opackets_per_s"],
-                  b["total_opackets_per_s"] if b else 0, h["total_opackets_per_s"]))
-    for label, tv, dv, bv, hv in lines:
+                  b["total_opackets_per_s"] if b else 0, h["total_opackets_per_s"],
+                  f["total_opackets_per_s"]))
+    for label, tv, dv, bv, hv, fv in lines:
         if tv == 0 and dv == 0:
             continue
-        line = f"{name:<9} {label:<16} {tv / 1e6:>11.3f} {modes[name]:>8}" + cell(tv, hv)
+        line = (f"{name:<9} {label:<16} {tv / 1e6:>11.3f} {modes[name]:>8}" + cell(tv, hv) +
+                cell(tv, fv))
         if has_base:
             line += cell(tv, bv)
-        line += cell(tv, dv) + f" {dv / hv if hv else 0:>6.3f}"
+        line += cell(tv, dv) + f" {dv / hv if hv else 0:>6.3f} {dv / fv if fv else 0:>6.3f}"
         print(line)
 print()
-for name, t, d, b, h in rows:
-    for label, r in (("testpmd " + modes[name], h), ("baseline", b), ("dripgate", d)):
+for name, t, d, b, h, f in rows:
+    for label, r in (("testpmd " + modes[name], h), ("floor " + floor_modes[name], f),
+                     ("baseline", b), ("dripgate", d)):
         if r is None:
             continue
         per = [f"{x / y:.3f}" for x, y in zip(r["rounds"], t["rounds"])]
         print(f"{name:<9} {label}/testpmd io, round by round: {' '.join(per)}")
     per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], h["rounds"])]
     print(f"{name:<9} dripgate/testpmd {modes[name]}, round by round: {' '.join(per)}")
+    per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], f["rounds"])]
+    print(f"{name:<9} dripgate/floor, round by round: {' '.join(per)}")
 print("ratio /io = / testpmd io in the same run; targets (total): both >= 0.85, one-way >= 0.85, "
       "ip-flows >= 0.8")
 print("/hdr = / testpmd in a mode that reads and writes every frame's headers (macswap: Ethernet; "
       "5tswap: Ethernet, IPv4, UDP), same run")
+print("floor = dp_floor: testpmd io's loop plus what the dataplane must read of each frame (read: "
+      "length and ethertype; parse: length, IPv4/UDP 5-tuple and its hash); /floor = dripgate / "
+      "floor, what classifying and scheduling cost")
 EOF

@@ -1,0 +1,141 @@
+// The floor under dp_throughput.sh's dataplane figures: a forwarder that does with each frame
+// only what any shaper must, and nothing else (no class, no queue, no counter), on the same
+// vdevs, lcores and mbuf pool size, measured the same way (ethdev opackets from the DPDK
+// telemetry socket). Its rate over testpmd io's is the most a dataplane that looks at every
+// frame can reach on that machine; dripgate's over it is what classifying and scheduling cost.
+//
+//   dp_floor --mode io|read|parse --seconds N -- EAL-ARGS...
+//
+// Port 0's frames go to port 1 through the mode's work, port 1's back to port 0 untouched:
+//   io     none: testpmd io's loop, a check that this program is that baseline;
+//   read   each frame's length and its ethertype test (is_non_ip_fast), what the dataplane
+//          reads of a non-IP frame;
+//   parse  each frame's length, its IPv4/UDP|TCP 5-tuple (parse_ipv4_fast) and the tuple's
+//          hash (FlowTable::hash_ipv4), what the dataplane computes before a frame's class.
+// The worker is the first worker lcore (rte-worker-N); frames a full TX ring refuses are freed.
+// Not a test: figures only.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <CLI/CLI.hpp>
+
+#include "dataplane/flow_table.h"
+#include "dataplane/init.h"
+#include "dataplane/parse.h"
+
+namespace dp = dripgate::dataplane;
+
+namespace {
+
+enum class Mode { kIo, kRead, kParse };
+constexpr uint16_t kBurst = 32;  // the dataplane's burst and testpmd's default
+
+struct Worker {
+  Mode mode = Mode::kIo;
+  std::atomic<bool> running{true};
+  uint64_t sink = 0;  // the modes' results, so the compiler keeps their work
+};
+
+// The mode's work on a burst; the result folded into one word.
+uint64_t look(Mode mode, rte_mbuf* const* pkts, unsigned n) {
+  uint64_t acc = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const rte_mbuf* m = pkts[i];
+    const uint8_t* data = rte_pktmbuf_mtod(m, const uint8_t*);
+    const uint32_t len = rte_pktmbuf_data_len(m);
+    acc += rte_pktmbuf_pkt_len(m);
+    if (mode == Mode::kRead) {
+      acc += dp::is_non_ip_fast(data, len);
+    } else {
+      dp::Ipv4Key key;
+      uint8_t dscp;
+      if (dp::parse_ipv4_fast(data, len, &key, &dscp)) acc += dp::FlowTable::hash_ipv4(key) + dscp;
+    }
+  }
+  return acc;
+}
+
+void send(uint16_t port, rte_mbuf** pkts, unsigned n) {
+  const unsigned sent = rte_eth_tx_burst(port, 0, pkts, static_cast<uint16_t>(n));
+  if (sent < n) rte_pktmbuf_free_bulk(pkts + sent, n - sent);
+}
+
+int run(void* arg) {
+  auto& w = *static_cast<Worker*>(arg);
+  rte_mbuf* pkts[kBurst];
+  uint64_t acc = 0;
+  while (w.running.load(std::memory_order_relaxed)) {
+    unsigned n = rte_eth_rx_burst(0, 0, pkts, kBurst);
+    if (n != 0) {
+      if (w.mode != Mode::kIo) acc += look(w.mode, pkts, n);
+      send(1, pkts, n);
+    }
+    n = rte_eth_rx_burst(1, 0, pkts, kBurst);
+    if (n != 0) send(0, pkts, n);
+  }
+  w.sink = acc;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dp_floor: a forwarder that only reads what a shaper must (dp_throughput.sh)"};
+  Mode mode = Mode::kIo;
+  double seconds = 10;
+  std::vector<std::string> eal_args;
+  const std::map<std::string, Mode> modes{
+      {"io", Mode::kIo}, {"read", Mode::kRead}, {"parse", Mode::kParse}};
+  app.add_option("--mode", mode, "io, read or parse")
+      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  app.add_option("--seconds", seconds, "how long to forward")->check(CLI::PositiveNumber);
+  app.add_option("eal", eal_args, "EAL arguments, after --");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<std::string> args{"dp_floor"};
+    args.insert(args.end(), eal_args.begin(), eal_args.end());
+    dp::Eal eal(args);
+    if (rte_eth_dev_count_avail() != 2) {
+      std::fprintf(stderr, "dp_floor: needs exactly 2 ports (--vdev), found %u\n",
+                   rte_eth_dev_count_avail());
+      return 2;
+    }
+    const unsigned lcore = rte_get_next_lcore(-1, 1, 0);
+    if (lcore >= RTE_MAX_LCORE) {
+      std::fprintf(stderr, "dp_floor: needs a worker lcore (-l 0-1)\n");
+      return 2;
+    }
+    // The dataplane's pool size (dp_bench_yaml's mbufs) and testpmd's --total-num-mbufs.
+    dp::MbufPool pool("floor_mbufs", 16383, static_cast<int>(rte_socket_id()));
+    dp::Port p0(0, pool.get()), p1(1, pool.get());
+    Worker w;
+    w.mode = mode;
+    if (int rc = rte_eal_remote_launch(run, &w, lcore); rc != 0) {
+      std::fprintf(stderr, "dp_floor: cannot launch lcore %u\n", lcore);
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    w.running.store(false, std::memory_order_relaxed);
+    rte_eal_wait_lcore(lcore);
+    std::printf("{\"mode\": \"%s\", \"sink\": %llu}\n",
+                mode == Mode::kIo     ? "io"
+                : mode == Mode::kRead ? "read"
+                                      : "parse",
+                static_cast<unsigned long long>(w.sink));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dp_floor: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
