@@ -18,11 +18,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
@@ -91,16 +91,17 @@ int run(void* arg) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dp_floor: a forwarder that only reads what a shaper must (dp_throughput.sh)"};
-  Mode mode = Mode::kIo;
+  std::string mode_name = "io";
   double seconds = 10;
   std::vector<std::string> eal_args;
-  const std::map<std::string, Mode> modes{
-      {"io", Mode::kIo}, {"read", Mode::kRead}, {"parse", Mode::kParse}};
-  app.add_option("--mode", mode, "io, read or parse")
-      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  app.add_option("--mode", mode_name, "io, read or parse")
+      ->check(CLI::IsMember({"io", "read", "parse"}));
   app.add_option("--seconds", seconds, "how long to forward")->check(CLI::PositiveNumber);
   app.add_option("eal", eal_args, "EAL arguments, after --");
   CLI11_PARSE(app, argc, argv);
+  const Mode mode = mode_name == "read"    ? Mode::kRead
+                    : mode_name == "parse" ? Mode::kParse
+                                           : Mode::kIo;
 
   try {
     std::vector<std::string> args{"dp_floor"};
@@ -116,22 +117,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dp_floor: needs a worker lcore (-l 0-1)\n");
       return 2;
     }
-    // The dataplane's pool size (dp_bench_yaml's mbufs) and testpmd's --total-num-mbufs.
+    // The dataplane's pool size in the benchmarks (dp_bench_yaml's mbufs; testpmd's
+    // --total-num-mbufs is 16384).
     dp::MbufPool pool("floor_mbufs", 16383, static_cast<int>(rte_socket_id()));
     dp::Port p0(0, pool.get()), p1(1, pool.get());
     Worker w;
     w.mode = mode;
     if (int rc = rte_eal_remote_launch(run, &w, lcore); rc != 0) {
-      std::fprintf(stderr, "dp_floor: cannot launch lcore %u\n", lcore);
+      std::fprintf(stderr, "dp_floor: cannot launch lcore %u: %s\n", lcore, rte_strerror(-rc));
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     w.running.store(false, std::memory_order_relaxed);
     rte_eal_wait_lcore(lcore);
-    std::printf("{\"mode\": \"%s\", \"sink\": %llu}\n",
-                mode == Mode::kIo     ? "io"
-                : mode == Mode::kRead ? "read"
-                                      : "parse",
+    std::printf("{\"mode\": \"%s\", \"sink\": %llu}\n", mode_name.c_str(),
                 static_cast<unsigned long long>(w.sink));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dp_floor: %s\n", e.what());
