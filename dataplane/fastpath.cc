@@ -27,6 +27,11 @@ namespace {
 // would hold up the timeline for everyone else.
 constexpr unsigned kTxRetries = 8;
 
+// Bits [0, n) of a burst's mask (n <= 32).
+uint32_t low_bits(unsigned n) {
+  return n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1;
+}
+
 uint64_t ns_to_ticks(uint64_t ns) {
   return ns * rte_get_tsc_hz() / 1000000000ULL;
 }
@@ -260,26 +265,49 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     std::memset(b.at, Burst::kGeneral, lead);
     std::memset(b.st, static_cast<int>(ParseStatus::kNotIp), lead);
   }
-  unsigned n4 = 0, n_non_ip = lead;
-  for (unsigned i = lead; i < n; ++i) {
-    const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
-    const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
+  // Frame i, the j-th common frame so far: parsed into k4[j], hashed into hash4[j].
+  auto common = [&](unsigned i, unsigned j) {
+    Ipv4Key key;
+    if (!parse_ipv4_fast(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]),
+                         &key, &b.dscp4[j]))
+      return false;
+    // Hashed while the key is at hand. The key is hashed from a local, held in registers,
+    // and stored after: hashed from b.k4, the CRC's loads waited for the key's store to be
+    // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
+    // stay in L2, classify_burst's finds are independent loads the out-of-order core
+    // overlaps, and the prefetch instruction per packet cost more than it hid
+    // (dp_cpu_per_packet.sh, ip-flows: 0.96x the worker's ns per packet without it, the median
+    // of five runs).
+    const uint32_t h = FlowTable::hash_ipv4(key);
+    b.k4[j] = key;
+    b.hash4[j] = h;
+    return true;
+  };
+  unsigned i = lead, n4 = 0;
+  if (lead == 0) {
+    // A burst that starts with common frames: their at[i] is i, written only if a general
+    // frame follows, since the caller reads at[] only then.
+    for (; i < n; ++i) {
+      const uint32_t len = rte_pktmbuf_pkt_len(pkts[i]);
+      if (!common(i, i)) [[unlikely]]
+        break;
+      frame_len[i] = len;
+      sum += len;
+    }
+    b.n4 = n4 = i;
+    *bytes = sum;
+    if (i == n) return 0;
+    for (unsigned k = 0; k < n4; ++k) b.at[k] = static_cast<uint8_t>(k);
+  }
+  unsigned n_non_ip = lead;
+  for (; i < n; ++i) {
     frame_len[i] = rte_pktmbuf_pkt_len(pkts[i]);
     sum += frame_len[i];
-    Ipv4Key key;
-    if (parse_ipv4_fast(data, len, &key, &b.dscp4[n4])) [[likely]] {
-      // Hashed while the key is at hand. The key is hashed from a local, held in registers,
-      // and stored after: hashed from b.k4, the CRC's loads waited for the key's store to be
-      // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
-      // stay in L2, classify_burst's finds are independent loads the out-of-order core
-      // overlaps, and the prefetch instruction per packet cost more than it hid
-      // (dp_cpu_per_packet.sh, ip-flows: 0.96x the worker's ns per packet without it, the median
-      // of five runs).
-      const uint32_t h = FlowTable::hash_ipv4(key);
-      b.k4[n4] = key;
-      b.hash4[n4] = h;
+    if (common(i, n4)) [[likely]] {
       b.at[i] = static_cast<uint8_t>(n4++);
     } else {
+      const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+      const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
       b.at[i] = Burst::kGeneral;
       // pp[i] is read only for kOk: a non-IP frame needs its status alone.
       if (is_non_ip_fast(data, len)) {
@@ -401,25 +429,22 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
     }
   } else {
     classify_burst(lane, n, now, b);
-    // The packets to hand on go to the front of keep[] (pkts[] itself, compacted in place: the
-    // write position never passes the read one), with their class's group: they are
-    // partitioned by class below, so the scheduler takes one run per class and `classified` is
-    // counted once per class.
-    groups.reset();
+    // The packets to hand on are grouped by class (ClassGroups), so the scheduler takes one run
+    // per class and `classified` is counted once per class. They stay at the front of keep[]
+    // (pkts[] itself, compacted in place when some are taken out: the write position never
+    // passes the read one).
     if (b.n4 == n && lane.unknown == config::UnknownFlows::kDefault) [[likely]] {
       // Common frames only (at[i] == i) and an unknown flow takes the default class: every
-      // packet is kept, in its class or the default one; no per-packet decision but that.
-      const int dflt = p_.default_cls;
-      groups.add_all(n, [&](unsigned i) {
-        const int cls = b.cls4[i];
-        return static_cast<uint32_t>(cls < 0 ? dflt : cls);
-      });
+      // packet is kept, in its class or (kNoMatch) the default one; nothing per packet.
+      static_assert(static_cast<uint32_t>(FlowTable::kNoMatch) == ClassGroups<kBurst>::kUnset);
+      groups.assign(reinterpret_cast<const uint32_t*>(b.cls4), n,
+                    static_cast<uint32_t>(p_.default_cls));
       o.n_keep = n;
     } else {
+      uint32_t kept_cls[kBurst];
       // The counts in locals: stores into the arrays could alias o's counters and force a
       // reload and store of each per packet.
       unsigned n_keep = 0, n_pass = 0, n_drop = 0;
-      uint32_t kept_cls[kBurst];
       for (unsigned i = 0; i < n; ++i) {
         rte_mbuf* m = pkts[i];
         int cls;
@@ -470,9 +495,8 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
       o.n_pass = n_pass;
       o.n_drop = n_drop;
       if (n_keep == 0) return;
-      groups.add_all(n_keep, [&](unsigned k) { return kept_cls[k]; });
+      groups.assign(kept_cls, n_keep);
     }
-    groups.tally();
   }
   finish_rx(st, o, now);
 }
@@ -506,19 +530,35 @@ void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
 // Single layout, after rx_client: what enqueue_shaped does with the hand-over records, straight
 // from the kept mbufs and their groups. A class the scheduler lets bypass its queue is booked
 // and sent at once, the others' packets are queued, one run per class, in the groups' order.
-void Fastpath::ship_single(RxOut& o, uint64_t now) {
+// Returns the TSC read that timed the departures, or 0 if it sent nothing.
+uint64_t Fastpath::ship_single(RxOut& o, uint64_t now) {
   const unsigned n = o.n_keep;
-  if (n == 0) return;
+  if (n == 0) return 0;
   const ClassGroups<kBurst>& groups = o.groups;
   rte_mbuf** const keep = o.keep;
   const unsigned n_groups = groups.size();
   // Every received frame kept: their lengths, read by parse_burst, are in o.len, in order.
   const bool all = n == o.n_rx;
-  if (n_groups == 1 && all && sched_.bypasses(groups.cls(0))) [[likely]] {
-    const uint32_t cls = groups.cls(0);
-    const TxRun run{cls, n, o.bytes, sched_.depart_now(cls, n, o.bytes, o.len[n - 1], now)};
-    transmit(keep, n, &run, 1, rte_rdtsc());
-    return;
+  unsigned bypass = 0;
+  while (bypass < n_groups && sched_.bypasses(groups.cls(bypass))) ++bypass;
+  if (all && bypass == n_groups) [[likely]] {
+    // Every class leaves at once: booked class by class, sent as received, no copy. Each
+    // class's bytes from its members' lengths, the last class's by difference.
+    TxRun runs[kBurst];
+    uint64_t rest = o.bytes;
+    for (unsigned g = 0; g < n_groups; ++g) {
+      const uint32_t cls = groups.cls(g), members = groups.members(g);
+      uint64_t bytes = rest;
+      if (g + 1 != n_groups) {
+        bytes = 0;
+        for (uint32_t m = members; m != 0; m &= m - 1) bytes += o.len[__builtin_ctz(m)];
+        rest -= bytes;
+      }
+      const unsigned k = groups.count(g);
+      const uint32_t last_len = o.len[31 - __builtin_clz(members)];
+      runs[g] = TxRun{cls, k, bytes, sched_.depart_now(cls, k, bytes, last_len, now)};
+    }
+    return transmit(keep, n, runs, n_groups, rte_rdtsc(), &groups);
   }
   // The kept frames' lengths in keep[]'s order: parse_burst's when every frame was kept, else
   // read again (frames were taken out: dropped, or passed in the single layout).
@@ -557,8 +597,9 @@ void Fastpath::ship_single(RxOut& o, uint64_t now) {
       n_refused += sched_.enqueue_burst(h, k, refused + n_refused);
     }
   }
-  if (tx.n) transmit(tx, rte_rdtsc());
+  const uint64_t t = tx.n ? transmit(tx, rte_rdtsc()) : 0;
   free_refused(refused, n_refused);
+  return t;
 }
 
 // The packets the scheduler refused (it counted them: drop_depth / drop_bad_class), freed.
@@ -584,15 +625,16 @@ void Fastpath::send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsi
 }
 
 // One of the lane's cluster-port RX queues per call, in turn, to its own client-port TX queue.
-void Fastpath::rx_reverse(RxLane& lane, unsigned max) {
+unsigned Fastpath::rx_reverse(RxLane& lane, unsigned max) {
   rte_mbuf* pkts[kBurst];
   const uint16_t q = lane.queues[lane.next_cluster];
   if (++lane.next_cluster == lane.queues.size()) lane.next_cluster = 0;
   const unsigned n = rte_eth_rx_burst(p_.cluster_port, q, pkts, static_cast<uint16_t>(max));
-  if (n == 0) return;
+  if (n == 0) return 0;
   RxStats& st = *lane.stats;
   st.rx_cluster.add(n);
   send_counted(p_.client_port, lane.tx_queue, pkts, n, st.reverse_tx, st.reverse_drop_tx);
+  return n;
 }
 
 // Unshaped client->cluster frames; only ever called by the owner of the cluster TX queue.
@@ -679,13 +721,13 @@ void Fastpath::drip_due(uint64_t now) {
 // Scheduler owner: sends l on the cluster port, the first attempt at TSC t, and records each
 // departure's error (send TSC - scheduled) and counts it, per run. What the port still refuses
 // after kTxRetries is freed and counted (drop_tx).
-void Fastpath::transmit(TxList& l, uint64_t t) {
-  transmit(l.pkts, l.n, l.runs, l.n_runs, t);
+uint64_t Fastpath::transmit(TxList& l, uint64_t t) {
+  return transmit(l.pkts, l.n, l.runs, l.n_runs, t);
 }
 
 // transmit() of n mbufs in pkts[], in runs[0, n_runs) (their counts add up to n).
-void Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs,
-                        uint64_t t) {
+uint64_t Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs,
+                            uint64_t t, const ClassGroups<kBurst>* order) {
   const uint64_t t0 = t;
   unsigned sent = rte_eth_tx_burst(p_.cluster_port, 0, pkts, static_cast<uint16_t>(n));
   const unsigned sent0 = sent;  // left at t0; the rest (retries) by t
@@ -698,12 +740,16 @@ void Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned
   for (unsigned r = 0; r < n_runs; ++r) {
     const TxRun& run = runs[r];
     ClassCounters& cs = stats_.classes[run.cls];
-    if (pos + run.n <= sent0) [[likely]] {
+    // The run's packets in pkts[]: group r's members, or the next run.n.
+    const uint32_t members = order != nullptr ? order->members(r) : low_bits(run.n) << pos;
+    pos += run.n;
+    if ((members & ~low_bits(sent0)) == 0) [[likely]] {
       stats_.drip.error.record_ticks_n(static_cast<int64_t>(t0 - run.scheduled_tsc), run.n);
       cs.tx_pkts.add(run.n);
       cs.tx_bytes.add(run.bytes);
     } else {  // the TX ring was full: packet by packet
-      for (unsigned i = pos; i < pos + run.n; ++i) {
+      for (uint32_t m = members; m != 0; m &= m - 1) {
+        const unsigned i = static_cast<unsigned>(__builtin_ctz(m));
         if (i >= sent) {
           cs.drop_tx.add();
           rte_pktmbuf_free(pkts[i]);
@@ -715,17 +761,17 @@ void Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned
         cs.tx_bytes.add(rte_pktmbuf_pkt_len(pkts[i]));
       }
     }
-    pos += run.n;
   }
   if (sent) {
     if (stats_.drip.first_tsc.get() == 0) stats_.drip.first_tsc.set(t0);
     stats_.drip.last_tsc.set(t);
     stats_.drip.departures.add(sent);
   }
+  return t;
 }
 
-void Fastpath::check_drip_mailbox() {
-  drip_mailbox_.poll([this](const DripChange& r) {
+bool Fastpath::check_drip_mailbox() {
+  return drip_mailbox_.poll([this](const DripChange& r) {
     MailboxResult res = apply_drip_change(sched_, r, rte_rdtsc());
     if (res.ok && r.reconfig == nullptr) stats_.drip.rate_updates.add();
     return res;
@@ -734,8 +780,8 @@ void Fastpath::check_drip_mailbox() {
 
 // Between bursts: no classify() is running, so the old classifier is no longer referenced once
 // this answers, and the main lcore may free it.
-void Fastpath::check_rx_mailbox(RxLane& lane) {
-  lane.mailbox.poll([this, &lane](const RxChange& r) {
+bool Fastpath::check_rx_mailbox(RxLane& lane) {
+  return lane.mailbox.poll([this, &lane](const RxChange& r) {
     if (r.classifier == nullptr ||
         (r.unknown == config::UnknownFlows::kDefault && p_.default_cls < 0))
       return MailboxResult{false, "unknown_flows is 'default' but there is no class 'default'"};
@@ -768,10 +814,15 @@ int Fastpath::run_single(RxLane& lane) {
   flows_.register_reader(lcore);
   RxOut out;
   OpenPass pass;
+  // The TSC read that timed the last pass's departures, when nothing queued waits and only an
+  // empty poll followed it: the next turn's now, one TSC read (about 12 ns on this VM) fewer
+  // per burst at unlimited rates. It makes the next burst's arrival look older by that poll,
+  // no more; a mailbox request that ran since, or anything queued, takes a fresh read.
+  uint64_t sent_at = 0;
   while (running_.load(std::memory_order_relaxed)) {
-    check_drip_mailbox();
-    check_rx_mailbox(lane);
-    uint64_t now = rte_rdtsc();
+    const bool applied = check_drip_mailbox() | check_rx_mailbox(lane);
+    const uint64_t now = sent_at != 0 && !applied ? sent_at : rte_rdtsc();
+    sent_at = 0;
     close_pass(pass, now);
     const uint64_t nd = sched_.next_departure();
     unsigned max;
@@ -793,11 +844,12 @@ int Fastpath::run_single(RxLane& lane) {
     out.reset();
     rx_client(lane, max, out, now);
     flows_.quiescent(lcore);
-    ship_single(out, now);
+    const uint64_t t = ship_single(out, now);
     if (out.n_pass) send_pass(out.pass, out.n_pass);
     if (out.n_drop) rte_pktmbuf_free_bulk(out.drop, out.n_drop);
-    rx_reverse(lane, max);
+    const unsigned reversed = rx_reverse(lane, max);
     pass = OpenPass{now, out.n_rx, true};
+    if (reversed == 0 && sched_.next_departure() == UINT64_MAX) sent_at = t;
     // What was just queued is often due at once (always at unlimited rate): send it in this
     // pass rather than the next, which would spend a mailbox check, a TSC read and two
     // next_departure() calls to reach the same drip_due(). Only then is the TSC read here,

@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "dataplane/classify.h"
 #include "dataplane/flow_table.h"
+#include "dataplane/group_by_class.h"
 #include "dataplane/mailbox.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
@@ -106,20 +107,24 @@ class Fastpath {
   void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
   void finish_rx(RxStats& st, RxOut& o, uint64_t now);
-  void rx_reverse(RxLane& lane, unsigned max);
+  unsigned rx_reverse(RxLane& lane, unsigned max);
   void send_counted(uint16_t port, uint16_t queue, rte_mbuf** pkts, unsigned n, Counter& sent,
                     Counter& dropped);
   void send_pass(rte_mbuf** pkts, unsigned n);
   // Split layout, drip lcore: the records of one ring dequeue.
   void enqueue_shaped(const Handoff* in, unsigned n);
   // Single layout: rx_client's kept packets, to the scheduler or (bypass) the port.
-  void ship_single(RxOut& o, uint64_t now);
+  uint64_t ship_single(RxOut& o, uint64_t now);
   static void free_refused(void* const* refused, unsigned n);
   void drip_due(uint64_t now);
-  void transmit(TxList& l, uint64_t t);
-  void transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs, uint64_t t);
-  void check_drip_mailbox();
-  void check_rx_mailbox(RxLane& lane);
+  // Both return the last TSC read (t, or a retry's).
+  uint64_t transmit(TxList& l, uint64_t t);
+  // order: runs[r] is group r of it, its members anywhere in pkts (arrival order); else each
+  // run is the next run.n of pkts.
+  uint64_t transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsigned n_runs, uint64_t t,
+                    const ClassGroups<kBurst>* order = nullptr);
+  bool check_drip_mailbox();
+  bool check_rx_mailbox(RxLane& lane);
   void drain_and_free();
   void note_rx_cost(uint64_t ticks, unsigned pkts);
   // An RX pass whose cost is not yet noted: it is closed by the TSC read that starts the next

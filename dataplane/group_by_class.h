@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -12,76 +11,59 @@
 
 namespace dripgate::dataplane {
 
-// The classes of up to kMax packets, numbered as groups in order of first appearance: add() per
-// packet, then tally() once, after which count() and members() are valid. Per-class order is all
-// the scheduler promises, and one run per class costs one scheduler call and one counter update
-// instead of one per packet when classes interleave (as flows of several classes do on the wire).
+// The classes of up to kMax packets as groups, one per class, numbered in order of first
+// appearance, each with its members as one bit mask: per-class order is all the scheduler
+// promises, and one run per class costs one scheduler call and one counter update instead of
+// one per packet when classes interleave (as flows of several classes do on the wire).
 //
-// Nothing is updated per packet but the packet's group byte: a count or a write position kept
-// per group and incremented per packet is a load that waits for the previous packet's store to
-// the same place (about five cycles a packet, the whole loop serialised). tally() turns the
-// group bytes into one bit mask per group instead (compares of all slots at once), and a
-// partition walks each group's mask with a running position held in a register.
+// Built from an array of the packets' classes, one pass over it per class (four classes per
+// compare): a burst has few classes, and nothing is kept per packet. A count or position kept
+// per group and bumped per packet is a load that waits for the previous packet's store to the
+// same place (about five cycles a packet, the loop serialised); a class-to-group table looked
+// up per packet costs a dozen instructions a packet.
 template <unsigned kMax>
 class ClassGroups {
-  static_assert(kMax <= 32 && kMax % 16 == 0, "a group's members are one 32-bit mask");
+  static_assert(kMax <= 32 && kMax % 4 == 0, "a group's members are one 32-bit mask");
 
  public:
-  ClassGroups() { reset(); }
-
-  // Empty again, for the next burst.
-  void reset() {
-    std::memset(direct_, kNone, sizeof(direct_));
-    std::memset(group_, kNone, sizeof(group_));
-    n_ = n_pkts_ = 0;
-  }
-  // n packets, all of class c (n <= kMax): what reset(), n add(c) and tally() leave, without a
-  // call per packet, for a burst whose class is decided once for all of it.
-  void one_group(uint32_t c, unsigned n) {
-    reset();
-    std::memset(group_, 0, n);
-    cls_[0] = c;
-    if (c < kDirect) direct_[c] = 0;
-    n_ = 1;
+  // The groups of n packets (n <= kMax) whose classes are cls[0, n), where the value
+  // kUnset stands for class `unset_as` (by default itself); cls has room for kMax (what lies
+  // past n is read and ignored).
+  static constexpr uint32_t kUnset = UINT32_MAX;
+  void assign(const uint32_t* cls, unsigned n, uint32_t unset_as = kUnset) {
+    n_ = 0;
     n_pkts_ = n;
-    tally();
+    for (uint32_t left = all(n); left != 0;) {
+      uint32_t c = cls[__builtin_ctz(left)];
+      if (c == kUnset) c = unset_as;
+      uint32_t m = equal_mask(cls, c);
+      if (c == unset_as && c != kUnset) m |= equal_mask(cls, kUnset);
+      m &= left;
+      cls_[n_] = c;
+      mask_[n_++] = m;
+      left &= ~m;
+    }
+  }
+  // n packets, all of class c (n <= kMax): what assign() leaves for n copies of c, without
+  // looking at them, for a burst whose class is decided once for all of it.
+  void one_group(uint32_t c, unsigned n) {
+    n_pkts_ = n;
+    n_ = n != 0;
+    cls_[0] = c;
+    mask_[0] = all(n);
   }
 
-  // The group of class c, a new one after the others for a class not seen before; remembers it
-  // as packet n()'s. At most kMax calls.
-  uint8_t add(uint32_t c) {
-    unsigned groups = n_;
-    const uint8_t g = group_of(c, groups);
-    n_ = groups;
-    group_[n_pkts_++] = g;
-    return g;
-  }
-  // add(class_of(i)) for i in [0, n), with the group and packet counts in registers: add() per
-  // packet keeps them in the object, and each packet's group byte store (a char store, which
-  // may alias anything) makes the next packet reload and store them again.
-  template <typename ClassOf>
-  void add_all(unsigned n, ClassOf&& class_of) {
-    unsigned groups = n_;
-    uint8_t* const out = group_ + n_pkts_;
-    for (unsigned i = 0; i < n; ++i) out[i] = group_of(class_of(i), groups);
-    n_ = groups;
-    n_pkts_ += n;
-  }
-  // Each group's members and count. One group is every packet; several are found by comparing
-  // every slot at once (the slots past n() hold kNone, no group).
-  void tally() {
-    if (n_ == 1) {
-      mask_[0] = n_pkts_ == 32 ? ~uint32_t{0} : (uint32_t{1} << n_pkts_) - 1;
-      return;
-    }
-    for (unsigned g = 0; g < n_; ++g) mask_[g] = equal_mask(static_cast<uint8_t>(g));
-  }
   unsigned size() const { return n_; }
   unsigned n() const { return n_pkts_; }
   uint32_t cls(unsigned g) const { return cls_[g]; }
-  uint8_t group(unsigned i) const { return group_[i]; }    // packet i's group
   uint32_t members(unsigned g) const { return mask_[g]; }  // bit i: packet i is in group g
   unsigned count(unsigned g) const { return static_cast<unsigned>(__builtin_popcount(mask_[g])); }
+  // Packet i's group (i < n()).
+  unsigned group(unsigned i) const {
+    unsigned g = 0;
+    while ((mask_[g] >> i & 1) == 0) ++g;
+    return g;
+  }
   // Calls put(g, i) for every packet i, group by group in order, each group's packets in order:
   // the stable partition.
   template <typename Put>
@@ -92,38 +74,23 @@ class ClassGroups {
   }
 
  private:
-  // The group of class c among the first `groups`, or a new one (groups grows). A direct table
-  // for the small class indexes configs have (one byte load per packet), a search of the
-  // groups so far for the rest (the pass-through marker).
-  uint8_t group_of(uint32_t c, unsigned& groups) {
-    if (c < kDirect && direct_[c] != kNone) return direct_[c];
-    unsigned g = 0;
-    while (g < groups && cls_[g] != c) ++g;
-    if (g == groups) {
-      cls_[groups++] = c;
-      if (c < kDirect) direct_[c] = static_cast<uint8_t>(g);
-    }
-    return static_cast<uint8_t>(g);
-  }
-  // Bit i set where group_[i] == g: 16 slots per compare and byte mask.
-  uint32_t equal_mask(uint8_t g) const {
+  static uint32_t all(unsigned n) { return n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1; }
+  // Bit i set where cls[i] == c, for i < kMax.
+  static uint32_t equal_mask(const uint32_t* cls, uint32_t c) {
     uint32_t m = 0;
 #ifdef __SSE2__
-    const __m128i want = _mm_set1_epi8(static_cast<char>(g));
-    for (unsigned i = 0; i < kMax; i += 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group_ + i));
-      m |= static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, want))) << i;
+    const __m128i want = _mm_set1_epi32(static_cast<int>(c));
+    for (unsigned i = 0; i < kMax; i += 4) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(cls + i));
+      const __m128 eq = _mm_castsi128_ps(_mm_cmpeq_epi32(v, want));
+      m |= static_cast<uint32_t>(_mm_movemask_ps(eq)) << i;
     }
 #else
-    for (unsigned i = 0; i < kMax; ++i) m |= uint32_t{group_[i] == g} << i;
+    for (unsigned i = 0; i < kMax; ++i) m |= uint32_t{cls[i] == c} << i;
 #endif
     return m;
   }
 
-  static constexpr uint32_t kDirect = 64;
-  static constexpr uint8_t kNone = 0xFF;
-  uint8_t direct_[kDirect];
-  uint8_t group_[kMax];
   uint32_t cls_[kMax];
   uint32_t mask_[kMax];
   unsigned n_ = 0, n_pkts_ = 0;
@@ -136,10 +103,10 @@ const EnqueueReq* group_by_class(const EnqueueReq* in, unsigned n, EnqueueReq* t
   unsigned same = 1;  // the common case, one class, costs one compare per packet
   while (same < n && in[same].cls == in[0].cls) ++same;
   if (same >= n) return in;
+  uint32_t cls[kMax];
+  for (unsigned i = 0; i < n; ++i) cls[i] = in[i].cls;
   ClassGroups<kMax> groups;
-  for (unsigned i = 0; i < n; ++i) groups.add(in[i].cls);
-  if (groups.size() <= 1) return in;
-  groups.tally();
+  groups.assign(cls, n);
   unsigned pos = 0;
   groups.partition([&](unsigned, unsigned i) { tmp[pos++] = in[i]; });
   return tmp;

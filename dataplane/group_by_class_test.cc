@@ -56,16 +56,13 @@ TEST(GroupByClass, StablePartitionInOrderOfFirstAppearance) {
 }
 
 // The groups as the classifying lcore builds them: numbered in order of first appearance,
-// counted, and partitioned group by group, each in arrival order.
+// counted, and partitioned group by group, each in arrival order. What lies past n is ignored.
 TEST(ClassGroups, NumbersCountsAndStarts) {
   ClassGroups<32> g;
-  const uint32_t seq[] = {5, 5, 1, UINT32_MAX, 5, 70, 1, 70, 5};
-  std::vector<unsigned> ids;
-  for (uint32_t c : seq) ids.push_back(g.add(c));
-  EXPECT_EQ(ids, (std::vector<unsigned>{0, 0, 1, 2, 0, 3, 1, 3, 0}));
+  uint32_t seq[32] = {5, 5, 1, UINT32_MAX, 5, 70, 1, 70, 5};
+  for (unsigned i = 9; i < 32; ++i) seq[i] = i % 2 ? 5 : 9;
+  g.assign(seq, 9);
   ASSERT_EQ(g.n(), 9u);
-  for (unsigned i = 0; i < 9; ++i) EXPECT_EQ(g.group(i), ids[i]);
-  g.tally();
   ASSERT_EQ(g.size(), 4u);
   EXPECT_EQ(g.cls(0), 5u);
   EXPECT_EQ(g.cls(1), 1u);
@@ -77,6 +74,8 @@ TEST(ClassGroups, NumbersCountsAndStarts) {
   EXPECT_EQ(g.count(3), 2u);
   EXPECT_EQ(g.members(0), 0b100010011u);
   EXPECT_EQ(g.members(3), 0b010100000u);
+  const std::vector<unsigned> ids{0, 0, 1, 2, 0, 3, 1, 3, 0};
+  for (unsigned i = 0; i < 9; ++i) EXPECT_EQ(g.group(i), ids[i]);
   std::vector<unsigned> order;
   g.partition([&](unsigned grp, unsigned i) {
     EXPECT_EQ(g.group(i), grp);
@@ -85,69 +84,73 @@ TEST(ClassGroups, NumbersCountsAndStarts) {
   EXPECT_EQ(order, (std::vector<unsigned>{0, 1, 4, 8, 2, 6, 3, 5, 7}));
 }
 
-// One class (the common burst) is counted without looking at the packets' groups.
+// One class (the common burst): one group of every packet.
 TEST(ClassGroups, OneClassCountsEveryPacket) {
+  uint32_t seven[32], three[32];
+  std::fill(seven, seven + 32, 7u);
+  std::fill(three, three + 32, 3u);
   ClassGroups<32> g;
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(g.add(7), 0u);
-  g.tally();
+  g.assign(seven, 32);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g.count(0), 32u);
   EXPECT_EQ(g.members(0), 0xFFFFFFFFu);
-  ClassGroups<32> few;
-  for (int i = 0; i < 5; ++i) few.add(3);
-  few.tally();
-  EXPECT_EQ(few.members(0), 0b11111u);
-  ClassGroups<32> empty;
-  empty.tally();
-  EXPECT_EQ(empty.size(), 0u);
+  g.assign(three, 5);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g.members(0), 0b11111u);
+  g.assign(three, 0);
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_EQ(g.n(), 0u);
 }
 
-// one_group(c, n) leaves what reset(), n add(c) and tally() leave, and the object is reusable
-// for a burst grouped packet by packet afterwards.
-TEST(ClassGroups, OneGroupIsAddPerPacket) {
+// one_group(c, n) leaves what assign() leaves for n packets of class c.
+TEST(ClassGroups, OneGroupIsAssignOfOneClass) {
   for (uint32_t c : {0u, 5u, 70u, UINT32_MAX}) {
-    for (unsigned n : {1u, 17u, 32u}) {
-      ClassGroups<32> one, each;
-      for (unsigned i = 0; i < n; ++i) each.add(c);
-      each.tally();
-      one.add(9);
+    for (unsigned n : {0u, 1u, 17u, 32u}) {
+      uint32_t cls[32];
+      std::fill(cls, cls + 32, c);
+      ClassGroups<32> one, all;
+      all.assign(cls, n);
+      one.assign(cls, 3);
       one.one_group(c, n);
-      ASSERT_EQ(one.size(), 1u);
+      ASSERT_EQ(one.size(), all.size());
       EXPECT_EQ(one.n(), n);
+      if (n == 0) continue;
       EXPECT_EQ(one.cls(0), c);
-      EXPECT_EQ(one.members(0), each.members(0));
+      EXPECT_EQ(one.members(0), all.members(0));
       EXPECT_EQ(one.count(0), n);
-      for (unsigned i = 0; i < n; ++i) EXPECT_EQ(one.group(i), 0u);
-      one.reset();
-      one.add(3);
-      one.add(c);
-      one.tally();
-      EXPECT_EQ(one.size(), c == 3 ? 1u : 2u);
-      EXPECT_EQ(one.count(0), c == 3 ? 2u : 1u);
     }
   }
 }
 
-// add_all() numbers and counts as add() per packet, also after packets added one by one.
-TEST(ClassGroups, AddAllIsAddPerPacket) {
+// Random classes, some kUnset: the groups are those of the classes with kUnset replaced by
+// unset_as (kUnset itself: a group of its own), built here the slow way.
+TEST(ClassGroups, AssignMatchesFirstAppearanceWithUnsetAs) {
   std::mt19937 rng(7);
-  for (int round = 0; round < 5000; ++round) {
-    const unsigned n = 1 + rng() % 32;
-    const unsigned before = rng() % (n + 1);
-    std::vector<uint32_t> c(n);
+  constexpr uint32_t kUnset = ClassGroups<32>::kUnset;
+  for (int round = 0; round < 20000; ++round) {
+    const unsigned n = rng() % 33;
+    uint32_t c[32];
     for (auto& x : c) x = rng() % 4 == 0 ? 60 + rng() % 10 : rng() % 5;
-    if (rng() % 8 == 0) c[rng() % n] = UINT32_MAX;
-    ClassGroups<32> each, all;
-    for (unsigned i = 0; i < n; ++i) each.add(c[i]);
-    for (unsigned i = 0; i < before; ++i) all.add(c[i]);
-    all.add_all(n - before, [&](unsigned i) { return c[before + i]; });
-    each.tally();
-    all.tally();
-    ASSERT_EQ(all.size(), each.size());
-    ASSERT_EQ(all.n(), n);
-    for (unsigned g = 0; g < each.size(); ++g) {
-      EXPECT_EQ(all.cls(g), each.cls(g));
-      EXPECT_EQ(all.members(g), each.members(g));
+    for (unsigned k = rng() % 4; k > 0; --k) c[rng() % 32] = kUnset;
+    const uint32_t unset_as = rng() % 3 == 0 ? kUnset : rng() % 6;
+    ClassGroups<32> g;
+    g.assign(c, n, unset_as);
+    std::vector<uint32_t> want_cls, want_mask;
+    for (unsigned i = 0; i < n; ++i) {
+      const uint32_t ci = c[i] == kUnset ? unset_as : c[i];
+      const auto at = std::find(want_cls.begin(), want_cls.end(), ci);
+      if (at == want_cls.end()) {
+        want_cls.push_back(ci);
+        want_mask.push_back(uint32_t{1} << i);
+      } else {
+        want_mask[at - want_cls.begin()] |= uint32_t{1} << i;
+      }
+    }
+    ASSERT_EQ(g.size(), want_cls.size()) << "round " << round;
+    ASSERT_EQ(g.n(), n);
+    for (unsigned k = 0; k < g.size(); ++k) {
+      EXPECT_EQ(g.cls(k), want_cls[k]) << "round " << round;
+      EXPECT_EQ(g.members(k), want_mask[k]) << "round " << round;
     }
   }
 }

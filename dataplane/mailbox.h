@@ -61,13 +61,15 @@ class Mailbox {
 
   // Owner: applies a pending request, if any, with apply(const Request&) -> Result. One acquire
   // load when there is none, so the fast path calls it every loop.
+  // Returns whether it applied one.
   template <typename Apply>
-  void poll(Apply&& apply) {
+  bool poll(Apply&& apply) {
     const uint64_t p = posted_.load(std::memory_order_acquire);
     if (p == done_.load(std::memory_order_relaxed)) [[likely]]
-      return;
+      return false;
     result_ = apply(req_);
     done_.store(p, std::memory_order_release);
+    return true;
   }
 
  private:

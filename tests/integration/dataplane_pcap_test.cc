@@ -457,28 +457,38 @@ TEST_P(DataplanePcap, BurstyInputIsDrippedAndAccountedFor) {
       static_cast<int>(layout), mean_ns, naive_ns, want_ns, share);
 }
 
-// An unlimited port: the uncapped class leaves as it arrives (the empty-queue bypass), the
-// capped one on its own timeline, and the books balance the same way as when everything queues.
-// The classes alternate packet by packet, so each received burst is split between the two.
-TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTimeline) {
-  const Layout layout = GetParam();
-  constexpr double kCapPps = 5000;
-  TempDir dir;
+// The interleaved input through an unlimited port, gold unlimited and default as given, until
+// every shaped packet has left; *fin is the final stats line, checked to account for every
+// frame written. The output is dir's out.pcap.
+void run_unlimited_port(TempDir& dir, Layout layout, const std::string& default_class, json* fin) {
   const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
   const Written w = write_input(in, /*interleave=*/true);
   write_yaml(dir, pcap_eal(dir, in, out, layout), layout,
              "rate_pps: 0, rate_bps: 0, batch: 32, max_catchup: 1000",
-             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
-             fmt::format("weight: 1, rate_pps: {}, queue_depth: 4096, ttl_ms: 60000", kCapPps));
+             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000", default_class);
   Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--drain-ms", "5000"},
              dir.file("stdout"), dir.file("stderr"));
   wait_for_stats(dir.file("dp.sock"), [](const json& st) {
     return st.at("departures").get<int>() >= kShaped && st.at("queue_len").get<int>() == 0;
   });
   ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("stderr"));
-  const json fin = last_json_line(dir.file("stdout"));
-  ASSERT_TRUE(fin.is_object()) << read_file(dir.file("stdout"));
-  EXPECT_EQ(accounted(fin), static_cast<uint64_t>(w.total)) << fin.dump();
+  *fin = last_json_line(dir.file("stdout"));
+  ASSERT_TRUE(fin->is_object()) << read_file(dir.file("stdout"));
+  EXPECT_EQ(accounted(*fin), static_cast<uint64_t>(w.total)) << fin->dump();
+}
+
+// An unlimited port: the uncapped class leaves as it arrives (the empty-queue bypass), the
+// capped one on its own timeline, and the books balance the same way as when everything queues.
+// The classes alternate packet by packet, so each received burst is split between the two.
+TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTimeline) {
+  constexpr double kCapPps = 5000;
+  TempDir dir;
+  json fin;
+  run_unlimited_port(
+      dir, GetParam(),
+      fmt::format("weight: 1, rate_pps: {}, queue_depth: 4096, ttl_ms: 60000", kCapPps), &fin);
+  if (HasFatalFailure()) return;
+  const std::string out = dir.file("out.pcap");
   EXPECT_EQ(u(fin, "tx", "shaped"), static_cast<uint64_t>(kShaped)) << fin.dump();
   for (const char* c : {"gold", "default"}) {
     const json& cj = fin.at("classes").at(c);
@@ -511,6 +521,38 @@ TEST_P(DataplanePcap, UnlimitedPortSendsUncappedClassAtOnceAndCappedOneOnItsTime
                     static_cast<double>(h));
   std::nth_element(spans.begin(), spans.begin() + spans.size() / 2, spans.end());
   EXPECT_NEAR(spans[spans.size() / 2], 1e9 / kCapPps, 0.02 * 1e9 / kCapPps);
+}
+
+// Two unlimited classes alternating packet by packet, on an unlimited port: a received burst
+// of IP frames leaves as it came, each class booked at once for its share; every class's
+// packets and bytes are counted to it, and each class leaves in its own order.
+TEST_P(DataplanePcap, TwoUnlimitedClassesAreSentAtOnceAndCountedApart) {
+  TempDir dir;
+  json fin;
+  run_unlimited_port(dir, GetParam(), "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000",
+                     &fin);
+  if (HasFatalFailure()) return;
+  const std::string out = dir.file("out.pcap");
+  EXPECT_EQ(u(fin, "tx", "shaped"), static_cast<uint64_t>(kShaped)) << fin.dump();
+  EXPECT_EQ(u(fin, "tx", "shaped_bytes"), static_cast<uint64_t>(kShaped) * kFrameLen);
+  for (const char* c : {"gold", "default"}) {
+    const json& cj = fin.at("classes").at(c);
+    EXPECT_EQ(cj.at("classified").get<int>(), kShaped / 2) << c;
+    EXPECT_EQ(cj.at("tx_pkts").get<int>(), kShaped / 2) << c;
+    EXPECT_EQ(cj.at("tx_bytes").get<uint64_t>(), uint64_t{kShaped / 2} * kFrameLen) << c;
+  }
+  EXPECT_EQ(fin.at("departure_error").at("count").get<int>(), kShaped);
+  EXPECT_EQ(fin.at("mbufs_available").get<uint64_t>(), fin.at("mbufs_total").get<uint64_t>());
+  std::map<char, int64_t> last_seq{{'g', -1}, {'d', -1}};
+  std::map<char, int> sent{{'g', 0}, {'d', 0}};
+  for (const auto& p : read_output(out)) {
+    if (!p.ip) continue;
+    EXPECT_EQ(static_cast<int64_t>(p.seq), last_seq[p.cls] + 1) << "class " << p.cls;
+    last_seq[p.cls] = p.seq;
+    ++sent[p.cls];
+  }
+  EXPECT_EQ(sent['g'], kShaped / 2);
+  EXPECT_EQ(sent['d'], kShaped / 2);
 }
 
 // Drops of every cause are counted, and the books still balance: a shallow queue (depth), a
