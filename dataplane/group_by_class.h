@@ -16,7 +16,7 @@ namespace dripgate::dataplane {
 // promises, and one run per class costs one scheduler call and one counter update instead of
 // one per packet when classes interleave (as flows of several classes do on the wire).
 //
-// Built from an array of the packets' classes, one pass over it per class (four classes per
+// Built from an array of the packets' classes, one pass over it per class (four packets per
 // compare): a burst has few classes, and nothing is kept per packet. A count or position kept
 // per group and bumped per packet is a load that waits for the previous packet's store to the
 // same place (about five cycles a packet, the loop serialised); a class-to-group table looked
@@ -27,7 +27,8 @@ class ClassGroups {
 
  public:
   // The groups of n packets (n <= kMax) whose classes are cls[0, n), where the value
-  // kUnset stands for class `unset_as` (by default itself); cls has room for kMax (what lies
+  // kUnset stands for class `unset_as` (by default itself, a group like any other: the value
+  // of the pass-through marker and of a lookup's no-match); cls has room for kMax (what lies
   // past n is read and ignored).
   static constexpr uint32_t kUnset = UINT32_MAX;
   void assign(const uint32_t* cls, unsigned n, uint32_t unset_as = kUnset) {
