@@ -4,7 +4,7 @@
 // telemetry socket). Its rate over testpmd io's is the most a dataplane that looks at every
 // frame can reach on that machine; dripgate's over it is what classifying and scheduling cost.
 //
-//   dp_floor --mode io|read|parse --seconds N -- EAL-ARGS...
+//   dp_floor --mode io|read|parse|lookup --seconds N -- EAL-ARGS...
 //
 // Port 0's frames go to port 1 through the mode's work, port 1's back to port 0 untouched:
 //   io     none: testpmd io's loop, a check that this program is that baseline;
@@ -12,6 +12,10 @@
 //          reads of a non-IP frame;
 //   parse  each frame's length, its IPv4/UDP|TCP 5-tuple (parse_ipv4_fast) and the tuple's
 //          hash (FlowTable::hash_ipv4), what the dataplane computes before a frame's class.
+//   lookup parse, then the frame's class from the dataplane's own per-lcore ClassCache (a miss
+//          puts 10.1.0.0/16 -> 0, else 1, as a stand-in for the flow table and rules): the
+//          least a shaper that holds a class per flow does per frame, with no queue, group or
+//          counter.
 // The worker is the first worker lcore (rte-worker-N); frames a full TX ring refuses are freed.
 // Not a test: figures only.
 #include <atomic>
@@ -29,6 +33,7 @@
 #include <rte_mbuf.h>
 #include <CLI/CLI.hpp>
 
+#include "dataplane/class_cache.h"
 #include "dataplane/flow_table.h"
 #include "dataplane/init.h"
 #include "dataplane/parse.h"
@@ -37,17 +42,20 @@ namespace dp = dripgate::dataplane;
 
 namespace {
 
-enum class Mode { kIo, kRead, kParse };
+enum class Mode { kIo, kRead, kParse, kLookup };
 constexpr uint16_t kBurst = 32;  // the dataplane's burst and testpmd's default
 
 struct Worker {
   Mode mode = Mode::kIo;
   std::atomic<bool> running{true};
-  uint64_t sink = 0;  // the modes' results, so the compiler keeps their work
+  uint64_t sink = 0;     // the modes' results, so the compiler keeps their work
+  dp::ClassCache cache;  // lookup: the dataplane's size, 2048 sets
 };
 
 // The mode's work on a burst; the result folded into one word.
-uint64_t look(Mode mode, rte_mbuf* const* pkts, unsigned n) {
+uint64_t look(Worker& w, rte_mbuf* const* pkts, unsigned n) {
+  const Mode mode = w.mode;
+  const uint64_t now = mode == Mode::kLookup ? rte_rdtsc() : 0;  // one per burst, as dripgate
   uint64_t acc = 0;
   for (unsigned i = 0; i < n; ++i) {
     const rte_mbuf* m = pkts[i];
@@ -59,7 +67,18 @@ uint64_t look(Mode mode, rte_mbuf* const* pkts, unsigned n) {
     } else {
       dp::Ipv4Key key;
       uint8_t dscp;
-      if (dp::parse_ipv4_fast(data, len, &key, &dscp)) acc += dp::FlowTable::hash_ipv4(key) + dscp;
+      if (!dp::parse_ipv4_fast(data, len, &key, &dscp)) continue;
+      const uint32_t hash = dp::FlowTable::hash_ipv4(key);
+      if (mode == Mode::kParse) {
+        acc += hash + dscp;
+        continue;
+      }
+      int cls;
+      if (!w.cache.find(key, dscp, hash, now, &cls)) {
+        cls = (key.src & 0xFFFF) == 0x010A ? 0 : 1;  // 10.1.0.0/16 on the wire, little-endian
+        w.cache.put(key, dscp, hash, cls, UINT64_MAX);
+      }
+      acc += static_cast<unsigned>(cls);
     }
   }
   return acc;
@@ -77,7 +96,7 @@ int run(void* arg) {
   while (w.running.load(std::memory_order_relaxed)) {
     unsigned n = rte_eth_rx_burst(0, 0, pkts, kBurst);
     if (n != 0) {
-      if (w.mode != Mode::kIo) acc += look(w.mode, pkts, n);
+      if (w.mode != Mode::kIo) acc += look(w, pkts, n);
       send(1, pkts, n);
     }
     n = rte_eth_rx_burst(1, 0, pkts, kBurst);
@@ -94,14 +113,15 @@ int main(int argc, char** argv) {
   std::string mode_name = "io";
   double seconds = 10;
   std::vector<std::string> eal_args;
-  app.add_option("--mode", mode_name, "io, read or parse")
-      ->check(CLI::IsMember({"io", "read", "parse"}));
+  app.add_option("--mode", mode_name, "io, read, parse or lookup")
+      ->check(CLI::IsMember({"io", "read", "parse", "lookup"}));
   app.add_option("--seconds", seconds, "how long to forward")->check(CLI::PositiveNumber);
   app.add_option("eal", eal_args, "EAL arguments, after --");
   CLI11_PARSE(app, argc, argv);
-  const Mode mode = mode_name == "read"    ? Mode::kRead
-                    : mode_name == "parse" ? Mode::kParse
-                                           : Mode::kIo;
+  const Mode mode = mode_name == "read"     ? Mode::kRead
+                    : mode_name == "parse"  ? Mode::kParse
+                    : mode_name == "lookup" ? Mode::kLookup
+                                            : Mode::kIo;
 
   try {
     std::vector<std::string> args{"dp_floor"};

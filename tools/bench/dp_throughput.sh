@@ -31,7 +31,10 @@
 # with io's loop plus only what the dataplane cannot skip, each frame's length and ethertype
 # test (read, the net_null scenarios) or its IPv4/UDP 5-tuple and hash (parse, ip-flows). Its
 # /io is the most any dataplane that looks at every frame reaches here; dripgate's /floor is
-# what classifying and scheduling cost on top.
+# what classifying and scheduling cost on top. ip-flows has a fourth in every round, dp_floor
+# lookup: parse, then each frame's class from the dataplane's own ClassCache, the least a
+# shaper that holds a class per flow does; what dripgate adds to it is grouping, scheduling and
+# counting.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
@@ -103,6 +106,9 @@ for round in $(seq "$rounds"); do
     measure_testpmd "$vdev0" "$vdev1" io >>"$tmp/res.$scenario.testpmd"
     measure_testpmd "$vdev0" "$vdev1" "$header_mode" >>"$tmp/res.$scenario.header"
     measure_floor "$vdev0" "$vdev1" "$floor_mode" >>"$tmp/res.$scenario.floor"
+    if [[ $scenario == ip-flows ]]; then
+      measure_floor "$vdev0" "$vdev1" lookup >>"$tmp/res.$scenario.lookup"
+    fi
     measure_dripgate "$vdev0" "$vdev1" "$dp" "$scenario" >>"$tmp/res.$scenario.dripgate"
     if [[ -n "$baseline" ]]; then
       measure_dripgate "$vdev0" "$vdev1" "$baseline/dataplane/dripgate-dataplane" "$scenario" \
@@ -173,6 +179,15 @@ for name, t, d, b, h, f in rows:
     print(f"{name:<9} dripgate/testpmd {modes[name]}, round by round: {' '.join(per)}")
     per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], f["rounds"])]
     print(f"{name:<9} dripgate/floor, round by round: {' '.join(per)}")
+    lk = load(name, "lookup")
+    if lk is not None:
+        per = [f"{x / y:.3f}" for x, y in zip(lk["rounds"], t["rounds"])]
+        print(f"{name:<9} floor lookup/testpmd io, round by round: {' '.join(per)}")
+        per = [f"{x / y:.3f}" for x, y in zip(d["rounds"], lk["rounds"])]
+        print(f"{name:<9} dripgate/floor lookup, round by round: {' '.join(per)}")
+        tl, dl = lk["total_opackets_per_s"], d["total_opackets_per_s"]
+        print(f"{name:<9} floor lookup, median: {tl / 1e6:.3f} Mpps, "
+              f"/io {tl / t['total_opackets_per_s']:.3f}, dripgate/floor lookup {dl / tl:.3f}")
 print("ratio /io = / testpmd io in the same run; targets (total): both >= 0.85, one-way >= 0.85, "
       "ip-flows >= 0.8")
 print("/hdr = / testpmd in a mode that reads and writes every frame's headers (macswap: Ethernet; "
@@ -180,4 +195,6 @@ print("/hdr = / testpmd in a mode that reads and writes every frame's headers (m
 print("floor = dp_floor: testpmd io's loop plus what the dataplane must read of each frame (read: "
       "length and ethertype; parse: length, IPv4/UDP 5-tuple and its hash); /floor = dripgate / "
       "floor, what classifying and scheduling cost")
+print("floor lookup = dp_floor --mode lookup: parse, then each frame's class from the dataplane's "
+      "ClassCache; dripgate / floor lookup is what grouping, scheduling and counting cost")
 EOF
