@@ -7,7 +7,6 @@
 // add() and by add_many(), alternating. Prints figures; asserts nothing.
 //
 //   build/dataplane/flow_table_bench [rounds]
-#include <rte_eal.h>
 #include <rte_malloc.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,8 +165,11 @@ void tag_lines(int rounds) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
-  if (dripgate::testing::init_eal_without_devices("flow_table_bench", 1536) < 0) {
-    std::fprintf(stderr, "flow_table_bench: rte_eal_init failed\n");
+  std::optional<dripgate::dataplane::Eal> eal;
+  try {
+    eal.emplace(dripgate::testing::eal_args_without_devices("flow_table_bench", 1536));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flow_table_bench: %s\n", e.what());
     return 1;
   }
   std::mt19937 rng(1);
@@ -226,6 +229,5 @@ int main(int argc, char** argv) {
   sizes.clear();
   tag_lines(rounds);
   churn();
-  rte_eal_cleanup();
   return 0;
 }
