@@ -27,11 +27,6 @@ namespace {
 // would hold up the timeline for everyone else.
 constexpr unsigned kTxRetries = 8;
 
-// Bits [0, n) of a burst's mask (n <= 32).
-uint32_t low_bits(unsigned n) {
-  return n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1;
-}
-
 uint64_t ns_to_ticks(uint64_t ns) {
   return ns * rte_get_tsc_hz() / 1000000000ULL;
 }

@@ -11,6 +11,11 @@
 
 namespace dripgate::dataplane {
 
+// Bits [0, n) of a burst's 32-bit mask (bit i: packet i), n <= 32.
+inline uint32_t low_bits(unsigned n) {
+  return n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1;
+}
+
 // The classes of up to kMax packets as groups, one per class, numbered in order of first
 // appearance, each with its members as one bit mask: per-class order is all the scheduler
 // promises, and one run per class costs one scheduler call and one counter update instead of
@@ -34,7 +39,7 @@ class ClassGroups {
   void assign(const uint32_t* cls, unsigned n, uint32_t unset_as = kUnset) {
     n_ = 0;
     n_pkts_ = n;
-    for (uint32_t left = all(n); left != 0;) {
+    for (uint32_t left = low_bits(n); left != 0;) {
       uint32_t c = cls[__builtin_ctz(left)];
       if (c == kUnset) c = unset_as;
       uint32_t m = equal_mask(cls, c);
@@ -51,7 +56,7 @@ class ClassGroups {
     n_pkts_ = n;
     n_ = n != 0;
     cls_[0] = c;
-    mask_[0] = all(n);
+    mask_[0] = low_bits(n);
   }
 
   unsigned size() const { return n_; }
@@ -75,7 +80,6 @@ class ClassGroups {
   }
 
  private:
-  static uint32_t all(unsigned n) { return n >= 32 ? ~uint32_t{0} : (uint32_t{1} << n) - 1; }
   // Bit i set where cls[i] == c, for i < kMax.
   static uint32_t equal_mask(const uint32_t* cls, uint32_t c) {
     uint32_t m = 0;
