@@ -16,12 +16,12 @@
 #include "common/error.h"
 #include "common/redis_url.h"
 #include "config/config.h"
-#include "control/brake_sync.h"
-#include "control/fallback.h"
-#include "control/http_server.h"
-#include "control/reload.h"
-#include "control/rls_service.h"
-#include "control/tenant_registry.h"
+#include "control/http/http_server.h"
+#include "control/outage/fallback.h"
+#include "control/registry/brake_sync.h"
+#include "control/registry/reload.h"
+#include "control/registry/tenant_registry.h"
+#include "control/rls/rls_service.h"
 
 using dripgate::config::Config;
 

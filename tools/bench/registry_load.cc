@@ -21,9 +21,9 @@
 #include <string>
 #include <thread>
 
-#include "control/config_snapshot.h"
-#include "control/keys.h"
-#include "control/tenant_registry.h"
+#include "control/admission/config_snapshot.h"
+#include "control/admission/keys.h"
+#include "control/registry/tenant_registry.h"
 #include "lua/lua_scripts.h"
 
 using namespace dripgate;

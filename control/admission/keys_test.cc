@@ -1,0 +1,106 @@
+// keys::TimeKeys: the names of one build, and the thread's table of builds, which must give the
+// names a fresh formatting would whenever the clock, the month or the configuration moved.
+#include "control/admission/keys.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace dripgate::control::keys {
+namespace {
+
+constexpr int64_t kNow = 1'700'000'000;  // 2023-11-14T22:13:20Z
+
+// What a build must hold, formatted here from scratch.
+void expect_names(const TimeKeys& k, const std::string& tenant, int64_t ttl, int64_t now) {
+  const Months m = months_around(now);
+  const std::string q = quota_prefix(tenant), r = reservations(tenant);
+  EXPECT_EQ(k.quota[0], q + m.prev.name);
+  EXPECT_EQ(k.quota[1], q + m.cur.name);
+  EXPECT_EQ(k.quota[2], q + m.next.name);
+  const int64_t base = now / ttl;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(k.windows[static_cast<size_t>(i)],
+              r + std::to_string(ttl) + ":" + std::to_string(base - 2 + i));
+  EXPECT_EQ(k.base, std::to_string(base));
+  EXPECT_EQ(k.bounds[0], m.cur.start_s);
+  EXPECT_EQ(k.bounds[1], m.cur.end_s);
+}
+
+void build(TimeKeys& k, const std::string& tenant, int64_t ttl, int64_t now) {
+  k.build(quota_prefix(tenant), reservations(tenant), std::to_string(ttl), ttl, now,
+          months_around(now));
+}
+
+TEST(TimeKeys, NamesTheMonthsAndWindowsAroundTheClock) {
+  TimeKeys k;
+  build(k, "acme", 600, kNow);
+  EXPECT_EQ(k.quota[1], "dg:{t:acme}:q:2023-11");
+  EXPECT_EQ(k.windows[2], "dg:{t:acme}:r:600:2833333");
+  expect_names(k, "acme", 600, kNow);
+}
+
+TEST(TimeKeys, BuildsInTheSameWindowShareOneBuffer) {
+  TimeKeys a, b;
+  build(a, "acme", 600, kNow);
+  build(b, "acme", 600, kNow + 1);
+  EXPECT_EQ(a.buffer(), b.buffer());
+  expect_names(b, "acme", 600, kNow + 1);
+}
+
+TEST(TimeKeys, TheNextWindowIsFormattedAnewAndTheOldBuildKeepsItsNames) {
+  const int64_t start = kNow / 600 * 600;
+  TimeKeys a, b, c;
+  build(a, "acme", 600, start + 599);
+  build(b, "acme", 600, start + 600);
+  EXPECT_NE(a.buffer(), b.buffer());
+  expect_names(a, "acme", 600, start + 599);
+  expect_names(b, "acme", 600, start + 600);
+  // Back in the earlier window (another thread's clock, say): right again.
+  build(c, "acme", 600, start + 599);
+  expect_names(c, "acme", 600, start + 599);
+  expect_names(b, "acme", 600, start + 600);
+}
+
+TEST(TimeKeys, ANewMonthNamesItsCounters) {
+  const Months m = months_around(kNow);
+  TimeKeys a, b;
+  // A ttl the month's end is inside a window of: only the months tell the two builds apart.
+  const int64_t ttl = 7 * 86400;
+  build(a, "acme", ttl, m.cur.end - 1);
+  build(b, "acme", ttl, m.cur.end);
+  ASSERT_EQ((m.cur.end - 1) / ttl, m.cur.end / ttl);
+  expect_names(a, "acme", ttl, m.cur.end - 1);
+  expect_names(b, "acme", ttl, m.cur.end);
+  EXPECT_EQ(b.quota[1], "dg:{t:acme}:q:2023-12");
+}
+
+TEST(TimeKeys, AnotherTtlOrTenantIsFormattedAnew) {
+  TimeKeys a, b, c, d;
+  build(a, "acme", 600, kNow);
+  // A reload that changes reservation_ttl_s.
+  build(b, "acme", 300, kNow);
+  expect_names(b, "acme", 300, kNow);
+  build(c, "globex", 600, kNow);
+  expect_names(c, "globex", 600, kNow);
+  build(d, "acme", 600, kNow);
+  expect_names(d, "acme", 600, kNow);
+  expect_names(a, "acme", 600, kNow);
+}
+
+TEST(TimeKeys, ABufferNoBuildHoldsIsReusedAndOneStillHeldIsNot) {
+  const int64_t start = kNow / 600 * 600;
+  {
+    TimeKeys gone;
+    build(gone, "acme", 600, start);
+  }
+  TimeKeys held;
+  build(held, "acme", 600, start + 600);
+  TimeKeys next;
+  build(next, "acme", 600, start + 1200);
+  expect_names(held, "acme", 600, start + 600);
+  expect_names(next, "acme", 600, start + 1200);
+}
+
+}  // namespace
+}  // namespace dripgate::control::keys

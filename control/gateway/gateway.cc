@@ -1,0 +1,358 @@
+#include "control/gateway/gateway.h"
+
+#include <event2/event.h>
+
+#include <chrono>
+#include <utility>
+
+#include "control/admission/keys.h"
+#include "control/outage/reconcile.h"
+#include "control/redis/redis_client.h"
+
+namespace dripgate::control {
+
+namespace {
+
+const char* result_label(Outcome o) {
+  switch (o) {
+    case Outcome::kAllowed:
+      return "allowed";
+    case Outcome::kRefused:
+      return "refused";
+    case Outcome::kBadRequest:
+      return "bad_request";
+    case Outcome::kConflict:
+      return "conflict";
+    case Outcome::kNotFound:
+      return "not_found";
+    case Outcome::kUnavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// How often a worker looks for journaled decisions to reconcile, and how many it sends at once.
+constexpr timeval kReconcileTick{0, 100 * 1000};
+constexpr size_t kReconcileBatch = 256;
+// How long a failed call keeps a worker in an outage without another one.
+constexpr int64_t kFailureMemoryMs = 2000;
+
+}  // namespace
+
+void Gateway::Watch::up(bool is_up) {
+  metrics.up(is_up);
+  if (is_up) {
+    down_since_ms.store(0, std::memory_order_relaxed);
+  } else {
+    int64_t zero = 0;
+    down_since_ms.compare_exchange_strong(zero, steady_ms(), std::memory_order_relaxed);
+  }
+}
+
+Gateway::Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+                 int dataplane_timeout_ms, const DecisionLogFile* decisions, std::string front,
+                 Fallback* fallback)
+    : base_(base),
+      flows_(flows),
+      metrics_(metrics),
+      front_(std::move(front)),
+      fallback_(fallback),
+      watch_(metrics),
+      engine_(store, base, &watch_),
+      dp_(base, store.current()->cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {
+  if (decisions)
+    decisions_ = std::make_unique<DecisionLog>(
+        base, *decisions, store.current()->cfg.control.decision_log.sample, front_);
+  if (fallback_) {
+    tick_ = event_new(base, -1, EV_PERSIST, &Gateway::on_tick, this);
+    evtimer_add(tick_, &kReconcileTick);
+  }
+}
+
+Gateway::~Gateway() {
+  if (tick_) event_free(tick_);
+}
+
+int64_t Gateway::outage_since_ms() const {
+  int64_t a = watch_.down_since_ms.load(std::memory_order_relaxed);
+  int64_t b = failing_since_ms_.load(std::memory_order_relaxed);
+  if (steady_ms() - last_failure_ms_.load(std::memory_order_relaxed) > kFailureMemoryMs) b = 0;
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+void Gateway::post(std::function<void()> fn) {
+  static constexpr timeval kNow{0, 0};
+  auto* f = new std::function<void()>(std::move(fn));
+  event_base_once(
+      base_, -1, EV_TIMEOUT,
+      [](evutil_socket_t, short, void* arg) {
+        std::unique_ptr<std::function<void()>> g(static_cast<std::function<void()>*>(arg));
+        (*g)();
+      },
+      f, &kNow);
+}
+
+void Gateway::redis_failed() {
+  last_failure_ms_.store(steady_ms(), std::memory_order_relaxed);
+  int64_t zero = 0;
+  failing_since_ms_.compare_exchange_strong(zero, steady_ms(), std::memory_order_relaxed);
+}
+
+void Gateway::redis_answered() {
+  failing_since_ms_.store(0, std::memory_order_relaxed);
+}
+
+void Gateway::on_tick(int, short, void* arg) {
+  static_cast<Gateway*>(arg)->reconcile_some();
+}
+
+// One worker at a time (Fallback's claim), while its Redis is up; the next tick sends the next
+// batch, so a long journal does not hold the loop.
+void Gateway::reconcile_some() {
+  metrics_.journal_pending(fallback_->pending());
+  if ((fallback_->pending() == 0 && !fallback_->any_open()) || !engine_.redis_up()) return;
+  std::vector<JournalRecord> batch = fallback_->claim(kReconcileBatch);
+  if (batch.empty()) return;
+  auto left = std::make_shared<size_t>(batch.size());
+  Fallback* fb = fallback_;
+  Metrics* m = &metrics_;
+  for (const JournalRecord& r : batch)
+    reconcile(engine_, fb->journal_id(), r, [fb, m, left, seq = r.seq](bool ok) {
+      if (ok) fb->reconciled(seq);
+      m->reconciled(ok);
+      if (--*left == 0) fb->end_batch();
+    });
+}
+
+void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
+                             AdmitResult& r) {
+  if (mode == config::OnFailure::kOpen) {
+    r = open_admit(snap, req, rng_);
+  } else if (mode == config::OnFailure::kLocal && fallback_) {
+    r = fallback_->admit(snap, req, rng_, engine_.registry().get(), engine_.brake().get());
+  } else {
+    return;
+  }
+  metrics_.degraded(r.degraded, result_label(r.outcome));
+}
+
+config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
+                                              const std::string& tenant) {
+  if (snap != modes_of_) {
+    modes_of_ = snap;
+    plan_modes_ = false;
+    for (const auto& [name, plan] : snap->cfg.plans) plan_modes_ |= plan.on_failure.has_value();
+  }
+  if (!plan_modes_) return snap->cfg.redis.on_failure;
+  return failure_mode(snap->cfg, tenant, engine_.registry().get());
+}
+
+// What an admission's answer needs of its request, kept from one admission to the next: the
+// engine's callback then holds only the gateway and this (no closure on the heap per request),
+// and its strings keep their capacity.
+struct Gateway::Admission {
+  std::string tenant;  // the metrics label
+  std::optional<Flow> flow;
+  std::optional<DecisionWho> who;
+  config::OnFailure mode = config::OnFailure::kClosed;
+  std::optional<AdmitRequest> again;
+  std::shared_ptr<const Snapshot> snap;
+  std::function<void(AdmitDecision)> done;
+};
+
+Gateway::Admission* Gateway::take_admission() {
+  if (spare_admissions_.empty()) return new Admission;
+  Admission* a = spare_admissions_.back().release();
+  spare_admissions_.pop_back();
+  return a;
+}
+
+void Gateway::give_back(Admission* a) {
+  std::unique_ptr<Admission> owned(a);
+  if (spare_admissions_.size() >= kSpareAdmissions) return;
+  a->flow.reset();
+  a->who.reset();
+  a->again.reset();
+  a->snap.reset();
+  a->done = nullptr;
+  spare_admissions_.push_back(std::move(owned));
+}
+
+void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
+  // Read once: the label and the decision come from the same configuration.
+  std::shared_ptr<const Snapshot> snap = engine_.snapshot();
+  Admission* a = take_admission();
+  a->tenant.assign(snap->tenant_label(req.tenant, engine_.registry().get()));
+  a->flow = req.flow;
+  if (decisions_ && decisions_->sampled())
+    a->who = DecisionWho{req.tenant, req.user, req.model, req.tool};
+  // What the request is decided by should Redis not answer: kept only when not `closed`.
+  a->mode = admit_failure_mode(snap, req.tenant);
+  if (a->mode != config::OnFailure::kClosed) a->again = req;
+  a->snap = snap;
+  a->done = std::move(done);
+  engine_.admit(
+      std::move(req), [this, a](AdmitResult&& r) { admitted(a, r); }, std::move(snap));
+}
+
+void Gateway::admitted(Admission* a, AdmitResult& r) {
+  if (r.outcome == Outcome::kUnavailable) {
+    redis_failed();
+    if (a->again) degraded_admit(a->mode, *a->snap, *a->again, r);
+  } else {
+    redis_answered();
+    if (a->mode == config::OnFailure::kLocal && fallback_)
+      for (const Remaining& q : r.remaining)
+        if (q.gate == "quota")
+          fallback_->quota_left(a->again->tenant, static_cast<int64_t>(q.value));
+  }
+  // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
+  const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
+  metrics_.admission(a->tenant,
+                     r.outcome == Outcome::kRefused ? std::string_view(r.gate)
+                     : shadow                       ? std::string_view(r.shadow_refused)
+                                                    : std::string_view(),
+                     shadow ? "shadow_refused" : result_label(r.outcome), front_);
+  if (a->who) decisions_->record(*a->who, r, result_label(r.outcome));
+  auto done = std::move(a->done);
+  if (r.outcome != Outcome::kAllowed || !a->flow) {
+    give_back(a);
+    return done(AdmitDecision{std::move(r), {}});
+  }
+  const Flow flow = std::move(*a->flow);
+  give_back(a);
+  flows_.put(r.request_id, flow);
+  // The flow stays in its class as long as the lease would, unless released earlier.
+  int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
+  std::string cls = r.cls;
+  dp_.tag(flow, cls, ttl_s,
+          [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
+            done(AdmitDecision{std::move(r), tag});
+          });
+}
+
+namespace {
+
+// The tenant a settle or release names, or the one of its engine-generated request id.
+std::string tenant_of(const std::string& tenant, const std::string& request_id) {
+  return tenant.empty() ? std::string(keys::tenant_of_request_id(request_id)) : tenant;
+}
+
+}  // namespace
+
+// A local reservation is settled here, before and after Redis is back: Redis never held it.
+void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) {
+  if (fallback_ && fallback_->any_open())
+    if (auto local = fallback_->settle(req.request_id, req.tokens)) {
+      metrics_.degraded(local->degraded, result_label(local->outcome));
+      return later(std::move(done), std::move(*local));
+    }
+  std::string tenant = tenant_of(req.tenant, req.request_id);
+  std::string rid = req.request_id;
+  int64_t tokens = req.tokens;
+  engine_.settle(std::move(req), [this, tenant = std::move(tenant), rid = std::move(rid), tokens,
+                                  done = std::move(done)](SettleResult r) mutable {
+    if (r.outcome != Outcome::kUnavailable) {
+      redis_answered();
+      if (fallback_ && r.remaining >= 0 &&
+          failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get()) ==
+              config::OnFailure::kLocal)
+        fallback_->quota_left(tenant, r.remaining);
+      return done(std::move(r));
+    }
+    redis_failed();
+    const config::OnFailure mode =
+        failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
+    if (mode == config::OnFailure::kOpen) {
+      // Nothing is recorded under open: the client is told so.
+      r = SettleResult{};
+      r.outcome = Outcome::kAllowed;
+      r.remaining = -1;
+      r.detail = "not_recorded";
+      r.degraded = "open";
+    } else if (mode == config::OnFailure::kLocal && fallback_) {
+      r = fallback_->defer_settle(tenant, rid, tokens);
+    } else {
+      return done(std::move(r));
+    }
+    metrics_.degraded(r.degraded, result_label(r.outcome));
+    done(std::move(r));
+  });
+}
+
+// A local reservation's stream charge is decided here, as its settle (Redis never held it). A
+// charge of a reservation Redis holds is Redis's alone: without Redis it is a 503 (charge.lua
+// is not idempotent, so it cannot be sent again later; the settle's total, deferred like any
+// settle, corrects everything the stream used).
+void Gateway::charge(ChargeRequest req, std::function<void(ChargeResult)> done) {
+  std::shared_ptr<const Snapshot> snap = engine_.snapshot();
+  std::string tenant(
+      snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
+  if (fallback_ && fallback_->any_open() && check_tokens(req.tokens).empty())
+    if (auto local = fallback_->charge(req.request_id, req.tokens)) {
+      metrics_.degraded(local->degraded, result_label(local->outcome));
+      metrics_.charge(tenant, result_label(local->outcome));
+      return later(std::move(done), std::move(*local));
+    }
+  engine_.charge(std::move(req), [this, tenant = std::move(tenant),
+                                  done = std::move(done)](ChargeResult r) mutable {
+    if (r.outcome == Outcome::kUnavailable)
+      redis_failed();
+    else if (r.outcome != Outcome::kBadRequest)
+      redis_answered();
+    metrics_.charge(tenant, result_label(r.outcome));
+    done(std::move(r));
+  });
+}
+
+void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> done) {
+  std::string rid = req.request_id;
+  if (fallback_ && fallback_->any_open())
+    if (auto local = fallback_->release(rid)) {
+      metrics_.degraded(local->degraded, result_label(local->outcome));
+      std::optional<Flow> flow = flows_.take(rid);
+      if (!flow) return later(std::move(done), ReleaseDecision{std::move(*local), {}});
+      return dp_.untag(
+          *flow, [r = std::move(*local), done = std::move(done)](const std::string& tag) mutable {
+            done(ReleaseDecision{std::move(r), tag});
+          });
+    }
+  std::string tenant = tenant_of(req.tenant, req.request_id);
+  engine_.release(std::move(req.tenant), std::move(req.request_id),
+                  [this, rid = std::move(rid), tenant = std::move(tenant),
+                   done = std::move(done)](ReleaseResult r) mutable {
+                    if (r.outcome == Outcome::kUnavailable) {
+                      redis_failed();
+                      const config::OnFailure mode =
+                          failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
+                      if (mode == config::OnFailure::kOpen) {
+                        r = ReleaseResult{};
+                        r.outcome = Outcome::kAllowed;
+                        r.degraded = "open";
+                      } else if (mode == config::OnFailure::kLocal && fallback_) {
+                        r = fallback_->defer_release(tenant, rid);
+                      }
+                      if (!r.degraded.empty())
+                        metrics_.degraded(r.degraded, result_label(r.outcome));
+                    } else {
+                      redis_answered();
+                    }
+                    std::optional<Flow> flow;
+                    if (r.outcome == Outcome::kAllowed) flow = flows_.take(rid);
+                    if (!flow) return done(ReleaseDecision{std::move(r), {}});
+                    dp_.untag(*flow, [r = std::move(r),
+                                      done = std::move(done)](const std::string& tag) mutable {
+                      done(ReleaseDecision{std::move(r), tag});
+                    });
+                  });
+}
+
+}  // namespace dripgate::control

@@ -1,0 +1,138 @@
+// The service layer of dripgate-control: one decision per API request, whatever the transport.
+// Admission is the engine's; what follows from it is the gateway's: an admitted flow is
+// remembered and tagged into its plan's class on the dataplane, a release untags it, and every
+// admission is counted. One Gateway per worker thread, on that thread's event loop.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "config/config.h"
+#include "control/admission/admission.h"
+#include "control/admission/config_snapshot.h"
+#include "control/dataplane_client/dataplane_client.h"
+#include "control/gateway/decision_log.h"
+#include "control/metrics/metrics.h"
+#include "control/outage/fallback.h"
+
+struct event;
+struct event_base;
+
+namespace dripgate::control {
+
+// flow_tag: the dataplane's answer for the request's flow ("ok" | "error" | "unavailable" |
+// "timeout", see DataplaneClient), or empty when no flow was tagged or untagged.
+struct AdmitDecision {
+  AdmitResult result;
+  std::string flow_tag;
+};
+
+struct ReleaseDecision {
+  ReleaseResult result;
+  std::string flow_tag;
+};
+
+class Gateway {
+ public:
+  // How long a tagged flow stays in its class without a release, when the plan has no lease.
+  static constexpr int kDefaultTagTtlS = 300;
+
+  // store, flows and metrics are shared by the workers and outlive the gateway. Each request
+  // runs on the store's snapshot in force when it arrives; the dataplane socket is read once.
+  // decisions: the decision log's file (control.decision_log), or null for none.
+  // front: the metrics' label for the API this gateway serves ("http", "grpc").
+  // fallback: the process's local decisions (redis.on_failure: local), shared by every gateway;
+  // null: `local` answers as `closed`.
+  Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+          int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr,
+          std::string front = "http", Fallback* fallback = nullptr);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // Each calls done exactly once, on the loop. An admitted request with a flow is answered
+  // after the dataplane answered the tag (bounded by its timeout), so a caller that starts
+  // sending right after the answer finds its flow already in its class.
+  void admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
+  void settle(SettleRequest req, std::function<void(SettleResult)> done);
+  // One charge of a stream (POST /v1/charge).
+  void charge(ChargeRequest req, std::function<void(ChargeResult)> done);
+  // The request is over whether or not it held a lease: its flow leaves its class.
+  void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
+
+  bool redis_up() const { return engine_.redis_up(); }
+  // Since when (steady clock, ms) this worker's Redis has not answered: its connections are
+  // down, or its calls fail (the last within 2 s: a worker without requests since does not
+  // stay in an outage that is over); 0 while it answers.
+  int64_t outage_since_ms() const;
+  size_t journal_pending() const { return fallback_ ? fallback_->pending() : 0; }
+  std::string_view redis_state() const { return engine_.redis_state(); }
+  bool dataplane_connected() const { return dp_.connected(); }
+  // The configuration in force as this worker sees it.
+  const std::shared_ptr<const Snapshot>& snapshot() { return engine_.snapshot(); }
+  const std::shared_ptr<const TenantDirectory>& registry() { return engine_.registry(); }
+  RedisCalls& redis() { return engine_.redis(); }
+  const std::shared_ptr<const Brake>& brake() { return engine_.brake(); }
+
+ private:
+  // Feeds the metrics and notes when Redis went away.
+  struct Watch : RedisObserver {
+    explicit Watch(Metrics& m) : metrics(m) {}
+    void round_trip(double s) override { metrics.round_trip(s); }
+    void error(const std::string& kind) override { metrics.error(kind); }
+    void up(bool is_up) override;
+    Metrics& metrics;
+    std::atomic<int64_t> down_since_ms{0};
+  };
+  struct Admission;
+  Admission* take_admission();
+  void give_back(Admission* a);
+  // An admission's answer from the engine (the callback's own, moved on from there): the
+  // metrics, the decision log, the flow's tag.
+  void admitted(Admission* a, AdmitResult& r);
+  // A decision Redis could not make, under the tenant's redis.on_failure.
+  void degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
+                      AdmitResult& r);
+  // Runs fn on the loop, after the current call returned (callbacks never run inside a call).
+  void post(std::function<void()> fn);
+  template <class F, class R>
+  void later(F done, R r) {
+    post([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+  }
+  void redis_failed();
+  void redis_answered();
+  // failure_mode (fallback.h) of an admission: redis.on_failure for every tenant while no plan
+  // of the snapshot has its own, the common case, known without looking the tenant up.
+  config::OnFailure admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
+                                       const std::string& tenant);
+  static void on_tick(int, short, void* arg);
+  void reconcile_some();
+
+  event_base* base_;
+  FlowRegistry& flows_;
+  Metrics& metrics_;
+  std::string front_;
+  Fallback* fallback_;
+  Watch watch_;
+  std::atomic<int64_t> failing_since_ms_{0}, last_failure_ms_{0};
+  std::mt19937_64 rng_{std::random_device{}()};
+  // The snapshot admit_failure_mode last saw (held, so that its address cannot come back as
+  // another's) and whether one of its plans has an on_failure.
+  std::shared_ptr<const Snapshot> modes_of_;
+  bool plan_modes_ = false;
+  event* tick_ = nullptr;
+  // Admissions answered, kept for the next ones (take_admission), at most kSpareAdmissions.
+  // Before the engine: destroyed after it, whose last callbacks still give theirs back.
+  static constexpr size_t kSpareAdmissions = 256;
+  std::vector<std::unique_ptr<Admission>> spare_admissions_;
+  Engine engine_;
+  std::unique_ptr<DecisionLog> decisions_;
+  // Declared after the engine, so destroyed before it: the engine's last callbacks
+  // (kUnavailable) never reach the dataplane.
+  DataplaneClient dp_;
+};
+
+}  // namespace dripgate::control

@@ -1,0 +1,279 @@
+// The gateway against a real redis-server and a unix-socket peer standing in for the
+// dataplane's control socket (it records every line and answers {"ok":true}), on a real
+// libevent loop: what follows an admission or a release, below the HTTP layer.
+#include "control/gateway/gateway.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "control/admission/brake.h"
+#include "tests/event_loop.h"
+#include "tests/line_peer.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  GatewayTest() {
+    char tmpl[] = "/tmp/dripgate-gateway-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    cfg_.redis.host = "127.0.0.1";
+    cfg_.redis.port = redis_.port();
+    cfg_.redis.timeout_ms = 2000;
+    cfg_.control.dataplane_socket = dir_ + "/dp.sock";
+    peer_.emplace(cfg_.control.dataplane_socket);
+    config::Plan leased;  // flows live as long as the lease
+    leased.name = "leased";
+    leased.cls = "gold";
+    leased.tenant = config::Bucket{1, 0.001};
+    leased.concurrency = config::Concurrency{10, 7};
+    config::Plan open;  // no lease: flows get the default tag ttl
+    open.name = "open";
+    open.cls = "silver";
+    cfg_.plans = {{"leased", leased}, {"open", open}};
+    cfg_.tenants = {{"t-leased", {"t-leased", "leased"}}, {"t-open", {"t-open", "open"}}};
+  }
+  ~GatewayTest() override {
+    gateway_.reset();
+    peer_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  Gateway& gateway() {
+    if (!gateway_) {
+      store_.emplace(cfg_);
+      gateway_.emplace(*store_, loop_.base(), flows_, metrics_, 2000, decisions_.get());
+      EXPECT_TRUE(loop_.wait_until([&] { return gateway_->redis_up(); }, 3000ms));
+    }
+    return *gateway_;
+  }
+  template <class R, class Req>
+  R run(void (Gateway::*call)(Req, std::function<void(R)>), Req req) {
+    auto out = loop_.await<R>([&](auto done) { (gateway().*call)(std::move(req), done); }, 5000ms);
+    EXPECT_TRUE(out) << "no answer within 5 s";
+    return out.value_or(R{});
+  }
+  AdmitDecision admit(const std::string& tenant, std::optional<Flow> flow) {
+    AdmitRequest r;
+    r.tenant = tenant;
+    r.flow = std::move(flow);
+    return run(&Gateway::admit, std::move(r));
+  }
+  ReleaseDecision release(const std::string& tenant, const std::string& rid) {
+    return run(&Gateway::release, ReleaseRequest{tenant, rid});
+  }
+  static Flow flow(uint16_t sport) { return Flow{"10.0.0.1", "10.0.0.2", sport, 443, 6}; }
+
+  testing::RedisServer redis_;
+  std::string dir_;
+  config::Config cfg_;
+  std::optional<testing::LinePeer> peer_;
+  testing::EventLoop loop_;
+  FlowRegistry flows_;
+  Metrics metrics_;
+  // Lines of the decision log, once the gateway wrote them.
+  std::vector<json> decision_lines() {
+    std::ifstream in(cfg_.control.decision_log.path);
+    std::vector<json> out;
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  }
+  // Turns the decision log on (before the first gateway() call).
+  void log_decisions(double sample) {
+    cfg_.control.decision_log = config::DecisionLog{dir_ + "/decisions.jsonl", sample};
+    std::string error;
+    decisions_ = DecisionLogFile::open(cfg_.control.decision_log.path, error);
+    ASSERT_TRUE(decisions_) << error;
+  }
+
+  std::unique_ptr<DecisionLogFile> decisions_;
+  std::optional<ConfigStore> store_;
+  std::optional<Gateway> gateway_;
+};
+
+TEST_F(GatewayTest, DecisionLogWritesOneLinePerDecisionOffTheRequestPath) {
+  log_decisions(1.0);
+  AdmitRequest r;
+  r.tenant = "t-leased";
+  r.user = "u1";
+  r.model = "m1";
+  r.api_key = "secret-key";
+  ASSERT_EQ(run(&Gateway::admit, r).result.outcome, Outcome::kAllowed);
+  ASSERT_EQ(run(&Gateway::admit, r).result.outcome, Outcome::kRefused);  // the bucket of 1
+  ASSERT_EQ(admit("nobody", std::nullopt).result.outcome, Outcome::kBadRequest);
+  // Written by the worker's timer, without the gateway going away.
+  ASSERT_TRUE(loop_.wait_until([&] { return decision_lines().size() == 3; }, 5000ms));
+  std::vector<json> lines = decision_lines();
+  EXPECT_EQ(lines[0]["front"], "http");  // the Gateway's default front
+  EXPECT_EQ(lines[0]["tenant"], "t-leased");
+  EXPECT_EQ(lines[0]["user"], "u1");
+  EXPECT_EQ(lines[0]["model"], "m1");
+  EXPECT_EQ(lines[0]["result"], "allowed");
+  EXPECT_EQ(lines[0]["gates"], json::array({"tenant", "concurrency"})) << lines[0];
+  EXPECT_NEAR(lines[0]["remaining"]["tenant"].get<double>(), 0, 0.1);
+  EXPECT_FALSE(lines[0].contains("gate"));
+  EXPECT_EQ(lines[1]["result"], "refused");
+  EXPECT_EQ(lines[1]["gate"], "tenant");
+  EXPECT_EQ(lines[1]["reason"], "rate");
+  EXPECT_EQ(lines[2]["tenant"], "nobody");
+  EXPECT_EQ(lines[2]["result"], "bad_request");
+  EXPECT_EQ(lines[2]["gates"], json::array());
+  // "2026-12-01T06:13:27.123Z"
+  std::string time = lines[0]["time"];
+  EXPECT_EQ(time.size(), 24u) << time;
+  EXPECT_EQ(time.back(), 'Z');
+  // API keys are never written.
+  std::ifstream in(cfg_.control.decision_log.path);
+  std::string all(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(all.find("secret-key"), std::string::npos);
+}
+
+// An admission a shadow gate would have refused is logged as admitted, naming that gate and its
+// wait; one decided under the service-wide brake carries the factor.
+TEST_F(GatewayTest, DecisionLogNamesTheShadowRefusalAndTheBrake) {
+  log_decisions(1.0);
+  config::Plan trial;
+  trial.name = "trial";
+  trial.cls = "bronze";
+  trial.tenant = config::Bucket{1, 0.5, config::GateMode::kShadow};
+  cfg_.plans["trial"] = trial;
+  cfg_.tenants["t-trial"] = {"t-trial", "trial"};
+  config::Plan wide;  // room enough at half its rates
+  wide.name = "wide";
+  wide.tenant = config::Bucket{10, 10};
+  cfg_.plans["wide"] = wide;
+  cfg_.tenants["t-wide"] = {"t-wide", "wide"};
+  ASSERT_EQ(admit("t-trial", std::nullopt).result.shadow_refused, "");
+  AdmitResult shadowed = admit("t-trial", std::nullopt).result;
+  ASSERT_EQ(shadowed.outcome, Outcome::kAllowed);
+  ASSERT_EQ(shadowed.shadow_refused, "tenant");
+  // Shadow gates are not braked: a plan of shadow gates only is decided at its own rates.
+  store_->publish_brake(std::make_shared<Brake>(Brake{0.5, {}, 60}));
+  ASSERT_EQ(admit("t-trial", std::nullopt).result.brake, 1);
+  ASSERT_EQ(admit("t-open", std::nullopt).result.brake, 1);  // no bucket to brake
+  AdmitResult braked = admit("t-wide", std::nullopt).result;
+  ASSERT_EQ(braked.outcome, Outcome::kAllowed);
+  ASSERT_EQ(braked.brake, 0.5);
+  gateway_.reset();  // writes what is buffered
+  std::vector<json> lines = decision_lines();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_FALSE(lines[0].contains("shadow_refused")) << lines[0];
+  EXPECT_EQ(lines[1]["result"], "allowed");
+  EXPECT_EQ(lines[1]["shadow_refused"], "tenant") << lines[1];
+  // One token at 0.5/s: about two seconds away.
+  EXPECT_EQ(lines[1]["shadow_retry_after_ms"], shadowed.shadow_retry_ms);
+  EXPECT_GT(lines[1]["shadow_retry_after_ms"].get<int64_t>(), 1000);
+  EXPECT_LE(lines[1]["shadow_retry_after_ms"].get<int64_t>(), 2000);
+  EXPECT_FALSE(lines[1].contains("gate"));
+  for (int i : {0, 1, 2, 3}) EXPECT_FALSE(lines[i].contains("brake")) << lines[i];
+  EXPECT_EQ(lines[4]["tenant"], "t-wide");
+  EXPECT_EQ(lines[4]["result"], "allowed");
+  EXPECT_EQ(lines[4]["brake"], 0.5) << lines[4];
+  EXPECT_FALSE(lines[4].contains("shadow_refused"));
+}
+
+TEST_F(GatewayTest, DecisionLogSamples) {
+  log_decisions(0.25);
+  constexpr int kDecisions = 400;
+  for (int i = 0; i < kDecisions; ++i)
+    ASSERT_EQ(admit("nobody", std::nullopt).result.outcome, Outcome::kBadRequest);
+  gateway_.reset();  // writes what is buffered
+  size_t n = decision_lines().size();
+  // Binomial(400, 0.25): mean 100, sd 8.7; these bounds are 5 sd away.
+  EXPECT_GT(n, 56u);
+  EXPECT_LT(n, 144u);
+}
+
+TEST_F(GatewayTest, TagLivesAsLongAsThePlansLeaseOrTheDefault) {
+  AdmitDecision a = admit("t-leased", flow(1000));
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed) << a.result.error;
+  EXPECT_EQ(a.flow_tag, "ok");
+  AdmitDecision b = admit("t-open", flow(1001));
+  ASSERT_EQ(b.result.outcome, Outcome::kAllowed) << b.result.error;
+  EXPECT_EQ(b.flow_tag, "ok");
+  auto lines = peer_->lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["class"], "gold");
+  EXPECT_EQ(lines[0]["ttl_s"], 7);
+  EXPECT_EQ(lines[1]["class"], "silver");
+  EXPECT_EQ(lines[1]["ttl_s"], Gateway::kDefaultTagTtlS);
+  EXPECT_EQ(flows_.size(), 2u);
+}
+
+TEST_F(GatewayTest, OnlyAnAdmittedFlowIsRememberedAndOnlyItsReleaseUntags) {
+  AdmitDecision no_flow = admit("t-leased", std::nullopt);
+  ASSERT_EQ(no_flow.result.outcome, Outcome::kAllowed);
+  EXPECT_EQ(no_flow.flow_tag, "");
+  AdmitDecision refused = admit("t-leased", flow(2000));  // the bucket of 1 is empty
+  ASSERT_EQ(refused.result.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.flow_tag, "");
+  EXPECT_EQ(flows_.size(), 0u);
+  AdmitDecision tagged = admit("t-open", flow(2001));
+  ASSERT_EQ(tagged.result.outcome, Outcome::kAllowed);
+  const std::string& rid = tagged.result.request_id;
+
+  // A release the engine rejects keeps the flow; a release without a flow untags nothing.
+  ReleaseDecision bad = release("nobody", rid);
+  EXPECT_EQ(bad.result.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(bad.flow_tag, "");
+  ReleaseDecision other = release("", no_flow.result.request_id);
+  EXPECT_EQ(other.result.outcome, Outcome::kAllowed);
+  EXPECT_TRUE(other.result.released);
+  EXPECT_EQ(other.flow_tag, "");
+  EXPECT_EQ(flows_.size(), 1u);
+  EXPECT_EQ(peer_->lines().size(), 1u);
+
+  // The tagged request's release untags its flow even though its plan took no lease.
+  ReleaseDecision r = release("", rid);
+  EXPECT_EQ(r.result.outcome, Outcome::kAllowed);
+  EXPECT_FALSE(r.result.released);
+  EXPECT_EQ(r.flow_tag, "ok");
+  auto lines = peer_->lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["op"], "untag");
+  EXPECT_EQ(lines[1]["flow"]["sport"], 2001);
+  EXPECT_EQ(flows_.size(), 0u);
+  EXPECT_EQ(release("", rid).flow_tag, "");  // once
+}
+
+TEST_F(GatewayTest, AdmissionsAreCountedWithConfiguredTenantsOnly) {
+  admit("t-leased", std::nullopt);
+  admit("t-leased", std::nullopt);
+  admit("nobody", std::nullopt);
+  const CounterFamily& c = metrics_.admissions();
+  EXPECT_EQ(c.value({"t-leased", "", "allowed", "http"}), 1u);
+  EXPECT_EQ(c.value({"t-leased", "tenant", "refused", "http"}), 1u);
+  EXPECT_EQ(c.value({"", "", "bad_request", "http"}), 1u);
+  EXPECT_EQ(c.value({"nobody", "", "bad_request", "http"}), 0u);
+}
+
+TEST_F(GatewayTest, SettlePassesThrough) {
+  AdmitDecision a = admit("t-open", std::nullopt);
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed);
+  SettleResult s = run(&Gateway::settle, SettleRequest{"", a.result.request_id, 12});
+  EXPECT_EQ(s.outcome, Outcome::kAllowed) << s.error;
+  EXPECT_TRUE(s.settled);
+  EXPECT_EQ(s.charged, 12);
+  EXPECT_EQ(s.remaining, -1);  // no quota
+}
+
+}  // namespace
+}  // namespace dripgate::control

@@ -1,0 +1,99 @@
+// The HTTP API's JSON bodies: parsing requests into engine calls (every field validated, errors
+// name the field) and rendering engine results into status, headers and body.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "control/admission/admission.h"
+#include "control/admission/brake.h"
+
+namespace dripgate::control::api {
+
+// A 400 answer: `field` is the JSON path of the offending field ("" for the body itself).
+struct FieldError {
+  std::string field;
+  std::string message;
+  std::string str() const { return field.empty() ? message : field + ": " + message; }
+};
+
+// Each returns the first problem found, or nullopt with `out` filled. Unknown fields are
+// rejected (a misspelt "token" must not silently reserve nothing).
+std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out);
+std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out);
+std::optional<FieldError> parse_charge(std::string_view body, ChargeRequest& out);
+std::optional<FieldError> parse_release(std::string_view body, ReleaseRequest& out);
+
+// POST /v1/admin/brake: {"factor": 0..1, "exempt_plans": [plan ids] (optional), "ttl_s": 1..
+// kMaxBrakeTtlS}. Whether the plans exist is the caller's to check, as for parse_tenant_plan.
+std::optional<FieldError> parse_brake(std::string_view body, Brake& out);
+
+// The tenant registry's PUT /v1/admin/tenants/<id>: {"plan": "<plan id>"}. Whether the plan
+// exists is the caller's to check (against the configuration in force).
+std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan);
+
+// Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
+std::string flow_json(const Flow& flow);
+
+// Header names are string literals (no copy per answer); values are built per answer.
+using Headers = std::vector<std::pair<std::string_view, std::string>>;
+
+// On an answer decided without Redis (redis.on_failure): its mode, "open" or "local".
+inline constexpr char kDegradedHeader[] = "Dripgate-Degraded";
+// On an admission decided under the brake (brake.h): its factor.
+inline constexpr char kBrakeHeader[] = "Dripgate-Brake";
+// On an admission a shadow-mode gate would have refused: that gate (as the body's
+// shadow_refused). Envoy's rate-limit service in shadow mode answers OK; this says why.
+inline constexpr char kShadowRefusedHeader[] = "Dripgate-Shadow-Refused";
+
+struct Response {
+  int status = 200;
+  Headers headers;  // Content-Type is added by the server
+  std::string body;
+};
+
+// flow_tag: the dataplane's answer for the request's flow, sent as Dripgate-Flow-Tag when not
+// empty.
+// A 429 carries `guidance` (guidance.h), its quota reset time said from now_s (unix seconds;
+// 0: the system clock).
+Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0);
+// The same into `out`, whose strings keep their capacity: a worker renders each admission into
+// one Response it keeps, rather than allocating a body, a header list and header values anew.
+void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, Response& out);
+Response render_settle(const SettleResult& r);
+Response render_charge(const ChargeResult& r);
+Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
+Response render_error(int status, const std::string& message);
+// The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.
+Response render_brake(int status, const Brake* b);
+// One tenant of the admin API: {"tenant", "plan", "source": "registry" | "config"}.
+Response render_tenant(int status, std::string_view tenant, std::string_view plan,
+                       std::string_view source);
+// A page of the registry: {"tenants": [{"tenant", "plan"}...], "next_cursor": id or null,
+// "version": the registry version of the copy it came from}.
+Response render_tenant_page(const std::vector<std::pair<std::string_view, std::string_view>>& page,
+                            bool more, uint64_t version);
+// The status an engine outcome maps to.
+int status_of(Outcome o);
+
+// draft-ietf-httpapi-ratelimit-headers-10 fields for a set of gates (empty when none).
+std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
+std::string ratelimit_header(const std::vector<Remaining>& remaining);
+// An allowed or refused admission's Retry-After (refused only), RateLimit-Policy and RateLimit
+// headers, Dripgate-Degraded when decided without Redis, Dripgate-Shadow-Refused when a shadow
+// gate would have refused it and Dripgate-Brake when decided under the brake: the HTTP
+// answer's, and the gRPC answer's response_headers_to_add.
+Headers ratelimit_headers(const AdmitResult& r);
+// Whole seconds, rounded up.
+int64_t retry_after_seconds(int64_t retry_after_ms);
+
+// Whether an Authorization value ("Bearer <token>", the scheme in any case; null: absent)
+// carries `expected`. Constant time in the length of the expected token, so timing does not
+// leak a prefix. Shared by the HTTP and the gRPC fronts.
+bool token_matches(const std::string& expected, const char* header);
+
+}  // namespace dripgate::control::api

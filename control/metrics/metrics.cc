@@ -1,0 +1,255 @@
+#include "control/metrics/metrics.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+namespace dripgate::control {
+namespace {
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string format_double(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void header(std::string& out, const std::string& name, const std::string& help, const char* type) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+std::atomic<uint64_t> next_family_id{0};
+
+// A thread's counters by family id and label values, each value length-prefixed (a value may
+// hold any byte). Never shrinks: it holds what the families hold, which never shrink either.
+struct ThreadCounters {
+  std::string key;  // reused: building a key allocates nothing once it has grown
+  std::unordered_map<std::string, std::atomic<uint64_t>*> counters;
+};
+
+void append_raw(std::string& key, const void* p, size_t n) {
+  key.append(static_cast<const char*>(p), n);
+}
+
+}  // namespace
+
+CounterFamily::CounterFamily(std::string name, std::string help,
+                             std::vector<std::string> label_names)
+    : id_(next_family_id.fetch_add(1, std::memory_order_relaxed)),
+      name_(std::move(name)),
+      help_(std::move(help)),
+      label_names_(std::move(label_names)) {}
+
+// Counted on every request: a lookup in this thread's cache and an atomic add, no lock and no
+// allocation (the family's shared lock, taken by every worker, made its cache line bounce
+// between cores, and the label vector was allocated anew each time).
+void CounterFamily::inc(Labels label_values, uint64_t n) {
+  thread_local ThreadCounters mine;
+  std::string& key = mine.key;
+  key.clear();
+  append_raw(key, &id_, sizeof id_);
+  for (std::string_view v : label_values) {
+    const uint32_t len = static_cast<uint32_t>(v.size());
+    append_raw(key, &len, sizeof len);
+    key.append(v);
+  }
+  auto it = mine.counters.find(key);
+  if (it == mine.counters.end()) it = mine.counters.emplace(key, counter(label_values)).first;
+  it->second->fetch_add(n, std::memory_order_relaxed);
+}
+
+std::atomic<uint64_t>* CounterFamily::counter(Labels label_values) {
+  std::vector<std::string> labels(label_values.begin(), label_values.end());
+  std::unique_lock lock(mu_);
+  auto& slot = values_[std::move(labels)];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  return slot.get();
+}
+
+uint64_t CounterFamily::value(Labels label_values) const {
+  std::vector<std::string> labels(label_values.begin(), label_values.end());
+  std::shared_lock lock(mu_);
+  auto it = values_.find(labels);
+  return it == values_.end() ? 0 : it->second->load(std::memory_order_relaxed);
+}
+
+void CounterFamily::render(std::string& out) const {
+  header(out, name_, help_, "counter");
+  std::shared_lock lock(mu_);
+  for (const auto& [labels, v] : values_) {
+    out += name_;
+    if (!label_names_.empty()) {
+      out += '{';
+      for (size_t i = 0; i < label_names_.size(); ++i) {
+        if (i) out += ',';
+        out += label_names_[i] + "=\"" + escape_label(i < labels.size() ? labels[i] : "") + "\"";
+      }
+      out += '}';
+    }
+    out += ' ' + std::to_string(v->load(std::memory_order_relaxed)) + '\n';
+  }
+}
+
+Histogram::Histogram(std::string name, std::string help, std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      bounds_(std::move(bounds)),
+      buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+}
+
+void Histogram::observe(double seconds) {
+  if (!(seconds >= 0)) seconds = 0;  // also catches NaN
+  size_t i = 0;
+  while (i < bounds_.size() && seconds > bounds_[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(std::llround(seconds * 1e9)), std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Histogram::render(std::string& out) const {
+  header(out, name_, help_, "histogram");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    std::string le = i < bounds_.size() ? format_double(bounds_[i]) : "+Inf";
+    out += name_ + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+  }
+  out += name_ + "_sum " +
+         format_double(static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9) + '\n';
+  // The count is the +Inf bucket, so the exposition is self-consistent under concurrent updates.
+  out += name_ + "_count " + std::to_string(cumulative) + '\n';
+}
+
+Metrics::Metrics()
+    : admissions_("dripgate_admissions_total",
+                  "Admission decisions by tenant, refusing gate, result and front (http: "
+                  "POST /v1/admit; grpc: Envoy's ShouldRateLimit).",
+                  {"tenant", "gate", "result", "front"}),
+      http_requests_("dripgate_http_requests_total", "HTTP requests answered, by status code.",
+                     {"code"}),
+      redis_errors_(
+          "dripgate_redis_errors_total",
+          "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
+          "refused), script_load, noscript, reply (an error reply), late (a reply after "
+          "its request was answered 503; undone), lost (a call whose connection went "
+          "away before its reply: undone by what Redis holds), late_lost (an undo that "
+          "could not be sent: the client shut down or too many were waiting, or Redis could "
+          "not run it for 60 s), undo_wait (an undo Redis did not run and can run later, "
+          "answered LOADING, BUSY, MASTERDOWN, NOSCRIPT or on a cluster MOVED, ASK, TRYAGAIN, "
+          "CLUSTERDOWN or too many redirects: sent again after a back-off); on a "
+          "cluster also moved, ask (redirects followed), redirects (too many), tryagain "
+          "(a call sent again during a slot migration).",
+          {"kind"}),
+      dataplane_tag_("dripgate_dataplane_tag_total",
+                     "Flow tag requests sent to the dataplane, by result.", {"result"}),
+      dataplane_untag_("dripgate_dataplane_untag_total",
+                       "Flow untag requests sent to the dataplane, by result.", {"result"}),
+      config_reloads_("dripgate_config_reloads_total",
+                      "Configuration reloads (SIGHUP or POST /v1/admin/reload) by result: ok "
+                      "(in force from the next request), error (refused; the old one stays).",
+                      {"result"}),
+      degraded_("dripgate_degraded_decisions_total",
+                "Admissions, settles and releases decided without Redis (redis.on_failure), by "
+                "mode (open: unchecked; local: on this daemon's share, journaled) and result.",
+                {"mode", "result"}),
+      charges_("dripgate_charges_total",
+               "Stream charges (POST /v1/charge) by tenant and result: allowed (recorded), "
+               "refused (recorded, the month's quota is spent: the stream is to be cut), "
+               "not_found (no open reservation), conflict (after the settle), bad_request, "
+               "unavailable.",
+               {"tenant", "result"}),
+      reconciled_("dripgate_reconciled_total",
+                  "Journaled local decisions sent to Redis once it answered again, by result "
+                  "(ok: in Redis; retry: sent again later).",
+                  {"result"}),
+      redis_rtt_(
+          "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
+  // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
+  for (const char* kind :
+       {"connect", "disconnect", "timeout", "auth", "script_load", "noscript", "reply", "late",
+        "lost", "late_lost", "undo_wait", "moved", "ask", "redirects", "tryagain"})
+    redis_errors_.inc({kind}, 0);
+  for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
+}
+
+void Metrics::admission(std::string_view tenant, std::string_view gate, std::string_view result,
+                        std::string_view front) {
+  admissions_.inc({tenant, gate, result, front});
+}
+
+void Metrics::http_request(int code) {
+  char buf[16];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, code);
+  http_requests_.inc({std::string_view(buf, ec == std::errc() ? end - buf : 0)});
+}
+
+void Metrics::dataplane(std::string_view op, std::string_view result, uint64_t n) {
+  (op == "untag" ? dataplane_untag_ : dataplane_tag_).inc({result}, n);
+}
+
+std::string Metrics::render() const {
+  std::string out;
+  admissions_.render(out);
+  charges_.render(out);
+  redis_rtt_.render(out);
+  redis_errors_.render(out);
+  header(out, "dripgate_redis_up", "1 when the last Redis call succeeded.", "gauge");
+  out += "dripgate_redis_up " + std::to_string(redis_up_.load(std::memory_order_relaxed)) + '\n';
+  dataplane_tag_.render(out);
+  dataplane_untag_.render(out);
+  http_requests_.render(out);
+  config_reloads_.render(out);
+  degraded_.render(out);
+  reconciled_.render(out);
+  auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
+    header(out, name, help, type);
+    out += std::string(name) + ' ' + std::to_string(v) + '\n';
+  };
+  auto load = [](const auto& a) { return static_cast<int64_t>(a.load(std::memory_order_relaxed)); };
+  scalar("dripgate_http_connections", "Open HTTP connections.", "gauge", load(http_open_));
+  scalar("dripgate_http_connections_refused_total",
+         "HTTP connections closed at once because control.max_connections were open and none "
+         "of them was idle long enough to be evicted.",
+         "counter", load(http_refused_));
+  scalar("dripgate_http_connections_evicted_total",
+         "Idle HTTP connections closed to make room for a new one at control.max_connections.",
+         "counter", load(http_evicted_));
+  scalar("dripgate_http_request_timeouts_total",
+         "HTTP connections closed for not sending a complete request in time.", "counter",
+         load(http_timeouts_));
+  scalar("dripgate_http_accept_errors_total",
+         "Failed accept() calls (mostly: out of file descriptors).", "counter",
+         load(http_accept_errors_));
+  scalar("dripgate_journal_pending",
+         "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
+         load(journal_pending_));
+  header(out, "dripgate_brake_factor",
+         "The service-wide brake's factor on every enforced rate (POST /v1/admin/brake); 1: no "
+         "brake.",
+         "gauge");
+  out += "dripgate_brake_factor " + format_double(brake_factor()) + '\n';
+  return out;
+}
+
+}  // namespace dripgate::control

@@ -1,0 +1,135 @@
+// Prometheus metrics of dripgate-control: one registry shared by every worker thread. Counting is
+// lock-free (atomics) and allocation-free: each thread finds a label set's counter in a cache of
+// its own; only a thread's first use of a label set takes the family's lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "control/redis/redis_client.h"
+
+namespace dripgate::control {
+
+// A counter with labels; label values are escaped when rendered.
+class CounterFamily {
+ public:
+  using Labels = std::initializer_list<std::string_view>;
+  CounterFamily(std::string name, std::string help, std::vector<std::string> label_names);
+  void inc(Labels label_values, uint64_t n = 1);
+  uint64_t value(Labels label_values) const;
+  void render(std::string& out) const;
+
+ private:
+  // The counter of a label set, created at 0 on first use; its address never changes.
+  std::atomic<uint64_t>* counter(Labels label_values);
+
+  // Names this family in the threads' caches (an address could be reused by a later family).
+  const uint64_t id_;
+  std::string name_, help_;
+  std::vector<std::string> label_names_;
+  mutable std::shared_mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<std::atomic<uint64_t>>> values_;
+};
+
+class Histogram {
+ public:
+  // Upper bounds in seconds, ascending; +Inf is implicit.
+  Histogram(std::string name, std::string help, std::vector<double> bounds);
+  void observe(double seconds);
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  void render(std::string& out) const;
+
+ private:
+  std::string name_, help_;
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // non-cumulative; bounds_.size() + 1
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+class Metrics : public RedisObserver {
+ public:
+  Metrics();
+
+  // result: "allowed" | "refused" | "bad_request" | "conflict" | "unavailable"; gate "" when none;
+  // front: "http" | "grpc", the API the request came by.
+  void admission(std::string_view tenant, std::string_view gate, std::string_view result,
+                 std::string_view front = "http");
+  // A stream's charge (POST /v1/charge): result as for admission, "refused" being a charge
+  // recorded over the month's quota (the stream is to be cut), "not_found" one for no open
+  // reservation, "conflict" one after the settle.
+  void charge(std::string_view tenant, std::string_view result) { charges_.inc({tenant, result}); }
+  void http_request(int code);
+  // The HTTP front's connections: open now, refused or evicted (idle, to make room) at
+  // control.max_connections, closed for not sending a complete request within
+  // control.request_timeout_s, and failed accept() calls.
+  void http_connection_opened() { http_open_.fetch_add(1, std::memory_order_relaxed); }
+  void http_connection_closed() { http_open_.fetch_sub(1, std::memory_order_relaxed); }
+  void http_connection_refused() { http_refused_.fetch_add(1, std::memory_order_relaxed); }
+  void http_connection_evicted() { http_evicted_.fetch_add(1, std::memory_order_relaxed); }
+  void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
+  void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
+  // n: the flows of one line with that result.
+  void dataplane(std::string_view op, std::string_view result, uint64_t n = 1);
+  // A configuration reload (SIGHUP or the admin API): applied, or refused with the old one kept.
+  void config_reload(bool ok) { config_reloads_.inc({ok ? "ok" : "error"}); }
+  // A decision made without Redis (redis.on_failure): mode "open" | "local", result as
+  // admission's.
+  void degraded(std::string_view mode, std::string_view result) { degraded_.inc({mode, result}); }
+  // A journaled local decision sent to Redis: in ("ok") or to try again ("retry").
+  void reconciled(bool ok) { reconciled_.inc({ok ? "ok" : "retry"}); }
+  // The service-wide brake's factor in force on this daemon (1: no brake).
+  void brake_factor(double f) { brake_factor_.store(f, std::memory_order_relaxed); }
+  double brake_factor() const { return brake_factor_.load(std::memory_order_relaxed); }
+  void journal_pending(size_t n) {
+    journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
+  }
+
+  // RedisObserver
+  void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
+  void error(const std::string& kind) override { redis_errors_.inc({kind}); }
+  void up(bool is_up) override { redis_up_.store(is_up ? 1 : 0, std::memory_order_relaxed); }
+
+  bool redis_up() const { return redis_up_.load(std::memory_order_relaxed) != 0; }
+  const CounterFamily& admissions() const { return admissions_; }
+  const CounterFamily& dataplane_tags() const { return dataplane_tag_; }
+  const CounterFamily& dataplane_untags() const { return dataplane_untag_; }
+  const CounterFamily& redis_errors() const { return redis_errors_; }
+  const CounterFamily& http_requests() const { return http_requests_; }
+  const CounterFamily& config_reloads() const { return config_reloads_; }
+  const CounterFamily& degraded_decisions() const { return degraded_; }
+  const CounterFamily& charges() const { return charges_; }
+  const Histogram& redis_round_trip() const { return redis_rtt_; }
+
+  // The Prometheus text exposition format, version 0.0.4.
+  std::string render() const;
+
+ private:
+  CounterFamily admissions_;
+  CounterFamily http_requests_;
+  CounterFamily redis_errors_;
+  CounterFamily dataplane_tag_;
+  CounterFamily dataplane_untag_;
+  CounterFamily config_reloads_;
+  CounterFamily degraded_;
+  CounterFamily charges_;
+  CounterFamily reconciled_;
+  std::atomic<int64_t> journal_pending_{0};
+  std::atomic<double> brake_factor_{1.0};
+  Histogram redis_rtt_;
+  std::atomic<int> redis_up_{0};
+  std::atomic<int64_t> http_open_{0};
+  std::atomic<uint64_t> http_refused_{0}, http_evicted_{0}, http_timeouts_{0},
+      http_accept_errors_{0};
+};
+
+}  // namespace dripgate::control

@@ -1,0 +1,105 @@
+// What dripgate-control decides while Redis does not answer (redis.on_failure, or a plan's own):
+//   closed  503, as without this file;
+//   open    admitted without any gate (open_admit), said (Dripgate-Degraded: open) and counted;
+//   local   decided here by a LocalLimiter on redis.local_share of every limit (times the last
+//           known brake factor for the enforced gates of a braked plan), shadow gates reporting
+//           as they do in the scripts; each admission, settle, stream charge and release
+//           journaled (journal.h) with the plan's own limits, and charged to Redis once it
+//           answers again (reconcile.h).
+// One Fallback per process, shared by every worker (HTTP and gRPC), so that a settle reaching
+// another worker than its admission still finds its local reservation. Thread-safe (one mutex;
+// taken on the request path only for tenants whose plan fails `local`, and for a settle, stream
+// charge or release while local reservations are open).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.h"
+#include "control/admission/admission.h"
+#include "control/admission/config_snapshot.h"
+#include "control/outage/journal.h"
+#include "control/outage/local_limiter.h"
+
+namespace dripgate::control {
+
+// The mode a tenant's requests fail in: its plan's on_failure, else redis.on_failure (also for
+// a tenant that is not configured: it is refused before Redis is asked). The plan is the one
+// Tables::find resolves: the tenant registry's (null: none) when it names the tenant, else the
+// file's entry, else "*".
+config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant,
+                               const TenantDirectory* registry = nullptr);
+
+// An admission under `open`: allowed, the request id given or generated as the engine does,
+// no gate consulted. req must have been validated (the engine answered 503, not 400).
+AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng);
+
+class Fallback {
+ public:
+  using Clock = std::function<int64_t()>;  // unix ms
+  // Opens the journal at path and plays its records back into the local limiter (a daemon
+  // restarted during an outage); nullptr and *error when the file cannot be opened.
+  static std::unique_ptr<Fallback> open(const std::string& path, std::string* error,
+                                        Clock now = {});
+
+  // Under `local`: the decision of this daemon alone. kUnavailable when the journal cannot be
+  // written (a decision that could not be charged later is not made). registry: the tenant
+  // registry's copy in force (null: none), so that its tenants are decided as with Redis; brake:
+  // the brake read last (null: none), which scales the local shares of the enforced gates.
+  AdmitResult admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng,
+                    const TenantDirectory* registry = nullptr, const Brake* brake = nullptr);
+  // A local reservation's settle (decided here, before and after Redis is back); nullopt when
+  // request_id is not one.
+  std::optional<SettleResult> settle(const std::string& request_id, int64_t tokens);
+  // A stream charge of a local reservation (charge.lua's answers: 200, 429 quota once the
+  // allowance is spent past its limit, 409 after the settle, 404 once expired); nullopt when
+  // request_id is not one. Its token-rate gates are the ones the admission took, whatever the
+  // charge names.
+  std::optional<ChargeResult> charge(const std::string& request_id, int64_t tokens);
+  // A local lease's release; nullopt when request_id holds none.
+  std::optional<ReleaseResult> release(const std::string& request_id);
+  // A settle or release Redis could not take during the outage: journaled, sent to Redis when
+  // it is back (settle.lua and release.lua are idempotent by request_id).
+  SettleResult defer_settle(const std::string& tenant, const std::string& request_id,
+                            int64_t tokens);
+  ReleaseResult defer_release(const std::string& tenant, const std::string& request_id);
+  // Redis reported the tenant's quota left (an admission or a settle): the base of the tenant's
+  // allowance in the next outage.
+  void quota_left(const std::string& tenant, int64_t left);
+  // Whether any local reservation or lease is open (a settle or release must look here first).
+  bool any_open() const { return open_.load(std::memory_order_relaxed) > 0; }
+
+  // Reconciliation, by one worker at a time: up to max records not yet in Redis (empty when
+  // another worker holds the claim or nothing is pending); each then reconciled() or not, and
+  // end_batch() releases the claim.
+  std::vector<JournalRecord> claim(size_t max);
+  void reconciled(uint64_t seq);
+  void end_batch();
+  const std::string& journal_id() const { return journal_->id(); }
+  size_t pending() const { return pending_.load(std::memory_order_relaxed); }
+
+ private:
+  Fallback(std::unique_ptr<Journal> journal, Clock now);
+  void counts();  // refreshes open_ and pending_ (under mu_)
+  // Journals a settle or release Redis missed (stamped now), for reconciliation to replay; false
+  // when the journal cannot be written.
+  bool journal_deferred(JournalRecord& rec);
+
+  mutable std::mutex mu_;
+  std::unique_ptr<Journal> journal_;
+  LocalLimiter limiter_;
+  std::unordered_map<std::string, int64_t> known_left_;  // quota left per Redis, by tenant
+  bool claimed_ = false;
+  Clock now_;
+  std::atomic<size_t> open_{0}, pending_{0};
+};
+
+}  // namespace dripgate::control

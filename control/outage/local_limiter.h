@@ -1,0 +1,159 @@
+// The decisions one daemon makes alone while Redis does not answer (redis.on_failure: local):
+// token buckets, a quota allowance and concurrency leases, each a share (redis.local_share) of
+// the plan's limit, so that N daemons with a share of 1/N stay within the global limit
+// together. Gates in shadow mode are evaluated and consume as enforcing ones but do not refuse,
+// as the scripts do. Plain state without a clock of its own (every call is given the time) and
+// without locking: Fallback (fallback.h) owns one and serialises the calls.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "control/admission/admission.h"
+
+namespace dripgate::control {
+
+// One bucket as this daemon enforces it: the plan's capacity and refill times the share (and the
+// brake's factor for an enforced gate under a brake).
+struct LocalBucket {
+  std::string key;   // the Redis key of the bucket (keys.cc): one local bucket per Redis one
+  std::string gate;  // "tenant", "user", "api_key", "model", "tool", "tenant_tokens", ...
+  // Negative: not known here (a reservation played back after a restart, whose local buckets
+  // start full again): only Redis is corrected then.
+  double capacity = 0;
+  double refill = 0;
+  double cost = 1;         // what an admission takes: 1, or a token-rate gate's estimate
+  bool shadow = false;     // mode: shadow, its own or its plan's: reports, never refuses
+  bool per_token = false;  // a token-rate gate: settle and stream charges correct it
+  bool global = false;     // a global gate (its own hash slot); `gate` is its kind
+  bool window = false;     // a sliding window, approximated by this bucket; not journaled
+  std::string id;          // a global gate's model or tool ("" for total)
+  // The plan's limits as the scripts take them (journal.h: reconciliation charges Redis's
+  // bucket, not a share of it).
+  std::string full_capacity, full_refill;
+};
+
+struct LocalAdmit {
+  std::string tenant, request_id;
+  std::vector<LocalBucket> buckets;
+  // The tokens this daemon may charge the tenant alone during this outage (set when the tenant
+  // has no allowance yet); nullopt: the plan has no quota.
+  std::optional<int64_t> allowance;
+  bool quota_shadow = false, streams_shadow = false;  // the quota / concurrency gate's mode
+  int64_t tokens = 0;
+  int64_t max_streams = -1;  // local leases at most; -1: no concurrency gate
+  int64_t lease_ms = 0;
+  int64_t reservation_ttl_ms = 0;
+  std::string month;  // of the decision, for its settle
+  int64_t month_end = 0;
+};
+
+struct LocalVerdict {
+  bool allowed = false;
+  std::string gate, reason;  // refusals: the gate and "rate" | "quota" | "concurrency"
+  int64_t retry_after_ms = 0;
+  // Admitted only: the shadow gate that would have refused with the longest wait, and that wait.
+  std::string shadow_refused;
+  int64_t shadow_retry_ms = 0;
+  std::vector<Remaining> remaining;  // the local levels (limits are the local shares)
+  // Admitted only: what each bucket took (its cost, or 0 for a shadow bucket short of it).
+  std::vector<double> taken;
+};
+
+// A local reservation, open until settled or expired (then its estimate stays charged).
+struct LocalReservation {
+  std::string tenant;
+  int64_t reserved = 0;            // the estimate plus the stream charges so far
+  std::optional<int64_t> settled;  // the actual count once settled
+  int64_t expires_ms = 0;
+  std::string month;
+  int64_t month_end = 0;
+  // The token-rate gates that took the estimate: settle and stream charges correct them.
+  std::vector<LocalBucket> token_gates;
+};
+
+struct LocalSettle {
+  bool first = false;  // false: settled before (nothing more is charged)
+  int64_t delta = 0;   // what the quota counter takes now: actual - reserved
+  int64_t charged = 0;
+  int64_t remaining = -1;  // of the local allowance; -1: no quota
+  LocalReservation reservation;
+};
+
+// A stream charge of a local reservation (charge.lua's semantics).
+struct LocalCharge {
+  enum class Code { kCharged, kSettled, kExpired };
+  Code code = Code::kCharged;
+  int64_t charged = 0;         // reserved after the charge
+  int64_t lease_left_ms = -1;  // the renewed lease; -1: no live lease
+  bool over_quota = false;     // the allowance is spent past its limit now (429 quota)
+  int64_t quota_reset_ms = 0;
+  std::vector<Remaining> remaining;  // the quota allowance, then the token-rate gates
+  LocalReservation reservation;
+};
+
+class LocalLimiter {
+ public:
+  // All-or-nothing over every enforced gate of a; admitted: each bucket's cost from it (a
+  // shadow bucket short of it gives nothing), the estimate charged to the allowance, a
+  // reservation and (with a concurrency gate) a lease. An estimate above a bucket's local
+  // capacity (within the plan's: prepare refuses more) is refused as rate, to retry once the
+  // bucket is full again: Redis may be back by then.
+  LocalVerdict admit(const LocalAdmit& a, int64_t now_ms);
+  // nullopt: request_id is not a local reservation (a settle for Redis to decide).
+  std::optional<LocalSettle> settle(const std::string& request_id, int64_t tokens, int64_t now_ms);
+  // nullopt: request_id is not a local reservation. Charged: the reservation, the allowance
+  // and the token-rate gates take the tokens (a bucket may go below zero) and a live lease is
+  // renewed.
+  std::optional<LocalCharge> charge(const std::string& request_id, int64_t tokens, int64_t now_ms);
+  // nullopt: request_id holds no local lease; true: a live one ended.
+  std::optional<bool> release(const std::string& request_id, int64_t now_ms);
+  bool is_local(const std::string& request_id) const { return reservations_.count(request_id); }
+
+  // Redis decided for the tenant again: the next outage starts from what Redis reports.
+  void forget_quota(const std::string& tenant) { quota_.erase(tenant); }
+  // Drops expired reservations and leases.
+  void sweep(int64_t now_ms);
+  // Reservations and leases still open here (the journal is kept while there are any).
+  size_t open() const { return reservations_.size() + leases_.size(); }
+
+  // A journal's records played back after a restart: the reservations, their charges to the
+  // allowance and the leases come back; bucket levels do not (they start full, as at any
+  // outage's start).
+  void restore_admit(const LocalAdmit& a, int64_t at_ms, int64_t now_ms);
+  void restore_settle(const std::string& request_id, int64_t delta);
+  void restore_charge(const std::string& request_id, int64_t tokens);
+  void restore_release(const std::string& request_id);
+
+ private:
+  struct Level {
+    double tokens = 0;
+    int64_t at_ms = 0;
+  };
+  struct Allowance {
+    int64_t limit = 0;
+    int64_t spent = 0;
+  };
+  struct Lease {
+    std::string tenant;
+    int64_t until_ms = 0;
+    int64_t lease_ms = 0;
+  };
+  double level(const LocalBucket& b, int64_t now_ms);
+  // Takes delta tokens from b (negative gives back up to the capacity; may go below zero).
+  double correct(const LocalBucket& b, double delta, int64_t now_ms);
+  size_t live_leases(const std::string& tenant, int64_t now_ms);
+  void take(const LocalAdmit& a, const std::vector<double>& taken, int64_t now_ms);
+  void reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms);
+
+  std::unordered_map<std::string, Level> buckets_;
+  std::unordered_map<std::string, Allowance> quota_;  // by tenant
+  std::unordered_map<std::string, LocalReservation> reservations_;
+  std::map<std::string, Lease> leases_;  // by request_id
+};
+
+}  // namespace dripgate::control

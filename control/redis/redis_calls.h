@@ -1,0 +1,43 @@
+// What the admission engine asks of Redis, whatever its topology: script calls and commands
+// with RedisClient's contract (Callback, LateReply, WhenStalled), deferred work on the loop, and
+// whether Redis is reachable. One node (RedisClient) or a Redis Cluster (RedisCluster, routing
+// each call by the hash slot of its first key), chosen by the configuration.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "control/redis/redis_client.h"
+
+namespace dripgate::control {
+
+// A Redis Cluster's answer (no reply) to a call redirected more than its bound: the call did not
+// run, and no late reply follows.
+inline constexpr std::string_view kTooManyRedirects = "redis: too many redirects";
+
+class RedisCalls {
+ public:
+  using Callback = RedisClient::Callback;
+  using LateReply = RedisClient::LateReply;
+  using WhenStalled = RedisClient::WhenStalled;
+
+  virtual ~RedisCalls() = default;
+  virtual void evalsha(const lua::Script& script, std::span<const std::string_view> keys,
+                       std::span<const std::string_view> args, Callback cb, LateReply late = {},
+                       WhenStalled stalled = WhenStalled::kFailFast) = 0;
+  virtual void command(std::span<const std::string_view> argv, Callback cb) = 0;
+  virtual void post(std::function<void()> fn) = 0;
+  // Readable from any thread.
+  virtual bool up() const = 0;
+  virtual std::string_view state() const = 0;
+};
+
+// A RedisCluster when `r.cluster` lists seeds, else a RedisClient on `r`'s endpoint.
+std::unique_ptr<RedisCalls> make_redis_calls(event_base* base, const config::Redis& r,
+                                             std::vector<const lua::Script*> scripts,
+                                             RedisObserver* observer = nullptr);
+
+}  // namespace dripgate::control

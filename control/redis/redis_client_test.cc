@@ -1,0 +1,407 @@
+// The async Redis client against a real redis-server on a real libevent loop.
+#include "control/redis/redis_client.h"
+
+#include <event2/event.h>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "lua/lua_scripts.h"
+#include "tests/event_loop.h"
+#include "tests/redis_result.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+struct Observer : RedisObserver {
+  std::map<std::string, int> errors;
+  std::vector<bool> ups;
+  int round_trips = 0;
+  void round_trip(double s) override {
+    EXPECT_GE(s, 0);
+    ++round_trips;
+  }
+  void error(const std::string& kind) override { ++errors[kind]; }
+  void up(bool is_up) override { ups.push_back(is_up); }
+};
+
+using Result = dripgate::testing::RedisResult;
+
+using Loop = dripgate::testing::EventLoop;
+
+RedisClient::Callback into(Result& out) {
+  return out.into();
+}
+
+RedisOptions options(int port, int timeout_ms = 1000) {
+  RedisOptions o;
+  o.port = port;
+  o.timeout_ms = timeout_ms;
+  o.pool_size = 2;
+  return o;
+}
+
+std::vector<const lua::Script*> all_scripts() {
+  return std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll));
+}
+
+// What the default logger writes while it lives, until stop().
+class LogCapture {
+ public:
+  LogCapture() : saved_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  ~LogCapture() { stop(); }
+  std::string stop() {
+    if (saved_) spdlog::set_default_logger(std::exchange(saved_, nullptr));
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> saved_;
+};
+
+Result call(Loop& loop, RedisClient& c, std::vector<std::string_view> argv) {
+  Result r;
+  c.command(argv, into(r));
+  EXPECT_FALSE(r.done) << "callback ran inside command()";
+  EXPECT_TRUE(loop.wait_until([&] { return r.done; }, milliseconds(5000)));
+  return r;
+}
+
+TEST(RedisClient, CommandsAndScriptsLoadedAtConnect) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  Result set = call(loop, c, {"SET", "k", "v\r\n with bytes"});
+  EXPECT_EQ(set.str, "OK");
+  Result get = call(loop, c, {"GET", "k"});
+  EXPECT_EQ(get.str, "v\r\n with bytes");
+  // Every script is in the cache once a connection is up, under the SHA1 computed at build.
+  for (const auto* s : lua::kAll) {
+    EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(s->sha1)), "1") << s->name;
+  }
+  // release.lua on a missing lease answers 0.
+  Result ev;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(ev));
+  ASSERT_TRUE(loop.wait_until([&] { return ev.done; }, milliseconds(3000)));
+  EXPECT_EQ(ev.type, REDIS_REPLY_INTEGER) << ev.error << ev.str;
+  EXPECT_EQ(ev.integer, 0);
+  EXPECT_GE(obs.round_trips, 3);
+  ASSERT_FALSE(obs.ups.empty());
+  EXPECT_TRUE(obs.ups.back());
+}
+
+// A Redis ACL user (redis://user:password@host) authenticates as itself, not as the default user.
+TEST(RedisClient, AclUserAuthenticatesAsItself) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("ACL SETUSER gateway on '>s3cret' '~*' '+@all'"), "OK");
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.user = "gateway";
+  o.password = "s3cret";
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  EXPECT_EQ(call(loop, c, {"ACL", "WHOAMI"}).str, "gateway");
+  EXPECT_EQ(obs.errors["auth"], 0);
+}
+
+TEST(RedisClient, NoscriptLoadsAndRetries) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
+  EXPECT_EQ(redis.cli("SCRIPT FLUSH"), "OK");
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kRelease.sha1)), "0");
+  Result ev;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(ev));
+  ASSERT_TRUE(loop.wait_until([&] { return ev.done; }, milliseconds(3000)));
+  EXPECT_EQ(ev.type, REDIS_REPLY_INTEGER) << ev.error << ev.str;
+  EXPECT_EQ(ev.integer, 1);
+  EXPECT_EQ(obs.errors["noscript"], 1);
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kRelease.sha1)), "1");
+}
+
+TEST(RedisClient, NoServerFailsFastAndNeverInline) {
+  int port = testing::free_port();
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(port);
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  auto t0 = Clock::now();
+  Result r = call(loop, c, {"PING"});
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000));
+  EXPECT_FALSE(c.up());
+  EXPECT_EQ(r.type, 0);
+  EXPECT_EQ(r.error.rfind("redis: ", 0), 0u) << r.error;
+  EXPECT_GE(obs.errors["connect"], 1);
+  bool ran = false;
+  c.post([&] { ran = true; });
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(loop.wait_until([&] { return ran; }, milliseconds(1000)));
+}
+
+// A call is answered by its deadline; the connection stays, so the reply that comes once Redis
+// answers again reaches the call's LateReply (the call ran after all and must be undone).
+TEST(RedisClient, TimeoutAnswersTheCallAndHandsOverTheLateReply) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 100);
+  o.pool_size = 1;
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
+  ASSERT_EQ(redis.cli("CLIENT PAUSE 700 ALL"), "OK");
+  Result r;
+  std::optional<long long> late;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  auto t0 = Clock::now();
+  c.evalsha(lua::kRelease, keys, args, into(r),
+            [&](const redisReply* reply) { late = reply->integer; });
+  ASSERT_TRUE(loop.wait_until([&] { return r.done; }, milliseconds(3000)));
+  auto took = Clock::now() - t0;
+  EXPECT_EQ(r.error, "redis: timeout after 100 ms");
+  EXPECT_GE(took, milliseconds(90));
+  EXPECT_LT(took, milliseconds(600));
+  EXPECT_EQ(obs.errors["timeout"], 1);
+  // While the reply is overdue the connection takes no new calls: they fail at once.
+  Result fast = call(loop, c, {"PING"});
+  EXPECT_EQ(fast.error, "redis: not answering");
+  ASSERT_TRUE(loop.wait_until([&] { return late.has_value(); }, milliseconds(3000)));
+  EXPECT_EQ(*late, 1);  // the lease was ended, late
+  EXPECT_EQ(obs.errors["late"], 1);
+  EXPECT_TRUE(
+      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+}
+
+// A written call whose connection goes away before its reply (Redis killed) may have run: its
+// LateReply learns so, with no reply, after the call itself was answered, on the loop.
+TEST(RedisClient, LostReplyIsHandedToTheLateReply) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 5000);
+  o.pool_size = 1;
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  ASSERT_EQ(redis.cli("CLIENT PAUSE 5000 ALL"), "OK");
+  Result r;
+  int lost = 0, late_replies = 0;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(r), [&](const redisReply* reply) {
+    EXPECT_TRUE(r.done) << "the late reply came before the call was answered";
+    ++(reply ? late_replies : lost);
+  });
+  loop.wait_until([] { return false; }, milliseconds(200));  // written, unanswered
+  redis.stop();
+  ASSERT_TRUE(loop.wait_until([&] { return lost == 1; }, milliseconds(3000)));
+  EXPECT_EQ(r.error.rfind("redis: connection lost", 0), 0u) << r.error;
+  EXPECT_EQ(late_replies, 0);
+  EXPECT_EQ(obs.errors["lost"], 1);
+}
+
+// An undo call (WhenStalled::kQueue) made while Redis is down is held, not refused, and runs
+// first once a connection is up again; a plain call fails at once.
+TEST(RedisClient, QueuedCallsWaitForAConnection) {
+  testing::RedisServer redis(testing::RedisServer::Durability::kAppendFsyncAlways);
+  Loop loop;
+  RedisOptions o = options(redis.port());
+  RedisClient c(loop.base(), o, all_scripts());
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
+  redis.stop();
+  ASSERT_TRUE(loop.wait_until([&] { return !c.up(); }, milliseconds(3000)));
+  Result held, plain;
+  std::string_view keys[] = {"dg:{t:x}:leases"};
+  std::string_view args[] = {"x.1"};
+  c.evalsha(lua::kRelease, keys, args, into(held), {}, RedisClient::WhenStalled::kQueue);
+  c.evalsha(lua::kRelease, keys, args, into(plain));
+  ASSERT_TRUE(loop.wait_until([&] { return plain.done; }, milliseconds(3000)));
+  EXPECT_EQ(plain.error, "redis: not connected");
+  loop.wait_until([] { return false; }, milliseconds(500));
+  EXPECT_FALSE(held.done);
+  redis.start();
+  ASSERT_TRUE(loop.wait_until([&] { return held.done; }, milliseconds(5000)));
+  EXPECT_EQ(held.error, "");
+  EXPECT_EQ(held.integer, 1);  // the lease the restarted Redis loaded was ended
+}
+
+// Redis stopped (SIGSTOP): accepted by the kernel, never answered. Each call is answered by its
+// own deadline, also while its connection, dropped for want of replies, reconnects to the
+// stopped server (TCP connects, AUTH never answers).
+TEST(RedisClient, DeadlineKeptWhileReconnectingToAStoppedRedis) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 50);
+  o.abandon_ms = 200;  // so the connections are rebuilt during the stop
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.pause();
+  std::vector<double> failed_ms;
+  auto stop_until = Clock::now() + milliseconds(1500);
+  while (Clock::now() < stop_until) {
+    auto t0 = Clock::now();
+    Result r = call(loop, c, {"PING"});
+    if (r.type == 0)
+      failed_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  redis.resume();
+  ASSERT_GE(failed_ms.size(), 10u);
+  std::sort(failed_ms.begin(), failed_ms.end());
+  double p99 = failed_ms[failed_ms.size() * 99 / 100];
+  EXPECT_LT(p99, 3 * 50 + 100) << "max " << failed_ms.back();
+  std::printf("stopped Redis: %zu failures, p99 %.1f ms, max %.1f ms\n", failed_ms.size(), p99,
+              failed_ms.back());
+  EXPECT_GE(obs.errors["timeout"], 2);  // the stall was met, and so was a reconnect
+  EXPECT_TRUE(
+      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+}
+
+// A refused password backs off like a refused connect: the backoff restarts only once AUTH (and
+// SELECT) succeeded. One log line per backoff step, not per pooled connection; the state and a
+// metric say why Redis is down.
+TEST(RedisClient, WrongPasswordBacksOffAndSaysSo) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("CONFIG SET requirepass pw-right-7f3"), "OK");
+  auto connections = [&] {
+    std::string info = redis.cli("-a pw-right-7f3 --no-auth-warning INFO stats");
+    auto at = info.find("total_connections_received:");
+    return at == std::string::npos ? -1 : std::stol(info.substr(at + 27));
+  };
+  long before = connections();
+  ASSERT_GE(before, 0);
+  LogCapture log;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.pool_size = 4;
+  o.password = "pw-wrong-9c1";
+  {
+    RedisClient c(loop.base(), o, all_scripts(), &obs);
+    loop.wait_until([] { return false; }, milliseconds(3000));
+    EXPECT_FALSE(c.up());
+    EXPECT_EQ(c.state(), "auth_failed");
+    Result r = call(loop, c, {"PING"});
+    EXPECT_EQ(r.type, 0);
+    EXPECT_FALSE(r.error.empty());
+    // 4 connections, each backing off 20, 40, ... 1000 ms: about 8 attempts each in 3 s.
+    long seen = connections() - before - 1;  // our own INFO connection
+    EXPECT_GE(seen, 4);
+    EXPECT_LE(seen, 4 * 10);
+    std::printf("wrong password: %ld connections in 3 s\n", seen);
+    EXPECT_GE(obs.errors["auth"], 4);
+    // The right password (the server's changes) is picked up on the next attempt.
+    ASSERT_EQ(redis.cli("-a pw-right-7f3 --no-auth-warning CONFIG SET requirepass pw-wrong-9c1"),
+              "OK");
+    EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+    EXPECT_EQ(c.state(), "up");
+  }
+  std::string text = log.stop();
+  auto lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, 14) << text;
+  std::printf("wrong password: %ld log lines\n", static_cast<long>(lines));
+  EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
+}
+
+// A Redis that refuses every SCRIPT LOAD (here an ACL without SCRIPT; a restarted Redis loading
+// its dataset answers LOADING alike) gets one log line a second, not one per script and pooled
+// connection; the metric counts every refusal.
+TEST(RedisClient, RefusedScriptLoadsAreLoggedOnceASecond) {
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("ACL SETUSER loader on '>pw-load-4e2' '~*' '&*' '+@all' '-script'"), "OK");
+  LogCapture log;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port());
+  o.pool_size = 4;
+  o.user = "loader";
+  o.password = "pw-load-4e2";
+  const int loads = o.pool_size * static_cast<int>(all_scripts().size());
+  {
+    RedisClient c(loop.base(), o, all_scripts(), &obs);
+    EXPECT_TRUE(
+        loop.wait_until([&] { return obs.errors["script_load"] == loads; }, milliseconds(3000)));
+    EXPECT_TRUE(c.up());  // EVALSHA is allowed: the connection serves, its scripts unloaded
+  }
+  std::string text = log.stop();
+  long lines = 0;
+  for (size_t at = 0; (at = text.find("SCRIPT LOAD failed", at)) != std::string::npos; ++at)
+    ++lines;
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, 2) << text;  // all within about a second; a slow box may see a second line
+  EXPECT_NE(text.find("NOPERM"), std::string::npos) << text;
+  EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
+  std::printf("%d refused SCRIPT LOADs, %ld log lines\n", loads, lines);
+}
+
+TEST(RedisClient, ReconnectsAfterRestartOnTheSamePort) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  redis.stop();
+  EXPECT_TRUE(loop.wait_until([&] { return !c.up(); }, milliseconds(3000)));
+  Result down = call(loop, c, {"PING"});
+  EXPECT_EQ(down.type, 0);
+  EXPECT_FALSE(down.error.empty());
+  redis.start();
+  EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(5000)));
+  EXPECT_EQ(call(loop, c, {"PING"}).str, "PONG");
+  // The restarted server has an empty script cache; the client loaded the scripts again.
+  EXPECT_EQ(redis.cli("SCRIPT EXISTS " + std::string(lua::kAdmit.sha1)), "1");
+  std::vector<bool> expect_tail = {false, true, false, true};
+  ASSERT_GE(obs.ups.size(), 4u);
+  EXPECT_EQ(std::vector<bool>(obs.ups.end() - 4, obs.ups.end()), expect_tail);
+}
+
+TEST(RedisClient, DestructionCompletesPendingCalls) {
+  testing::RedisServer redis;
+  Loop loop;
+  Result r, p;
+  bool posted = false;
+  {
+    RedisClient c(loop.base(), options(redis.port()), all_scripts());
+    ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+    ASSERT_EQ(redis.cli("CLIENT PAUSE 300 ALL"), "OK");
+    c.command(std::vector<std::string_view>{"PING"}, into(r));
+    c.post([&] { posted = true; });
+  }
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.error, "redis: client shut down");
+  EXPECT_TRUE(posted);
+}
+
+}  // namespace
+}  // namespace dripgate::control

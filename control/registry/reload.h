@@ -1,0 +1,65 @@
+// Loading the configuration while serving: at start, on SIGHUP and on POST /v1/admin/reload.
+// A reload loads the file again, applies the command-line overrides again, refuses the file when
+// it has errors or changes a setting that only a restart applies, and otherwise publishes a new
+// snapshot (config_snapshot.h): every request that starts after reload() returns runs on it.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "control/admission/config_snapshot.h"
+#include "control/metrics/metrics.h"
+
+namespace dripgate::control {
+
+// A stable hash of a configuration file's bytes, "fnv1a64:<16 hex>" (FNV-1a, 64 bit): tells
+// apart the files loaded, for /healthz; not a defence against anyone.
+std::string config_hash(std::string_view text);
+
+// What a load gives: the config (when no errors) and the hash of the text it was read from.
+struct Loaded {
+  std::optional<config::Config> cfg;
+  std::vector<config::Error> errors;
+  std::string hash;
+};
+
+// The command-line overrides, applied to every load of the file; returns why they cannot be
+// (an error whose file is the option, e.g. "--redis").
+using Overrides = std::function<std::optional<config::Error>(config::Config&)>;
+
+// path empty: the embedded default.
+Loaded load_config(const std::string& path, const Overrides& overrides);
+
+// The settings that change only on a restart (listen address, worker count, Redis, dataplane
+// socket, connection limits), one error per field that differs between running and next.
+std::vector<config::Error> restart_only_changes(const config::Config& running,
+                                                const config::Config& next);
+
+struct ReloadOutcome {
+  bool ok = false;
+  std::vector<std::string> errors;  // "file:line:col: path: message"
+  std::string hash;                 // of the configuration in force afterwards
+};
+
+class Reloader {
+ public:
+  // store and metrics outlive the reloader.
+  Reloader(std::string path, Overrides overrides, ConfigStore& store, Metrics& metrics);
+
+  // Thread-safe, one at a time. Logs the outcome (each error on its own line) and counts it.
+  ReloadOutcome reload();
+
+ private:
+  std::string path_;
+  Overrides overrides_;
+  ConfigStore& store_;
+  Metrics& metrics_;
+  std::mutex mu_;
+};
+
+}  // namespace dripgate::control

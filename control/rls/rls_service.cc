@@ -1,0 +1,261 @@
+#include "control/rls/rls_service.h"
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "control/gateway/gateway.h"
+#include "control/http/api.h"
+#include "control/rls/rls_mapping.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+
+namespace dripgate::control {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Code = pb::RateLimitResponse::Code;
+using Unit = pb::RateLimitResponse::RateLimit::Unit;
+
+// How long stop() waits for calls in flight (each bounded by the Redis timeout).
+constexpr std::chrono::seconds kDrainLimit{10};
+// As the HTTP API's body limit: a rate-limit request is a few hundred bytes.
+constexpr int kMaxMessageBytes = 64 * 1024;
+
+rls::Request from_message(const pb::RateLimitRequest& m) {
+  rls::Request r;
+  r.domain = m.domain();
+  r.hits_addend = m.hits_addend();
+  for (const auto& d : m.descriptors()) {
+    rls::Descriptor& desc = r.descriptors.emplace_back();
+    for (const auto& e : d.entries()) desc.entries.push_back({e.key(), e.value()});
+    if (d.has_hits_addend()) desc.hits_addend = d.hits_addend().value();
+  }
+  return r;
+}
+
+// The smallest of Envoy's units that spans the gate's window.
+Unit unit_of(double window_s) {
+  static constexpr std::pair<double, Unit> kUnits[] = {
+      {1, pb::RateLimitResponse::RateLimit::SECOND},
+      {60, pb::RateLimitResponse::RateLimit::MINUTE},
+      {3600, pb::RateLimitResponse::RateLimit::HOUR},
+      {86400, pb::RateLimitResponse::RateLimit::DAY},
+      {7 * 86400, pb::RateLimitResponse::RateLimit::WEEK},
+      {31 * 86400, pb::RateLimitResponse::RateLimit::MONTH}};
+  for (const auto& [len, unit] : kUnits)
+    if (window_s <= len) return unit;
+  return pb::RateLimitResponse::RateLimit::YEAR;
+}
+
+uint32_t u32(int64_t v) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, UINT32_MAX));
+}
+
+void add_header(google::protobuf::RepeatedPtrField<envoy::config::core::v3::HeaderValue>* to,
+                std::string_view key, const std::string& value) {
+  auto* h = to->Add();
+  h->set_key(key.data(), key.size());
+  h->set_value(value);
+}
+
+// An allowed or refused admission as Envoy reads it: the overall code, one status per
+// descriptor, the HTTP API's rate-limit headers for the client, and the request id and class
+// for the upstream (which settles or releases with them over HTTP).
+void fill(const rls::Mapped& m, const AdmitResult& r, pb::RateLimitResponse& out) {
+  bool refused = r.outcome == Outcome::kRefused;
+  out.set_overall_code(refused ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
+  for (const rls::Status& s : rls::statuses(m, r)) {
+    auto* st = out.add_statuses();
+    st->set_code(s.over_limit ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
+    if (s.gate.empty()) continue;
+    auto* limit = st->mutable_current_limit();
+    limit->set_name(s.gate);
+    limit->set_requests_per_unit(u32(s.limit));
+    limit->set_unit(unit_of(s.window_s));
+    st->set_limit_remaining(u32(s.remaining));
+    st->mutable_duration_until_reset()->set_seconds(s.reset_s);
+  }
+  for (const auto& [k, v] : api::ratelimit_headers(r))
+    add_header(out.mutable_response_headers_to_add(), k, v);
+  if (refused) return;
+  add_header(out.mutable_request_headers_to_add(), "dripgate-request-id", r.request_id);
+  add_header(out.mutable_request_headers_to_add(), "dripgate-class", r.cls);
+}
+
+grpc::Status error_status(const AdmitResult& r) {
+  switch (r.outcome) {
+    case Outcome::kBadRequest:
+      return {grpc::StatusCode::INVALID_ARGUMENT, r.error};
+    case Outcome::kConflict:
+      return {grpc::StatusCode::ALREADY_EXISTS, r.error};
+    default:
+      // Redis did not answer and the tenant's redis.on_failure is closed (open and local
+      // answer OK or OVER_LIMIT with Dripgate-Degraded, through fill()).
+      return {grpc::StatusCode::UNAVAILABLE, r.error.empty() ? "admission failed" : r.error};
+  }
+}
+
+}  // namespace
+
+// One event loop and its Gateway; calls are posted to it from gRPC's threads.
+struct RlsServer::Loop {
+  event_base* base = nullptr;
+  event* wake = nullptr;
+  std::unique_ptr<Gateway> gateway;
+  std::mutex mu;
+  std::vector<std::function<void(Gateway&)>> queue;
+  std::thread thread;
+
+  ~Loop() {
+    if (wake) event_free(wake);
+    if (base) event_base_free(base);
+  }
+
+  void post(std::function<void(Gateway&)> fn) {
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(std::move(fn));
+    }
+    event_active(wake, EV_TIMEOUT, 0);
+  }
+
+  static void on_wake(evutil_socket_t, short, void* arg) {
+    auto* l = static_cast<Loop*>(arg);
+    std::vector<std::function<void(Gateway&)>> batch;
+    {
+      std::lock_guard lock(l->mu);
+      batch.swap(l->queue);
+    }
+    for (auto& fn : batch) fn(*l->gateway);
+  }
+
+  void run() {
+    event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
+    // The gateway (engine, Redis connections) belongs to this loop: torn down on its thread.
+    gateway.reset();
+  }
+};
+
+class RlsServer::Service final : public pb::RateLimitService::CallbackService {
+ public:
+  explicit Service(RlsServer& server) : server_(server) {}
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest* req,
+                                            pb::RateLimitResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    const std::shared_ptr<const Snapshot> snap = server_.store_.current();
+    if (auto denied = check_token(*ctx, snap->cfg.control.auth_token)) {
+      reactor->Finish(*denied);
+      return reactor;
+    }
+    rls::Mapped m;
+    if (auto p = rls::map_request(snap->cfg.control.rls_domains, from_message(*req), m)) {
+      server_.metrics_.admission("", "", "bad_request", "grpc");
+      // An unknown domain or key is an error, not an UNKNOWN code: Envoy reads every code but
+      // OVER_LIMIT as OK (and asserts it never gets UNKNOWN), while an error goes through its
+      // failure_mode_deny and error counter.
+      reactor->Finish({p->kind == rls::Problem::Kind::kUnknown ? grpc::StatusCode::NOT_FOUND
+                                                               : grpc::StatusCode::INVALID_ARGUMENT,
+                       p->str()});
+      return reactor;
+    }
+    size_t n = server_.loops_.size();
+    Loop& loop = *server_.loops_[next_.fetch_add(1, std::memory_order_relaxed) % n];
+    // The mapping is read again when the decision comes back, after the posted task is gone.
+    auto mapped = std::make_shared<rls::Mapped>(std::move(m));
+    loop.post([reactor, resp, mapped](Gateway& g) {
+      g.admit(mapped->admit, [reactor, resp, mapped](const AdmitDecision& d) {
+        const AdmitResult& r = d.result;
+        if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
+          return reactor->Finish(error_status(r));
+        fill(*mapped, r, *resp);
+        reactor->Finish(grpc::Status::OK);
+      });
+    });
+    return reactor;
+  }
+
+ private:
+  // The HTTP API's rule: with control.auth_token set, every call carries
+  // "authorization: Bearer <token>" (gRPC metadata keys are lower case).
+  std::optional<grpc::Status> check_token(const grpc::CallbackServerContext& ctx,
+                                          const std::string& token) const {
+    if (token.empty()) return std::nullopt;
+    const auto& md = ctx.client_metadata();
+    auto it = md.find("authorization");
+    std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    if (api::token_matches(token, it == md.end() ? nullptr : value.c_str())) return std::nullopt;
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        it == md.end() ? "missing bearer token (authorization: Bearer …)" : "invalid bearer token");
+  }
+
+  RlsServer& server_;
+  std::atomic<size_t> next_{0};
+};
+
+RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback,
+                     const DecisionLogFile* decisions)
+    : store_(store),
+      metrics_(metrics),
+      threads_(std::max(1, threads)),
+      fallback_(fallback),
+      decisions_(decisions) {}
+
+RlsServer::~RlsServer() {
+  stop();
+}
+
+bool RlsServer::start(const std::string& listen, std::string& error) {
+  static std::once_flag threads_once;
+  std::call_once(threads_once, [] { evthread_use_pthreads(); });
+  for (int i = 0; i < threads_; ++i) {
+    auto l = std::make_unique<Loop>();
+    l->base = event_base_new();
+    l->wake = l->base ? event_new(l->base, -1, 0, &Loop::on_wake, l.get()) : nullptr;
+    if (!l->wake) {
+      error = "grpc: cannot create an event loop";
+      return false;
+    }
+    l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, decisions_,
+                                           "grpc", fallback_);
+    loops_.push_back(std::move(l));
+  }
+  service_ = std::make_unique<Service>(*this);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    error = "grpc_listen: cannot listen on " + listen;
+    server_.reset();
+    loops_.clear();
+    return false;
+  }
+  for (auto& l : loops_) l->thread = std::thread([lp = l.get()] { lp->run(); });
+  return true;
+}
+
+void RlsServer::stop() {
+  // Calls in flight finish from the loops, so the loops run until the server has shut down.
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + kDrainLimit);
+  for (auto& l : loops_) {
+    if (!l->thread.joinable()) continue;
+    l->post([base = l->base](Gateway&) { event_base_loopexit(base, nullptr); });
+    l->thread.join();
+  }
+  server_.reset();
+  loops_.clear();
+}
+
+}  // namespace dripgate::control
