@@ -23,87 +23,85 @@
 #include "control/registry/tenant_registry.h"
 #include "control/rls/rls_service.h"
 
-using dripgate::config::Config;
+namespace cfg = dripgate::config;
+namespace ctl = dripgate::control;
+using cfg::Config;
 
 namespace {
 
-// What --print-config shows: the configuration without its secrets (an inline password or
-// token; files are named, not read out).
-Config masked(Config cfg) {
-  cfg.redis.url = dripgate::common::redact_redis_url(cfg.redis.url);
-  if (!cfg.control.auth_token.empty() && cfg.control.auth_token_file.empty() &&
-      cfg.control.auth_token_env.empty())
-    cfg.control.auth_token = "***";
-  if (!cfg.control.admin_token.empty() && cfg.control.admin_token_file.empty() &&
-      cfg.control.admin_token_env.empty())
-    cfg.control.admin_token = "***";
-  return cfg;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"dripgate-control: admission over HTTP, decided atomically in Redis"};
+// The command line: what overrides the file, and what to do instead of serving.
+struct Args {
   std::string config_file, listen, redis_url, log_level = "info";
   bool check = false, print_config = false, no_io_uring = false;
   int threads = 0;
-  app.add_option("--config", config_file, "YAML config file (default: the embedded default)");
-  app.add_flag("--check", check, "validate the config, print every error, exit 0 or 1");
-  app.add_flag("--print-config", print_config,
+};
+
+// Parses argv into args; returns an exit code when the run ends here (--help, a bad flag).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  CLI::App app{"dripgate-control: admission over HTTP, decided atomically in Redis"};
+  app.add_option("--config", a.config_file, "YAML config file (default: the embedded default)");
+  app.add_flag("--check", a.check, "validate the config, print every error, exit 0 or 1");
+  app.add_flag("--print-config", a.print_config,
                "print the configuration in force (file, defaults and overrides) as YAML, secrets "
                "masked, and exit");
-  app.add_option("--listen", listen, "override control.listen (host:port)");
-  app.add_option("--redis", redis_url, "override redis.url");
-  app.add_option("--threads", threads, "override control.threads")->check(CLI::Range(1, 256));
-  app.add_flag("--no-io-uring", no_io_uring,
+  app.add_option("--listen", a.listen, "override control.listen (host:port)");
+  app.add_option("--redis", a.redis_url, "override redis.url");
+  app.add_option("--threads", a.threads, "override control.threads")->check(CLI::Range(1, 256));
+  app.add_flag("--no-io-uring", a.no_io_uring,
                "send each HTTP answer with its own send() instead of one io_uring submission per "
                "event-loop pass (for comparison; used anyway where the kernel refuses io_uring)");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
+  app.add_option("--log-level", a.log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
 
-  spdlog::set_default_logger(spdlog::stderr_color_mt("dripgate-control"));
-  spdlog::set_level(spdlog::level::from_str(log_level));
-
-  // Applied at start and again to every reload, so a reloaded file keeps them.
-  auto overrides = [&](Config& cfg) -> std::optional<dripgate::config::Error> {
-    if (!redis_url.empty()) {
-      if (auto why = cfg.redis.set_url(redis_url))
-        return dripgate::config::Error{
+// The command line's overrides, applied at start and again to every reload, so a reloaded file
+// keeps them.
+ctl::Overrides overrides_of(const Args& a) {
+  return [a](Config& c) -> std::optional<cfg::Error> {
+    if (!a.redis_url.empty()) {
+      if (auto why = c.redis.set_url(a.redis_url))
+        return cfg::Error{
             "--redis", 0, 0, "",
             "bad redis URL " +
-                dripgate::common::quote(dripgate::common::redact_redis_url(redis_url)) + ": " +
+                dripgate::common::quote(dripgate::common::redact_redis_url(a.redis_url)) + ": " +
                 *why};
-      cfg.redis.cluster.clear();  // --redis names one node, in place of any cluster seeds
+      c.redis.cluster.clear();  // --redis names one node, in place of any cluster seeds
     }
-    if (!listen.empty()) {
+    if (!a.listen.empty()) {
       std::string host;
       std::optional<int> port;
-      if (auto why = dripgate::common::split_host_port(listen, true, host, port))
-        return dripgate::config::Error{
-            "--listen", 0, 0, "",
-            "bad listen address " + dripgate::common::quote(listen) + ": " + *why};
-      cfg.control.listen = listen;
+      if (auto why = dripgate::common::split_host_port(a.listen, true, host, port))
+        return cfg::Error{"--listen", 0, 0, "",
+                          "bad listen address " + dripgate::common::quote(a.listen) + ": " + *why};
+      c.control.listen = a.listen;
     }
-    if (threads > 0) cfg.control.threads = threads;
+    if (a.threads > 0) c.control.threads = a.threads;
     return std::nullopt;
   };
-  auto loaded = dripgate::control::load_config(config_file, overrides);
-  if (!loaded.errors.empty()) {
-    for (const auto& e : loaded.errors) std::fprintf(stderr, "%s\n", e.str().c_str());
-    return 1;
-  }
-  const Config& cfg = *loaded.cfg;
-  if (print_config) {
-    std::fputs(dripgate::config::to_yaml(masked(cfg)).c_str(), stdout);
-    return 0;
-  }
-  if (check) {
-    std::printf("%s: ok\n", cfg.source.c_str());
-    return 0;
-  }
+}
 
-  // Workers inherit this mask; only sigwait below sees the signals.
+// What --print-config shows: the configuration without its secrets (an inline password or
+// token; files are named, not read out).
+Config masked(Config c) {
+  c.redis.url = dripgate::common::redact_redis_url(c.redis.url);
+  if (!c.control.auth_token.empty() && c.control.auth_token_file.empty() &&
+      c.control.auth_token_env.empty())
+    c.control.auth_token = "***";
+  if (!c.control.admin_token.empty() && c.control.admin_token_file.empty() &&
+      c.control.admin_token_env.empty())
+    c.control.admin_token = "***";
+  return c;
+}
+
+// Blocks the signals the daemon waits for; the workers inherit the mask, so only sigwait in
+// main sees them.
+sigset_t block_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -111,77 +109,124 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return set;
+}
 
-  dripgate::control::ServerOptions opts;
-  opts.listen = cfg.control.listen;
-  opts.threads = cfg.control.threads;
-  opts.max_connections = cfg.control.max_connections;
-  opts.request_timeout_s = cfg.control.request_timeout_s;
-  opts.io_uring = !no_io_uring;
-  // Local decisions (redis.on_failure: local) and the journal that carries them into Redis,
-  // read back first: a restart during an outage keeps what was decided before it.
-  std::unique_ptr<dripgate::control::Fallback> fallback;
-  if (!cfg.redis.journal.empty()) {
-    std::string why;
-    fallback = dripgate::control::Fallback::open(cfg.redis.journal, &why);
-    if (!fallback) {
-      spdlog::critical("redis.journal: {}", why);
-      return 1;
-    }
-    opts.fallback = fallback.get();
-  }
-  dripgate::control::ConfigStore store(
-      std::make_shared<const dripgate::control::Snapshot>(cfg, loaded.hash));
-  dripgate::control::Metrics metrics;
-  dripgate::control::Reloader reloader(config_file, overrides, store, metrics);
-  // The tenant registry's copy, read before serving so that its tenants are known from the first
-  // request; when Redis does not answer within the wait, serving starts all the same (/readyz
-  // says the registry is missing until it is read).
-  // The brake too, so that a daemon started while it is on obeys it from the first request;
-  // both are read at once, within the same 5 s.
+ctl::ServerOptions server_options(const Config& c, const Args& a) {
+  ctl::ServerOptions opts;
+  opts.listen = c.control.listen;
+  opts.threads = c.control.threads;
+  opts.max_connections = c.control.max_connections;
+  opts.request_timeout_s = c.control.request_timeout_s;
+  opts.io_uring = !a.no_io_uring;
+  return opts;
+}
+
+// Local decisions (redis.on_failure: local) and the journal that carries them into Redis, read
+// back first: a restart during an outage keeps what was decided before it. False when the
+// journal cannot be opened; fallback stays null when none is configured.
+bool open_fallback(const Config& c, std::unique_ptr<ctl::Fallback>& fallback) {
+  if (c.redis.journal.empty()) return true;
+  std::string why;
+  fallback = ctl::Fallback::open(c.redis.journal, &why);
+  if (!fallback) spdlog::critical("redis.journal: {}", why);
+  return fallback != nullptr;
+}
+
+// The tenant registry's copy and the brake, read before serving so that the registry's tenants
+// are known and a brake that is on is obeyed from the first request. Both are read at once,
+// within the same 5 s; when Redis does not answer by then, serving starts all the same
+// (/readyz says the registry is missing until it is read). False on an error that must stop
+// the daemon.
+bool start_pollers(ctl::BrakeSync& brake, ctl::RegistrySync& registry) {
   const auto read_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::string err;
-  dripgate::control::BrakeSync brake(store, cfg.redis,
-                                     [&metrics](double f) { metrics.brake_factor(f); });
   if (!brake.start(std::chrono::milliseconds(0), err) && !err.empty()) {
     spdlog::critical("{}", err);
-    return 1;
+    return false;
   }
-  dripgate::control::RegistrySync registry(store, cfg.redis);
   if (!registry.start(std::chrono::seconds(5), err)) {
     if (!err.empty()) {
       spdlog::critical("{}", err);
-      return 1;
+      return false;
     }
     spdlog::warn("tenant registry: not read within 5 s; serving without it until it is");
   }
   if (!brake.wait_loaded(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
           read_by - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{}))))
     spdlog::warn("brake: not read within 5 s; serving without it until it is");
-  dripgate::control::HttpServer server(store, metrics, opts, &reloader);
+  return true;
+}
+
+// Envoy's rate-limit service, beside the HTTP API and counted in the same metrics, when
+// control.grpc_listen is set. False when it cannot listen.
+bool start_rls(const Config& c, const ctl::ConfigStore& store, ctl::Metrics& metrics,
+               ctl::Fallback* fallback, ctl::HttpServer& server,
+               std::optional<ctl::RlsServer>& rls) {
+  if (c.control.grpc_listen.empty()) return true;
+  std::string err;
+  rls.emplace(store, metrics, c.control.threads, fallback, server.decisions());
+  if (!rls->start(c.control.grpc_listen, err)) {
+    spdlog::critical("{}", err);
+    return false;
+  }
+  spdlog::info("Envoy rate-limit service (gRPC) on {} (port {})", c.control.grpc_listen,
+               rls->port());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (auto code = parse_args(argc, argv, args)) return *code;
+  spdlog::set_default_logger(spdlog::stderr_color_mt("dripgate-control"));
+  spdlog::set_level(spdlog::level::from_str(args.log_level));
+
+  const ctl::Overrides overrides = overrides_of(args);
+  auto loaded = ctl::load_config(args.config_file, overrides);
+  if (!loaded.errors.empty()) {
+    for (const auto& e : loaded.errors) std::fprintf(stderr, "%s\n", e.str().c_str());
+    return 1;
+  }
+  const Config& c = *loaded.cfg;
+  if (args.print_config) {
+    std::fputs(cfg::to_yaml(masked(c)).c_str(), stdout);
+    return 0;
+  }
+  if (args.check) {
+    std::printf("%s: ok\n", c.source.c_str());
+    return 0;
+  }
+
+  sigset_t signals = block_signals();
+  ctl::ServerOptions opts = server_options(c, args);
+  std::unique_ptr<ctl::Fallback> fallback;
+  if (!open_fallback(c, fallback)) return 1;
+  opts.fallback = fallback.get();
+  ctl::ConfigStore store(std::make_shared<const ctl::Snapshot>(c, loaded.hash));
+  ctl::Metrics metrics;
+  ctl::Reloader reloader(args.config_file, overrides, store, metrics);
+  ctl::BrakeSync brake(store, c.redis, [&metrics](double f) { metrics.brake_factor(f); });
+  ctl::RegistrySync registry(store, c.redis);
+  if (!start_pollers(brake, registry)) return 1;
+  ctl::HttpServer server(store, metrics, opts, &reloader);
+  std::string err;
   if (!server.start(err)) {
     spdlog::critical("{}", err);
     return 1;
   }
   spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {} ({})",
                opts.listen, server.port(), opts.threads,
-               cfg.redis.cluster.empty() ? dripgate::common::redact_redis_url(cfg.redis.url)
-                                         : "cluster (seed " + cfg.redis.cluster.front() + ")",
-               cfg.source, loaded.hash);
-  // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics.
-  std::optional<dripgate::control::RlsServer> rls;
-  if (!cfg.control.grpc_listen.empty()) {
-    rls.emplace(store, metrics, opts.threads, fallback.get(), server.decisions());
-    if (!rls->start(cfg.control.grpc_listen, err)) {
-      spdlog::critical("{}", err);
-      return 1;
-    }
-    spdlog::info("Envoy rate-limit service (gRPC) on {} (port {})", cfg.control.grpc_listen,
-                 rls->port());
-  }
+               c.redis.cluster.empty() ? dripgate::common::redact_redis_url(c.redis.url)
+                                       : "cluster (seed " + c.redis.cluster.front() + ")",
+               c.source, loaded.hash);
+  std::optional<ctl::RlsServer> rls;
+  if (!start_rls(c, store, metrics, fallback.get(), server, rls)) return 1;
+
   int sig = 0;
   // SIGHUP reloads the config file (reload.h) and serving goes on; the others stop.
-  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) reloader.reload();
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloader.reload();
   spdlog::info("{}: stopping (finishing requests in flight)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   if (rls) rls->stop();

@@ -224,8 +224,8 @@ struct Engine::Impl {
   // hash slot, all sent at once: admit.lua in the tenant's slot, gates.lua in each global gate's.
   struct AdmitOp {
     // User-provided, so that make_shared default-initializes (every member has an initializer)
-    // instead of value-initializing: that zero-fills the whole object (Prepared's gate arrays,
-    // the result's strings) before constructing it, a thousand instructions per admission.
+    // instead of value-initializing: that would zero-fill the whole object (Prepared's gate
+    // arrays, the result's strings) before constructing it, on every admission.
     AdmitOp() {}
     std::function<void(AdmitResult)> done;
     AdmitResult res;  // gate/retry_after_ms: the refusal with the longest wait so far
@@ -883,7 +883,7 @@ void Engine::release(std::string tenant, std::string request_id,
 
 // No LateReply: reconcile.lua is idempotent by record id, so a charge whose reply was late or
 // lost is simply sent again by the reconciler.
-void Engine::charge(const Charge& c, std::function<void(std::string error)> done) {
+void Engine::reconcile(const ReconcileRecord& c, std::function<void(std::string error)> done) {
   impl_->send(ReconcileCall(c), [done = std::move(done)](const redisReply* r, std::string_view e) {
     done(bad_reply(r, e, 0));
   });

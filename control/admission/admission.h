@@ -153,7 +153,7 @@ struct ReleaseResult {
 // One part of a decision made while Redis did not answer (redis.on_failure: local), charged to
 // Redis later by reconcile.lua, in one hash slot: tokens added to a month's quota counter and
 // each bucket's cost taken from it, once per record_id (idempotent).
-struct Charge {
+struct ReconcileRecord {
   struct Bucket {
     std::string key, capacity, refill;  // the full limits, as the plan gives them
     // What the local decision took (1, a token-rate gate's estimate, 0 for a shadow bucket that
@@ -208,7 +208,7 @@ class Engine {
   void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
   // Applies c (reconcile.lua); done(error) with an empty error once it is in Redis, now or by an
   // earlier call.
-  void charge(const Charge& c, std::function<void(std::string error)> done);
+  void reconcile(const ReconcileRecord& c, std::function<void(std::string error)> done);
 
   bool redis_up() const;
   // "up", "down" or "auth_failed" (see RedisClient::state()).

@@ -2060,11 +2060,11 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
 TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
-  auto charge = [&](const Charge& c) {
-    return h.run<std::string>([&](auto done) { h.engine().charge(c, done); });
+  auto charge = [&](const ReconcileRecord& c) {
+    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
   };
   const std::string quota = keys::quota("t", "2026-12"), tb = keys::bucket("t", "tenant");
-  Charge c;
+  ReconcileRecord c;
   c.record_id = "0123456789abcdef:1";
   c.applied_key = keys::applied("t");
   c.quota_key = quota;
@@ -2075,7 +2075,7 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   EXPECT_EQ(charge(c), "");  // sent again (a crash before the journal said so): nothing more
   EXPECT_EQ(s.str({"GET", quota}), "100");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "1");
-  Charge settle = c;
+  ReconcileRecord settle = c;
   settle.record_id = "0123456789abcdef:2";
   settle.tokens = -40;
   settle.buckets.clear();
@@ -2089,7 +2089,7 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");  // emptied, not below
   EXPECT_EQ(s.str({"GET", quota}), "260");
   // A global gate's part, in its own slot with its own set of applied ids.
-  Charge g;
+  ReconcileRecord g;
   g.record_id = "0123456789abcdef:3";
   g.applied_key = keys::global_applied("model", "m");
   g.quota_key = g.applied_key;
@@ -2110,11 +2110,11 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
 TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
-  auto charge = [&](const Charge& c) {
-    return h.run<std::string>([&](auto done) { h.engine().charge(c, done); });
+  auto charge = [&](const ReconcileRecord& c) {
+    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
   };
   const std::string tb = keys::bucket("t", "tenant_tokens");
-  Charge c;
+  ReconcileRecord c;
   c.record_id = "00000000000000aa:1";
   c.applied_key = keys::applied("t");
   c.quota_key = keys::quota("t", "2026-12");
@@ -2123,7 +2123,7 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   c.buckets = {{tb, "1000", "0", "300"}};
   EXPECT_EQ(charge(c), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "700");
-  Charge settle = c;
+  ReconcileRecord settle = c;
   settle.record_id = "00000000000000aa:2";
   settle.exact = true;
   settle.tokens = 500;

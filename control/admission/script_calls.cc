@@ -185,24 +185,18 @@ Tables::Tables(const config::Config& cfg) {
     set_keys(ti, name);
     tenants.emplace(name, std::move(ti));
   }
-  for (const auto& [name, b] : cfg.global_gates.model) {
-    Gate g("model", b);
-    g.key = global_key(g, "model", name);
-    g.id = name;
-    models.emplace(name, std::move(g));
-  }
-  for (const auto& [name, b] : cfg.global_gates.model_tokens) {
-    Gate g("model_tokens", b, true);
-    g.key = keys::global_bucket("model_tokens", name);
-    g.id = name;
-    model_tokens.emplace(name, std::move(g));
-  }
-  for (const auto& [name, b] : cfg.global_gates.tool) {
-    Gate g("tool", b);
-    g.key = global_key(g, "tool", name);
-    g.id = name;
-    tools.emplace(name, std::move(g));
-  }
+  // A global gate per name (a token-rate gate is never a window: the loader refuses one).
+  auto add_globals = [](auto& into, const char* kind, const auto& gates, bool tokens) {
+    for (const auto& [name, b] : gates) {
+      Gate g(kind, b, tokens);
+      g.key = global_key(g, kind, name);
+      g.id = name;
+      into.emplace(name, std::move(g));
+    }
+  };
+  add_globals(models, "model", cfg.global_gates.model, false);
+  add_globals(model_tokens, "model_tokens", cfg.global_gates.model_tokens, true);
+  add_globals(tools, "tool", cfg.global_gates.tool, false);
   if (cfg.global_gates.total) {
     total.emplace("total", *cfg.global_gates.total);
     total->key = global_key(*total, "total", {});
@@ -776,7 +770,7 @@ ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)
   args.set(s::kArgRequestId, request_id);
 }
 
-ReconcileCall::ReconcileCall(const Charge& c)
+ReconcileCall::ReconcileCall(const ReconcileRecord& c)
     : Call(lua::kReconcile, lua::reconcile::kKeysFixed,
            lua::reconcile::kKeysFixed + c.buckets.size(), lua::reconcile::kArgsFixed,
            lua::reconcile::kArgsFixed + c.buckets.size() * lua::reconcile::kArgBucketStride),
@@ -790,7 +784,7 @@ ReconcileCall::ReconcileCall(const Charge& c)
   args.set(s::kArgMonthEnd, c.month_end);
   args.set(s::kArgTokens, tokens_s);
   args.set(s::kArgExact, c.exact ? "1" : "0");
-  for (const Charge::Bucket& b : c.buckets) {
+  for (const ReconcileRecord::Bucket& b : c.buckets) {
     keys.add(b.key);
     std::array<std::string_view, s::kArgBucketStride> g;
     g[s::kArgBucketCapacity] = b.capacity;

@@ -321,7 +321,7 @@ inline constexpr int kAppliedTtlS = 7 * 86400;
 
 // reconcile.lua: charges one journaled local decision's part in one slot.
 struct ReconcileCall : Call {
-  explicit ReconcileCall(const Charge& c);
+  explicit ReconcileCall(const ReconcileRecord& c);
   std::string tokens_s;
 };
 

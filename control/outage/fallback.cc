@@ -156,6 +156,59 @@ void Fallback::counts() {
   pending_.store(journal_->pending_count(), std::memory_order_relaxed);
 }
 
+namespace {
+
+// A gate's local bucket: the plan's limits scaled to this daemon's share, and by the brake
+// factor unless the gate is a shadow one (as prepare's brake: a shadow gate shows what the
+// plan's limit would do).
+LocalBucket gate_bucket(const Gate& g, std::string_view key, bool global, double share,
+                         double factor, int64_t tokens) {
+  LocalBucket b;
+  b.key = key;
+  b.gate = g.name;
+  b.shadow = g.shadow == "1";
+  const double scale = b.shadow ? share : share * factor;
+  if (g.window) {
+    // A sliding window is decided locally as a bucket of capacity limit refilling limit per
+    // window (an approximation: it admits up to twice the limit in a window that straddles
+    // an empty one), and is not journaled: reconcile.lua charges buckets, and a window's
+    // admissions matter only for one window, which an outage mostly outlasts.
+    const double limit = static_cast<double>(g.limit);
+    b.capacity = limit * scale;
+    b.refill = limit * 1000 / static_cast<double>(g.window_ms) * scale;
+    b.window = true;
+  } else {
+    b.capacity = g.capacity * scale;
+    b.refill = g.refill * scale;
+  }
+  b.cost = g.per_token ? static_cast<double>(tokens) : 1;
+  b.per_token = g.per_token;
+  b.global = global;
+  b.id = g.id;
+  b.full_capacity = g.cap_s;
+  b.full_refill = g.rate_s;
+  return b;
+}
+
+// A local refusal's answer: the gate, the reason and when to retry; for the quota, how many
+// tokens are missing and the plan's degrade offer.
+void refuse(AdmitResult& res, const LocalVerdict& v, int64_t tokens, const config::Plan& plan) {
+  res.outcome = Outcome::kRefused;
+  res.gate = v.gate;
+  res.reason = v.reason;
+  res.retry_after_ms = v.retry_after_ms;
+  if (v.reason != "quota") return;
+  for (const Remaining& q : res.remaining)
+    if (q.gate == "quota")
+      res.tokens_missing = std::max<int64_t>(0, tokens - static_cast<int64_t>(q.value));
+  if (plan.degrade) {
+    res.degrade_model = plan.degrade->model;
+    res.upgrade_url = plan.degrade->upgrade_url;
+  }
+}
+
+}  // namespace
+
 AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng,
                             const TenantDirectory* registry, const Brake* brake) {
   AdmitResult res;
@@ -182,33 +235,9 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   a.request_id = rec.request_id = p.rid;
   a.tokens = rec.tokens = p.tokens;
   a.buckets.reserve(static_cast<size_t>(p.nb + p.nw + p.ng));
-  // As prepare's brake: enforced gates only (a shadow one shows what the plan's limit would do).
   auto add = [&](const Gate& g, std::string_view key, bool global) {
-    LocalBucket& b = a.buckets.emplace_back();
-    b.key = key;
-    b.gate = g.name;
-    b.shadow = g.shadow == "1";
-    const double scale = b.shadow ? share : share * factor;
+    LocalBucket& b = a.buckets.emplace_back(gate_bucket(g, key, global, share, factor, p.tokens));
     if (!b.shadow && factor < 1) res.brake = factor;
-    if (g.window) {
-      // A sliding window is decided locally as a bucket of capacity limit refilling limit per
-      // window (an approximation: it admits up to twice the limit in a window that straddles
-      // an empty one), and is not journaled: reconcile.lua charges buckets, and a window's
-      // admissions matter only for one window, which an outage mostly outlasts.
-      const double limit = static_cast<double>(g.limit);
-      b.capacity = limit * scale;
-      b.refill = limit * 1000 / static_cast<double>(g.window_ms) * scale;
-      b.window = true;
-    } else {
-      b.capacity = g.capacity * scale;
-      b.refill = g.refill * scale;
-    }
-    b.cost = g.per_token ? static_cast<double>(p.tokens) : 1;
-    b.per_token = g.per_token;
-    b.global = global;
-    b.id = g.id;
-    b.full_capacity = g.cap_s;
-    b.full_refill = g.rate_s;
   };
   for (int i = 0; i < p.nb; ++i) add(*p.buckets[i], p.bucket_keys[i], false);
   for (int i = 0; i < p.nw; ++i) add(*p.windows[i], p.window_keys[i], false);
@@ -247,19 +276,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   LocalVerdict v = limiter_.admit(a, now);
   res.remaining = std::move(v.remaining);
   if (!v.allowed) {
-    res.outcome = Outcome::kRefused;
-    res.gate = v.gate;
-    res.reason = v.reason;
-    res.retry_after_ms = v.retry_after_ms;
-    if (v.reason == "quota") {
-      for (const Remaining& q : res.remaining)
-        if (q.gate == "quota")
-          res.tokens_missing = std::max<int64_t>(0, p.tokens - static_cast<int64_t>(q.value));
-      if (plan.degrade) {
-        res.degrade_model = plan.degrade->model;
-        res.upgrade_url = plan.degrade->upgrade_url;
-      }
-    }
+    refuse(res, v, p.tokens, plan);
     return res;
   }
   journal_buckets(rec, a.buckets, [&](size_t i) { return v.taken[i]; });
@@ -394,15 +411,9 @@ SettleResult Fallback::defer_settle(const std::string& tenant, const std::string
   rec.tenant = tenant;
   rec.request_id = request_id;
   rec.tokens = tokens;
-  SettleResult res;
-  res.degraded = "local";
-  if (!journal_deferred(rec)) {
-    res.outcome = Outcome::kUnavailable;
-    res.error = kJournalUnwritable;
-    return res;
-  }
+  auto res = deferred<SettleResult>(rec);
+  if (res.outcome != Outcome::kAllowed) return res;
   // Settled as far as the client is concerned: Redis applies it when it is back.
-  res.outcome = Outcome::kAllowed;
   res.settled = true;
   res.charged = tokens;
   res.detail = "settled";
@@ -414,16 +425,22 @@ ReleaseResult Fallback::defer_release(const std::string& tenant, const std::stri
   rec.op = JournalRecord::Op::kRerelease;
   rec.tenant = tenant;
   rec.request_id = request_id;
-  ReleaseResult res;
+  // Whether a lease was held is Redis's to say; it ends it when it is back.
+  auto res = deferred<ReleaseResult>(rec);
+  res.released = false;
+  return res;
+}
+
+template <class Result>
+Result Fallback::deferred(JournalRecord& rec) {
+  Result res;
   res.degraded = "local";
-  if (!journal_deferred(rec)) {
+  if (journal_deferred(rec)) {
+    res.outcome = Outcome::kAllowed;
+  } else {
     res.outcome = Outcome::kUnavailable;
     res.error = kJournalUnwritable;
-    return res;
   }
-  // Whether a lease was held is Redis's to say; it ends it when it is back.
-  res.outcome = Outcome::kAllowed;
-  res.released = false;
   return res;
 }
 

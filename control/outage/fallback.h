@@ -92,6 +92,10 @@ class Fallback {
   // Journals a settle or release Redis missed (stamped now), for reconciliation to replay; false
   // when the journal cannot be written.
   bool journal_deferred(JournalRecord& rec);
+  // A deferred settle's or release's answer (degraded "local"): allowed once rec is journaled,
+  // 503 when it cannot be.
+  template <class Result>
+  Result deferred(JournalRecord& rec);
 
   mutable std::mutex mu_;
   std::unique_ptr<Journal> journal_;

@@ -35,7 +35,7 @@ struct JournalRecord {
     kCharge,     // a local reservation's stream charge: `tokens` to the quota and to its
                  // token-rate buckets, reconciled like a settle's correction
   };
-  struct Bucket : Charge::Bucket {
+  struct Bucket : ReconcileRecord::Bucket {
     std::string gate;  // "tenant", "tenant_tokens", ...; "" in a line of the old layout
   };
   struct Global {

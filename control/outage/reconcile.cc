@@ -11,8 +11,8 @@ namespace dripgate::control {
 namespace {
 
 // The tenant-slot part of a local admission, settle or stream charge.
-Charge tenant_charge(const std::string& record_id, const JournalRecord& r) {
-  Charge c;
+ReconcileRecord tenant_record(const std::string& record_id, const JournalRecord& r) {
+  ReconcileRecord c;
   c.record_id = record_id;
   c.exact = r.exact();
   c.applied_key = keys::applied(r.tenant);
@@ -24,9 +24,9 @@ Charge tenant_charge(const std::string& record_id, const JournalRecord& r) {
 }
 
 // A global gate's part: its bucket only, in its own slot.
-Charge global_charge(const std::string& record_id, const JournalRecord& r,
+ReconcileRecord global_record(const std::string& record_id, const JournalRecord& r,
                      const JournalRecord::Global& g) {
-  Charge c;
+  ReconcileRecord c;
   c.record_id = record_id;
   c.exact = r.exact();
   c.applied_key = keys::global_applied(g.kind, g.name);
@@ -63,8 +63,8 @@ void reconcile(Engine& engine, const std::string& journal_id, const JournalRecor
     case JournalRecord::Op::kCharge:
       break;
   }
-  std::vector<Charge> parts{tenant_charge(record_id, r)};
-  for (const JournalRecord::Global& g : r.globals) parts.push_back(global_charge(record_id, r, g));
+  std::vector<ReconcileRecord> parts{tenant_record(record_id, r)};
+  for (const JournalRecord::Global& g : r.globals) parts.push_back(global_record(record_id, r, g));
   // All parts answer before done: ok only when every one is in Redis.
   struct Join {
     size_t left;
@@ -72,8 +72,8 @@ void reconcile(Engine& engine, const std::string& journal_id, const JournalRecor
     std::function<void(bool)> done;
   };
   auto join = std::make_shared<Join>(Join{parts.size(), true, std::move(done)});
-  for (const Charge& c : parts)
-    engine.charge(c, [join](std::string error) {
+  for (const ReconcileRecord& c : parts)
+    engine.reconcile(c, [join](std::string error) {
       if (!error.empty()) join->ok = false;
       if (--join->left == 0) join->done(join->ok);
     });

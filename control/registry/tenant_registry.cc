@@ -52,17 +52,24 @@ const Keys& registry_keys() {
   return k;
 }
 
+// A registry script's KEYS: the registry's three keys, at the places the script declares.
+template <size_t N>
+std::array<std::string_view, N> registry_kv(size_t tenants, size_t version, size_t log) {
+  const Keys& k = registry_keys();
+  std::array<std::string_view, N> kv{};
+  kv[tenants] = k.tenants;
+  kv[version] = k.version;
+  kv[log] = k.log;
+  return kv;
+}
+
 }  // namespace
 
 void registry::write(RedisCalls& redis, const std::string& tenant, const std::string& plan,
                      std::function<void(std::string previous, std::string error)> done) {
   namespace s = lua::registry_write;
   static const std::string log_len = std::to_string(kLogLen);
-  const Keys& k = registry_keys();
-  std::array<std::string_view, s::kKeysFixed> kv{};
-  kv[s::kKeyTenants] = k.tenants;
-  kv[s::kKeyVersion] = k.version;
-  kv[s::kKeyLog] = k.log;
+  const auto kv = registry_kv<s::kKeysFixed>(s::kKeyTenants, s::kKeyVersion, s::kKeyLog);
   std::array<std::string_view, s::kArgsFixed> av{};
   av[s::kArgTenant] = tenant;
   av[s::kArgPlan] = plan;
@@ -114,12 +121,8 @@ void RegistrySync::poll() {
   busy_ = true;
   namespace s = lua::registry_changes;
   static const std::string max_changes = std::to_string(registry::kMaxChanges);
-  const Keys& k = registry_keys();
   std::string since = copy_ ? std::to_string(copy_->version()) : "-1";
-  std::array<std::string_view, s::kKeysFixed> kv{};
-  kv[s::kKeyTenants] = k.tenants;
-  kv[s::kKeyVersion] = k.version;
-  kv[s::kKeyLog] = k.log;
+  const auto kv = registry_kv<s::kKeysFixed>(s::kKeyTenants, s::kKeyVersion, s::kKeyLog);
   std::array<std::string_view, s::kArgsFixed> av{};
   av[s::kArgSince] = since;
   av[s::kArgMax] = max_changes;
