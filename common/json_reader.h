@@ -1,8 +1,8 @@
 // A JSON request body read flat, without a tree: the API's bodies are a handful of fields, and
 // an nlohmann tree for each (a heap node per value, a map per object, a set per object to find
-// repeated keys) cost a fifth of the daemon's instructions per admission. simdjson's DOM parser
-// (a reused parser: no allocation once warm) does the lexing and the grammar, about a seventh of
-// the instructions of nlohmann's SAX parser on an admission's body; a body simdjson refuses is
+// repeated keys) allocates on every request. simdjson's DOM parser (a reused parser: no
+// allocation once warm) does the lexing and the grammar, faster than nlohmann's SAX parser
+// (ARCHITECTURE §4 gives the figures); a body simdjson refuses is
 // read again by nlohmann's SAX parser, which has the last word on what is JSON (simdjson refuses
 // some valid JSON: integers beyond 64 bits, doubles beyond the range). This file only records
 // each value, in document order, with its parent and key.

@@ -270,9 +270,8 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
     // and stored after: hashed from b.k4, the CRC's loads waited for the key's store to be
     // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
     // stay in L2, classify_burst's finds are independent loads the out-of-order core
-    // overlaps, and the prefetch instruction per packet cost more than it hid
-    // (dp_cpu_per_packet.sh, ip-flows: 0.96x the worker's ns per packet without it, the median
-    // of five runs).
+    // overlaps, and a prefetch per packet costs more than it hides (ARCHITECTURE §5, "What a
+    // packet costs").
     const uint32_t h = FlowTable::hash_ipv4(key);
     b.k4[j] = key;
     b.hash4[j] = h;
@@ -399,10 +398,9 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
   st.rx_client.add(n);
   const bool inline_pass = split();
   ClassGroups<kBurst>& groups = o.groups;
-  // No software prefetch of the frames: measured on net_null (4 KiB pages, --no-huge), issuing
-  // one per packet ahead of the loop cost 12% of the throughput and l3fwd's prefetch-3-ahead
-  // 3%, while the headers were already in cache. A NIC writing into the LLC (DDIO) leaves them
-  // one miss away, which the out-of-order core overlaps with the previous packet's work.
+  // No software prefetch of the frames: the headers a PMD hands over are in cache or, from a
+  // NIC writing into the LLC (DDIO), one miss away, which the out-of-order core overlaps with
+  // the previous packet's work; a prefetch per packet costs more than that (ARCHITECTURE §5).
   Burst b;
   const unsigned n_non_ip = parse_burst(pkts, n, b, o.len, &o.bytes);
   if (n_non_ip == n) {
@@ -810,8 +808,8 @@ int Fastpath::run_single(RxLane& lane) {
   RxOut out;
   OpenPass pass;
   // The TSC read that timed the last pass's departures, when nothing queued waits and only an
-  // empty poll followed it: the next turn's now, one TSC read (about 12 ns on this VM) fewer
-  // per burst at unlimited rates. It makes the next burst's arrival look older by that poll,
+  // empty poll followed it: the next turn's now, one TSC read (a VM exit on some hypervisors)
+  // fewer per burst at unlimited rates. It makes the next burst's arrival look older by that poll,
   // no more; a mailbox request that ran since, or anything queued, takes a fresh read.
   uint64_t sent_at = 0;
   while (running_.load(std::memory_order_relaxed)) {

@@ -129,7 +129,7 @@ class Fastpath {
   void note_rx_cost(uint64_t ticks, unsigned pkts);
   // An RX pass whose cost is not yet noted: it is closed by the TSC read that starts the next
   // loop turn, which the loop makes anyway, instead of a read of its own at the pass's end (a
-  // TSC read costs ~15 ns on a virtual machine, half a packet's budget per burst).
+  // TSC read is dear on a virtual machine, where it may trap to the hypervisor).
   struct OpenPass {
     uint64_t start = 0;
     unsigned pkts = 0;

@@ -24,8 +24,8 @@ inline uint32_t low_bits(unsigned n) {
 // Built from an array of the packets' classes, one pass over it per class (four packets per
 // compare): a burst has few classes, and nothing is kept per packet. A count or position kept
 // per group and bumped per packet is a load that waits for the previous packet's store to the
-// same place (about five cycles a packet, the loop serialised); a class-to-group table looked
-// up per packet costs a dozen instructions a packet.
+// same place (the loop serialised); a class-to-group table looked up per packet is a
+// dependent load per packet.
 template <unsigned kMax>
 class ClassGroups {
   static_assert(kMax <= 32 && kMax % 4 == 0, "a group's members are one 32-bit mask");

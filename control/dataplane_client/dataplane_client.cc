@@ -239,8 +239,7 @@ void DataplaneClient::send(const char* op, std::vector<Done> dones) {
     return;
   }
   // Straight into the socket while nothing waits before it in the bufferevent's output: adding
-  // a line to an evbuffer cost about ten thousand instructions (a chain per line) plus a write
-  // event to arm. Whatever the socket does not take, and every error (reported by the
+  // a line to an evbuffer allocates a chain per line and arms a write event. Whatever the socket does not take, and every error (reported by the
   // bufferevent as before), goes through the bufferevent.
   size_t sent = 0;
   if (evbuffer_get_length(bufferevent_get_output(bev_)) == 0) {

@@ -13,6 +13,7 @@
 #include <deque>
 #include <new>
 
+#include "control/redis/hiredis_shim.h"
 #include "control/redis/reply_arena.h"
 #include "lua/lua_scripts.h"
 
@@ -23,7 +24,7 @@ namespace {
 // hiredis's libevent adapter (adapters/libevent.h) with one change: the read event persists.
 // Its read event is one-shot, so every reply costs libevent a delete when it fires and an add
 // when hiredis asks for the next read; with the base's epoll changelist that pair still ends in
-// an epoll_ctl(MOD) per reply read (0.28 syscalls per admission under wrk -c4). hiredis keeps
+// an epoll_ctl(MOD), a system call, per reply read. hiredis keeps
 // reading wanted for as long as the context is attached, so a persistent event means the same
 // and its addRead is a no-op on an event already pending. The events are freed by hiredis's
 // cleanup hook when it frees the context.
@@ -33,7 +34,7 @@ struct LibeventEvents {
   event* wev = nullptr;
   // rev, wev are added: hiredis asks for reading again after every read and write, and for
   // writing after every command, and event_add on an event already pending still takes the
-  // base's lock and checks it (about 180 instructions a command).
+  // base's lock and checks it: these flags make a repeated ask free.
   bool reading = false;
   bool writing = false;
 
@@ -48,13 +49,13 @@ bool attach_libevent(redisAsyncContext* ac, event_base* base) {
   LibeventEvents* e = owned.get();
   e->ac = ac;
   e->rev = event_new(
-      base, ac->c.fd, EV_READ | EV_PERSIST,
+      base, hiredis::socket_of(ac), EV_READ | EV_PERSIST,
       [](evutil_socket_t, short, void* arg) {
         redisAsyncHandleRead(static_cast<LibeventEvents*>(arg)->ac);
       },
       e);
   e->wev = event_new(
-      base, ac->c.fd, EV_WRITE,
+      base, hiredis::socket_of(ac), EV_WRITE,
       [](evutil_socket_t, short, void* arg) {
         auto* e = static_cast<LibeventEvents*>(arg);
         e->writing = false;  // fired: a one-shot event is no longer pending
@@ -62,26 +63,30 @@ bool attach_libevent(redisAsyncContext* ac, event_base* base) {
       },
       e);
   if (!e->rev || !e->wev) return false;
-  ac->ev.data = owned.release();
-  ac->ev.addRead = [](void* d) {
-    auto* e = static_cast<LibeventEvents*>(d);
-    if (!e->reading) e->reading = event_add(e->rev, nullptr) == 0;
-  };
-  ac->ev.delRead = [](void* d) {
-    auto* e = static_cast<LibeventEvents*>(d);
-    event_del(e->rev);
-    e->reading = false;
-  };
-  ac->ev.addWrite = [](void* d) {
-    auto* e = static_cast<LibeventEvents*>(d);
-    if (!e->writing) e->writing = event_add(e->wev, nullptr) == 0;
-  };
-  ac->ev.delWrite = [](void* d) {
-    auto* e = static_cast<LibeventEvents*>(d);
-    event_del(e->wev);
-    e->writing = false;
-  };
-  ac->ev.cleanup = [](void* d) { delete static_cast<LibeventEvents*>(d); };
+  hiredis::install_events(ac, owned.release(),
+                          {.add_read =
+                               [](void* d) {
+                                 auto* e = static_cast<LibeventEvents*>(d);
+                                 if (!e->reading) e->reading = event_add(e->rev, nullptr) == 0;
+                               },
+                           .del_read =
+                               [](void* d) {
+                                 auto* e = static_cast<LibeventEvents*>(d);
+                                 event_del(e->rev);
+                                 e->reading = false;
+                               },
+                           .add_write =
+                               [](void* d) {
+                                 auto* e = static_cast<LibeventEvents*>(d);
+                                 if (!e->writing) e->writing = event_add(e->wev, nullptr) == 0;
+                               },
+                           .del_write =
+                               [](void* d) {
+                                 auto* e = static_cast<LibeventEvents*>(d);
+                                 event_del(e->wev);
+                                 e->writing = false;
+                               },
+                           .cleanup = [](void* d) { delete static_cast<LibeventEvents*>(d); }});
   // As the adapter: a write event for the connect's completion, reading from the start.
   e->reading = event_add(e->rev, nullptr) == 0;
   e->writing = event_add(e->wev, nullptr) == 0;
@@ -261,7 +266,7 @@ struct RedisClient::Conn {
   bool connecting() const { return state == State::kConnecting || state == State::kHandshake; }
   // Being torn down by hiredis (an error or EOF): the pending callbacks run before the
   // disconnect callback marks it down, and a command written from one of them is refused.
-  bool closing() const { return ac && (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)); }
+  bool closing() const { return ac && hiredis::closing(ac); }
   // The oldest reply is overdue (its call was answered with a timeout): Redis is stuck or
   // stopped, so new calls would only wait behind it.
   bool stalled() const { return !pending.empty() && pending.front()->answered; }
@@ -371,7 +376,7 @@ void RedisClient::connect(Conn* c) {
     return;
   }
   ac->data = c;
-  c->arena.attach(ac->c.reader);
+  c->arena.attach(hiredis::reader_of(ac));
   redisAsyncSetConnectCallback(ac, &RedisClient::on_connect_cb);
   redisAsyncSetDisconnectCallback(ac, &RedisClient::on_disconnect_cb);
   c->ac = ac;

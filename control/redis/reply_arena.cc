@@ -5,9 +5,9 @@
 
 namespace dripgate::control {
 
-redisReplyObjectFunctions ReplyArena::functions = {
+redisReplyObjectFunctions ReplyArena::functions = hiredis::reply_functions(
     &ReplyArena::create_string, &ReplyArena::create_array, &ReplyArena::create_integer,
-    &ReplyArena::create_nil, &ReplyArena::free_object};
+    &ReplyArena::create_nil, &ReplyArena::free_object);
 
 ReplyArena::ReplyArena(std::pmr::memory_resource* upstream)
     : mem_(buffer_, sizeof buffer_, upstream) {}
@@ -47,7 +47,7 @@ void* ReplyArena::create_string(const redisReadTask* task, char* str, size_t len
   return r;
 }
 
-void* ReplyArena::create_array(const redisReadTask* task, int elements) {
+void* ReplyArena::create_array(const redisReadTask* task, hiredis::ReplyArrayCount elements) {
   size_t n = elements > 0 ? static_cast<size_t>(elements) : 0;
   redisReply* r = make(task, REDIS_REPLY_ARRAY, n * sizeof(redisReply*));
   if (!r) return nullptr;

@@ -1,10 +1,11 @@
 // Builds the replies of one hiredis reader in a per-connection buffer. hiredis's default reply
 // functions make a heap object per reply element (a calloc for the reply, a malloc for its
-// string, a calloc for an array's element pointers) and free them one by one after the callback;
-// for the admit call that was about a fifth of the daemon's instructions per admission. hiredis
-// 0.14 takes custom redisReplyObjectFunctions, so the same redisReply structs are laid out here
-// instead, in a std::pmr::monotonic_buffer_resource over a buffer the arena owns: building a
-// reply is a pointer bump, and the buffer is rewound when the reader starts the next reply.
+// string, a calloc for an array's element pointers) and free them one by one after the callback,
+// several allocations per admission on the request path. hiredis
+// takes custom redisReplyObjectFunctions (their layout is hiredis_shim.h's), so the same redisReply
+// structs are laid out here instead, in a std::pmr::monotonic_buffer_resource over a buffer the
+// arena owns: building a reply is a pointer bump, and the buffer is rewound when the reader starts
+// the next reply.
 //
 // Why rewinding at the next reply is safe: hiredis's async loop hands a finished reply to its
 // callback and frees it before it parses the next one, and a reply is never used after its
@@ -23,6 +24,8 @@
 
 #include <cstddef>
 #include <memory_resource>
+
+#include "control/redis/hiredis_shim.h"
 
 namespace dripgate::control {
 
@@ -45,7 +48,7 @@ class ReplyArena {
 
  private:
   static void* create_string(const redisReadTask* task, char* str, size_t len);
-  static void* create_array(const redisReadTask* task, int elements);
+  static void* create_array(const redisReadTask* task, hiredis::ReplyArrayCount elements);
   static void* create_integer(const redisReadTask* task, long long value);
   static void* create_nil(const redisReadTask* task);
   static void free_object(void* reply);
