@@ -1,5 +1,6 @@
-// The configuration model: plain values ("profiles"), no runtime state. Filled by loader.cc
-// from YAML; every field here corresponds to a documented YAML key.
+// The configuration model: plain values ("profiles"), no runtime state. Filled from YAML by the
+// loader (loader.cc and its load_*.cc sections); every field here corresponds to a documented
+// YAML key.
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <tuple>
 
+#include "common/address.h"
+#include "common/error.h"
 #include "common/id.h"
 
 namespace dripgate::config::loader {

@@ -1,0 +1,129 @@
+// The `control` section: the control daemon's listeners, tokens, limits and decision log.
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/address.h"
+#include "common/error.h"
+#include "config/load_sections.h"
+
+namespace dripgate::config::loader {
+
+using common::quote;
+using common::split_host_port;
+
+namespace {
+
+// A bearer token (`key`), given inline, as `key_file` (its first line) or as `key_env` (a
+// variable's name): in one place only.
+void load_token(Ctx& ctx, const Fields& f, const std::string& key, std::string& token,
+                std::string& file, std::string& env) {
+  const std::string file_key = key + "_file", env_key = key + "_env";
+  if (const Entry* e = f.find(key))
+    if (auto s = get_string(ctx, e->value, f.path(key))) token = *s;
+  if (load_secret_file(ctx, f, file_key, file, token) && f.find(key))
+    ctx.error(f.find(file_key)->value, f.path(file_key),
+              key + " is set too; give the token in one place");
+  if (load_secret_env(ctx, f, env_key, file_key, env, token) && f.find(key))
+    ctx.error(f.find(env_key)->value, f.path(env_key),
+              key + " is set too; give the token in one place");
+}
+
+void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, DecisionLog& d) {
+  Fields f(ctx, n, path, {"path", "sample"});
+  if (!f.ok()) return;
+  if (const Entry* e = f.require("path")) {
+    if (auto s = get_string(ctx, e->value, f.path("path"))) {
+      if (s->empty())
+        ctx.error(e->value, f.path("path"), "must not be empty (leave decision_log out for none)");
+      else
+        d.path = *s;
+    }
+  }
+  if (const Entry* e = f.find("sample")) {
+    if (auto v = get_double(ctx, e->value, f.path("sample"), {0, true})) {
+      if (*v > 1)
+        ctx.error(e->value, f.path("sample"),
+                  "must be at most 1 (every decision), got " + e->value.Scalar());
+      else
+        d.sample = *v;
+    }
+  }
+}
+
+// A host:port to listen on; `off_when_empty`: "" turns the listener off.
+void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& out,
+                 bool off_when_empty = false) {
+  const Entry* e = f.find(key);
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path(key));
+  if (!s) return;
+  if (off_when_empty && s->empty()) {
+    out.clear();
+    return;
+  }
+  std::string host;
+  std::optional<int> port;
+  if (auto why = split_host_port(*s, true, host, port))
+    ctx.error(e->value, f.path(key),
+              "bad listen address " + quote(*s) + ": " + *why +
+                  "; expected host:port or [v6-address]:port");
+  else
+    out = *s;
+}
+
+// control.rls.domains: domain -> { Envoy descriptor key: gate }. Every domain names the tenant.
+void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
+              std::map<std::string, std::map<std::string, std::string>>& out) {
+  static constexpr std::string_view kGates[] = {"tenant", "user", "api_key", "ip", "model", "tool"};
+  Fields f(ctx, n, path, {"domains"});
+  const Entry* d = f.find("domains");
+  if (!d) return;
+  auto domains = entries(ctx, d->value, f.path("domains"));
+  if (!domains) return;
+  std::map<std::string, std::map<std::string, std::string>> loaded;
+  for (const Entry& dom : *domains) {
+    std::string dpath = join(f.path("domains"), dom.key);
+    auto keys = entries(ctx, dom.value, dpath);
+    if (!keys) continue;
+    bool names_tenant = false;
+    for (const Entry& k : *keys) {
+      auto gate = get_string(ctx, k.value, join(dpath, k.key));
+      if (!gate) continue;
+      if (std::find(std::begin(kGates), std::end(kGates), *gate) == std::end(kGates)) {
+        ctx.error(k.value, join(dpath, k.key),
+                  "unknown gate " + quote(*gate) + " (allowed: " + list(kGates) + ")");
+        continue;
+      }
+      names_tenant = names_tenant || *gate == "tenant";
+      loaded[dom.key][k.key] = *gate;
+    }
+    if (!names_tenant) ctx.error(dom.key_node, dpath, "no descriptor key maps to the tenant gate");
+  }
+  out = std::move(loaded);
+}
+
+}  // namespace
+
+void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
+  Fields f(ctx, n, "control",
+           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
+            "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
+            "request_timeout_s", "decision_log", "grpc_listen", "rls"});
+  if (!f.ok()) return;
+  load_listen(ctx, f, "listen", c.listen);
+  load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
+  if (const Entry* e = f.find("rls")) load_rls(ctx, e->value, f.path("rls"), c.rls_domains);
+  set_int(ctx, f, "threads", c.threads, 1, 1024);
+  load_token(ctx, f, "auth_token", c.auth_token, c.auth_token_file, c.auth_token_env);
+  load_token(ctx, f, "admin_token", c.admin_token, c.admin_token_file, c.admin_token_env);
+  load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
+  set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
+  set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
+  if (const Entry* e = f.find("decision_log"))
+    load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
+}
+
+}  // namespace dripgate::config::loader

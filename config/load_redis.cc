@@ -1,0 +1,127 @@
+// The `redis` section: where the shared state lives, how to authenticate, and what happens
+// while Redis cannot be reached.
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "common/address.h"
+#include "common/error.h"
+#include "common/redis_url.h"
+#include "config/load_sections.h"
+
+namespace dripgate::config::loader {
+
+using common::quote;
+using common::split_host_port;
+
+namespace {
+
+// redis.cluster: a non-empty list of host:port seeds, instead of a url.
+void load_cluster_seeds(Ctx& ctx, const Fields& f, Redis& r) {
+  const Entry* e = f.find("cluster");
+  if (!e) return;
+  if (f.find("url")) {
+    ctx.error(e->value, f.path("cluster"),
+              "redis.cluster and redis.url exclude each other: the cluster's seeds name its "
+              "nodes (give the password with password_file or password_env)");
+    return;
+  }
+  if (!e->value.IsSequence() || e->value.size() == 0) {
+    ctx.error(e->value, f.path("cluster"),
+              e->value.IsSequence()
+                  ? std::string("must list at least one host:port seed")
+                  : "expected a list of host:port seeds, got " + describe(e->value));
+    return;
+  }
+  for (size_t i = 0; i < e->value.size(); ++i) {
+    auto s = get_string(ctx, e->value[i], index(f.path("cluster"), i));
+    if (!s) continue;
+    std::string host;
+    std::optional<int> port;
+    if (auto why = split_host_port(*s, true, host, port))
+      ctx.error(
+          e->value[i], index(f.path("cluster"), i),
+          "bad seed " + quote(*s) + ": " + *why + "; expected host:port or [v6-address]:port");
+    else
+      r.cluster.push_back(*s);
+  }
+}
+
+// redis.user: the ACL user dripgate authenticates as on every node of a cluster (seeds carry no
+// url to name it in); its password comes from password_file or password_env. A single node's
+// url names its own user.
+void load_cluster_user(Ctx& ctx, const Fields& f, Redis& r) {
+  const Entry* e = f.find("user");
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path("user"));
+  if (!s) return;
+  if (!f.find("cluster")) {
+    ctx.error(e->value, f.path("user"),
+              "only with redis.cluster: a url names its own user (redis://user@host)");
+    return;
+  }
+  if (s->empty() ||
+      std::any_of(s->begin(), s->end(), [](unsigned char c) { return c <= ' ' || c == 0x7f; })) {
+    ctx.error(e->value, f.path("user"),
+              "must be a Redis ACL user name: not empty, no spaces or control characters");
+    return;
+  }
+  if (r.password.empty()) {
+    ctx.error(e->value, f.path("user"),
+              "user " + quote(*s) + " has no password (add password_file or password_env)");
+    return;
+  }
+  r.user = *s;
+}
+
+void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& local) {
+  if (auto mode = get_on_failure(ctx, f)) {
+    r.on_failure = *mode;
+    if (*mode == OnFailure::kLocal) local = {f.find("on_failure")->value, f.path("on_failure")};
+  }
+  if (const Entry* e = f.find("local_share")) {
+    if (auto v = get_double(ctx, e->value, f.path("local_share"),
+                            {0, true, "the share of each limit one daemon uses alone"})) {
+      if (*v > 1)
+        ctx.error(e->value, f.path("local_share"),
+                  "must be at most 1 (the whole limit), got " + e->value.Scalar());
+      else
+        r.local_share = *v;
+    }
+  }
+  if (const Entry* e = f.find("journal")) {
+    if (auto s = get_string(ctx, e->value, f.path("journal"))) {
+      if (s->empty())
+        ctx.error(e->value, f.path("journal"), "must not be empty (leave journal out for none)");
+      else
+        r.journal = *s;
+    }
+  }
+}
+
+}  // namespace
+
+void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
+  Fields f(ctx, n, "redis",
+           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
+            "on_failure", "local_share", "journal"});
+  if (!f.ok()) return;
+  // The secret first: the url's checks (a user needs a password; not two passwords) see it.
+  load_secret_file(ctx, f, "password_file", r.password_file, r.password);
+  load_secret_env(ctx, f, "password_env", "password_file", r.password_env, r.password);
+  if (const Entry* e = f.find("url")) {
+    if (auto s = get_string(ctx, e->value, f.path("url"))) {
+      if (auto why = r.set_url(*s))
+        ctx.error(e->value, f.path("url"),
+                  "bad redis URL " + quote(common::redact_redis_url(*s)) + ": " + *why +
+                      "; expected redis://[[user][:password]@]host[:port][/db] or unix:///path");
+    }
+  }
+  set_int(ctx, f, "timeout_ms", r.timeout_ms, 1);
+  set_int(ctx, f, "pool_size", r.pool_size, 1);
+  load_cluster_seeds(ctx, f, r);
+  load_cluster_user(ctx, f, r);
+  load_failure_policy(ctx, f, r, local);
+}
+
+}  // namespace dripgate::config::loader
