@@ -34,23 +34,8 @@ void load_token(Ctx& ctx, const Fields& f, const std::string& key, std::string& 
 void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, DecisionLog& d) {
   Fields f(ctx, n, path, {"path", "sample"});
   if (!f.ok()) return;
-  if (const Entry* e = f.require("path")) {
-    if (auto s = get_string(ctx, e->value, f.path("path"))) {
-      if (s->empty())
-        ctx.error(e->value, f.path("path"), "must not be empty (leave decision_log out for none)");
-      else
-        d.path = *s;
-    }
-  }
-  if (const Entry* e = f.find("sample")) {
-    if (auto v = get_double(ctx, e->value, f.path("sample"), {0, true})) {
-      if (*v > 1)
-        ctx.error(e->value, f.path("sample"),
-                  "must be at most 1 (every decision), got " + e->value.Scalar());
-      else
-        d.sample = *v;
-    }
-  }
+  set_nonempty_string(ctx, f, f.require("path"), "path", "decision_log", d.path);
+  set_share(ctx, f, "sample", {0, true}, "every decision", d.sample);
 }
 
 // A host:port to listen on; `off_when_empty`: "" turns the listener off.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <tuple>
+#include <type_traits>
 
 #include "common/address.h"
 #include "common/error.h"
@@ -158,26 +159,20 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-std::optional<double> parse_double(std::string_view s) {
-  double v = 0;
+// The whole of `s` as a T, with an optional leading '+' (from_chars takes none); a float must be
+// finite. `range` is set when `s` is a well-formed number that T cannot hold.
+template <class T>
+std::optional<T> parse_number(std::string_view s, bool* range = nullptr) {
+  T v = 0;
   const char* b = s.data();
   const char* e = s.data() + s.size();
   if (b != e && *b == '+') ++b;
   if (b == e) return std::nullopt;
   auto [end, ec] = std::from_chars(b, e, v);
-  if (ec != std::errc() || end != e || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-std::optional<int64_t> parse_int(std::string_view s, bool* range) {
-  int64_t v = 0;
-  const char* b = s.data();
-  const char* e = s.data() + s.size();
-  if (b != e && *b == '+') ++b;
-  if (b == e) return std::nullopt;
-  auto [end, ec] = std::from_chars(b, e, v);
-  if (ec == std::errc::result_out_of_range && end == e) *range = true;
+  if (range && ec == std::errc::result_out_of_range && end == e) *range = true;
   if (ec != std::errc() || end != e) return std::nullopt;
+  if constexpr (std::is_floating_point_v<T>)
+    if (!std::isfinite(v)) return std::nullopt;
   return v;
 }
 
@@ -203,7 +198,7 @@ std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::strin
         "expected a number, got " + (n.IsScalar() ? "the string " : std::string()) + describe(n));
     return std::nullopt;
   }
-  auto v = parse_double(n.Scalar());
+  auto v = parse_number<double>(n.Scalar());
   if (!v) {
     ctx.error(n, path, "expected a number, got " + describe(n));
     return std::nullopt;
@@ -234,7 +229,7 @@ std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string&
     return std::nullopt;
   }
   bool out_of_range = false;
-  auto v = parse_int(n.Scalar(), &out_of_range);
+  auto v = parse_number<int64_t>(n.Scalar(), &out_of_range);
   if (!v) {
     ctx.error(n, path,
               out_of_range ? "integer out of range: " + n.Scalar()
@@ -256,6 +251,31 @@ std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string&
 void set_double(Ctx& ctx, const Fields& f, std::string_view key, double& out, NumRule rule) {
   if (const Entry* e = f.find(key))
     if (auto v = get_double(ctx, e->value, f.path(key), rule)) out = *v;
+}
+
+void set_share(Ctx& ctx, const Fields& f, std::string_view key, NumRule rule, const char* whole,
+               double& out) {
+  const Entry* e = f.find(key);
+  if (!e) return;
+  auto v = get_double(ctx, e->value, f.path(key), rule);
+  if (!v) return;
+  if (*v > 1)
+    ctx.error(e->value, f.path(key),
+              std::string("must be at most 1 (") + whole + "), got " + e->value.Scalar());
+  else
+    out = *v;
+}
+
+void set_nonempty_string(Ctx& ctx, const Fields& f, const Entry* e, std::string_view key,
+                         std::string_view absent, std::string& out) {
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path(key));
+  if (!s) return;
+  if (s->empty())
+    ctx.error(e->value, f.path(key),
+              "must not be empty (leave " + std::string(absent) + " out for none)");
+  else
+    out = *s;
 }
 
 bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std::string& id) {

@@ -131,6 +131,15 @@ void set_int(Ctx& ctx, const Fields& f, std::string_view key, T& out, int64_t mi
 
 void set_double(Ctx& ctx, const Fields& f, std::string_view key, double& out, NumRule rule);
 
+// A share in (0, 1] (`rule` gives the lower bound and its note); `whole` says what 1 is.
+void set_share(Ctx& ctx, const Fields& f, std::string_view key, NumRule rule, const char* whole,
+               double& out);
+
+// A non-empty string at `e` (the entry of `key`, or null when it is absent): an empty one is
+// refused, since leaving `absent` out is how to say "none".
+void set_nonempty_string(Ctx& ctx, const Fields& f, const Entry* e, std::string_view key,
+                         std::string_view absent, std::string& out);
+
 bool check_id(Ctx& ctx, const YAML::Node& at, const std::string& path, const std::string& id);
 
 // `mode: enforce | shadow`, in a gate's map (a bucket, quota, concurrency) and in a plan.

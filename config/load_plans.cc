@@ -18,6 +18,15 @@ using common::valid_id;
 
 namespace {
 
+// A required count of at least 1, limited only by its type; false when missing or bad.
+bool require_count(Ctx& ctx, const Fields& f, std::string_view key, int64_t& out) {
+  const Entry* e = f.require(key);
+  if (!e) return false;
+  auto v = get_int(ctx, e->value, f.path(key), 1, std::numeric_limits<int64_t>::max(), true);
+  if (v) out = *v;
+  return v.has_value();
+}
+
 // A URL a client is sent to: http(s), printable ASCII without spaces or quotes (it goes into
 // JSON and into a human sentence as is), at most 2,048 bytes.
 bool valid_upgrade_url(const std::string& u) {
@@ -90,14 +99,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
              {"tokens_per_month", "reservation_ttl_s", "max_open_reservations", "mode"});
     if (q.ok()) {
       Quota quota;
-      bool ok = false;
-      if (const Entry* t = q.require("tokens_per_month")) {
-        if (auto v = get_int(ctx, t->value, q.path("tokens_per_month"), 1,
-                             std::numeric_limits<int64_t>::max(), true)) {
-          quota.tokens_per_month = *v;
-          ok = true;
-        }
-      }
+      bool ok = require_count(ctx, q, "tokens_per_month", quota.tokens_per_month);
       // At most 28 days: a reservation's month is then always the settle's or the one before,
       // among the quota months the gateway declares to the scripts (lua/lib_month.lua).
       set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1, 28 * 86400);
@@ -110,14 +112,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
     Fields c(ctx, e->value, f.path("concurrency"), {"max_streams", "lease_s", "mode"});
     if (c.ok()) {
       Concurrency conc;
-      bool ok = false;
-      if (const Entry* m = c.require("max_streams")) {
-        if (auto v = get_int(ctx, m->value, c.path("max_streams"), 1,
-                             std::numeric_limits<int64_t>::max(), true)) {
-          conc.max_streams = *v;
-          ok = true;
-        }
-      }
+      bool ok = require_count(ctx, c, "max_streams", conc.max_streams);
       set_int(ctx, c, "lease_s", conc.lease_s, 1);
       set_gate_mode(ctx, c, conc.mode);
       if (ok) p.concurrency = conc;

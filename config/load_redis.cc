@@ -79,24 +79,9 @@ void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& loca
     r.on_failure = *mode;
     if (*mode == OnFailure::kLocal) local = {f.find("on_failure")->value, f.path("on_failure")};
   }
-  if (const Entry* e = f.find("local_share")) {
-    if (auto v = get_double(ctx, e->value, f.path("local_share"),
-                            {0, true, "the share of each limit one daemon uses alone"})) {
-      if (*v > 1)
-        ctx.error(e->value, f.path("local_share"),
-                  "must be at most 1 (the whole limit), got " + e->value.Scalar());
-      else
-        r.local_share = *v;
-    }
-  }
-  if (const Entry* e = f.find("journal")) {
-    if (auto s = get_string(ctx, e->value, f.path("journal"))) {
-      if (s->empty())
-        ctx.error(e->value, f.path("journal"), "must not be empty (leave journal out for none)");
-      else
-        r.journal = *s;
-    }
-  }
+  set_share(ctx, f, "local_share", {0, true, "the share of each limit one daemon uses alone"},
+            "the whole limit", r.local_share);
+  set_nonempty_string(ctx, f, f.find("journal"), "journal", "journal", r.journal);
 }
 
 }  // namespace
