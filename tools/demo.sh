@@ -6,8 +6,8 @@
 #                                 cluster NIC that drops what comes too fast; before and after
 #                                 side by side. Needs root. Extra arguments go to lab.sh.
 #   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
-#                                 port, dripgate-control on the embedded default config, and the
-#                                 walkthrough's runs (token bucket, token quota, three gates)
+#                                 port, dripgate-control on config/examples/walkthrough.yaml, and
+#                                 the walkthrough's runs (token bucket, token quota, three gates)
 #                                 replayed through the HTTP API.
 # Everything it starts is stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
@@ -50,13 +50,14 @@ trap 'exit 130' INT TERM
 
 start_redis "$work"
 
+config=config/examples/walkthrough.yaml
 http_port=$(free_port)
-"$BUILD/control/dripgate-control" --redis "redis://127.0.0.1:$redis_port/0" \
+"$BUILD/control/dripgate-control" --config "$config" --redis "redis://127.0.0.1:$redis_port/0" \
   --listen "127.0.0.1:$http_port" --log-level warn 2>"$work/control.log" &
 pids+=($!)
 wait_port "$http_port"
 
 echo "dripgate demo: redis-server on port $redis_port, dripgate-control on 127.0.0.1:$http_port"
-echo "(default config: dripgate-control --config config/examples/default.yaml)"
+echo "(config: dripgate-control --config $config)"
 echo
 "$BUILD/tools/dripgate-demo" --port "$http_port"

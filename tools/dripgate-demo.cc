@@ -1,6 +1,7 @@
 // dripgate-demo: replays the rate-limit walkthrough (a token bucket, a monthly token quota, three
-// stacked gates; config/examples/walkthrough.yaml) through dripgate-control's HTTP API and prints
-// each run's decisions. tools/demo.sh starts Redis and the daemon around it.
+// stacked gates) through dripgate-control's HTTP API and prints each run's decisions. The daemon
+// must run on config/examples/walkthrough.yaml, which defines the tenants named here (the
+// embedded default defines none); tools/demo.sh starts Redis and the daemon on it around this.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
