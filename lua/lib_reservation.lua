@@ -24,10 +24,11 @@
 -- by Redis's configuration), where each field looked up is a scan of the list, and an admission
 -- looks up fields that are absent (request_id in its HMGET, or in its HSETNX for an
 -- engine-generated id, "x:<attempt>" for a client's id, request_id again in its HSET) and inserts one: about 320 instructions per field of the window on every admission,
--- 15,000 per call on average over a window's first 3,000 (admit_lua_cost.sh --calls 3000). So
--- admit.lua makes a window a hash table after about 32 admissions (one admission in 32 of a
--- window that exists, at random, so that settled reservations, which stay fields without being
--- counted open, count too; its fields stay the same, only Redis's encoding changes): its
+-- 10,000 per call on average over a window's first 3,000 with 512 entries (admit_lua_cost.sh
+-- --calls 3000). So admit.lua makes a window a hash table after about 32 admissions (one
+-- admission in 32 of a window that exists, at random, so that settled reservations, which stay
+-- fields without being counted open, count too; its fields stay the same, only Redis's
+-- encoding changes; it takes a hash-max-listpack-value below 72, see admit.lua): its
 -- lookups no longer depend on its size, and it takes about 96 bytes of Redis memory per
 -- reservation instead of about 40, as any window beyond the listpack's limit already does. A
 -- window of a single admission stays a listpack.

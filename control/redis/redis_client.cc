@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -164,6 +165,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// AUTH and SELECT must succeed before a connection serves; the others sent at connect (SCRIPT
+// LOAD, CONFIG GET) may be refused and it serves all the same.
+bool gates_ready(std::string_view what) {
+  return what == "AUTH" || what == "SELECT";
+}
+
 timeval to_timeval(Clock::duration d) {
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
   if (us < 0) us = 0;
@@ -198,7 +205,7 @@ struct RedisClient::Pending {
   const lua::Script* script = nullptr;
   bool retried = false;
   bool answered = false;  // cb ran (timeout); the command is still on the wire
-  bool setup = false;     // AUTH/SELECT/SCRIPT LOAD at connect: bounded by the connect deadline
+  bool setup = false;     // sent at connect (AUTH, SELECT, ...): bounded by the connect deadline
   bool queue = false;     // WhenStalled::kQueue: held again when its connection never came up
   bool asking = false;    // sent right behind an ASKING (a cluster's ASK redirect)
   Clock::time_point start;
@@ -397,6 +404,9 @@ void RedisClient::connect(Conn* c) {
   }
   if (opts_.db != 0) setup(c, {"SELECT", db}, "SELECT");
   for (const auto* s : scripts_) setup(c, {"SCRIPT", "LOAD", s->text}, "SCRIPT LOAD");
+  // What admit.lua's conversion of reservation windows depends on (kListpackBreakerBytes);
+  // answered or refused, the connection serves either way.
+  setup(c, {"CONFIG", "GET", "hash-max-listpack-value"}, "CONFIG GET");
   arm_timer(c);
 }
 
@@ -405,13 +415,14 @@ void RedisClient::setup(Conn* c, std::vector<std::string_view> argv, const char*
   p->setup = true;
   p->len = format_command(&p->cmd, &p->cap, argv);
   p->cb = [this, c, what](const redisReply* r, std::string_view) { on_setup_reply(c, what, r); };
-  if (std::string_view(what) != "SCRIPT LOAD") ++c->setup_left;
+  if (gates_ready(what)) ++c->setup_left;
   send(c, p);
 }
 
 void RedisClient::on_setup_reply(Conn* c, const char* what, const redisReply* r) {
   if (!r || shutting_down_) return;  // the connection failed; handled there
-  bool gate = std::string_view(what) != "SCRIPT LOAD";
+  if (std::string_view(what) == "CONFIG GET") return on_listpack_value(r);
+  bool gate = gates_ready(what);
   if (r->type == REDIS_REPLY_ERROR) {
     std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
     if (!gate) {
@@ -442,6 +453,31 @@ void RedisClient::on_setup_reply(Conn* c, const char* what, const redisReply* r)
     return;
   }
   if (gate && --c->setup_left == 0) on_ready(c);
+}
+
+void RedisClient::on_listpack_value(const redisReply* r) {
+  // The last value read by any connection of any client in the process, -1 for none readable:
+  // a finding is logged when it differs from the one before.
+  static std::atomic<long> last{0};
+  // CONFIG may be renamed away or refused by an ACL, and a Redis before 7.0 does not know the
+  // name (an empty answer): then nothing is known, which is no reason to refuse service.
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[1]->type != REDIS_REPLY_STRING) {
+    if (last.exchange(-1) == -1) return;
+    std::string why =
+        r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "no such setting";
+    spdlog::info(
+        "redis: cannot read hash-max-listpack-value ({}); reservation windows become hash tables "
+        "only if it is below {}",
+        why, kListpackBreakerBytes);
+    return;
+  }
+  long value = std::atol(r->element[1]->str);
+  if (last.exchange(value) == value || value < kListpackBreakerBytes) return;
+  spdlog::warn(
+      "redis: hash-max-listpack-value is {}: reservation windows stay listpacks up to "
+      "hash-max-listpack-entries fields, each admission scanning them; set it below {}",
+      value, kListpackBreakerBytes);
 }
 
 void RedisClient::on_ready(Conn* c) {

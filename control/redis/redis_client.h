@@ -1,7 +1,8 @@
 // An asynchronous Redis client on a libevent base: a small pool of hiredis async connections,
 // each connected (TCP, AUTH, SELECT) with a timeout, reconnection with exponential backoff that
 // restarts only once AUTH and SELECT succeeded, the scripts loaded at connect and EVALSHA with
-// transparent NOSCRIPT -> SCRIPT LOAD -> retry.
+// transparent NOSCRIPT -> SCRIPT LOAD -> retry. At connect it also reads the Redis setting the
+// scripts depend on (kListpackBreakerBytes) and says when it does not hold.
 //
 // Every command is answered by its own deadline (sent + timeout_ms), whatever its connection is
 // doing (connecting, reconnecting, waiting behind a stuck command). A command answered with a
@@ -54,6 +55,14 @@ struct RedisObserver {
   virtual void error(const std::string& kind) = 0;
   virtual void up(bool is_up) = 0;
 };
+
+// lua/admit.lua turns a reservation window from a listpack into a hash table by writing (and
+// deleting at once) a field value of this many bytes; Redis converts a hash only for a value
+// longer than its hash-max-listpack-value (64 by default). RedisClient checks that setting at
+// connect (CONFIG GET) and warns when it is this or more: the windows then stay listpacks up to
+// hash-max-listpack-entries fields, admissions are slower, and nothing else changes. Every
+// connection of every client asks; a finding is logged once per process until another one.
+inline constexpr long kListpackBreakerBytes = 72;
 
 struct RedisOptions {
   std::string host = "127.0.0.1";
@@ -138,6 +147,7 @@ class RedisClient {
   void connect(Conn* c);
   void setup(Conn* c, std::vector<std::string_view> argv, const char* what);
   void on_setup_reply(Conn* c, const char* what, const redisReply* r);
+  void on_listpack_value(const redisReply* r);
   void on_ready(Conn* c);
   void fail_connection(Conn* c, const std::string& why, const char* kind, bool log = true);
   void answer_overdue(Conn* c, std::chrono::steady_clock::time_point now);

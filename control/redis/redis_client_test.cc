@@ -68,6 +68,7 @@ class LogCapture {
     spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
   }
   ~LogCapture() { stop(); }
+  std::string text() const { return text_.str(); }
   std::string stop() {
     if (saved_) spdlog::set_default_logger(std::exchange(saved_, nullptr));
     return text_.str();
@@ -363,6 +364,65 @@ TEST(RedisClient, RefusedScriptLoadsAreLoggedOnceASecond) {
   EXPECT_NE(text.find("NOPERM"), std::string::npos) << text;
   EXPECT_EQ(text.find("pw-"), std::string::npos) << "a password reached the log";
   std::printf("%d refused SCRIPT LOADs, %ld log lines\n", loads, lines);
+}
+
+long count(const std::string& text, const std::string& what) {
+  long n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+// admit.lua makes a reservation window a hash table with a value of kListpackBreakerBytes, which
+// works only while Redis's hash-max-listpack-value is smaller: the client reads it at connect,
+// says once when it is not, and serves in every case, also when CONFIG is refused.
+TEST(RedisClient, ChecksHashMaxListpackValueAtConnect) {
+  const std::string breaker(kListpackBreakerBytes, '-');
+  EXPECT_NE(lua::kAdmit.text.find("'" + breaker + "'"), std::string_view::npos);
+  EXPECT_EQ(lua::kAdmit.text.find(breaker + "-"), std::string_view::npos);
+
+  testing::RedisServer redis;
+  ASSERT_EQ(redis.cli("CONFIG GET hash-max-listpack-value"), "hash-max-listpack-value\n64");
+  Loop loop;
+  const std::string too_large = "hash-max-listpack-value is 100";
+  const std::string unknown = "cannot read hash-max-listpack-value";
+  auto serves = [&](RedisClient& c) {
+    EXPECT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+    EXPECT_EQ(call(loop, c, {"PING"}).str, "PONG");
+  };
+  {
+    LogCapture log;
+    RedisClient c(loop.base(), options(redis.port()), all_scripts());
+    serves(c);
+    loop.wait_until([] { return false; }, milliseconds(300));  // every connection has asked
+    EXPECT_EQ(count(log.text(), "hash-max-listpack-value"), 0) << log.text();
+  }
+  ASSERT_EQ(redis.cli("CONFIG SET hash-max-listpack-value 100"), "OK");
+  {
+    LogCapture log;
+    RedisClient c(loop.base(), options(redis.port()), all_scripts());
+    serves(c);
+    EXPECT_TRUE(
+        loop.wait_until([&] { return count(log.text(), too_large) > 0; }, milliseconds(3000)));
+    loop.wait_until([] { return false; }, milliseconds(300));
+    EXPECT_EQ(count(log.text(), too_large), 1) << log.text();  // not once per connection
+    EXPECT_NE(log.text().find("below " + std::to_string(kListpackBreakerBytes)), std::string::npos)
+        << log.text();
+  }
+  ASSERT_EQ(redis.cli("ACL SETUSER noconfig on '>pw-cfg-71a' '~*' '&*' '+@all' '-config'"), "OK");
+  {
+    LogCapture log;
+    RedisOptions o = options(redis.port());
+    o.user = "noconfig";
+    o.password = "pw-cfg-71a";
+    RedisClient c(loop.base(), o, all_scripts());
+    serves(c);
+    EXPECT_TRUE(
+        loop.wait_until([&] { return count(log.text(), unknown) > 0; }, milliseconds(3000)));
+    loop.wait_until([] { return false; }, milliseconds(300));
+    EXPECT_EQ(count(log.text(), unknown), 1) << log.text();
+    EXPECT_NE(log.text().find("NOPERM"), std::string::npos) << log.text();
+    EXPECT_EQ(log.text().find("pw-"), std::string::npos) << "a password reached the log";
+  }
 }
 
 TEST(RedisClient, ReconnectsAfterRestartOnTheSamePort) {
