@@ -346,9 +346,10 @@ end
 -- One admission in 32 of a window that exists (the microseconds of TIME pick it) makes it a hash
 -- table if it is not one yet (lib_reservation.lua): a field value longer than Redis keeps in a
 -- listpack converts it, and is removed at once; Redis does not turn it back. The value's 72
--- bytes (kListpackBreakerBytes, control/redis_client.h) must exceed hash-max-listpack-value (64
--- by default); dripgate-control reads it at connect and warns when they do not. Otherwise the
--- window stays a listpack up to hash-max-listpack-entries fields: slower, equally correct.
+-- bytes (kListpackBreakerBytes, control/redis/redis_client.h) must exceed
+-- hash-max-listpack-value (64 by default); dripgate-control reads it at connect and warns when
+-- they do not. Otherwise the window stays a listpack up to hash-max-listpack-entries fields:
+-- slower, equally correct.
 local convert = now_us % 32 == 0
 if late then
   -- Open count 1: a new window, or one whose reservations were all closed (the same expiry);

@@ -1,4 +1,4 @@
-// registry_load: what 100,000 tenants in the tenant registry cost (control/tenant_registry.h).
+// registry_load: what 100,000 tenants in the tenant registry cost (control/registry/tenant_registry.h).
 // Against a scratch Redis (registry_bench.sh starts one; the registry's keys are deleted first
 // and last), it writes --tenants tenants through the admin API's own call (registry_write.lua),
 // then reads them as a daemon does at start (RegistrySync: HSCAN in pages into the in-memory
