@@ -1,6 +1,7 @@
 // dripgate-control's HTTP front: an HTTP/1.1 server on several worker threads (requests parsed by
-// http_request.h, one libevent event per connection on the worker's loop), a route table and the
-// JSON (de)serialisation of api.h around the Gateway (gateway.h), which decides. Each worker has
+// http_request.h, one libevent event per connection on the worker's loop: connection.cc), a
+// route table (router.cc), handlers (handlers.h) and the JSON (de)serialisation of api.h around
+// the Gateway (gateway.h), which decides. Each worker has
 // its own event_base and Gateway (hence its own Redis connections and dataplane client); all
 // accept on one listening socket bound once.
 #pragma once
@@ -21,6 +22,9 @@
 namespace dripgate::control {
 
 class Fallback;
+namespace http {
+struct Worker;  // worker.h
+}
 
 struct ServerOptions {
   std::string listen;  // "host:port" or "[v6]:port"
@@ -63,7 +67,8 @@ class HttpServer {
   Metrics& metrics() { return metrics_; }
 
  private:
-  struct Worker;
+  friend struct http::Worker;
+  using Worker = http::Worker;
   void run_worker(Worker* w);
   // Counts a failed accept() and logs at most one line a second (with how many failed since).
   void accept_failed(int err);
