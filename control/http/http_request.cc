@@ -2,7 +2,6 @@
 
 #include <strings.h>
 
-#include <array>
 #include <climits>
 #include <cstring>
 
@@ -67,38 +66,6 @@ bool split_target(HttpRequest& r) {
   r.query = field(UF_QUERY);
   return true;
 }
-
-// What feed_simple takes, a byte at a time by table: in a header name (kName: letters, digits
-// and '-', a subset of RFC 9110's tchar), in a target (kTarget: RFC 3986's pchar, '/' and '?',
-// every one of which http-parser takes in a path and a query alike) and in a header value
-// (kValue: printable ASCII and the space).
-enum : unsigned char { kName = 1, kTarget = 2, kValue = 4 };
-constexpr std::array<unsigned char, 256> kClass = [] {
-  std::array<unsigned char, 256> t{};
-  for (int c = 0x20; c < 0x7f; ++c) t[c] = kValue;
-  for (int c = '0'; c <= '9'; ++c) t[c] |= kName | kTarget;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] |= kName | kTarget, t[c - 'a' + 'A'] |= kName | kTarget;
-  t['-'] |= kName;
-  for (char c : std::string_view("-._~%!$&'()*+,;=:@/?"))
-    t[static_cast<unsigned char>(c)] |= kTarget;
-  return t;
-}();
-
-bool is(char c, unsigned char what) {
-  return (kClass[static_cast<unsigned char>(c)] & what) != 0;
-}
-
-// A header name (letters, digits, '-') begins with `lower` (lowercase letters and '-'): ASCII
-// case folding by one bit is exact for those.
-bool name_starts(std::string_view name, std::string_view lower) {
-  if (name.size() < lower.size()) return false;
-  for (size_t i = 0; i < lower.size(); ++i)
-    if ((name[i] | 0x20) != lower[i]) return false;
-  return true;
-}
-
-// http-parser's own bound on a request line and headers (HTTP_MAX_HEADER_SIZE).
-constexpr size_t kParserMaxHead = 80 * 1024;
 
 }  // namespace
 
@@ -223,10 +190,6 @@ HttpRequestParser::Result HttpRequestParser::feed(const char* data, size_t n, si
   used = 0;
   if (error_status_) return Result::kError;
   if (unknown_method_) return feed_unknown_method(data, n, used);
-  // Between requests (http-parser neither inside one nor paused after one): a whole common
-  // request is read here, at a fraction of http-parser's cost a byte.
-  if (!in_request_ && HTTP_PARSER_ERRNO(&parser_) == HPE_OK && feed_simple(data, n, used))
-    return Result::kRequest;
   static const http_parser_settings settings = [] {
     http_parser_settings s{};
     s.on_message_begin = &on_message_begin;
@@ -262,125 +225,6 @@ HttpRequestParser::Result HttpRequestParser::feed(const char* data, size_t n, si
     fail(400, http_errno_description(e));
   }
   return Result::kError;
-}
-
-// Takes only what http-parser reads the same way with no special case: GET, POST, PUT, DELETE
-// or HEAD of an origin-form target, HTTP/1.1, header names of letters, digits and '-', values
-// of printable ASCII without leading or trailing spaces, at most one Content-Length (digits)
-// and no Transfer-Encoding, Connection, Proxy-Connection, Upgrade or Expect (each changes how
-// the request is framed or answered); the body, if any, complete in data. The request is then
-// what on_message_begin .. on_message_complete would have made of it.
-bool HttpRequestParser::feed_simple(const char* data, size_t n, size_t& used) {
-  const char* p = data;
-  const char* const end = data + n;
-  auto starts = [&](std::string_view s) {
-    return static_cast<size_t>(end - p) >= s.size() && std::memcmp(p, s.data(), s.size()) == 0;
-  };
-  http_method method;
-  if (starts("POST /")) {
-    method = HTTP_POST, p += 5;
-  } else if (starts("GET /")) {
-    method = HTTP_GET, p += 4;
-  } else if (starts("PUT /")) {
-    method = HTTP_PUT, p += 4;
-  } else if (starts("DELETE /")) {
-    method = HTTP_DELETE, p += 7;
-  } else if (starts("HEAD /")) {
-    method = HTTP_HEAD, p += 5;
-  } else {
-    return false;
-  }
-  const char* const target = p;
-  const char* query = nullptr;  // its '?'
-  for (; p < end && *p != ' '; ++p) {
-    if (!is(*p, kTarget)) return false;
-    if (*p == '?' && !query) query = p;
-  }
-  const char* const target_end = p;
-  if (p == end) return false;
-  ++p;
-  if (!starts("HTTP/1.1\r\n")) return false;
-  p += 10;
-  size_t head = static_cast<size_t>(target_end - target);  // as grow_head counts
-  std::string_view authorization;
-  bool has_authorization = false;
-  bool has_length = false;
-  uint64_t length = 0;
-  for (;;) {
-    if (end - p < 2) return false;
-    if (p[0] == '\r') {
-      if (p[1] != '\n') return false;
-      p += 2;
-      break;
-    }
-    const char* const name = p;
-    while (p < end && is(*p, kName)) ++p;
-    if (p == end || *p != ':' || p == name) return false;
-    const std::string_view field(name, static_cast<size_t>(p - name));
-    ++p;
-    while (p < end && *p == ' ') ++p;
-    const char* const value = p;
-    while (p < end && is(*p, kValue)) ++p;
-    if (end - p < 2 || p[0] != '\r' || p[1] != '\n' || p == value || p[-1] == ' ') return false;
-    const std::string_view v(value, static_cast<size_t>(p - value));
-    p += 2;
-    head += field.size() + v.size();
-    // http-parser takes a name that only begins with one of its special ones for that one
-    // ("Transfer-Encodingx"): any such name is left to it, but an exact Content-Length.
-    const char first = static_cast<char>(field[0] | 0x20);
-    if (first == 'a') {
-      if (!has_authorization && field.size() == 13 && name_starts(field, "authorization")) {
-        has_authorization = true;
-        authorization = v;
-      }
-    } else if (first == 'c' || first == 'p' || first == 't' || first == 'u' || first == 'e') {
-      if (name_starts(field, "content-length")) {
-        if (field.size() != 14 || has_length || v.size() > 15) return false;
-        for (char c : v) {
-          if (c < '0' || c > '9') return false;
-          length = length * 10 + static_cast<uint64_t>(c - '0');
-        }
-        has_length = true;
-      } else if (name_starts(field, "connection") || name_starts(field, "proxy-connection") ||
-                 name_starts(field, "transfer-encoding") || name_starts(field, "upgrade") ||
-                 name_starts(field, "expect")) {
-        return false;
-      }
-    }
-  }
-  const auto head_len = static_cast<size_t>(p - data);
-  if (head_len > limits_.max_head || head_len > kParserMaxHead || head > limits_.max_head)
-    return false;
-  if (length > limits_.max_body || length > static_cast<uint64_t>(end - p)) return false;
-
-  HttpRequest& r = req_;
-  r.method = method;
-  r.known_method = true;
-  r.minor = 1;
-  r.keep_alive = true;
-  r.target.assign(target, target_end);
-  const std::string_view t = r.target;
-  if (query) {
-    const auto at = static_cast<size_t>(query - target);
-    r.path = t.substr(0, at);
-    r.query = t.substr(at + 1);
-  } else {
-    r.path = t;
-    r.query = {};
-  }
-  r.has_authorization = has_authorization;
-  r.authorization.assign(authorization);
-  r.body.assign(p, static_cast<size_t>(length));
-  field_.clear();
-  value_ = nullptr;
-  in_value_ = false;
-  expect_.clear();
-  want_continue_ = false;
-  head_bytes_ = head;
-  used = head_len + static_cast<size_t>(length);
-  // As after on_message_complete: the next request waits for next().
-  http_parser_pause(&parser_, 1);
-  return true;
 }
 
 HttpRequestParser::Result HttpRequestParser::feed_unknown_method(const char* data, size_t n,

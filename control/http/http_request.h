@@ -1,7 +1,10 @@
 // One HTTP/1.x connection's request parser: nodejs http-parser (libhttp-parser) underneath, the
 // request's target, the headers the server reads, its body (Content-Length or chunked) and the
-// limits on their sizes. No socket here: the server feeds it what it read (http_server.cc), the
-// fuzz target feeds it anything (http_request_fuzz.cc).
+// limits on their sizes. http-parser alone frames a request (but for a method it does not know,
+// whose request line is read only to route it, the connection then closed): a second path
+// beside it could disagree on where a request ends, and a request could hide in another's
+// body. No socket here: the server feeds it what it read (connection.cc), the fuzz target
+// feeds it anything (http_request_fuzz.cc).
 #pragma once
 
 #include <http_parser.h>
@@ -71,9 +74,6 @@ class HttpRequestParser {
   static int on_message_complete(http_parser* p);
   // A method http-parser refuses: reads the rest of the request line (its target) alone.
   Result feed_unknown_method(const char* data, size_t n, size_t& used);
-  // The common request whole in data[0, n): parsed here in one pass, with the same result as
-  // http-parser's; false (nothing taken) for anything else, which http-parser then reads.
-  bool feed_simple(const char* data, size_t n, size_t& used);
   bool grow_head(size_t n);
   int fail(int status, const char* message);
 
