@@ -38,7 +38,7 @@ struct ServerOptions {
   // The process's local decisions (redis.on_failure: local), shared with the gRPC front; null:
   // none (redis.journal unset).
   Fallback* fallback = nullptr;
-  // The answers of one loop pass written in one io_uring submission (send_ring.h); false, or a
+  // The answers of one loop pass written in one io_uring submission (io_batch.h); false, or a
   // kernel that refuses io_uring: a send() each.
   bool io_uring = true;
 };
