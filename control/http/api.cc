@@ -416,18 +416,24 @@ int64_t retry_after_seconds(int64_t retry_after_ms) {
 
 namespace {
 
+// Item i of a header's list, up to its first parameter: `, "gate";` (no comma before the first).
+void open_gate_item(std::string& out, size_t i, std::string_view gate) {
+  using namespace std::string_view_literals;
+  if (i > 0) out += ", "sv;
+  out += '"';
+  out += gate;
+  out += "\";"sv;
+}
+
 // Policy items are named after the gate: `"tenant";q=5;w=5, "quota";q=1000;qu="tokens";w=2678400`.
 // Numbers by to_chars.
 void format_ratelimit_policy(std::string& out, const std::vector<Remaining>& remaining) {
   // Literals by their length (string_view): appending a C string measures it first.
   using namespace std::string_view_literals;
-  bool first = true;
-  for (const auto& r : remaining) {
-    if (!first) out += ", "sv;
-    first = false;
-    out += '"';
-    out += r.gate;
-    out += "\";q="sv;
+  for (size_t i = 0; i < remaining.size(); ++i) {
+    const Remaining& r = remaining[i];
+    open_gate_item(out, i, r.gate);
+    out += "q="sv;
     append_integer(out, whole(r.limit));
     if (r.gate == "quota"sv) out += ";qu=\"tokens\""sv;
     if (r.gate == "concurrency"sv) {
@@ -482,13 +488,10 @@ void append_ratelimit_policy(std::string& out, const std::vector<Remaining>& rem
 
 void append_ratelimit(std::string& out, const std::vector<Remaining>& remaining) {
   using namespace std::string_view_literals;
-  bool first = true;
-  for (const auto& r : remaining) {
-    if (!first) out += ", "sv;
-    first = false;
-    out += '"';
-    out += r.gate;
-    out += "\";r="sv;
+  for (size_t i = 0; i < remaining.size(); ++i) {
+    const Remaining& r = remaining[i];
+    open_gate_item(out, i, r.gate);
+    out += "r="sv;
     append_integer(out, whole(std::floor(r.value)));
     out += ";t="sv;
     append_integer(out, std::max<int64_t>(0, r.reset_s));
