@@ -239,8 +239,9 @@ void DataplaneClient::send(const char* op, std::vector<Done> dones) {
     return;
   }
   // Straight into the socket while nothing waits before it in the bufferevent's output: adding
-  // a line to an evbuffer allocates a chain per line and arms a write event. Whatever the socket does not take, and every error (reported by the
-  // bufferevent as before), goes through the bufferevent.
+  // a line to an evbuffer allocates a chain per line and arms a write event. Whatever the socket
+  // does not take, and every error (reported by the bufferevent as before), goes through the
+  // bufferevent.
   size_t sent = 0;
   if (evbuffer_get_length(bufferevent_get_output(bev_)) == 0) {
     const ssize_t n =
@@ -399,13 +400,13 @@ void DataplaneClient::on_timer(int, short, void* arg) {
   self->arm_timer();
 }
 
-FlowRegistry::FlowRegistry(size_t capacity) : capacity_(capacity) {}
+AdmittedFlows::AdmittedFlows(size_t capacity) : capacity_(capacity) {}
 
-uint32_t FlowRegistry::hash_of(std::string_view id) {
+uint32_t AdmittedFlows::hash_of(std::string_view id) {
   return static_cast<uint32_t>(std::hash<std::string_view>{}(id));
 }
 
-size_t FlowRegistry::find(std::string_view id, uint32_t hash) const {
+size_t AdmittedFlows::find(std::string_view id, uint32_t hash) const {
   const size_t mask = index_.size() - 1;
   for (size_t s = hash & mask;; s = (s + 1) & mask) {
     const Slot& slot = index_[s];
@@ -414,7 +415,7 @@ size_t FlowRegistry::find(std::string_view id, uint32_t hash) const {
   }
 }
 
-void FlowRegistry::erase_slot(size_t s) {
+void AdmittedFlows::erase_slot(size_t s) {
   const size_t mask = index_.size() - 1;
   // An entry further along the run moves into the hole when the hole lies between its home
   // slot and where it sits, so every entry stays reachable from its home without tombstones.
@@ -428,7 +429,7 @@ void FlowRegistry::erase_slot(size_t s) {
   index_[s].entry = kNone;
 }
 
-void FlowRegistry::unlink(uint32_t e) {
+void AdmittedFlows::unlink(uint32_t e) {
   Entry& x = entries_[e];
   (x.prev == kNone ? oldest_ : entries_[x.prev].next) = x.next;
   (x.next == kNone ? newest_ : entries_[x.next].prev) = x.prev;
@@ -438,7 +439,7 @@ void FlowRegistry::unlink(uint32_t e) {
   --size_;
 }
 
-void FlowRegistry::grow_index() {
+void AdmittedFlows::grow_index() {
   std::vector<Slot> old = std::move(index_);
   index_.assign(std::max<size_t>(16, 2 * old.size()), Slot{});
   const size_t mask = index_.size() - 1;
@@ -450,7 +451,7 @@ void FlowRegistry::grow_index() {
   }
 }
 
-void FlowRegistry::put(const std::string& request_id, const Flow& flow) {
+void AdmittedFlows::put(const std::string& request_id, const Flow& flow) {
   if (capacity_ == 0) return;
   const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
@@ -489,7 +490,7 @@ void FlowRegistry::put(const std::string& request_id, const Flow& flow) {
   ++size_;
 }
 
-std::optional<Flow> FlowRegistry::take(const std::string& request_id) {
+std::optional<Flow> AdmittedFlows::take(const std::string& request_id) {
   const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
   if (size_ == 0) return std::nullopt;
@@ -503,7 +504,7 @@ std::optional<Flow> FlowRegistry::take(const std::string& request_id) {
   return f;
 }
 
-size_t FlowRegistry::size() const {
+size_t AdmittedFlows::size() const {
   std::lock_guard lock(mu_);
   return size_;
 }

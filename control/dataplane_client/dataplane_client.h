@@ -102,13 +102,13 @@ class DataplaneClient {
 // must reach the daemon that admitted the request for the untag to happen (the dataplane's idle
 // timeout and the tag's ttl_s clean up otherwise).
 //
-// A put comes with every admission that carries a flow, so the registry allocates nothing once
+// A put comes with every admission that carries a flow, so the table allocates nothing once
 // warm: entries live in one array (their strings keep their capacity when a slot is reused), in
 // admission order on a list threaded through the array, found through an open-addressing index
 // of slot numbers (linear probing, deletion by backward shift, no tombstones).
-class FlowRegistry {
+class AdmittedFlows {
  public:
-  explicit FlowRegistry(size_t capacity = 65536);
+  explicit AdmittedFlows(size_t capacity = 65536);
   // A request id already held keeps its place in the order and takes the new flow.
   void put(const std::string& request_id, const Flow& flow);
   std::optional<Flow> take(const std::string& request_id);

@@ -311,8 +311,8 @@ TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
   EXPECT_EQ(result, "unavailable");
 }
 
-TEST(FlowRegistry, RemembersAndForgetsOldestFirst) {
-  FlowRegistry r(2);
+TEST(AdmittedFlows, RemembersAndForgetsOldestFirst) {
+  AdmittedFlows r(2);
   Flow a, b, c;
   a.sport = 1;
   b.sport = 2;
@@ -335,7 +335,7 @@ TEST(FlowRegistry, RemembersAndForgetsOldestFirst) {
   r.put("d", c);  // evicts "a"
   EXPECT_FALSE(r.take("a"));
   EXPECT_EQ(r.take("b")->sport, 2);
-  FlowRegistry none(0);
+  AdmittedFlows none(0);
   none.put("a", a);
   EXPECT_EQ(none.size(), 0u);
   EXPECT_FALSE(none.take("a"));
@@ -344,9 +344,9 @@ TEST(FlowRegistry, RemembersAndForgetsOldestFirst) {
 // Against a model of the order it keeps (a list, oldest first): random puts (new ids and ids
 // held), takes (held, taken and never seen) across several rounds of eviction, with the index
 // growing, wrapping and shifting back.
-TEST(FlowRegistry, KeepsTheOrderOfAListUnderChurn) {
+TEST(AdmittedFlows, KeepsTheOrderOfAListUnderChurn) {
   for (size_t capacity : {1u, 3u, 64u, 1000u}) {
-    FlowRegistry r(capacity);
+    AdmittedFlows r(capacity);
     std::list<std::pair<std::string, uint16_t>> model;  // oldest first
     std::mt19937 rng(static_cast<unsigned>(capacity));
     auto find = [&](const std::string& id) {

@@ -55,7 +55,7 @@ void Gateway::Watch::up(bool is_up) {
   }
 }
 
-Gateway::Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+Gateway::Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flows, Metrics& metrics,
                  int dataplane_timeout_ms, const DecisionLogFile* decisions, std::string front,
                  Fallback* fallback)
     : base_(base),

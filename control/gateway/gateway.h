@@ -46,7 +46,7 @@ class Gateway {
   // front: the metrics' label for the API this gateway serves ("http", "grpc").
   // fallback: the process's local decisions (redis.on_failure: local), shared by every gateway;
   // null: `local` answers as `closed`.
-  Gateway(const ConfigStore& store, event_base* base, FlowRegistry& flows, Metrics& metrics,
+  Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flows, Metrics& metrics,
           int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr,
           std::string front = "http", Fallback* fallback = nullptr);
   ~Gateway();
@@ -112,7 +112,7 @@ class Gateway {
   void reconcile_some();
 
   event_base* base_;
-  FlowRegistry& flows_;
+  AdmittedFlows& flows_;
   Metrics& metrics_;
   std::string front_;
   Fallback* fallback_;

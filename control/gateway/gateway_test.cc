@@ -87,7 +87,7 @@ class GatewayTest : public ::testing::Test {
   config::Config cfg_;
   std::optional<testing::LinePeer> peer_;
   testing::EventLoop loop_;
-  FlowRegistry flows_;
+  AdmittedFlows flows_;
   Metrics metrics_;
   // Lines of the decision log, once the gateway wrote them.
   std::vector<json> decision_lines() {

@@ -77,7 +77,7 @@ class HttpServer {
   ServerOptions opts_;
   Metrics& metrics_;
   Reloader* reloader_;
-  FlowRegistry flows_;
+  AdmittedFlows flows_;
   std::unique_ptr<DecisionLogFile> decisions_;  // control.decision_log, opened by start()
   std::mutex accept_log_mu_;
   std::chrono::steady_clock::time_point accept_logged_at_{};

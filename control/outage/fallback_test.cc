@@ -641,7 +641,7 @@ class OutageTest : public ::testing::Test {
   testing::RedisServer redis_;
   std::string dir_, journal_;
   testing::EventLoop loop_;
-  FlowRegistry flows_;
+  AdmittedFlows flows_;
   Metrics metrics_;
   std::optional<ConfigStore> store_;
   std::unique_ptr<Fallback> fallback_;

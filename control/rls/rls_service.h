@@ -56,7 +56,7 @@ class RlsServer {
   int threads_;
   Fallback* fallback_;
   const DecisionLogFile* decisions_;
-  FlowRegistry flows_;  // the gateways need one; a ShouldRateLimit call carries no flow
+  AdmittedFlows flows_;  // the gateways need one; a ShouldRateLimit call carries no flow
   std::vector<std::unique_ptr<Loop>> loops_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
