@@ -3,8 +3,10 @@
 #
 #   bash tools/demo.sh            the appliance end to end in a lab of network namespaces
 #                                 (tools/lab/lab.sh): bursting agents, admission, the drip, a
-#                                 cluster NIC that drops what comes too fast; before and after
-#                                 side by side. Needs root. Extra arguments go to lab.sh.
+#                                 cluster NIC (modelled) that drops what comes too fast; the same
+#                                 load unshaped, through tc tbf and htb, and through dripgate,
+#                                 side by side, and the claim against direct and the best tc
+#                                 column. Needs root. Extra arguments go to lab.sh.
 #   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
 #                                 port, dripgate-control on config/examples/walkthrough.yaml, and
 #                                 the walkthrough's runs (token bucket, token quota, three gates)

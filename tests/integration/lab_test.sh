@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The demo's lab (tools/lab/lab.sh) in a shortened form: three cycles of the same offered load
-# direct and through dripgate. lab.sh itself fails unless dripgate shows fewer NIC ring drops
-# and a lower burst factor; this also checks that every artefact is written, that the
-# well-behaved tenant gets its requests through dripgate, that the runaway tenant's refused
-# traffic is dropped in the gateway, and that the lab leaves no namespace or process behind.
+# direct, through tc tbf, through tc fq (htb where the kernel has no fq) and through dripgate.
+# lab.sh itself fails unless dripgate shows fewer NIC ring drops and a lower burst factor than
+# direct and beats the best tc shaper on the rows it claims (dripgate-lab-report, lab_claim.h);
+# this also checks that every artefact is written, that fq ran or htb stood in for it with the
+# reason printed, that the well-behaved tenant gets its requests through dripgate, that the
+# runaway tenant's refused traffic is dropped in the gateway, and that the lab leaves no
+# namespace or process behind.
 #   lab_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -13,24 +16,35 @@ trap 'rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
-bash "$src/tools/lab/lab.sh" --build "$build" --cycles 3 --out "$out" --claim direct,dripgate ||
-  fail "lab.sh exited $?"
+rc=0
+bash "$src/tools/lab/lab.sh" --build "$build" --cycles 3 --out "$out" --claim direct,dripgate \
+  --shapers "direct tbf fq dripgate" | tee "$out/lab.log" || rc=$?
+[[ $rc == 0 ]] || fail "lab.sh exited $rc"
 
 for f in table.txt compare.svg compare.txt; do [[ -s "$out/$f" ]] || fail "$f missing"; done
-for p in direct dripgate; do
+if [[ -d "$out/fq" ]]; then
+  ts=fq
+else
+  grep -q "no tc fq (sch_fq): htb runs in its place" "$out/lab.log" || fail "fq neither ran nor was replaced"
+  ts=htb
+fi
+grep -q "^claim holds:" "$out/table.txt" || fail "no claim line"
+grep -q "vs the best tc (.*): p99 jitter" "$out/table.txt" || fail "the claim left out the tc columns"
+for p in direct tbf "$ts" dripgate; do
   for f in agents.json receiver.json dataplane.json iat.json iat.svg; do
     [[ -s "$out/$p/$f" ]] || fail "$p/$f missing"
   done
 done
 ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
 
-python3 - "$out" <<'PY'
+python3 - "$out" "$ts" <<'PY'
 import json, sys
 out = sys.argv[1]
 def load(phase, name):
     return json.load(open(f"{out}/{phase}/{name}.json"))
-for phase in ("direct", "dripgate"):
+for phase in ("direct", "tbf", sys.argv[2], "dripgate"):
     a, r = load(phase, "agents"), load(phase, "receiver")
+    assert all("delay_p99_ns" in t for t in r["tenants"]), (phase, r["tenants"])
     assert r["received"] <= a["sent"], (phase, r["received"], a["sent"])
     assert r["foreign"] == 0, (phase, r["foreign"])
     assert r["kernel_dropped"] == 0, (phase, "the receiver's socket overflowed", r)

@@ -12,7 +12,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,7 @@ void on_signal(int) {
 struct Arrival {
   uint64_t t_ns;
   uint16_t tenant;
+  uint64_t sent_ns;  // the agent's CLOCK_MONOTONIC stamp when it called send()
 };
 
 struct Capture {
@@ -106,22 +109,50 @@ void capture(int fd, uint64_t deadline_ns, Capture& c) {
         ++c.foreign;
         continue;
       }
-      c.arrivals.push_back({t, h.tenant});
+      c.arrivals.push_back({t, h.tenant, h.sent_ns});
     }
   }
 }
 
+// CLOCK_REALTIME minus CLOCK_MONOTONIC, read between two monotonic reads: turns a kernel
+// receive stamp into the agents' clock (every namespace shares both clocks).
+int64_t realtime_minus_monotonic() {
+  timespec m0, r, m1;
+  ::clock_gettime(CLOCK_MONOTONIC, &m0);
+  ::clock_gettime(CLOCK_REALTIME, &r);
+  ::clock_gettime(CLOCK_MONOTONIC, &m1);
+  const auto ns = [](const timespec& t) {
+    return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+  };
+  return ns(r) - (ns(m0) + ns(m1)) / 2;
+}
+
+// The p-th percentile (0..1) of v by the nearest rank; 0 for none.
+uint64_t percentile(std::vector<uint64_t>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - 1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
 json report(Capture& c, uint32_t descriptors, double drain_pps, double reference_pps) {
+  const int64_t clock_offset = realtime_minus_monotonic();
   std::sort(c.arrivals.begin(), c.arrivals.end(),
             [](const Arrival& a, const Arrival& b) { return a.t_ns < b.t_ns; });
   RingModel ring(descriptors, drain_pps);
   std::vector<uint64_t> stamps;
   std::vector<std::pair<uint64_t, uint64_t>> per_tenant;  // received, ring drops
+  std::vector<std::vector<uint64_t>> delays;              // per tenant: send -> receive stamp
   uint64_t drops = 0;
   for (const Arrival& a : c.arrivals) {
     stamps.push_back(a.t_ns);
-    if (a.tenant >= per_tenant.size()) per_tenant.resize(a.tenant + 1u);
+    if (a.tenant >= per_tenant.size()) {
+      per_tenant.resize(a.tenant + 1u);
+      delays.resize(a.tenant + 1u);
+    }
     ++per_tenant[a.tenant].first;
+    const int64_t d = static_cast<int64_t>(a.t_ns) - clock_offset - static_cast<int64_t>(a.sent_ns);
+    delays[a.tenant].push_back(d > 0 ? static_cast<uint64_t>(d) : 0);
     if (!ring.arrive(a.t_ns)) {
       ++drops;
       ++per_tenant[a.tenant].second;
@@ -133,7 +164,9 @@ json report(Capture& c, uint32_t descriptors, double drain_pps, double reference
     tenants.push_back({{"index", i},
                        {"received", per_tenant[i].first},
                        {"ring_dropped", per_tenant[i].second},
-                       {"delivered", per_tenant[i].first - per_tenant[i].second}});
+                       {"delivered", per_tenant[i].first - per_tenant[i].second},
+                       {"delay_p50_ns", percentile(delays[i], 0.50)},
+                       {"delay_p99_ns", percentile(delays[i], 0.99)}});
   return {{"received", stamps.size()},
           {"ring_dropped", drops},
           {"delivered", stamps.size() - drops},

@@ -3,8 +3,8 @@
 # an inference cluster whose NIC ring drops what comes too fast. The same offered load runs
 # once per shaper and the phases are printed side by side.
 #
-#   tools/lab/lab.sh [--build DIR] [--cycles N] [--rounds N] [--shapers "direct dripgate"]
-#                    [--out DIR] [--claim BEFORE,AFTER] [--target BEFORE,NAME]
+#   tools/lab/lab.sh [--build DIR] [--cycles N] [--rounds N] [--shapers "direct tbf htb dripgate"]
+#                    [--drip-pps N] [--out DIR] [--claim BEFORE,AFTER] [--target BEFORE,NAME]
 #
 #   dglab-agents                  dglab-gateway                               dglab-cluster
 #   agents0 10.77.0.1 --veth-- to-agents [dripgate-dataplane] to-cluster --veth-- cluster0 10.77.0.2
@@ -15,13 +15,18 @@
 # datagrams, each from its own socket, inside the same 10 ms; then silence. dripgate-receiver
 # models the cluster's NIC ring on the kernel's receive stamps and dripgate-iat's eBPF probe
 # profiles cluster0. Shapers (one phase each, in this order, every round):
-#   direct    the same dataplane with every rate unlimited: the same hops, nothing shaped;
-#   tbf, htb  the same, plus a Linux tc shaper (tools/lib.sh tc_shaper_add) at the drip rate
-#             as agents0's root qdisc: what a gateway without dripgate would use;
-#   dripgate  admission + drip exactly as lab.yaml says.
+#   direct       the same dataplane with every rate unlimited: the same hops, nothing shaped;
+#   tbf, htb, fq the same, plus a Linux tc shaper (tools/lib.sh tc_shaper_add) at the drip rate
+#                as agents0's root qdisc: what a gateway without dripgate would use. fq is
+#                replaced by htb, and the run says so, on a kernel without sch_fq; where it
+#                runs, its maxrate caps each flow (each agent's socket), not the aggregate;
+#   dripgate     admission + drip exactly as lab.yaml says.
+# --drip-pps N drips (and sets the tc shapers) at N packets/s instead of lab.yaml's rate: at
+# 2000 the drip runs at the cluster's own rate, with no margin below it.
 # Results (JSON, dripgate-iat charts) go to --out (default /tmp/dripgate-lab.<time>); the
-# table is printed. Exit 1 when --claim fails, 2 when not root or no namespaces. Removes every
-# namespace, link and process it created, also on failure and Ctrl-C.
+# table is printed. Exit 1 when --claim fails (dripgate-lab-report: every column other than
+# the two named is a tc shaper the claim compares with), 2 when not root or no namespaces.
+# Removes every namespace, link and process it created, also on failure and Ctrl-C.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,16 +37,18 @@ bench_defaults
 here="$root/tools/lab"
 cycles=8
 rounds=1
-shapers="direct dripgate"
+shapers="direct tbf htb dripgate"
+drip_override=""
 out=""
 claim=""
 target=""
-usage="usage: $0 [--build DIR] [--cycles N] [--rounds N] [--shapers \"direct tbf htb dripgate\"] [--out DIR] [--claim A,B] [--target A,B]"
+usage="usage: $0 [--build DIR] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
     --cycles) cycles=$2; shift 2 ;;
     --shapers) shapers=$2; shift 2 ;;
+    --drip-pps) drip_override=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --claim) claim=$2; shift 2 ;;
     --target) target=$2; shift 2 ;;
@@ -60,6 +67,12 @@ payload=64
 frame=$((14 + 20 + 8 + payload))
 drip_pps=$(sed -n 's/^ *drip: *{ *rate_pps: *\([0-9.]*\).*/\1/p' "$config")
 [[ -n "$drip_pps" ]] || { echo "lab: no drip rate_pps in $config" >&2; exit 1; }
+drip_from="$config"
+if [[ -n "$drip_override" ]]; then
+  [[ "$drip_override" =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
+  drip_pps=$drip_override
+  drip_from="--drip-pps"
+fi
 sock=$(sed -n 's/^ *control_socket: *//p' "$config")
 ns_a=dglab-agents ns_g=dglab-gateway ns_c=dglab-cluster
 
@@ -112,6 +125,18 @@ trap 'exit 143' TERM
 taskset -p -c 0 $$ >/dev/null 2>&1 || true
 remove_lab
 
+# fq where this kernel has it; htb in its place where it has not (tc answers "Specified qdisc
+# kind is unknown" without CONFIG_NET_SCH_FQ).
+if [[ " $shapers " == *" fq "* ]]; then
+  ip netns add "$ns_a"
+  ip -n "$ns_a" link add fqcheck type veth peer name fqcheck1
+  if ! tc -n "$ns_a" qdisc add dev fqcheck root fq maxrate 1mbit 2>/dev/null; then
+    shapers=$(echo " $shapers " | sed 's/ fq / htb /; s/^ //; s/ $//')
+    echo "lab: this kernel has no tc fq (sch_fq): htb runs in its place"
+  fi
+  ip netns del "$ns_a"
+fi
+
 for n in "$ns_a" "$ns_g" "$ns_c"; do
   ip netns add "$n"
   ip netns exec "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
@@ -156,7 +181,11 @@ start_gateway() {
       --dir "$dir" --logfile "$dir/redis.log" &
   pids+=($!)
   local unshaped=()
-  [[ "$shaper" == dripgate ]] || unshaped=(--rate-pps 0 --rate-bps 0)
+  if [[ "$shaper" != dripgate ]]; then
+    unshaped=(--rate-pps 0 --rate-bps 0)
+  elif [[ -n "$drip_override" ]]; then
+    unshaped=(--rate-pps "$drip_pps")
+  fi
   rm -f "$sock"
   # CPU 1 is the drip worker's, as an appliance isolates it, although this machine's other work
   # may run there too: a preempted worker leaves tick-long holes in the drip. So the dataplane
@@ -213,7 +242,19 @@ run_phase() {
 
 echo "dripgate lab: ${#tenants[@]} tenants (${tenants[*]}),"
 echo "  bursts every 1 s within 10 ms, $cycles cycles per phase; cluster rated ${rated_pps}/s with a"
-echo "  ${ring}-descriptor ring; dripgate drips at ${drip_pps}/s ($config)"
+echo "  ${ring}-descriptor ring; dripgate drips at ${drip_pps}/s ($drip_from)"
+for s in $shapers; do
+  case "$s" in
+    direct) echo "  direct:   the same gateway, every rate unlimited: nothing shaped" ;;
+    tbf*) n=${s#tbf}
+      printf '  %-9s tc tbf at %s frames/s, burst %s frame(s), on the agents'"'"' link\n' "$s:" "$drip_pps" "${n:-1}" ;;
+    htb) echo "  htb:      tc htb, one class at ${drip_pps} frames/s (rate = ceil, burst one frame)" ;;
+    fq) echo "  fq:       tc fq maxrate ${drip_pps} frames/s, which caps each flow (one per agent), not the aggregate" ;;
+    dripgate) echo "  dripgate: the drip at ${drip_pps}/s; unadmitted flows in a small class that drops their excess" ;;
+  esac
+done
+echo "  (every phase runs dripgate-control: agents that obey 429 hold back in each; only dripgate"
+echo "  drops what was not admitted)"
 phases=()
 for r in $(seq 1 "$rounds"); do
   for s in $shapers; do
@@ -230,14 +271,13 @@ done
 echo
 
 first=${shapers%% *}
-rest=${shapers#* }
-second=${rest%% *}
+last=${shapers##* }
 report=("$build/tools/lab/dripgate-lab-report" "${phases[@]}")
 [[ -z "$claim" ]] || report+=(--claim "$claim")
 [[ -z "$target" ]] || report+=(--target "$target")
-if [[ "$rounds" == 1 && -n "$second" && "$second" != "$first" ]]; then
+if [[ "$rounds" == 1 && "$last" != "$first" ]]; then
   report+=(--svg-pair "$out/compare.svg")
-  "$build/tools/dripgate-iat" compare "$out/$first/iat.json" "$out/$second/iat.json" \
+  "$build/tools/dripgate-iat" compare "$out/$first/iat.json" "$out/$last/iat.json" \
       >"$out/compare.txt" 2>&1 || true
 fi
 set +e
@@ -246,5 +286,5 @@ rc=${PIPESTATUS[0]}
 set -e
 echo
 echo "output: $out (table.txt; per phase: receiver.json agents.json dataplane.json iat.json iat.svg;"
-echo "        compare.svg, compare.txt: dripgate-iat's profiles of the phases side by side)"
+echo "        compare.svg, compare.txt: dripgate-iat's profiles of the first and last phase side by side)"
 exit "$rc"

@@ -1,0 +1,95 @@
+#include "tools/lab/lab_claim.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace dripgate::lab {
+namespace {
+
+std::string count(std::optional<double> v) {
+  return v ? fmt::format("{:.0f}", *v) : "-";
+}
+std::string ratio(std::optional<double> v) {
+  return v ? fmt::format("{:.2f}x", *v) : "-";
+}
+std::string micros(std::optional<double> v) {
+  return v ? fmt::format("{:.1f} us", *v / 1e3) : "-";
+}
+
+// The tc column with the lowest value of `field`; nullptr when none has it.
+const ColumnFigures* best(const std::vector<ColumnFigures>& tc,
+                          std::optional<double> ColumnFigures::*field) {
+  const ColumnFigures* b = nullptr;
+  for (const ColumnFigures& c : tc)
+    if (c.*field && (b == nullptr || *(c.*field) < *(b->*field))) b = &c;
+  return b;
+}
+
+ClaimRow::State verdict(bool ok) {
+  return ok ? ClaimRow::State::kHolds : ClaimRow::State::kFails;
+}
+
+}  // namespace
+
+Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
+                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds) {
+  Claim c;
+  const auto& a = after;
+  const auto& b = before;
+  c.rows.push_back({verdict(a.ring_drops && b.ring_drops && *a.ring_drops < *b.ring_drops),
+                    fmt::format("vs {}: NIC ring drops (modelled) {} vs {}", b.name,
+                                count(a.ring_drops), count(b.ring_drops))});
+  c.rows.push_back({verdict(a.burst_factor && b.burst_factor && *a.burst_factor < *b.burst_factor),
+                    fmt::format("vs {}: burst factor {} vs {}", b.name, ratio(a.burst_factor),
+                                ratio(b.burst_factor))});
+  if (!tc.empty()) {
+    const ColumnFigures* j = best(tc, &ColumnFigures::jitter_p99_ns);
+    const bool jitter_ok =
+        j && a.jitter_p99_ns && *a.jitter_p99_ns * bounds.jitter_factor <= *j->jitter_p99_ns;
+    std::string times = "-";
+    if (j && a.jitter_p99_ns && *a.jitter_p99_ns > 0 && *j->jitter_p99_ns > 0) {
+      const double x = *j->jitter_p99_ns / *a.jitter_p99_ns;
+      times = x >= 1 ? fmt::format("{:.1f}x lower", x) : fmt::format("{:.1f}x higher", 1 / x);
+    }
+    c.rows.push_back(
+        {verdict(jitter_ok),
+         fmt::format("vs the best tc ({}): p99 jitter {} vs {}, {} (claimed "
+                     "at {:.1f}x or more)",
+                     j ? j->name : "-", micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
+                     times, bounds.jitter_factor)});
+    const ColumnFigures* r = best(tc, &ColumnFigures::runaway_delivered);
+    c.rows.push_back(
+        {verdict(r && a.runaway_delivered && *a.runaway_delivered < *r->runaway_delivered),
+         fmt::format("vs the best tc ({}): runaway tenant delivered {} vs {}: its unadmitted "
+                     "traffic dropped at the gateway",
+                     r ? r->name : "-", count(a.runaway_delivered),
+                     r ? count(r->runaway_delivered) : "-")});
+    const ColumnFigures* d = best(tc, &ColumnFigures::ring_drops);
+    c.rows.push_back(
+        {verdict(d && a.ring_drops && *a.ring_drops <= *d->ring_drops),
+         fmt::format("vs the best tc ({}): NIC ring drops (modelled) {} vs {}, "
+                     "no more",
+                     d ? d->name : "-", count(a.ring_drops), d ? count(d->ring_drops) : "-")});
+    const ColumnFigures* f = best(tc, &ColumnFigures::burst_factor);
+    c.rows.push_back({ClaimRow::State::kNotClaimed,
+                      fmt::format("vs the best tc ({}): burst factor {} vs {}", f ? f->name : "-",
+                                  ratio(a.burst_factor), f ? ratio(f->burst_factor) : "-")});
+  }
+  c.holds = std::none_of(c.rows.begin(), c.rows.end(),
+                         [](const ClaimRow& r) { return r.state == ClaimRow::State::kFails; });
+  return c;
+}
+
+std::string format_claim(const Claim& c) {
+  std::string s = c.holds ? "claim holds:\n" : "CLAIM FAILED:\n";
+  for (const ClaimRow& r : c.rows) {
+    const char* tag = r.state == ClaimRow::State::kHolds   ? "holds      "
+                      : r.state == ClaimRow::State::kFails ? "FAILS      "
+                                                           : "not claimed";
+    s += fmt::format("  [{}] {}\n", tag, r.text);
+  }
+  return s;
+}
+
+}  // namespace dripgate::lab

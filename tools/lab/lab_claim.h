@@ -1,0 +1,49 @@
+// The lab's claim, as numbers in and a verdict out: dripgate (AFTER) against the unshaped run
+// (BEFORE) and against the best of the Linux tc shapers run on the same offered load.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dripgate::lab {
+
+// One column's figures (medians over its rounds); nullopt where the run has no such figure.
+struct ColumnFigures {
+  std::string name;
+  std::optional<double> ring_drops;         // modelled NIC ring drops
+  std::optional<double> burst_factor;       // most arrivals in 10 ms / the rate's share
+  std::optional<double> jitter_p99_ns;      // p99 |inter-arrival - 1/rate| at the receiver
+  std::optional<double> runaway_delivered;  // what the tenants that ignore 429 got delivered
+};
+
+struct ClaimBounds {
+  // Jitter is claimed only when AFTER's p99 is at least this many times lower than the best
+  // tc shaper's: a tolerance for a shared, noisy machine, not a target.
+  double jitter_factor = 1.5;
+};
+
+struct ClaimRow {
+  enum class State { kHolds, kFails, kNotClaimed };
+  State state;
+  std::string text;
+};
+
+struct Claim {
+  bool holds = false;
+  std::vector<ClaimRow> rows;
+};
+
+// Against BEFORE (claimed): fewer ring drops and a lower burst factor. Against the tc columns
+// (none given: not compared), each row compared with the best tc value for that row:
+//   claimed: p99 jitter at least bounds.jitter_factor times lower; fewer requests of the
+//            runaway tenants delivered; no more ring drops;
+//   reported, not claimed: the burst factor.
+// The claim holds when every claimed row holds; a missing figure fails its row.
+Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
+                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds = {});
+
+// The verdict line and one line per row, as dripgate-lab-report prints them.
+std::string format_claim(const Claim& c);
+
+}  // namespace dripgate::lab

@@ -1,0 +1,101 @@
+#include "tools/lab/lab_claim.h"
+
+#include <gtest/gtest.h>
+
+namespace dripgate::lab {
+namespace {
+
+// Figures of the shape the lab measures: direct drops and bursts, the tc shapers drip at the
+// rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter.
+ColumnFigures direct() {
+  return {"direct", 4450, 51.0, 552'800, 835};
+}
+ColumnFigures tbf() {
+  return {"tbf", 0, 1.00, 33'100, 2560};
+}
+ColumnFigures htb() {
+  return {"htb", 0, 1.01, 39'400, 2560};
+}
+ColumnFigures dripgate() {
+  return {"dripgate", 0, 1.06, 11'800, 1234};
+}
+
+ClaimRow::State state_of(const Claim& c, const std::string& prefix) {
+  for (const ClaimRow& r : c.rows)
+    if (r.text.rfind(prefix, 0) == 0) return r.state;
+  ADD_FAILURE() << "no row starting with " << prefix;
+  return ClaimRow::State::kFails;
+}
+
+TEST(LabClaim, HoldsAgainstDirectAndTheBestTc) {
+  const Claim c = judge_claim(direct(), dripgate(), {tbf(), htb()});
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  EXPECT_EQ(c.rows.size(), 6u);
+  const std::string s = format_claim(c);
+  EXPECT_NE(s.find("claim holds"), std::string::npos);
+  // The best tc is picked per row: tbf has the lower jitter.
+  EXPECT_NE(s.find("best tc (tbf): p99 jitter 11.8 us vs 33.1 us, 2.8x lower"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("runaway tenant delivered 1234 vs 2560"), std::string::npos) << s;
+  // The burst factor is worse than tbf's: reported, not claimed, and not failing.
+  EXPECT_NE(s.find("[not claimed] vs the best tc (tbf): burst factor 1.06x vs 1.00x"),
+            std::string::npos)
+      << s;
+}
+
+TEST(LabClaim, WithoutTcOnlyTheDirectRowsCount) {
+  const Claim c = judge_claim(direct(), dripgate(), {});
+  EXPECT_TRUE(c.holds);
+  EXPECT_EQ(c.rows.size(), 2u);
+  ColumnFigures worse = dripgate();
+  worse.burst_factor = 60;
+  EXPECT_FALSE(judge_claim(direct(), worse, {}).holds);
+}
+
+TEST(LabClaim, FailsWhenJitterIsNotLowerByTheFactor) {
+  ColumnFigures d = dripgate();
+  d.jitter_p99_ns = 25'000;  // lower than tbf's 33.1 us, but only 1.3x
+  const Claim c = judge_claim(direct(), d, {tbf(), htb()});
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kFails);
+  EXPECT_NE(format_claim(c).find("CLAIM FAILED"), std::string::npos);
+  EXPECT_NE(format_claim(c).find("1.3x lower"), std::string::npos) << format_claim(c);
+  // A looser bound accepts it.
+  EXPECT_TRUE(judge_claim(direct(), d, {tbf(), htb()}, {.jitter_factor = 1.2}).holds);
+}
+
+TEST(LabClaim, TheBestTcIsTheBaselineNotTheWorst) {
+  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2560};  // a tc column with less jitter than dripgate
+  const Claim c = judge_claim(direct(), dripgate(), {tbf(), fq});
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the best tc (fq): p99 jitter"), ClaimRow::State::kFails);
+  EXPECT_NE(format_claim(c).find("1.3x higher"), std::string::npos) << format_claim(c);
+}
+
+TEST(LabClaim, FailsWhenTheRunawayGetsAsMuchThrough) {
+  ColumnFigures d = dripgate();
+  d.runaway_delivered = 2560;
+  EXPECT_FALSE(judge_claim(direct(), d, {tbf()}).holds);
+}
+
+TEST(LabClaim, FailsOnMoreRingDropsThanTc) {
+  ColumnFigures d = dripgate();
+  d.ring_drops = 3;
+  const Claim c = judge_claim(direct(), d, {tbf(), htb()});
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): NIC ring drops"), ClaimRow::State::kFails);
+}
+
+TEST(LabClaim, AMissingFigureFailsItsRow) {
+  ColumnFigures t = tbf();
+  t.jitter_p99_ns.reset();
+  ColumnFigures h = htb();
+  h.jitter_p99_ns.reset();
+  EXPECT_FALSE(judge_claim(direct(), dripgate(), {t, h}).holds);
+  ColumnFigures d = dripgate();
+  d.ring_drops.reset();
+  EXPECT_FALSE(judge_claim(direct(), d, {}).holds);
+}
+
+}  // namespace
+}  // namespace dripgate::lab
