@@ -80,13 +80,15 @@ Getter field(const char* file, std::string path) {
   };
 }
 
-enum class Kind { kCount, kNs, kRatio };
+enum class Kind { kCount, kTenths, kNs, kRatio };
 
 std::string format_value(std::optional<double> v, Kind k) {
   if (!v) return "-";
   switch (k) {
     case Kind::kCount:
       return fmt::format("{:.0f}", *v);
+    case Kind::kTenths:
+      return fmt::format("{:.1f}", *v);
     case Kind::kRatio:
       return fmt::format("{:.2f}x", *v);
     case Kind::kNs:
@@ -216,6 +218,8 @@ std::vector<Row> all_rows(const std::vector<Phase>& phases, const json& ring) {
                           "receiver's arrival stamps",
                           ring.value("descriptors", 0), thousands(ring.value("drain_pps", 0.0)))),
       numeric("NIC ring drops (modelled)", field("receiver", "/ring_dropped")),
+      numeric("most descriptors in use (modelled)", field("receiver", "/ring/max_fill"),
+              Kind::kTenths),
       numeric("delivered to inference (modelled)", field("receiver", "/delivered")),
       section("measured by the eBPF probe at the cluster veth (cluster0)"),
       numeric("packets", field("iat", "/packets")),
