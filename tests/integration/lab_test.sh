@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The demo's lab (tools/lab/lab.sh) in a shortened form: three cycles of the same offered load
-# direct, through tc tbf, through tc fq (htb where the kernel has no fq) and through dripgate.
-# lab.sh itself fails unless dripgate shows fewer NIC ring drops and a lower burst factor than
-# direct and beats the best tc shaper on the rows it claims (dripgate-lab-report, lab_claim.h);
-# this also checks that every artefact is written, that fq ran or htb stood in for it with the
-# reason printed, that the well-behaved tenant gets its requests through dripgate, that the
-# runaway tenant's refused traffic is dropped in the gateway, and that the lab leaves no
-# namespace or process behind. Then two cycles with --drip-pps 2000: the drip at the
-# cluster's own rate.
+# The demo's lab (tools/lab/lab.sh) in a shortened form: three rounds of two cycles of the same
+# offered load direct, through tc tbf, through tc fq (htb where the kernel has no fq) and
+# through dripgate. lab.sh itself fails unless, in the medians of the rounds, dripgate shows
+# fewer NIC ring drops and a lower burst factor than direct and beats the best tc shaper on the
+# rows it claims (dripgate-lab-report, lab_claim.h); this also checks that every artefact is
+# written, that fq ran or htb stood in for it with the reason printed, that the well-behaved
+# tenant gets its requests through dripgate, that the runaway tenant's refused traffic is
+# dropped in the gateway, and that the lab leaves no namespace or process behind. Then two
+# cycles with --drip-pps 2000: the drip at the cluster's own rate.
 #   lab_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -18,12 +18,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
 rc=0
-bash "$src/tools/lab/lab.sh" --build "$build" --cycles 3 --out "$out" --claim direct,dripgate \
-  --shapers "direct tbf fq dripgate" | tee "$out/lab.log" || rc=$?
+bash "$src/tools/lab/lab.sh" --build "$build" --cycles 2 --rounds 3 --out "$out" \
+  --claim direct,dripgate --shapers "direct tbf fq dripgate" | tee "$out/lab.log" || rc=$?
 [[ $rc == 0 ]] || fail "lab.sh exited $rc"
 
 for f in table.txt compare.svg compare.txt; do [[ -s "$out/$f" ]] || fail "$f missing"; done
-if [[ -d "$out/fq" ]]; then
+if [[ -d "$out/fq.1" ]]; then
   ts=fq
 else
   grep -q "no tc fq (sch_fq): htb runs in its place" "$out/lab.log" || fail "fq neither ran nor was replaced"
@@ -32,8 +32,10 @@ fi
 grep -q "^claim holds:" "$out/table.txt" || fail "no claim line"
 grep -q "vs the best tc (.*): p99 jitter" "$out/table.txt" || fail "the claim left out the tc columns"
 for p in direct tbf "$ts" dripgate; do
-  for f in agents.json receiver.json dataplane.json iat.json iat.svg; do
-    [[ -s "$out/$p/$f" ]] || fail "$p/$f missing"
+  for r in 1 2 3; do
+    for f in agents.json receiver.json dataplane.json iat.json iat.svg; do
+      [[ -s "$out/$p.$r/$f" ]] || fail "$p.$r/$f missing"
+    done
   done
 done
 ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
@@ -43,7 +45,7 @@ import json, sys
 out = sys.argv[1]
 def load(phase, name):
     return json.load(open(f"{out}/{phase}/{name}.json"))
-for phase in ("direct", "tbf", sys.argv[2], "dripgate"):
+for phase in [f"{p}.{r}" for p in ("direct", "tbf", sys.argv[2], "dripgate") for r in (1, 2, 3)]:
     a, r = load(phase, "agents"), load(phase, "receiver")
     assert all("delay_p99_ns" in t for t in r["tenants"]), (phase, r["tenants"])
     assert r["received"] <= a["sent"], (phase, r["received"], a["sent"])
@@ -51,7 +53,7 @@ for phase in ("direct", "tbf", sys.argv[2], "dripgate"):
     assert r["kernel_dropped"] == 0, (phase, "the receiver's socket overflowed", r)
     # The probe counted the same packets the receiver read (it sits in front of it).
     assert load(phase, "iat")["packets"] == r["received"], (phase, load(phase, "iat")["packets"])
-a, r, dp = load("dripgate", "agents"), load("dripgate", "receiver"), load("dripgate", "dataplane")
+a, r, dp = load("dripgate.1", "agents"), load("dripgate.1", "receiver"), load("dripgate.1", "dataplane")
 steady = a["tenants"][0]
 assert steady["refused"] == 0 and steady["sent"] > 0, steady
 got = r["tenants"][0]["delivered"]

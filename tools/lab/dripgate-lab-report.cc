@@ -381,7 +381,7 @@ int run(int argc, char** argv) {
   app.add_option("--claim", claim,
                  "BEFORE,AFTER: exit 1 unless AFTER has fewer NIC ring drops and a lower burst "
                  "factor than BEFORE and, against the best of the other columns (tc shapers), "
-                 "a p99 jitter 1.5x lower, fewer runaway requests delivered and no more ring "
+                 "a p99 jitter 1.2x lower, fewer runaway requests delivered and no more ring "
                  "drops");
   app.add_option("--target", target, "BEFORE,NAME: say whether NAME meets the benchmark target");
   app.add_option("--svg-pair", svg_pair,

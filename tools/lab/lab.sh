@@ -275,9 +275,11 @@ last=${shapers##* }
 report=("$build/tools/lab/dripgate-lab-report" "${phases[@]}")
 [[ -z "$claim" ]] || report+=(--claim "$claim")
 [[ -z "$target" ]] || report+=(--target "$target")
-if [[ "$rounds" == 1 && "$last" != "$first" ]]; then
+r1=""
+[[ "$rounds" == 1 ]] || r1=.1  # with rounds, the first round's
+if [[ "$last" != "$first" ]]; then
   report+=(--svg-pair "$out/compare.svg")
-  "$build/tools/dripgate-iat" compare "$out/$first/iat.json" "$out/$last/iat.json" \
+  "$build/tools/dripgate-iat" compare "$out/$first$r1/iat.json" "$out/$last$r1/iat.json" \
       >"$out/compare.txt" 2>&1 || true
 fi
 set +e
@@ -286,5 +288,6 @@ rc=${PIPESTATUS[0]}
 set -e
 echo
 echo "output: $out (table.txt; per phase: receiver.json agents.json dataplane.json iat.json iat.svg;"
-echo "        compare.svg, compare.txt: dripgate-iat's profiles of the first and last phase side by side)"
+echo "        compare.svg, compare.txt: dripgate-iat's profiles of the first and last phase side by side,"
+echo "        of the first round)"
 exit "$rc"

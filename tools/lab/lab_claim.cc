@@ -50,12 +50,12 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
     std::string times = "-";
     if (j && a.jitter_p99_ns && *a.jitter_p99_ns > 0 && *j->jitter_p99_ns > 0) {
       const double x = *j->jitter_p99_ns / *a.jitter_p99_ns;
-      times = x >= 1 ? fmt::format("{:.1f}x lower", x) : fmt::format("{:.1f}x higher", 1 / x);
+      times = x >= 1 ? fmt::format("{:.2f}x lower", x) : fmt::format("{:.2f}x higher", 1 / x);
     }
     c.rows.push_back(
         {verdict(jitter_ok),
          fmt::format("vs the best tc ({}): p99 jitter {} vs {}, {} (claimed "
-                     "at {:.1f}x or more)",
+                     "at {:.2g}x or more)",
                      j ? j->name : "-", micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
                      times, bounds.jitter_factor)});
     const ColumnFigures* r = best(tc, &ColumnFigures::runaway_delivered);
