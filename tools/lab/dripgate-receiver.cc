@@ -2,7 +2,8 @@
 // datagrams with the kernel's receive timestamps (SO_TIMESTAMPNS) into a large socket buffer,
 // counts what that buffer lost (SO_RXQ_OVFL) apart, and on SIGINT/SIGTERM (or after
 // --duration) runs the NIC ring model (ring_model.h) over the stamps and writes what the
-// cluster got: delivered, dropped by the ring, per tenant, and the arrival figures.
+// cluster got: delivered, dropped by the ring, per tenant (with each tenant's delay from the
+// agent's send() to the receive stamp), and the arrival figures.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
