@@ -3,8 +3,9 @@
 # an inference cluster whose NIC ring drops what comes too fast. The same offered load runs
 # once per shaper and the phases are printed side by side.
 #
-#   tools/lab/lab.sh [--build DIR] [--cycles N] [--rounds N] [--shapers "direct tbf htb dripgate"]
-#                    [--drip-pps N] [--out DIR] [--claim BEFORE,AFTER] [--target BEFORE,NAME]
+#   tools/lab/lab.sh [--build DIR] [--load bursts|overload] [--cycles N] [--rounds N]
+#                    [--shapers "direct tbf htb dripgate"] [--drip-pps N] [--out DIR]
+#                    [--claim BEFORE,AFTER] [--target BEFORE,NAME]
 #
 #   dglab-agents                  dglab-gateway                               dglab-cluster
 #   agents0 10.77.0.1 --veth-- to-agents [dripgate-dataplane] to-cluster --veth-- cluster0 10.77.0.2
@@ -12,7 +13,16 @@
 #
 # Everything in the gateway comes from config/examples/lab.yaml. Every cycle (1 s) each agent
 # asks for admission over the management link, then all agents send their requests as UDP
-# datagrams, each from its own socket, inside the same 10 ms; then silence. dripgate-receiver
+# datagrams, each from its own socket, inside the same window; then silence. Two loads:
+#   bursts    (default) the window is 10 ms and the mean offered rate (~900/s) stays below the
+#             cluster's: synchronized bursts that any shaper's queue absorbs, so the columns
+#             differ in how evenly packets leave;
+#   overload  the window is 700 ms and a runaway fleet of 32 agents that ignore 429 sends 100
+#             requests each per cycle: ~5,400/s offered for 0.7 s of every second, 2.7x what
+#             the cluster takes. A tc shaper's one queue then stays full: it delays and drops
+#             every tenant's packets alike. dripgate queues admitted flows in their plans'
+#             classes and the unadmitted excess in a small one, so the excess is what it drops.
+# dripgate-receiver
 # models the cluster's NIC ring on the kernel's receive stamps and dripgate-iat's eBPF probe
 # profiles cluster0. Shapers (one phase each, in this order, every round):
 #   direct       the same dataplane with every rate unlimited: the same hops, nothing shaped;
@@ -42,10 +52,12 @@ drip_override=""
 out=""
 claim=""
 target=""
-usage="usage: $0 [--build DIR] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
+load=bursts
+usage="usage: $0 [--build DIR] [--load bursts|overload] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
+    --load) load=$2; shift 2 ;;
     --cycles) cycles=$2; shift 2 ;;
     --shapers) shapers=$2; shift 2 ;;
     --drip-pps) drip_override=$2; shift 2 ;;
@@ -57,12 +69,16 @@ while [[ $# -gt 0 ]]; do
 done
 
 config="$root/config/examples/lab.yaml"
-# The cluster: rated for 2000 requests/s, a 256-descriptor receive ring. The agents: 8
-# well-behaved, 16 bursty (both obey 429) and 8 runaway (ignore 429) agents, each sending
-# per_burst datagrams of 64 bytes per cycle: about 800 requests/s on average, all in 10 ms.
+# The cluster: rated for 2000 requests/s, a 256-descriptor receive ring. The agents (name:
+# agents:requests per agent and cycle:obey|ignore 429): 8 well-behaved and 16 bursty agents
+# that obey 429, and runaway agents that ignore it, each request a 64-byte datagram.
 rated_pps=2000
 ring=256
-tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:8:40:ignore)
+case "$load" in
+  bursts) tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:8:40:ignore) window=10ms ;;
+  overload) tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:32:100:ignore) window=700ms ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
 payload=64
 frame=$((14 + 20 + 8 + payload))
 drip_pps=$(sed -n 's/^ *drip: *{ *rate_pps: *\([0-9.]*\).*/\1/p' "$config")
@@ -231,7 +247,8 @@ run_phase() {
   local a=()
   for t in "${tenants[@]}"; do a+=(--tenant "$t"); done
   "$build/tools/lab/dripgate-agents" --netns "$ns_a" --control 10.78.0.2:8080 \
-      --target 10.77.0.2:9000 --src 10.77.0.1 --size "$payload" --cycles "$cycles" "${a[@]}" \
+      --target 10.77.0.2:9000 --src 10.77.0.1 --size "$payload" --cycles "$cycles" \
+      --window "$window" "${a[@]}" \
       --json "$dir/agents.json" --quiet &
   pids+=($!)
   wait "$!"  # in the background: a TERM to this script is handled at once, not after the run
@@ -240,8 +257,8 @@ run_phase() {
   [[ "$shaper" == direct || "$shaper" == dripgate ]] || tc -n "$ns_a" qdisc del dev agents0 root
 }
 
-echo "dripgate lab: ${#tenants[@]} tenants (${tenants[*]}),"
-echo "  bursts every 1 s within 10 ms, $cycles cycles per phase; cluster rated ${rated_pps}/s with a"
+echo "dripgate lab, $load load: ${#tenants[@]} tenants (${tenants[*]}),"
+echo "  sending every 1 s within $window, $cycles cycles per phase; cluster rated ${rated_pps}/s with a"
 echo "  ${ring}-descriptor ring; dripgate drips at ${drip_pps}/s ($drip_from)"
 for s in $shapers; do
   case "$s" in
@@ -272,7 +289,7 @@ echo
 
 first=${shapers%% *}
 last=${shapers##* }
-report=("$build/tools/lab/dripgate-lab-report" "${phases[@]}")
+report=("$build/tools/lab/dripgate-lab-report" --load "$load" "${phases[@]}")
 [[ -z "$claim" ]] || report+=(--claim "$claim")
 [[ -z "$target" ]] || report+=(--target "$target")
 r1=""

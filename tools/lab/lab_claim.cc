@@ -14,16 +14,27 @@ std::string ratio(std::optional<double> v) {
   return v ? fmt::format("{:.2f}x", *v) : "-";
 }
 std::string micros(std::optional<double> v) {
-  return v ? fmt::format("{:.1f} us", *v / 1e3) : "-";
+  if (!v) return "-";
+  return *v >= 1e6 ? fmt::format("{:.1f} ms", *v / 1e6) : fmt::format("{:.1f} us", *v / 1e3);
 }
 
-// The tc column with the lowest value of `field`; nullptr when none has it.
+// The tc column with the lowest (or, `highest`, the highest) value of `field`; nullptr when none
+// has it.
 const ColumnFigures* best(const std::vector<ColumnFigures>& tc,
-                          std::optional<double> ColumnFigures::*field) {
+                          std::optional<double> ColumnFigures::*field, bool highest = false) {
   const ColumnFigures* b = nullptr;
   for (const ColumnFigures& c : tc)
-    if (c.*field && (b == nullptr || *(c.*field) < *(b->*field))) b = &c;
+    if (c.*field &&
+        (b == nullptr || (highest ? *(c.*field) > *(b->*field) : *(c.*field) < *(b->*field))))
+      b = &c;
   return b;
+}
+
+// "2.81x lower" / "1.31x higher": how AFTER's value compares with the baseline's.
+std::string times_lower(std::optional<double> after, std::optional<double> base) {
+  if (!after || !base || *after <= 0 || *base <= 0) return "-";
+  const double x = *base / *after;
+  return x >= 1 ? fmt::format("{:.2f}x lower", x) : fmt::format("{:.2f}x higher", 1 / x);
 }
 
 ClaimRow::State verdict(bool ok) {
@@ -44,20 +55,35 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
                     fmt::format("vs {}: burst factor {} vs {}", b.name, ratio(a.burst_factor),
                                 ratio(b.burst_factor))});
   if (!tc.empty()) {
+    const auto claimed_if = [](bool claimed, bool ok) {
+      return claimed ? verdict(ok) : ClaimRow::State::kNotClaimed;
+    };
+    const bool bursts = bounds.load == Load::kBursts;
     const ColumnFigures* j = best(tc, &ColumnFigures::jitter_p99_ns);
-    const bool jitter_ok =
-        j && a.jitter_p99_ns && *a.jitter_p99_ns * bounds.jitter_factor <= *j->jitter_p99_ns;
-    std::string times = "-";
-    if (j && a.jitter_p99_ns && *a.jitter_p99_ns > 0 && *j->jitter_p99_ns > 0) {
-      const double x = *j->jitter_p99_ns / *a.jitter_p99_ns;
-      times = x >= 1 ? fmt::format("{:.2f}x lower", x) : fmt::format("{:.2f}x higher", 1 / x);
-    }
     c.rows.push_back(
-        {verdict(jitter_ok),
-         fmt::format("vs the best tc ({}): p99 jitter {} vs {}, {} (claimed "
-                     "at {:.2g}x or more)",
-                     j ? j->name : "-", micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
-                     times, bounds.jitter_factor)});
+        {claimed_if(bursts, j && a.jitter_p99_ns &&
+                                *a.jitter_p99_ns * bounds.jitter_factor <= *j->jitter_p99_ns),
+         fmt::format(
+             "vs the best tc ({}): p99 jitter {} vs {}, {}{}", j ? j->name : "-",
+             micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
+             times_lower(a.jitter_p99_ns, j ? j->jitter_p99_ns : std::nullopt),
+             bursts ? fmt::format(" (claimed at {:.2g}x or more)", bounds.jitter_factor) : "")});
+    const ColumnFigures* o = best(tc, &ColumnFigures::obeying_delivered, true);
+    c.rows.push_back({claimed_if(!bursts, o && a.obeying_delivered &&
+                                              *a.obeying_delivered > *o->obeying_delivered),
+                      fmt::format("vs the best tc ({}): tenants that obey 429 delivered {} vs {}",
+                                  o ? o->name : "-", count(a.obeying_delivered),
+                                  o ? count(o->obeying_delivered) : "-")});
+    const ColumnFigures* l = best(tc, &ColumnFigures::obeying_delay_p99_ns);
+    c.rows.push_back(
+        {claimed_if(!bursts,
+                    l && a.obeying_delay_p99_ns &&
+                        *a.obeying_delay_p99_ns * bounds.delay_factor <= *l->obeying_delay_p99_ns),
+         fmt::format(
+             "vs the best tc ({}): their p99 delay {} vs {}, {}{}", l ? l->name : "-",
+             micros(a.obeying_delay_p99_ns), l ? micros(l->obeying_delay_p99_ns) : "-",
+             times_lower(a.obeying_delay_p99_ns, l ? l->obeying_delay_p99_ns : std::nullopt),
+             bursts ? "" : fmt::format(" (claimed at {:.2g}x or more)", bounds.delay_factor))});
     const ColumnFigures* r = best(tc, &ColumnFigures::runaway_delivered);
     c.rows.push_back(
         {verdict(r && a.runaway_delivered && *a.runaway_delivered < *r->runaway_delivered),

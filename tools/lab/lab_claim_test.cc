@@ -5,20 +5,31 @@
 namespace dripgate::lab {
 namespace {
 
-// Figures of the shape the lab measures: direct drops and bursts, the tc shapers drip at the
-// rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter.
+// Figures of the shape the lab measures under bursts: direct drops and bursts, the tc shapers
+// drip at the rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter;
+// every shaper delivers what the obeying tenants send.
 ColumnFigures direct() {
-  return {"direct", 4450, 51.0, 552'800, 835};
+  return {"direct", 4450, 51.0, 552'800, 835, 1400, 3e6};
 }
 ColumnFigures tbf() {
-  return {"tbf", 0, 1.00, 33'100, 2560};
+  return {"tbf", 0, 1.00, 33'100, 2560, 2400, 180e6};
 }
 ColumnFigures htb() {
-  return {"htb", 0, 1.01, 39'400, 2560};
+  return {"htb", 0, 1.01, 39'400, 2560, 2400, 190e6};
 }
 ColumnFigures dripgate() {
-  return {"dripgate", 0, 1.06, 11'800, 1234};
+  return {"dripgate", 0, 1.06, 11'800, 1234, 2400, 150e6};
 }
+
+// Under overload: the tc queue stays full, so the obeying tenants lose about half their
+// requests and wait its length; dripgate serves their classes and drops the unadmitted excess.
+ColumnFigures overloaded(ColumnFigures c, double obeying, double delay_ns, double jitter_ns) {
+  c.obeying_delivered = obeying;
+  c.obeying_delay_p99_ns = delay_ns;
+  c.jitter_p99_ns = jitter_ns;
+  return c;
+}
+constexpr ClaimBounds kOverload{.load = Load::kOverload};
 
 ClaimRow::State state_of(const Claim& c, const std::string& prefix) {
   for (const ClaimRow& r : c.rows)
@@ -30,7 +41,7 @@ ClaimRow::State state_of(const Claim& c, const std::string& prefix) {
 TEST(LabClaim, HoldsAgainstDirectAndTheBestTc) {
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), htb()});
   EXPECT_TRUE(c.holds) << format_claim(c);
-  EXPECT_EQ(c.rows.size(), 6u);
+  EXPECT_EQ(c.rows.size(), 8u);
   const std::string s = format_claim(c);
   EXPECT_NE(s.find("claim holds"), std::string::npos);
   // The best tc is picked per row: tbf has the lower jitter.
@@ -43,6 +54,41 @@ TEST(LabClaim, HoldsAgainstDirectAndTheBestTc) {
   EXPECT_NE(s.find("[not claimed] vs the best tc (tbf): burst factor 1.06x vs 1.00x"),
             std::string::npos)
       << s;
+  // Under bursts every shaper delivers the obeying tenants' requests: reported, not claimed.
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): tenants that obey 429 delivered 2400 vs 2400"),
+            ClaimRow::State::kNotClaimed);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): their p99 delay 150.0 ms vs 180.0 ms"),
+            ClaimRow::State::kNotClaimed);
+}
+
+TEST(LabClaim, UnderOverloadTheObeyingTenantsRowsAreClaimed) {
+  const ColumnFigures t = overloaded(tbf(), 1150, 560e6, 30'000);
+  const ColumnFigures h = overloaded(htb(), 1180, 570e6, 40'000);
+  const ColumnFigures d = overloaded(dripgate(), 2390, 9e6, 35'000);
+  const Claim c = judge_claim(direct(), d, {t, h}, kOverload);
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  // The best tc per row: htb delivered more, tbf had the shorter delay and the lower jitter.
+  EXPECT_EQ(state_of(c, "vs the best tc (htb): tenants that obey 429 delivered 2390 vs 1180"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c,
+                     "vs the best tc (tbf): their p99 delay 9.0 ms vs 560.0 ms, 62.22x lower "
+                     "(claimed at 2x or more)"),
+            ClaimRow::State::kHolds);
+  // Jitter is higher than tbf's here: reported, not claimed, not failing.
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter 35.0 us vs 30.0 us, 1.17x higher"),
+            ClaimRow::State::kNotClaimed);
+}
+
+TEST(LabClaim, UnderOverloadFailsWhenTheObeyingTenantsFareNoBetter) {
+  const ColumnFigures t = overloaded(tbf(), 1150, 560e6, 30'000);
+  ColumnFigures d = overloaded(dripgate(), 1150, 9e6, 10'000);  // as many lost as tc
+  EXPECT_FALSE(judge_claim(direct(), d, {t}, kOverload).holds);
+  d = overloaded(dripgate(), 2390, 300e6, 10'000);  // delivered, but only 1.87x sooner
+  const Claim c = judge_claim(direct(), d, {t}, kOverload);
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): their p99 delay"), ClaimRow::State::kFails);
+  d.obeying_delay_p99_ns.reset();  // a missing figure fails its row
+  EXPECT_FALSE(judge_claim(direct(), d, {t}, kOverload).holds);
 }
 
 TEST(LabClaim, WithoutTcOnlyTheDirectRowsCount) {
@@ -67,7 +113,8 @@ TEST(LabClaim, FailsWhenJitterIsNotLowerByTheFactor) {
 }
 
 TEST(LabClaim, TheBestTcIsTheBaselineNotTheWorst) {
-  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2560};  // a tc column with less jitter than dripgate
+  ColumnFigures fq = {"fq", 0,    1.0,  9'000,
+                      2560, 2400, 180e6};  // a tc column with less jitter than dripgate
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), fq});
   EXPECT_FALSE(c.holds);
   EXPECT_EQ(state_of(c, "vs the best tc (fq): p99 jitter"), ClaimRow::State::kFails);
