@@ -8,7 +8,8 @@
 # tenant gets its requests through dripgate, that the runaway tenant's refused traffic is
 # dropped in the gateway, and that the lab leaves no namespace or process behind. Then two
 # cycles with --drip-pps 2000: the drip at the cluster's own rate. Then two cycles of the
-# overload, direct, tbf and dripgate: the claim there stands on the tenants that obey 429.
+# overload, direct, tbf and dripgate: the claim there stands on the tenants that obey 429; and
+# of the high-rate load (100,000/s), where it stands on the most packets in any 100 us.
 #   lab_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -109,5 +110,24 @@ assert dp["classes"]["default"]["drops"]["depth"] > 0, dp["classes"]["default"]
 assert dp["classes"]["gold"]["drops"]["depth"] == 0, dp["classes"]["gold"]
 print(f"lab overload: ws-steady {r['tenants'][0]['delivered']}/{a['tenants'][0]['sent']} through "
       f"dripgate, {tr['tenants'][0]['delivered']}/{ta['tenants'][0]['sent']} through tbf")
+PY
+! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
+
+# --load highrate: one admitted tenant at ~140,000/s, the drip and tc at 100,000/s. lab.sh fails
+# unless dripgate's most packets in any 100 us is 2x below the best tc's.
+out4="$out/highrate"
+bash "$src/tools/lab/lab.sh" --build "$build" --load highrate --cycles 2 --out "$out4" \
+  --shapers "direct tbf htb dripgate" --claim direct,dripgate >"$out/highrate.log" ||
+  fail "lab.sh --load highrate exited $? ($(tail -n 12 "$out/highrate.log"))"
+grep -q "^\s*\[holds *\] vs the best tc (.*): most packets in any 100 us" "$out4/table.txt" ||
+  fail "the high-rate claim left out the peak per 100 us: $(cat "$out4/table.txt")"
+python3 - "$out4" <<'PY'
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/dripgate/receiver.json"))
+assert r["reference_pps"] == 100000, r["reference_pps"]
+# The drip's own pace: 10 us gaps at the median (tolerant: 7-13 us).
+assert 7_000 <= r["iat_p50_ns"] <= 13_000, ("median gap", r["iat_p50_ns"])
+print(f"lab at 100,000/s: median gap {r['iat_p50_ns'] / 1e3:.1f} us, most in any 100 us "
+      f"{r['peak_100us']}")
 PY
 ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"

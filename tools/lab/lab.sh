@@ -3,7 +3,7 @@
 # an inference cluster whose NIC ring drops what comes too fast. The same offered load runs
 # once per shaper and the phases are printed side by side.
 #
-#   tools/lab/lab.sh [--build DIR] [--load bursts|overload] [--cycles N] [--rounds N]
+#   tools/lab/lab.sh [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N]
 #                    [--shapers "direct tbf htb dripgate"] [--drip-pps N] [--out DIR]
 #                    [--claim BEFORE,AFTER] [--target BEFORE,NAME]
 #
@@ -21,7 +21,11 @@
 #             requests each per cycle: ~5,400/s offered for 0.7 s of every second, 2.7x what
 #             the cluster takes. A tc shaper's one queue then stays full: it delays and drops
 #             every tenant's packets alike. dripgate queues admitted flows in their plans'
-#             classes and the unadmitted excess in a small one, so the excess is what it drops.
+#             classes and the unadmitted excess in a small one, so the excess is what it drops;
+#   highrate  one admitted tenant's 8 agents send 12,500 requests each per cycle in 700 ms,
+#             ~140,000/s, and the drip (with the tc shapers, and the cluster's ring, rated in
+#             the same proportion) runs at 100,000/s unless --drip-pps says otherwise: where a
+#             kernel shaper's timer and softirq batching show in the jitter and the peaks.
 # dripgate-receiver
 # models the cluster's NIC ring on the kernel's receive stamps and dripgate-iat's eBPF probe
 # profiles cluster0. Shapers (one phase each, in this order, every round):
@@ -53,7 +57,7 @@ out=""
 claim=""
 target=""
 load=bursts
-usage="usage: $0 [--build DIR] [--load bursts|overload] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
+usage="usage: $0 [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
@@ -77,6 +81,8 @@ ring=256
 case "$load" in
   bursts) tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:8:40:ignore) window=10ms ;;
   overload) tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:32:100:ignore) window=700ms ;;
+  highrate) tenants=(ws-steady:8:12500:obey) window=700ms
+    [[ -n "$drip_override" ]] || drip_override=100000 ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 payload=64
@@ -88,7 +94,10 @@ if [[ -n "$drip_override" ]]; then
   [[ "$drip_override" =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
   drip_pps=$drip_override
   drip_from="--drip-pps"
+  [[ "$load" != highrate ]] || drip_from="--load highrate"
 fi
+# At high rate the cluster is rated in the lab's proportion: the drip at 90 % of it.
+[[ "$load" != highrate ]] || rated_pps=$((drip_pps * 10 / 9))
 sock=$(sed -n 's/^ *control_socket: *//p' "$config")
 ns_a=dglab-agents ns_g=dglab-gateway ns_c=dglab-cluster
 

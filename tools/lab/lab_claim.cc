@@ -59,6 +59,7 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
       return claimed ? verdict(ok) : ClaimRow::State::kNotClaimed;
     };
     const bool bursts = bounds.load == Load::kBursts;
+    const bool highrate = bounds.load == Load::kHighRate;
     const ColumnFigures* j = best(tc, &ColumnFigures::jitter_p99_ns);
     c.rows.push_back(
         {claimed_if(bursts, j && a.jitter_p99_ns &&
@@ -68,29 +69,42 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
              micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
              times_lower(a.jitter_p99_ns, j ? j->jitter_p99_ns : std::nullopt),
              bursts ? fmt::format(" (claimed at {:.2g}x or more)", bounds.jitter_factor) : "")});
+    const ColumnFigures* p = best(tc, &ColumnFigures::peak_100us);
+    c.rows.push_back(
+        {claimed_if(highrate,
+                    p && a.peak_100us && *a.peak_100us * bounds.peak_factor <= *p->peak_100us),
+         fmt::format(
+             "vs the best tc ({}): most packets in any 100 us {} vs {}, {}{}", p ? p->name : "-",
+             count(a.peak_100us), p ? count(p->peak_100us) : "-",
+             times_lower(a.peak_100us, p ? p->peak_100us : std::nullopt),
+             highrate ? fmt::format(" (claimed at {:.2g}x or more)", bounds.peak_factor) : "")});
+    const bool overload = bounds.load == Load::kOverload;
     const ColumnFigures* o = best(tc, &ColumnFigures::obeying_delivered, true);
-    c.rows.push_back({claimed_if(!bursts, o && a.obeying_delivered &&
-                                              *a.obeying_delivered > *o->obeying_delivered),
+    c.rows.push_back({claimed_if(overload, o && a.obeying_delivered &&
+                                               *a.obeying_delivered > *o->obeying_delivered),
                       fmt::format("vs the best tc ({}): tenants that obey 429 delivered {} vs {}",
                                   o ? o->name : "-", count(a.obeying_delivered),
                                   o ? count(o->obeying_delivered) : "-")});
     const ColumnFigures* l = best(tc, &ColumnFigures::obeying_delay_p99_ns);
     c.rows.push_back(
-        {claimed_if(!bursts,
+        {claimed_if(overload,
                     l && a.obeying_delay_p99_ns &&
                         *a.obeying_delay_p99_ns * bounds.delay_factor <= *l->obeying_delay_p99_ns),
          fmt::format(
              "vs the best tc ({}): their p99 delay {} vs {}, {}{}", l ? l->name : "-",
              micros(a.obeying_delay_p99_ns), l ? micros(l->obeying_delay_p99_ns) : "-",
              times_lower(a.obeying_delay_p99_ns, l ? l->obeying_delay_p99_ns : std::nullopt),
-             bursts ? "" : fmt::format(" (claimed at {:.2g}x or more)", bounds.delay_factor))});
+             overload ? fmt::format(" (claimed at {:.2g}x or more)", bounds.delay_factor) : "")});
     const ColumnFigures* r = best(tc, &ColumnFigures::runaway_delivered);
+    const bool runaway = r || a.runaway_delivered;  // no tenant ignores 429: nothing to claim
     c.rows.push_back(
-        {verdict(r && a.runaway_delivered && *a.runaway_delivered < *r->runaway_delivered),
-         fmt::format("vs the best tc ({}): runaway tenant delivered {} vs {}: its unadmitted "
-                     "traffic dropped at the gateway",
-                     r ? r->name : "-", count(a.runaway_delivered),
-                     r ? count(r->runaway_delivered) : "-")});
+        {claimed_if(runaway,
+                    r && a.runaway_delivered && *a.runaway_delivered < *r->runaway_delivered),
+         runaway ? fmt::format("vs the best tc ({}): runaway tenant delivered {} vs {}: its "
+                               "unadmitted traffic dropped at the gateway",
+                               r ? r->name : "-", count(a.runaway_delivered),
+                               r ? count(r->runaway_delivered) : "-")
+                 : std::string("runaway tenant: none in this load (no tenant ignores 429)")});
     const ColumnFigures* d = best(tc, &ColumnFigures::ring_drops);
     c.rows.push_back(
         {verdict(d && a.ring_drops && *a.ring_drops <= *d->ring_drops),

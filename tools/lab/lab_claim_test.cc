@@ -9,16 +9,16 @@ namespace {
 // drip at the rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter;
 // every shaper delivers what the obeying tenants send.
 ColumnFigures direct() {
-  return {"direct", 4450, 51.0, 552'800, 835, 1400, 3e6};
+  return {"direct", 4450, 51.0, 552'800, 40, 835, 1400, 3e6};
 }
 ColumnFigures tbf() {
-  return {"tbf", 0, 1.00, 33'100, 2560, 2400, 180e6};
+  return {"tbf", 0, 1.00, 33'100, 2, 2560, 2400, 180e6};
 }
 ColumnFigures htb() {
-  return {"htb", 0, 1.01, 39'400, 2560, 2400, 190e6};
+  return {"htb", 0, 1.01, 39'400, 3, 2560, 2400, 190e6};
 }
 ColumnFigures dripgate() {
-  return {"dripgate", 0, 1.06, 11'800, 1234, 2400, 150e6};
+  return {"dripgate", 0, 1.06, 11'800, 2, 1234, 2400, 150e6};
 }
 
 // Under overload: the tc queue stays full, so the obeying tenants lose about half their
@@ -41,7 +41,7 @@ ClaimRow::State state_of(const Claim& c, const std::string& prefix) {
 TEST(LabClaim, HoldsAgainstDirectAndTheBestTc) {
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), htb()});
   EXPECT_TRUE(c.holds) << format_claim(c);
-  EXPECT_EQ(c.rows.size(), 8u);
+  EXPECT_EQ(c.rows.size(), 9u);
   const std::string s = format_claim(c);
   EXPECT_NE(s.find("claim holds"), std::string::npos);
   // The best tc is picked per row: tbf has the lower jitter.
@@ -113,8 +113,8 @@ TEST(LabClaim, FailsWhenJitterIsNotLowerByTheFactor) {
 }
 
 TEST(LabClaim, TheBestTcIsTheBaselineNotTheWorst) {
-  ColumnFigures fq = {"fq", 0,    1.0,  9'000,
-                      2560, 2400, 180e6};  // a tc column with less jitter than dripgate
+  // A tc column with less jitter than dripgate.
+  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2, 2560, 2400, 180e6};
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), fq});
   EXPECT_FALSE(c.holds);
   EXPECT_EQ(state_of(c, "vs the best tc (fq): p99 jitter"), ClaimRow::State::kFails);
@@ -144,6 +144,35 @@ TEST(LabClaim, AMissingFigureFailsItsRow) {
   ColumnFigures d = dripgate();
   d.ring_drops.reset();
   EXPECT_FALSE(judge_claim(direct(), d, {}).holds);
+}
+
+TEST(LabClaim, WithoutARunawayTenantItsRowIsNotClaimed) {
+  ColumnFigures t = tbf(), d = dripgate();
+  t.runaway_delivered.reset();
+  d.runaway_delivered.reset();
+  t.peak_100us = 40;  // and the high-rate load's own row holds
+  const Claim c = judge_claim(direct(), d, {t}, {.load = Load::kHighRate});
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  EXPECT_EQ(state_of(c, "runaway tenant: none in this load"), ClaimRow::State::kNotClaimed);
+  // One column with the figure and one without still fails the row.
+  t.runaway_delivered = 2560;
+  EXPECT_FALSE(judge_claim(direct(), d, {t}, {.load = Load::kHighRate}).holds);
+}
+
+TEST(LabClaim, AtHighRateThePeakPer100usIsClaimedNotTheJitter) {
+  // 100,000/s: 10 per 100 us at an even spacing; the tc shapers' timers send clumps.
+  ColumnFigures t = tbf(), h = htb(), d = dripgate();
+  t.peak_100us = 74, h.peak_100us = 58, d.peak_100us = 14;
+  d.jitter_p99_ns = 40'000;  // higher than tbf's: reported, not claimed
+  const Claim c = judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate});
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  EXPECT_EQ(state_of(c,
+                     "vs the best tc (htb): most packets in any 100 us 14 vs 58, 4.14x lower "
+                     "(claimed at 2x or more)"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kNotClaimed);
+  d.peak_100us = 30;  // fewer, but not 2x
+  EXPECT_FALSE(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}).holds);
 }
 
 }  // namespace
