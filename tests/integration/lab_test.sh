@@ -84,15 +84,22 @@ print(f"lab at 2000/s: median gap {r['iat_p50_ns'] / 1e3:.1f} us, {r['ring_dropp
 PY
 ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
 
+# run_load LOAD SHAPERS ROW: two cycles of lab.sh --load LOAD into $out/LOAD; fails unless the
+# claim holds and holds on ROW (a grep pattern), and no namespace is left.
+run_load() {
+  bash "$src/tools/lab/lab.sh" --build "$build" --load "$1" --cycles 2 --out "$out/$1" \
+    --shapers "$2" --claim direct,dripgate >"$out/$1.log" ||
+    fail "lab.sh --load $1 exited $? ($(tail -n 12 "$out/$1.log"))"
+  grep -q "^\s*\[holds *\] $3" "$out/$1/table.txt" ||
+    fail "the $1 claim does not stand on '$3': $(cat "$out/$1/table.txt")"
+  ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
+}
+
 # --load overload: the runaway fleet offers 2.7x the cluster's rate for 0.7 s of every second.
 # lab.sh fails unless dripgate delivers more of the obeying tenants' requests than tbf, with a
 # p99 delay 2x lower; here also each obeying tenant's own figures, and where the excess died.
 out3="$out/overload"
-bash "$src/tools/lab/lab.sh" --build "$build" --load overload --cycles 2 --out "$out3" \
-  --shapers "direct tbf dripgate" --claim direct,dripgate >"$out/overload.log" ||
-  fail "lab.sh --load overload exited $? ($(tail -n 12 "$out/overload.log"))"
-grep -q "^\s*\[holds *\] vs the best tc (tbf): tenants that obey 429 delivered" "$out3/table.txt" ||
-  fail "the overload claim left out the obeying tenants: $(cat "$out3/table.txt")"
+run_load overload "direct tbf dripgate" "vs the best tc (tbf): tenants that obey 429 delivered"
 python3 - "$out3" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -111,16 +118,11 @@ assert dp["classes"]["gold"]["drops"]["depth"] == 0, dp["classes"]["gold"]
 print(f"lab overload: ws-steady {r['tenants'][0]['delivered']}/{a['tenants'][0]['sent']} through "
       f"dripgate, {tr['tenants'][0]['delivered']}/{ta['tenants'][0]['sent']} through tbf")
 PY
-! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
 
 # --load highrate: one admitted tenant at ~140,000/s, the drip and tc at 100,000/s. lab.sh fails
 # unless dripgate's most packets in any 100 us is 2x below the best tc's.
 out4="$out/highrate"
-bash "$src/tools/lab/lab.sh" --build "$build" --load highrate --cycles 2 --out "$out4" \
-  --shapers "direct tbf htb dripgate" --claim direct,dripgate >"$out/highrate.log" ||
-  fail "lab.sh --load highrate exited $? ($(tail -n 12 "$out/highrate.log"))"
-grep -q "^\s*\[holds *\] vs the best tc (.*): most packets in any 100 us" "$out4/table.txt" ||
-  fail "the high-rate claim left out the peak per 100 us: $(cat "$out4/table.txt")"
+run_load highrate "direct tbf htb dripgate" "vs the best tc (.*): most packets in any 100 us"
 python3 - "$out4" <<'PY'
 import json, sys
 r = json.load(open(f"{sys.argv[1]}/dripgate/receiver.json"))
@@ -130,4 +132,3 @@ assert 7_000 <= r["iat_p50_ns"] <= 13_000, ("median gap", r["iat_p50_ns"])
 print(f"lab at 100,000/s: median gap {r['iat_p50_ns'] / 1e3:.1f} us, most in any 100 us "
       f"{r['peak_100us']}")
 PY
-! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"

@@ -58,43 +58,31 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
     const auto claimed_if = [](bool claimed, bool ok) {
       return claimed ? verdict(ok) : ClaimRow::State::kNotClaimed;
     };
-    const bool bursts = bounds.load == Load::kBursts;
-    const bool highrate = bounds.load == Load::kHighRate;
-    const ColumnFigures* j = best(tc, &ColumnFigures::jitter_p99_ns);
-    c.rows.push_back(
-        {claimed_if(bursts, j && a.jitter_p99_ns &&
-                                *a.jitter_p99_ns * bounds.jitter_factor <= *j->jitter_p99_ns),
-         fmt::format(
-             "vs the best tc ({}): p99 jitter {} vs {}, {}{}", j ? j->name : "-",
-             micros(a.jitter_p99_ns), j ? micros(j->jitter_p99_ns) : "-",
-             times_lower(a.jitter_p99_ns, j ? j->jitter_p99_ns : std::nullopt),
-             bursts ? fmt::format(" (claimed at {:.2g}x or more)", bounds.jitter_factor) : "")});
-    const ColumnFigures* p = best(tc, &ColumnFigures::peak_100us);
-    c.rows.push_back(
-        {claimed_if(highrate,
-                    p && a.peak_100us && *a.peak_100us * bounds.peak_factor <= *p->peak_100us),
-         fmt::format(
-             "vs the best tc ({}): most packets in any 100 us {} vs {}, {}{}", p ? p->name : "-",
-             count(a.peak_100us), p ? count(p->peak_100us) : "-",
-             times_lower(a.peak_100us, p ? p->peak_100us : std::nullopt),
-             highrate ? fmt::format(" (claimed at {:.2g}x or more)", bounds.peak_factor) : "")});
+    // "vs the best tc (NAME): LABEL A vs B, Nx lower": claimed (when `claimed`) at `factor`.
+    const auto lower_by = [&](std::optional<double> ColumnFigures::*field, const char* label,
+                              std::string (*show)(std::optional<double>), bool claimed,
+                              double factor) {
+      const ColumnFigures* t = best(tc, field);
+      const std::optional<double> base = t ? t->*field : std::nullopt;
+      c.rows.push_back(
+          {claimed_if(claimed, base && a.*field && *(a.*field) * factor <= *base),
+           fmt::format("vs the best tc ({}): {} {} vs {}, {}{}", t ? t->name : "-", label,
+                       show(a.*field), show(base), times_lower(a.*field, base),
+                       claimed ? fmt::format(" (claimed at {:.2g}x or more)", factor) : "")});
+    };
     const bool overload = bounds.load == Load::kOverload;
+    lower_by(&ColumnFigures::jitter_p99_ns, "p99 jitter", micros, bounds.load == Load::kBursts,
+             bounds.jitter_factor);
+    lower_by(&ColumnFigures::peak_100us, "most packets in any 100 us", count,
+             bounds.load == Load::kHighRate, bounds.peak_factor);
     const ColumnFigures* o = best(tc, &ColumnFigures::obeying_delivered, true);
     c.rows.push_back({claimed_if(overload, o && a.obeying_delivered &&
                                                *a.obeying_delivered > *o->obeying_delivered),
                       fmt::format("vs the best tc ({}): tenants that obey 429 delivered {} vs {}",
                                   o ? o->name : "-", count(a.obeying_delivered),
                                   o ? count(o->obeying_delivered) : "-")});
-    const ColumnFigures* l = best(tc, &ColumnFigures::obeying_delay_p99_ns);
-    c.rows.push_back(
-        {claimed_if(overload,
-                    l && a.obeying_delay_p99_ns &&
-                        *a.obeying_delay_p99_ns * bounds.delay_factor <= *l->obeying_delay_p99_ns),
-         fmt::format(
-             "vs the best tc ({}): their p99 delay {} vs {}, {}{}", l ? l->name : "-",
-             micros(a.obeying_delay_p99_ns), l ? micros(l->obeying_delay_p99_ns) : "-",
-             times_lower(a.obeying_delay_p99_ns, l ? l->obeying_delay_p99_ns : std::nullopt),
-             overload ? fmt::format(" (claimed at {:.2g}x or more)", bounds.delay_factor) : "")});
+    lower_by(&ColumnFigures::obeying_delay_p99_ns, "their p99 delay", micros, overload,
+             bounds.delay_factor);
     const ColumnFigures* r = best(tc, &ColumnFigures::runaway_delivered);
     const bool runaway = r || a.runaway_delivered;  // no tenant ignores 429: nothing to claim
     c.rows.push_back(
