@@ -93,6 +93,7 @@ run_load() {
   grep -q "^\s*\[holds *\] $3" "$out/$1/table.txt" ||
     fail "the $1 claim does not stand on '$3': $(cat "$out/$1/table.txt")"
   ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
+  [[ ! -e /run/dripgate-lab ]] || fail "left behind: $(ls -la /run/dripgate-lab)"
 }
 
 # --load overload: the runaway fleet offers 2.7x the cluster's rate for 0.7 s of every second.

@@ -110,8 +110,9 @@ command -v redis-server >/dev/null || { echo "lab: redis-server missing" >&2; ex
 
 # One lab at a time: the namespaces and the control socket have fixed names.
 mkdir -p "$(dirname "$sock")"
-exec 9>"$(dirname "$sock")/lab.lock"
-flock -n 9 || { echo "lab: another lab is running (lock $(dirname "$sock")/lab.lock)" >&2; exit 1; }
+lock="$(dirname "$sock")/lab.lock"
+exec 9>"$lock"
+flock -n 9 || { echo "lab: another lab is running (lock $lock)" >&2; exit 1; }
 
 out=${out:-/tmp/dripgate-lab.$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
@@ -140,6 +141,9 @@ cleanup() {
   local rc=$?
   stop_phase
   remove_lab
+  # Still holding the lock: the lock file and its folder go too, so the lab leaves nothing.
+  rm -f "$lock"
+  rmdir "$(dirname "$sock")" 2>/dev/null || true
   exit $rc
 }
 trap cleanup EXIT
