@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Pacing precision of dripgate-dataplane on net_null: the client port receives without end (so
-# the class queue never runs dry), the cluster port (RX off) takes the drip. For each rate and
-# lcore layout it runs N seconds and prints the share of departures within ±64/128/256/512 ns of
-# their scheduled TSC (the table MoonGen publishes for its software rate control: 99.8% within
-# ±256 ns at 500 kpps), percentiles, and the achieved long-run rate vs configured, measured two
-# ways: the dataplane's first-to-last departure TSC, and ethdev opackets over a window read
-# through DPDK telemetry. Then, unless --no-receiver, tc_pacing.sh measures the same rates at a
-# receiver on veth, Linux tc (the baseline) beside dripgate-dataplane on net_af_packet: there
-# the figure is the share of inter-arrival gaps within ±N ns of 1/rate, from kernel ns stamps.
+# Pacing precision of dripgate-dataplane, two measurements of different things:
 #
-#   tools/bench/dp_pacing.sh [--build DIR] [--baseline DIR] [--seconds N]
+# 1. The headline, measured at the RECEIVER (tc_pacing.sh, unless --no-receiver): on veth, the
+#    dataplane on net_af_packet and the Linux tc shapers (the baseline) in alternating rounds,
+#    each captured with kernel ns stamps on the far veth in a receiver namespace. The figures:
+#    the share of inter-arrival gaps within ±256 ns and ±1 us of 1/rate, the p99 of
+#    |gap - 1/rate| and the achieved rate, as medians of the rounds, dripgate against the best
+#    tc shaper of the same run. This is what a host behind the box sees.
+# 2. The dataplane's own departure error, on net_null (no receiver): for each rate and lcore
+#    layout, the client port receives without end (so the class queue never runs dry) and the
+#    cluster port (RX off) takes the drip; the error is the TSC read just before
+#    rte_eth_tx_burst minus the scheduled TSC, so it says how well the drip loop keeps its
+#    schedule, not when frames arrive anywhere. Printed: the share of departures within
+#    ±64/128/256/512 ns of their schedule, percentiles, and the achieved long-run rate vs
+#    configured, measured two ways: the dataplane's first-to-last departure TSC, and ethdev
+#    opackets over a window read through DPDK telemetry. MoonGen publishes 99.8 % within
+#    ±256 ns at 500 kpps for its software rate control: quoted as context, not measured here.
+#
+#   tools/bench/dp_pacing.sh [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]
 #                            [--rates "100000 500000"] [--layouts "single split"]
 #                            [--no-receiver] [--isolate]
 #
-# --baseline DIR: also run DIR's dripgate-dataplane (an older build) in the same session and
-# print its rows next to the current build's, so a change is compared under the same load.
+# --rounds N (default 3): the receiver measurement's rounds per rate.
+#
+# --baseline DIR (the net_null table): also run DIR's dripgate-dataplane (an older build) in the
+# same session and print its rows next to the current build's, so a change is compared under
+# the same load.
 # Before each configuration, scheduler_bench --stalls spins 2 s on the drip CPU (CPU 1) without
 # DPDK and reports how much time this machine takes away from a spinning thread: "machine loss"
 # is the share of time lost to gaps longer than max_catchup intervals, i.e. the rate shortfall
@@ -25,9 +36,9 @@
 # and everything is put back on exit. scheduler_bench --stalls on CPU 1 runs just before and
 # just after, and both are printed: what isolation buys on this machine at that moment.
 #
-# Targets: >= 99.9% within ±256 ns; achieved rate within 0.1% of configured.
-# The departure error is the TSC read just before rte_eth_tx_burst minus the scheduled TSC. On
-# a shared or loaded machine, preemptions of the worker show up here as late departures.
+# Targets of the departure error on net_null: >= 99.9% within ±256 ns; achieved rate within
+# 0.1% of configured. On a shared or loaded machine, preemptions of the worker show up there as
+# late departures.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
@@ -43,12 +54,12 @@ while [[ $# -gt 0 ]]; do
     --layouts) layouts=$2; shift 2 ;;
     --no-receiver) receiver=0; shift ;;
     --isolate) isolate=1; shift ;;
-    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rates \"R...\"] [--layouts \"single split\"] [--no-receiver] [--isolate]" >&2
+    *) echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N] [--rates \"R...\"] [--layouts \"single split\"] [--no-receiver] [--isolate]" >&2
        exit 2 ;;
   esac
 done
 need_dataplane "$build"
-dp="$build/dataplane/dripgate-dataplane"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "--rounds takes a positive whole number" >&2; exit 2; }
 builds=("new:$build")
 if [[ -n "$baseline" ]]; then
   need_dataplane "$baseline"
@@ -58,7 +69,7 @@ probe="$build/dataplane/scheduler_bench"
 tmp=$(mktemp -d /tmp/dp_pacing.XXXXXX)
 pid=""
 cleanup() {
-  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   [[ ! -f "$tmp/isolate.json" ]] || python3 "$here/isolate_cpu.py" restore "$tmp/isolate.json"
   rm -rf "$tmp"
@@ -80,10 +91,11 @@ print(f"{sys.argv[1]:<17} gaps/s >2us {g[0]:>8.1f}  >16us {g[1]:>7.1f}  >80us {g
 if [[ $isolate == 1 ]]; then
   [[ "$(id -u)" == 0 ]] || { echo "--isolate needs root" >&2; exit 1; }
   [[ -x "$probe" ]] || { echo "--isolate measures with $probe: build it first" >&2; exit 1; }
+  read -ra rate_list <<<"$rates"
   echo "scheduler_bench --stalls 3 on CPU 1 (spin on the clock; a gap = time the thread lost):"
-  stall_line "before isolation" "$(taskset -c 1 "$probe" --stalls 3 $rates)"
+  stall_line "before isolation" "$(taskset -c 1 "$probe" --stalls 3 "${rate_list[@]}")"
   python3 "$here/isolate_cpu.py" apply 1 "$tmp/isolate.json"
-  stall_line "after isolation" "$(taskset -c 1 "$probe" --stalls 3 $rates)"
+  stall_line "after isolation" "$(taskset -c 1 "$probe" --stalls 3 "${rate_list[@]}")"
 fi
 
 # utime + stime (clock ticks) of the thread named $2 in process $1, 0 if not found.
@@ -152,10 +164,13 @@ python3 - "$seconds" "$(uptime)" "${results[@]}" <<'EOF'
 import json, sys
 secs, up = sys.argv[1], sys.argv[2].strip()
 rows = [json.loads(a) for a in sys.argv[3:]]
-print(f"\nDrip pacing precision, net_null, {secs} s per run, batch 1, max_catchup 8")
-print(f"({up})")
-print("error = TSC just before rte_eth_tx_burst - scheduled TSC; target: >= 99.900% within ±256 ns,")
-print("rate within ±0.1 %; MoonGen's software rate control: 99.8% within ±256 ns at 500 kpps\n")
+print(f"\nThe dataplane's own departure error (not the headline: no receiver), net_null, {secs} s")
+print(f"per run, batch 1, max_catchup 8.  ({up})")
+print("Measured where the frame leaves the drip loop: error = the dataplane's TSC read just before")
+print("rte_eth_tx_burst - its scheduled TSC. It says how well the loop keeps its schedule, not when")
+print("frames arrive: the receiver's figures (the headline) follow. Targets: >= 99.900% within")
+print("±256 ns, rate within ±0.1 %. Context only, not measured here: MoonGen's software rate control")
+print("publishes 99.8% within ±256 ns at 500 kpps.\n")
 hdr = (f"{'build':<5} {'layout':<7} {'rate pps':>9} {'departures':>10} {'±64ns':>8} {'±128ns':>8} "
        f"{'±256ns':>8} {'±512ns':>8} {'p50':>5} {'p99':>7} {'p99.9':>8} {'max ns':>9} "
        f"{'rate(tsc)':>10} {'off %':>8} {'rate(ethdev)':>12} {'off %':>8} {'stalls':>6} "
@@ -197,21 +212,23 @@ print("ideal pacer reaches in the same probe (each departure sent at the first s
 print("its time): the ceiling of any software pacer on that CPU at that moment. drip CPU: the share of the")
 print("telemetry window in which the drip lcore's thread was on a CPU (from /proc); below ~100 %")
 print("the thread was preempted, and the rate shortfall is at least 100 % minus that share.")
-print("targets (new build): >= 99.900% within ±256 ns, rate within ±0.1 %:", "met" if ok else "NOT met")
+print("departure-error targets (new build): >= 99.900% within ±256 ns, rate within ±0.1 %:",
+      "met" if ok else "NOT met")
 if gaps:
     print("new build vs the ideal pacer on the same CPU (±256 ns share, percentage points): " +
           ", ".join(f"{l} {r / 1000:g} kpps {d * 100:+.3f}" for l, r, d in gaps))
     single = [d for l, r, d in gaps if l == "single"]
     if single:
-        print("headline: the single layout within 0.2 points of the ideal pacer at every rate:",
+        print("departure error, single layout within 0.2 points of the ideal pacer at every rate:",
               "met" if all(d * 100 >= -0.2 for d in single) else
               f"NOT met (worst {min(single) * 100:+.3f} points)")
 EOF
 
-if [[ $receiver == 1 ]]; then
-  if [[ "$(id -u)" != 0 ]]; then
-    echo -e "\nreceiver-side table skipped: tc_pacing.sh needs root (namespaces, tc, capture)"
-  else
-    "$here/tc_pacing.sh" --build "$build" --seconds "$seconds" --rates "$rates"
-  fi
+# The headline comes last, from the receiver: what a host behind the box would see.
+if [[ $receiver == 0 ]]; then
+  echo -e "\nno headline: it is measured at the receiver, which --no-receiver left out"
+elif [[ "$(id -u)" != 0 ]]; then
+  echo -e "\nno headline: the receiver measurement (tc_pacing.sh) needs root (namespaces, tc, capture)"
+else
+  "$here/tc_pacing.sh" --build "$build" --seconds "$seconds" --rounds "$rounds" --rates "$rates"
 fi

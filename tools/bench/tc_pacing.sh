@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # Pacing precision measured at the RECEIVER: Linux tc side by side with dripgate-dataplane in one
-# run. A steady UDP flood (dripgate-burst, asked for more than the shaping rate, so the shaper
-# always has a backlog) goes through each shaper to a receiver namespace that captures it with
-# kernel nanosecond timestamps; `dripgate-iat pcap --interval 1/rate` then gives, exactly, the
-# share of inter-arrival gaps within ±64/128/256/512 ns of the ideal interval and the achieved
-# rate. tc has no schedule to compare a departure with, so the gap at the receiver is the one
-# measure both share (the dataplane's own TSC departure error is printed beside it).
+# run, in alternating rounds. A steady UDP flood (dripgate-burst, asked for more than the shaping
+# rate, so the shaper always has a backlog) goes through each shaper to a receiver namespace that
+# captures it with kernel nanosecond timestamps; `dripgate-iat pcap --interval 1/rate` then
+# gives, exactly, the share of inter-arrival gaps within ±64/128/256/512/1000 ns of the ideal
+# interval, the p99 of |gap - 1/rate| and the achieved rate. tc has no schedule to compare a
+# departure with, so the gap at the receiver is the one measure both share (the dataplane's own
+# TSC departure error is printed beside it, not instead of it).
 #
-#   tools/bench/tc_pacing.sh [--build DIR] [--seconds N] [--warmup N] [--rates "100000 500000"]
-#                            [--shapers "tbf tbf8 htb fq dripgate"] [--flood X] [--json FILE]
+#   tools/bench/tc_pacing.sh [--build DIR] [--seconds N] [--warmup N] [--rounds N]
+#                            [--rates "100000 500000"] [--shapers "tbf tbf8 htb fq dripgate"]
+#                            [--flood X] [--json FILE]
 #
 #   tx netns [ta] --veth--> [ra] rx netns                       tc: the qdisc is ta's root
 #   tx netns [tb] --veth--> [da] dp netns [db] --veth--> [rb] rx netns
 #                                dripgate-dataplane: net_af_packet on da and db
+#
+# The receiver is the far end in both paths: the capture runs in the rx namespace on ra (behind
+# ta and its qdisc) or rb (behind the dataplane's db), never on the shaper's own device.
+#
+# Rounds: for each rate, every round runs each shaper once, and the order rotates by one shaper
+# a round (round 1: tbf tbf8 htb dripgate, round 2: tbf8 htb dripgate tbf, ...), so none always
+# runs first, right after the previous rate's set-up, or always last. A shared machine's load
+# moves between runs; the medians of the rounds, each round printed beside them, show how much.
+# The best tc shaper at a rate is the one with the highest median share within ±1 us (ties: the
+# lower median p99 |dev|); the headline sets dripgate's medians against that shaper's.
 #
 # Shapers (rate = frame bits x pps for the fixed 60-byte frame):
 #   tbf       burst = one frame, the smallest that passes a frame: tokens for one packet at most,
@@ -28,11 +40,14 @@
 # The flood and the capture run on CPU 0 for every shaper; CPU 1 is the dataplane's worker when
 # it runs, and otherwise free. The receiver has no address (no ICMP back), the sender a static
 # neighbour (no ARP in the stream), IPv6 is off. Stamps: the kernel's software stamp for the
-# receiving packet socket, taken in the receive path right behind the veth, read with
-# tcpdump --time-stamp-precision=nano. A packet the capture loses makes a double gap: its drop
-# counter is printed. Before the runs, a 10 us sleep on CPU 0 is timed: how late this machine's
-# timers fire bounds every timer-driven shaper (tc), as scheduler_bench --stalls bounds the
-# dataplane in dp_pacing.sh.
+# receiving packet socket, taken as the frame enters the far veth's receive path
+# (netdev_tstamp_prequeue, the default), read with tcpdump --time-stamp-precision=nano.
+# A packet lost between the shaper and the capture makes a double gap in place of two: the
+# capture's own drops (tcpdump's kernel counter) and the receive path's (the far veth's rx and
+# its peer's tx drop counters over the capture) are counted, and rows that lost any are marked.
+# Before the runs, a 10 us sleep on CPU 0 is timed: how late this machine's timers fire bounds
+# every timer-driven shaper (tc), as scheduler_bench --stalls bounds the dataplane in
+# dp_pacing.sh.
 #
 # Needs root, tc, tcpdump, and in --build: tools/dripgate-iat, tools/dripgate-burst,
 # dataplane/dripgate-dataplane. Removes every namespace, qdisc (with its namespace) and process
@@ -46,9 +61,9 @@ rates="100000 500000"
 shapers="tbf tbf8 htb fq dripgate"
 flood=1.5
 json_out=""
-usage="usage: $0 [--build DIR] [--seconds N] [--warmup N] [--rates \"R...\"] [--shapers \"tbf tbf8 htb fq dripgate\"] [--flood X] [--json FILE]"
+usage="usage: $0 [--build DIR] [--seconds N] [--warmup N] [--rounds N] [--rates \"R...\"] [--shapers \"tbf tbf8 htb fq dripgate\"] [--flood X] [--json FILE]"
 while [[ $# -gt 0 ]]; do
-  [[ $1 != --baseline && $1 != --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
+  [[ $1 != --baseline ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
     --warmup) warmup=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
@@ -59,6 +74,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 die() { echo "tc_pacing: $*" >&2; exit 1; }
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive whole number"
 [[ "$(id -u)" == 0 ]] || die "needs root (network namespaces, tc, packet capture)"
 command -v tc >/dev/null || die "tc missing (iproute2)"
 command -v tcpdump >/dev/null || die "tcpdump missing"
@@ -247,71 +263,100 @@ for s in $shapers; do
   run_shapers+=("$s")
 done
 
-timer=$(timer_lateness)
-for rate in $rates; do
+# link_drops NS IFACE PEER_NS PEER: frames the receive path lost so far, IFACE's rx drops plus its
+# veth peer's tx drops (a full backlog behind the veth counts on either side by kernel version).
+link_drops() {
+  { ip -n "$1" -s -j link show dev "$2"; ip -n "$3" -s -j link show dev "$4"; } |
+    python3 -c 'import json, sys
+a, b = (json.loads(l) for l in sys.stdin if l.strip())
+print(a[0]["stats64"]["rx"]["dropped"] + b[0]["stats64"]["tx"]["dropped"])'
+}
+
+# measure RATE SHAPER ROUND: one run of SHAPER at RATE, its figures appended to results.jsonl.
+measure() {
+  local rate=$1 shaper=$2 round=$3 interval bits net=$net_a iface=ra peer_ns=$ns_tx peer=ta
   interval=$(python3 -c "print(f'{1e9 / $rate:.3f}ns')")
   bits=$((frame * 8 * rate))
-  for shaper in "${run_shapers[@]}"; do
-    net=$net_a iface=ra
-    if [[ "$shaper" == dripgate ]]; then
-      net=$net_b iface=rb
-      dataplane_start "$rate" $((warmup + seconds + 5))
-    else
-      qdisc_setup "$shaper" "$bits"
-    fi
-    flood_start "$net" "$rate" $((warmup + seconds + 3))
-    sleep "$warmup"
-    sample_queue "$shaper" "$(python3 -c "print($seconds - 0.5)")" >"$tmp/queue" &
-    sampler_pid=$!
-    ip netns exec "$ns_rx" timeout -s INT "$seconds" tcpdump -i "$iface" -n -q \
-        -s 64 -B 65536 --time-stamp-precision=nano -w "$cap_dir/cap.pcap" \
-        "udp dst port $port" 2>"$tmp/tcpdump.err" &
-    cap_pid=$!
-    wait "$cap_pid" || true
-    cap_pid=""
-    wait "$sampler_pid" || true
-    sampler_pid=""
-    qdisc_json=null
-    [[ "$shaper" == dripgate ]] || qdisc_json=$(tc -n "$ns_tx" -s -j qdisc show dev ta)
-    stop flood_pid dp_pid
-    [[ "$shaper" == dripgate ]] || tc -n "$ns_tx" qdisc del dev ta root
-    [[ -s "$cap_dir/cap.pcap" ]] || { cat "$tmp/tcpdump.err" >&2; die "$shaper: nothing captured"; }
-    "$iat" pcap "$cap_dir/cap.pcap" --interval "$interval" --window 1ms --json "$tmp/iat.json" \
-        --quiet
-    rm -f "$cap_dir/cap.pcap"
-    cap_drops=$(sed -n 's/^\([0-9]*\) packets* dropped by kernel.*/\1/p' "$tmp/tcpdump.err")
-    dp_json=null
-    [[ "$shaper" != dripgate || ! -s "$tmp/dp.json" ]] || dp_json=$(cat "$tmp/dp.json")
-    python3 -c 'import json, sys
+  if [[ "$shaper" == dripgate ]]; then
+    net=$net_b iface=rb peer_ns=$ns_dp peer=db
+    dataplane_start "$rate" $((warmup + seconds + 5))
+  else
+    qdisc_setup "$shaper" "$bits"
+  fi
+  flood_start "$net" "$rate" $((warmup + seconds + 3))
+  sleep "$warmup"
+  sample_queue "$shaper" "$(python3 -c "print($seconds - 0.5)")" >"$tmp/queue" &
+  sampler_pid=$!
+  local path0 path1
+  path0=$(link_drops "$ns_rx" "$iface" "$peer_ns" "$peer")
+  # The far end: the rx namespace's end of the shaper's veth (ra behind ta, rb behind db).
+  ip netns exec "$ns_rx" timeout -s INT "$seconds" tcpdump -i "$iface" -n -q \
+      -s 64 -B 65536 --time-stamp-precision=nano -w "$cap_dir/cap.pcap" \
+      "udp dst port $port" 2>"$tmp/tcpdump.err" &
+  cap_pid=$!
+  wait "$cap_pid" || true
+  cap_pid=""
+  path1=$(link_drops "$ns_rx" "$iface" "$peer_ns" "$peer")
+  wait "$sampler_pid" || true
+  sampler_pid=""
+  local qdisc_json=null dp_json=null cap_drops
+  [[ "$shaper" == dripgate ]] || qdisc_json=$(tc -n "$ns_tx" -s -j qdisc show dev ta)
+  stop flood_pid dp_pid
+  [[ "$shaper" == dripgate ]] || tc -n "$ns_tx" qdisc del dev ta root
+  [[ -s "$cap_dir/cap.pcap" ]] || { cat "$tmp/tcpdump.err" >&2; die "$shaper: nothing captured"; }
+  "$iat" pcap "$cap_dir/cap.pcap" --interval "$interval" --window 1ms --json "$tmp/iat.json" \
+      --quiet
+  rm -f "$cap_dir/cap.pcap"
+  cap_drops=$(sed -n 's/^\([0-9]*\) packets* dropped by kernel.*/\1/p' "$tmp/tcpdump.err")
+  [[ "$shaper" != dripgate || ! -s "$tmp/dp.json" ]] || dp_json=$(cat "$tmp/dp.json")
+  python3 -c 'import json, sys
 a = sys.argv
-print(json.dumps({"shaper": a[1], "rate": float(a[2]), "capture_drops": int(a[3] or -1),
-                  "min_queue": int(a[4] or -1), "iat": json.load(open(a[5])),
-                  "flood": json.load(open(a[6])), "qdisc": json.loads(a[7]),
-                  "dataplane": json.loads(a[8])}))' \
-        "$shaper" "$rate" "$cap_drops" "$(cat "$tmp/queue")" "$tmp/iat.json" "$tmp/flood.json" \
-        "$qdisc_json" "$dp_json" >>"$tmp/results.jsonl"
+print(json.dumps({"shaper": a[1], "rate": float(a[2]), "round": int(a[3]),
+                  "capture_drops": int(a[4] or -1), "path_drops": int(a[5]),
+                  "min_queue": int(a[6] or -1), "iat": json.load(open(a[7])),
+                  "flood": json.load(open(a[8])), "qdisc": json.loads(a[9]),
+                  "dataplane": json.loads(a[10])}))' \
+      "$shaper" "$rate" "$round" "$cap_drops" "$((path1 - path0))" "$(cat "$tmp/queue")" \
+      "$tmp/iat.json" "$tmp/flood.json" "$qdisc_json" "$dp_json" >>"$tmp/results.jsonl"
+}
+
+timer=$(timer_lateness)
+n=${#run_shapers[@]}
+for rate in $rates; do
+  for ((k = 0; k < rounds; k++)); do
+    # Round k + 1 starts k shapers further along the list.
+    for ((j = 0; j < n; j++)); do
+      measure "$rate" "${run_shapers[$(((j + k) % n))]}" $((k + 1))
+    done
   done
 done
 
 [[ -z "$json_out" ]] || cp "$tmp/results.jsonl" "$json_out"
 python3 - "$tmp/results.jsonl" "$seconds" "$warmup" "$flood" "$frame" "$timer" "$(uptime)" \
-    "${skipped[*]}" <<'EOF'
-import json, sys
-path, secs, warm, flood, frame, timer, up, skipped = sys.argv[1:9]
+    "${skipped[*]}" "$rounds" <<'EOF'
+import json, statistics, sys
+path, secs, warm, flood, frame, timer, up, skipped, nrounds = sys.argv[1:10]
 rows = [json.loads(l) for l in open(path)]
 t50, t99 = (int(x) for x in timer.split())
-print(f"\nPacing at the receiver: {secs} s captures after {warm} s of warm-up, {frame}-byte UDP frames,")
-print(f"flood asked for {flood}x the rate; gap = inter-arrival at the receiver (kernel ns stamp),")
-print(f"ideal = 1/rate. Timers on CPU 0: a 10 us sleep wakes {t50 / 1000:.1f} us late (p50),")
-print(f"{t99 / 1000:.1f} us (p99).  ({up.strip()})\n")
-hdr = (f"{'shaper':<9} {'rate pps':>9} {'packets':>9} {'±64ns':>8} {'±128ns':>8} {'±256ns':>8} "
-       f"{'±512ns':>8} {'p99 |dev|':>10} {'p99.9 |dev|':>11} {'achieved pps':>12} {'off %':>8} "
-       f"{'offered pps':>11} {'min queue':>9} {'cap drops':>9} {'dp tsc ±256':>11} {'stalls':>6}")
+print(f"\nPacing at the receiver: {nrounds} rounds, shapers in rotating order; {secs} s captures after")
+print(f"{warm} s of warm-up, {frame}-byte UDP frames, flood asked for {flood}x the rate; gap = inter-arrival")
+print("at the far veth in the receiver namespace (kernel ns stamp), ideal = 1/rate. Timers on")
+print(f"CPU 0: a 10 us sleep wakes {t50 / 1000:.1f} us late (p50), {t99 / 1000:.1f} us (p99).")
+print(f"({up.strip()})\n")
+
+def lost(r):
+    """Frames lost between the shaper and the capture, None when tcpdump's count is unknown."""
+    return None if r["capture_drops"] < 0 else r["capture_drops"] + r["path_drops"]
+
+hdr = (f"{'shaper':<9} {'rate pps':>9} {'round':>5} {'packets':>9} {'±64ns':>8} {'±128ns':>8} "
+       f"{'±256ns':>8} {'±512ns':>8} {'±1us':>8} {'p99 |dev|':>10} {'p99.9 |dev|':>11} "
+       f"{'achieved pps':>12} {'off %':>8} {'offered pps':>11} {'min queue':>9} {'lost':>6} "
+       f"{'dp tsc ±256':>11} {'stalls':>6}")
 print(hdr)
 print("-" * len(hdr))
 prev = None
-starved = False
-for r in rows:
+starved = lossy = False
+for r in sorted(rows, key=lambda r: (r["rate"], r["round"])):
     if prev is not None and r["rate"] != prev:
         print()
     prev = r["rate"]
@@ -324,12 +369,15 @@ for r in rows:
     # A sample with an empty queue: the flood did not keep the shaper busy.
     mark = "" if r["min_queue"] > 0 else "*"
     starved = starved or mark != ""
-    drops = r["capture_drops"]
-    print(f"{r['shaper']:<9} {r['rate']:>9.0f} {p['packets']:>9} {f['within_64ns']*100:>7.3f}% "
-          f"{f['within_128ns']*100:>7.3f}% {f['within_256ns']*100:>7.3f}% "
-          f"{f['within_512ns']*100:>7.3f}% {f['p99_ns']:>10} {f['p999_ns']:>11} "
+    n = lost(r)
+    lossy = lossy or n != 0
+    print(f"{r['shaper']:<9} {r['rate']:>9.0f} {r['round']:>5} {p['packets']:>9} "
+          f"{f['within_64ns']*100:>7.3f}% {f['within_128ns']*100:>7.3f}% "
+          f"{f['within_256ns']*100:>7.3f}% {f['within_512ns']*100:>7.3f}% "
+          f"{f['within_1000ns']*100:>7.3f}% {f['p99_ns']:>10} {f['p999_ns']:>11} "
           f"{p['mean_rate_pps']:>12.1f} {f['rate_offset'] * 100:>+8.3f} {offered:>11.0f} "
-          f"{str(r['min_queue']) + mark:>9} {drops if drops >= 0 else '?':>9} {tsc:>11} {stalls:>6}")
+          f"{str(r['min_queue']) + mark:>9} {'?' if n is None else str(n) + ('!' if n else ''):>6} "
+          f"{tsc:>11} {stalls:>6}")
 print("\n±N ns: share of gaps within N ns of 1/rate (exact, from the capture's ns stamps); |dev|:")
 print("|gap - 1/rate| in ns; achieved: packets / (last - first) in the capture, off %: vs the")
 print("configured rate. offered: what the flood got out per second. min queue: the shaper's")
@@ -341,9 +389,64 @@ if starved:
     print("   packet, and on a machine where timers are costly (see above) it takes the CPU the")
     print("   sender needs; with dripgate, CPU 0 also carries the kernel's receive path into the")
     print("   dataplane's af_packet ring.")
-print("cap drops: packets the capture lost (each makes a double gap). dp tsc ±256: the dataplane's")
-print("own departure error (TSC before tx_burst - schedule) in the same run; stalls: times its")
-print("worker was held up past max_catchup intervals (preempted, interrupted), each a rate loss.")
+print("lost: frames lost between the shaper and the capture (tcpdump's kernel drops + the far")
+print("veth's receive drops); each turns two gaps into one double gap, so a row's shares may read")
+print("up to 2 x lost / gaps too low. !: lost some; ?: tcpdump's count unreadable.")
+print("dp tsc ±256: the dataplane's own departure error (TSC before tx_burst - schedule) in the")
+print("same run, not measured at the receiver; stalls: times its worker was held up past")
+print("max_catchup intervals (preempted, interrupted), each a rate loss.")
 if skipped:
     print(f"Not in this kernel, left out: {skipped} (CONFIG_NET_SCH_*).")
+
+def med(rs, get):
+    return statistics.median(get(r) for r in rs)
+
+KEYS = [("±256ns", lambda r: r["iat"]["interval"]["within_256ns"] * 100, "{:.3f}%", "{:.2f}"),
+        ("±1us", lambda r: r["iat"]["interval"]["within_1000ns"] * 100, "{:.3f}%", "{:.2f}"),
+        ("p99 |dev| ns", lambda r: r["iat"]["interval"]["p99_ns"], "{:.0f}", "{:.0f}"),
+        ("off %", lambda r: r["iat"]["interval"]["rate_offset"] * 100, "{:+.3f}", "{:+.2f}")]
+headlines = []
+for rate in sorted({r["rate"] for r in rows}):
+    at = [r for r in rows if r["rate"] == rate]
+    shapers = list(dict.fromkeys(r["shaper"] for r in sorted(at, key=lambda r: r["round"])))
+    print(f"\nAt {rate:.0f} pps, the median of {nrounds} rounds, each round's figure in brackets "
+          "(round 1 first):")
+    cols = [f"{name:<30}" for name, *_ in KEYS]
+    print(f"{'shaper':<9} " + " ".join(cols) + " lost")
+    meds = {}
+    for s in shapers:
+        rs = sorted((r for r in at if r["shaper"] == s), key=lambda r: r["round"])
+        meds[s] = [med(rs, get) for _, get, _, _ in KEYS]
+        cells = []
+        for (name, get, fmt, rfmt), m in zip(KEYS, meds[s]):
+            each = " ".join(rfmt.format(get(r)) for r in rs)
+            cells.append(f"{fmt.format(m) + ' [' + each + ']':<30}")
+        ls = [lost(r) for r in rs]
+        print(f"{s:<9} " + " ".join(cells) + " " + " ".join("?" if n is None else str(n) for n in ls))
+    tc = [s for s in shapers if s != "dripgate"]
+    if "dripgate" not in meds or not tc:
+        headlines.append(f"at {rate:.0f} pps: no headline, it needs dripgate and a tc shaper")
+        continue
+    # The best tc shaper: the highest median share within ±1 us, then the lower median p99.
+    best = max(tc, key=lambda s: (meds[s][1], -meds[s][2]))
+    print(f"best tc shaper at {rate:.0f} pps: {best} (highest median share within ±1 us; "
+          "ties: lower median p99 |dev|)")
+    d, b = meds["dripgate"], meds[best]
+    runs = [r for r in at if r["shaper"] in ("dripgate", best)]
+    line = (f"at {rate:.0f} pps, at the receiver: dripgate {d[1]:.2f} % within ±1 us "
+            f"(p99 dev {d[2]:.0f} ns) vs best tc ({best}) {b[1]:.2f} % ({b[2]:.0f} ns), "
+            f"medians of {nrounds} rounds; achieved rate {d[3]:+.1f} % vs {b[3]:+.1f} %")
+    # What would make the figures say less than they seem to, said on the headline itself.
+    bad = sum(1 for r in runs if lost(r) != 0)
+    if bad:
+        line += f"; {bad} of these {len(runs)} runs lost frames before the capture (!/?)"
+    dry = sum(1 for r in runs if r["min_queue"] <= 0)
+    if dry:
+        line += (f"; in {dry} of these {len(runs)} runs the shaper's queue ran empty (*): "
+                 "there the flood, not the shaper, set some gaps")
+    headlines.append(line)
+print("\nheadline (gaps at the far veth in the receiver namespace, kernel ns stamps; achieved rate")
+print("vs the configured one):")
+for h in headlines:
+    print("  " + h)
 EOF
