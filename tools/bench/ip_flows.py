@@ -36,7 +36,7 @@ def write_pcap(path):
         out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
         for i in range(FLOWS):
             total = FRAME - 14
-            # IP ID = the flow's number: qos_sched (dp_scheduled.sh) takes its pipe from it.
+            # IP ID = the flow's number.
             ip = bytearray(struct.pack("!BBHHHBBH4B4B", 0x45, 0, total, i, 0, 64, 17, 0,
                                        *src_of(i), 10, 9, 0, 1))
             ip[10:12] = struct.pack("!H", checksum(ip))
