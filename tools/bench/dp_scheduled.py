@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+import dp_telemetry  # beside this script
+
 FLOWS = 1023
 FRAME = 64
 CLASSES = 3
@@ -80,24 +82,6 @@ def write_pcap(path):
             out.write(struct.pack("<IIII", 0, i, len(f), len(f)) + f)
 
 
-def telemetry(prefix, proc, timeout=30):
-    path = os.path.join("/var/run/dpdk", prefix, "dpdk_telemetry.v2")
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode} before its telemetry socket")
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            s.connect(path)
-            json.loads(s.recv(65536).decode())  # the greeting
-            return s
-        except OSError:
-            s.close()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no telemetry socket at {path}")
-            time.sleep(0.1)
-
-
 def query(s, cmd):
     s.send(cmd.encode())
     answer = json.loads(s.recv(1 << 20).decode())
@@ -136,7 +120,7 @@ def run(a, cmd):
     log = open(a.log, "wb")
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
     try:
-        s = telemetry(a.prefix, proc)
+        s = dp_telemetry.connect(a.prefix, 30, proc)
         qos = QosSchedStats(proc, a.log) if a.kind == "qos_sched" else None
 
         def sample():

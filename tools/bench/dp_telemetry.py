@@ -18,19 +18,23 @@ import sys
 import time
 
 
-def connect(prefix, timeout):
+def connect(prefix, timeout, proc=None):
+    """The DPDK process's telemetry socket, once it accepts; RuntimeError after `timeout` s, or
+    as soon as `proc` (a subprocess.Popen, when given) has exited."""
     path = os.path.join("/var/run/dpdk", prefix, "dpdk_telemetry.v2")
     deadline = time.monotonic() + timeout
     while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode} before its telemetry socket")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             s.connect(path)
             json.loads(s.recv(65536).decode())  # the greeting
             return s
         except OSError:
             s.close()
             if time.monotonic() > deadline:
-                sys.exit(f"dp_telemetry: no telemetry socket at {path}")
+                raise RuntimeError(f"no telemetry socket at {path}")
             time.sleep(0.1)
 
 
@@ -82,7 +86,10 @@ def main():
     g.add_argument("--timeout", type=float, default=30)
     g.add_argument("cmd", nargs="+")
     a = ap.parse_args()
-    s = connect(a.prefix, a.timeout)
+    try:
+        s = connect(a.prefix, a.timeout)
+    except RuntimeError as e:
+        sys.exit(f"dp_telemetry: {e}")
     if a.what == "get":
         for c in a.cmd:
             print(json.dumps(query(s, c)))
