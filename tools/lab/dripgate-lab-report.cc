@@ -149,19 +149,19 @@ std::vector<Row> tenant_rows(const std::vector<Phase>& phases) {
                           format_value(median(r, field("agents", base + "refused")), Kind::kCount),
                           gs.empty() ? "" : gs + ")");
                     }});
-    const std::string rt = "/tenants/" + std::to_string(i) + "/";
-    rows.push_back(numeric("  delivered (ring modelled)", field("receiver", rt + "delivered")));
-    rows.push_back({"  share of all delivered", [rt](const std::vector<const Phase*>& r) {
-                      const auto share = median(r, [rt](const Phase& p) -> std::optional<double> {
-                        const auto d = field("receiver", rt + "delivered")(p);
+    // The same index in receiver.json's tenants as in agents.json's.
+    rows.push_back(numeric("  delivered (ring modelled)", field("receiver", base + "delivered")));
+    rows.push_back({"  share of all delivered", [base](const std::vector<const Phase*>& r) {
+                      const auto share = median(r, [base](const Phase& p) -> std::optional<double> {
+                        const auto d = field("receiver", base + "delivered")(p);
                         const auto all = field("receiver", "/delivered")(p);
                         if (!d || !all || *all <= 0) return std::nullopt;
                         return 100 * *d / *all;
                       });
                       return share ? fmt::format("{:.1f}%", *share) : "-";
                     }});
-    rows.push_back(
-        numeric("  delay p99, send -> socket", field("receiver", rt + "delay_p99_ns"), Kind::kNs));
+    rows.push_back(numeric("  delay p99, send -> socket", field("receiver", base + "delay_p99_ns"),
+                           Kind::kNs));
   }
   return rows;
 }
