@@ -326,12 +326,13 @@ ColumnFigures figures(const std::string& name, const std::vector<const Phase*>& 
 }
 
 // The lab's claim (lab_claim.h): after against before, and against every other column.
-bool check_claim(const Groups& g, const std::string& before, const std::string& after, Load load) {
+bool check_claim(const Groups& g, const std::string& before, const std::string& after,
+                 const ClaimBounds& bounds) {
   std::vector<ColumnFigures> tc;
   for (const auto& [name, rounds] : g)
     if (name != before && name != after) tc.push_back(figures(name, rounds));
   const Claim c = judge_claim(figures(before, rounds_of(g, before)),
-                              figures(after, rounds_of(g, after)), tc, {.load = load});
+                              figures(after, rounds_of(g, after)), tc, bounds);
   std::cout << "\n" << format_claim(c);
   return c.holds;
 }
@@ -384,6 +385,7 @@ int run(int argc, char** argv) {
   CLI::App app{"dripgate-lab-report: the lab's phases side by side"};
   std::vector<std::string> phase_args;
   std::string claim, target, svg_pair, load_name = "bursts";
+  ClaimBounds bounds;
   app.add_option("--phase", phase_args, "NAME=DIR, once per phase and round (in column order)")
       ->required();
   app.add_option(
@@ -393,6 +395,10 @@ int run(int argc, char** argv) {
       "fewer runaway requests delivered, no more ring drops and either a p99 jitter "
       "1.2x lower (--load bursts, highrate) or more of the obeying tenants' requests delivered "
       "with a p99 delay 2x lower (--load overload)");
+  app.add_option("--jitter-factor", bounds.jitter_factor,
+                 "under --load bursts, how many times lower the p99 jitter is claimed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--load", load_name,
                  "the offered load the phases ran: which rows the claim stands on")
       ->check(CLI::IsMember({"bursts", "overload", "highrate"}))
@@ -436,7 +442,8 @@ int run(int argc, char** argv) {
     const Load load = load_name == "overload"   ? Load::kOverload
                       : load_name == "highrate" ? Load::kHighRate
                                                 : Load::kBursts;
-    return check_claim(groups, a, b, load) ? 0 : 1;
+    bounds.load = load;
+    return check_claim(groups, a, b, bounds) ? 0 : 1;
   }
   return 0;
 }

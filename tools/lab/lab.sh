@@ -5,7 +5,7 @@
 #
 #   tools/lab/lab.sh [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N]
 #                    [--shapers "direct tbf htb dripgate"] [--drip-pps N] [--out DIR]
-#                    [--claim BEFORE,AFTER] [--target BEFORE,NAME]
+#                    [--claim BEFORE,AFTER] [--jitter-factor X] [--target BEFORE,NAME]
 #
 #   dglab-agents                  dglab-gateway                               dglab-cluster
 #   agents0 10.77.0.1 --veth-- to-agents [dripgate-dataplane] to-cluster --veth-- cluster0 10.77.0.2
@@ -56,12 +56,14 @@ drip_override=""
 out=""
 claim=""
 target=""
+jitter_factor=""
 load=bursts
-usage="usage: $0 [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--target A,B]"
+usage="usage: $0 [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--jitter-factor X] [--target A,B]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
     --load) load=$2; shift 2 ;;
+    --jitter-factor) jitter_factor=$2; shift 2 ;;
     --cycles) cycles=$2; shift 2 ;;
     --shapers) shapers=$2; shift 2 ;;
     --drip-pps) drip_override=$2; shift 2 ;;
@@ -305,6 +307,7 @@ last=${shapers##* }
 report=("$build/tools/lab/dripgate-lab-report" --load "$load" "${phases[@]}")
 [[ -z "$claim" ]] || report+=(--claim "$claim")
 [[ -z "$target" ]] || report+=(--target "$target")
+[[ -z "$jitter_factor" ]] || report+=(--jitter-factor "$jitter_factor")
 r1=""
 [[ "$rounds" == 1 ]] || r1=.1  # with rounds, the first round's
 if [[ "$last" != "$first" ]]; then
