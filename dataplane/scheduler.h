@@ -62,6 +62,9 @@ struct Departure {
   uint32_t frame_len;
   uint32_t cls;
   uint64_t scheduled_tsc;
+  // AQM chose to mark this ECN-capable packet Congestion Experienced instead of dropping it:
+  // the caller sets CE in its IP header before sending.
+  bool ce = false;
 };
 
 // One packet for enqueue_burst(): the fast path's hand-over record has this layout, so a
@@ -71,6 +74,13 @@ struct EnqueueReq {
   uint64_t enq_tsc;
   uint32_t cls;
   uint32_t frame_len;
+  // Whom the packet is fair to, inside its class (the class's `fairness` picks which): the
+  // tenant id of its flow's tag (0: untagged), and a hash of its flow (16 bits of the 5-tuple
+  // hash; an untagged flow counts as its own source).
+  uint32_t tenant = 0;
+  uint16_t flow = 0;
+  // The IP header's ECN field is ECT(0) or ECT(1): AQM may mark it instead of dropping it.
+  bool ect = false;
 };
 
 struct ClassStats {
