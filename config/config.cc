@@ -258,6 +258,20 @@ void write_classes_and_rules(YAML::Emitter& out, const Dataplane& dp) {
     kv(out, "rate_bps", c.rate_bps);
     kv(out, "queue_depth", int64_t{c.queue_depth});
     kv(out, "ttl_ms", int64_t{c.ttl_ms});
+    kv(out, "priority", int64_t{c.priority});
+    kv(out, "fairness",
+       c.fairness == Fairness::kTenant ? "tenant"
+       : c.fairness == Fairness::kFlow ? "flow"
+                                       : "none");
+    kv(out, "subqueues", int64_t{c.subqueues});
+    kv(out, "tenant_depth", int64_t{c.tenant_depth});
+    if (c.aqm) {
+      out << YAML::Key << "aqm" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      kv(out, "target_ms", c.aqm->target_ms);
+      kv(out, "interval_ms", c.aqm->interval_ms);
+      out << YAML::Key << "ecn" << YAML::Value << c.aqm->ecn;
+      out << YAML::EndMap;
+    }
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

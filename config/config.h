@@ -232,13 +232,33 @@ struct Drip {
   bool operator==(const Drip&) const = default;
 };
 
+// Whom a class is fair to inside itself: one sub-queue per tenant (the flow's tag; an untagged
+// flow counts as its own source), per flow, or none (one FIFO).
+enum class Fairness { kTenant, kFlow, kNone };
+
+// CoDel-style active queue management of a class (dataplane/codel.h).
+struct Aqm {
+  double target_ms = 5;      // the standing sojourn time tolerated
+  double interval_ms = 100;  // how long it may stand above target before a drop
+  bool ecn = false;          // mark ECN-capable packets CE instead of dropping them
+
+  bool operator==(const Aqm&) const = default;
+};
+
 struct Class {
   std::string name;
   uint32_t weight = 1;
   double rate_pps = 0;
   double rate_bps = 0;
-  uint32_t queue_depth = 1024;
+  uint32_t queue_depth = 1024;  // all the class's packets, over every sub-queue
   uint32_t ttl_ms = 1000;
+  // Strict priority: a class is served before every class of a higher number (up to its own
+  // rate cap); weights share among classes of one priority.
+  uint32_t priority = 0;
+  Fairness fairness = Fairness::kTenant;
+  uint32_t subqueues = 1024;  // sub-queues of a fair class (tenants beyond share them)
+  uint32_t tenant_depth = 0;  // most packets one sub-queue may hold; 0: queue_depth alone
+  std::optional<Aqm> aqm;     // absent: no AQM (TTL and depth only)
 
   bool operator==(const Class&) const = default;
 };

@@ -107,6 +107,41 @@ void load_drip(Ctx& ctx, const Fields& f, Drip& drip) {
   set_int(ctx, d, "max_catchup", drip.max_catchup, 0);
 }
 
+void load_fairness(Ctx& ctx, const Fields& cf, Class& c) {
+  const Entry* e = cf.find("fairness");
+  if (!e) return;
+  auto s = get_string(ctx, e->value, cf.path("fairness"));
+  if (!s) return;
+  if (*s == "tenant") {
+    c.fairness = Fairness::kTenant;
+  } else if (*s == "flow") {
+    c.fairness = Fairness::kFlow;
+  } else if (*s == "none") {
+    c.fairness = Fairness::kNone;
+  } else {
+    ctx.error(e->value, cf.path("fairness"), "must be one of tenant, flow, none; got " + quote(*s));
+  }
+}
+
+void load_aqm(Ctx& ctx, const Fields& cf, Class& c) {
+  const Entry* e = cf.find("aqm");
+  if (!e) return;
+  Fields a(ctx, e->value, cf.path("aqm"), {"target_ms", "interval_ms", "ecn"});
+  if (!a.ok()) return;
+  Aqm aqm;
+  // Below a microsecond, CoDel would judge the TSC's own noise; above a minute, it is a TTL.
+  set_double(ctx, a, "target_ms", aqm.target_ms,
+             {0.001, false, nullptr, 60000, "a minute (use ttl_ms for a hard bound)"});
+  set_double(ctx, a, "interval_ms", aqm.interval_ms,
+             {0.001, false, nullptr, 60000, "a minute (use ttl_ms for a hard bound)"});
+  if (const Entry* b = a.find("ecn")) {
+    if (auto v = get_bool(ctx, b->value, a.path("ecn"))) aqm.ecn = *v;
+  }
+  if (aqm.interval_ms < aqm.target_ms)
+    ctx.error(e->value, cf.path("aqm.interval_ms"), "must be >= target_ms");
+  c.aqm = aqm;
+}
+
 // Returns the names of the classes defined, also of those whose values are bad, so that
 // references to them do not fail as well.
 std::set<std::string> load_classes(Ctx& ctx, const Fields& f, Dataplane& dp) {
@@ -121,12 +156,19 @@ std::set<std::string> load_classes(Ctx& ctx, const Fields& f, Dataplane& dp) {
     Class c;
     c.name = ce.key;
     bool id_ok = check_id(ctx, ce.key_node, path, ce.key);
-    Fields cf(ctx, ce.value, path, {"weight", "rate_pps", "rate_bps", "queue_depth", "ttl_ms"});
+    Fields cf(ctx, ce.value, path,
+              {"weight", "rate_pps", "rate_bps", "queue_depth", "ttl_ms", "priority", "fairness",
+               "subqueues", "tenant_depth", "aqm"});
     set_int(ctx, cf, "weight", c.weight, 1);
     set_double(ctx, cf, "rate_pps", c.rate_pps, {0, false, "0 means unlimited"});
     set_double(ctx, cf, "rate_bps", c.rate_bps, {0, false, "0 means unlimited"});
-    set_int(ctx, cf, "queue_depth", c.queue_depth, 1);
+    set_int(ctx, cf, "queue_depth", c.queue_depth, 1, int64_t{1} << 30);
     set_int(ctx, cf, "ttl_ms", c.ttl_ms, 1);
+    set_int(ctx, cf, "priority", c.priority, 0, 255);
+    load_fairness(ctx, cf, c);
+    set_int(ctx, cf, "subqueues", c.subqueues, 1, 65536);
+    set_int(ctx, cf, "tenant_depth", c.tenant_depth, 0);
+    load_aqm(ctx, cf, c);
     if (id_ok) names.insert(c.name);
     if (id_ok && cf.ok()) dp.classes.push_back(c);
   }

@@ -190,6 +190,15 @@ std::optional<std::string> get_string(Ctx& ctx, const YAML::Node& n, const std::
   return n.Scalar();
 }
 
+std::optional<bool> get_bool(Ctx& ctx, const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar() && !is_quoted(n)) {
+    if (n.Scalar() == "true") return true;
+    if (n.Scalar() == "false") return false;
+  }
+  ctx.error(n, path, "expected true or false, got " + describe(n));
+  return std::nullopt;
+}
+
 std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::string& path,
                                  NumRule rule) {
   if (!n.IsScalar() || is_quoted(n)) {

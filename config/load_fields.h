@@ -100,6 +100,9 @@ class Fields {
 // A scalar in valid UTF-8.
 std::optional<std::string> get_string(Ctx& ctx, const YAML::Node& n, const std::string& path);
 
+// true or false (YAML 1.2's spelling; yes/no/on/off are refused as ambiguous).
+std::optional<bool> get_bool(Ctx& ctx, const YAML::Node& n, const std::string& path);
+
 // A number; `min_exclusive` for rates and capacities that must be > 0; `max` inclusive, with
 // `max_note` saying what it is.
 struct NumRule {

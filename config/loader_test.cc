@@ -31,6 +31,19 @@ std::vector<std::string> errors_of(const std::string& yaml) {
   return out;
 }
 
+// A class with the fields a test names, the others at their defaults.
+Class C(const std::string& name, uint32_t weight, double pps, double bps, uint32_t depth,
+        uint32_t ttl_ms) {
+  Class c;
+  c.name = name;
+  c.weight = weight;
+  c.rate_pps = pps;
+  c.rate_bps = bps;
+  c.queue_depth = depth;
+  c.ttl_ms = ttl_ms;
+  return c;
+}
+
 // The single error a snippet must produce.
 std::string error_of(const std::string& yaml) {
   auto errs = errors_of(yaml);
@@ -110,8 +123,12 @@ TEST(Examples, DefaultHasItsDocumentedValues) {
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "0-1", "--no-huge", "--no-shconf", "-m", "512",
                                               "--no-pci", "--vdev=net_null0", "--vdev=net_null1"}));
   ASSERT_EQ(dp.classes.size(), 2u);
-  EXPECT_EQ(dp.classes[0], (Class{"gold", 4, 10000, 0, 4096, 3000}));
-  EXPECT_EQ(dp.classes[1], (Class{"default", 1, 2000, 0, 1024, 1000}));
+  EXPECT_EQ(dp.classes[0], (C("gold", 4, 10000, 0, 4096, 3000)));
+  Class documented = C("default", 1, 2000, 0, 1024, 1000);
+  documented.priority = 1;
+  documented.tenant_depth = 256;
+  documented.aqm = Aqm{5, 100, true};
+  EXPECT_EQ(dp.classes[1], documented);
   ASSERT_EQ(dp.classify.size(), 2u);
   EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
   EXPECT_EQ(dp.classify[0].cls, "gold");
@@ -1156,7 +1173,8 @@ TEST(Dataplane, Classes) {
   };
   EXPECT_EQ(cls("weight: 0"), "t.yaml:3:24: dataplane.classes.default.weight: must be >= 1, got 0");
   EXPECT_EQ(cls("queue_depth: 0"),
-            "t.yaml:3:29: dataplane.classes.default.queue_depth: must be >= 1, got 0");
+            "t.yaml:3:29: dataplane.classes.default.queue_depth: must be between 1 and 1073741824, "
+            "got 0");
   EXPECT_EQ(cls("ttl_ms: 0"), "t.yaml:3:24: dataplane.classes.default.ttl_ms: must be >= 1, got 0");
   EXPECT_EQ(cls("rate_pps: -2"),
             "t.yaml:3:26: dataplane.classes.default.rate_pps: must be >= 0, got -2 (0 means "
@@ -1165,7 +1183,42 @@ TEST(Dataplane, Classes) {
             "t.yaml:3:26: dataplane.classes.default.rate_bps: expected a number, got 'x'");
   EXPECT_EQ(cls("prio: 1"),
             "t.yaml:3:16: dataplane.classes.default.prio: unknown key 'prio' (allowed: weight, "
-            "rate_pps, rate_bps, queue_depth, ttl_ms)");
+            "rate_pps, rate_bps, queue_depth, ttl_ms, priority, fairness, subqueues, "
+            "tenant_depth, aqm)");
+  EXPECT_EQ(cls("fairness: tenants"),
+            "t.yaml:3:26: dataplane.classes.default.fairness: must be one of tenant, flow, none; "
+            "got 'tenants'");
+  EXPECT_EQ(cls("priority: 256"),
+            "t.yaml:3:26: dataplane.classes.default.priority: must be between 0 and 255, got 256");
+  EXPECT_EQ(cls("subqueues: 0"),
+            "t.yaml:3:27: dataplane.classes.default.subqueues: must be between 1 and 65536, got 0");
+  EXPECT_EQ(cls("aqm: { target_ms: 0 }"),
+            "t.yaml:3:34: dataplane.classes.default.aqm.target_ms: must be >= 0.001, got 0");
+  EXPECT_EQ(cls("aqm: { ecn: yes }"),
+            "t.yaml:3:28: dataplane.classes.default.aqm.ecn: expected true or false, got 'yes'");
+  EXPECT_EQ(cls("aqm: { target_ms: 50, interval_ms: 10 }"),
+            "t.yaml:3:21: dataplane.classes.default.aqm.interval_ms: must be >= target_ms");
+  EXPECT_EQ(cls("aqm: { tgt: 5 }"),
+            "t.yaml:3:23: dataplane.classes.default.aqm.tgt: unknown key 'tgt' (allowed: "
+            "target_ms, interval_ms, ecn)");
+  {
+    const Class c = load_ok(
+                        "dataplane:\n  classes:\n    default: { priority: 2, fairness: flow, "
+                        "subqueues: 16384, tenant_depth: 64, aqm: { target_ms: 2.5, ecn: "
+                        "true } }\n")
+                        .dataplane->classes[0];
+    EXPECT_EQ(c.priority, 2u);
+    EXPECT_EQ(c.fairness, Fairness::kFlow);
+    EXPECT_EQ(c.subqueues, 16384u);
+    EXPECT_EQ(c.tenant_depth, 64u);
+    ASSERT_TRUE(c.aqm);
+    EXPECT_EQ(*c.aqm, (Aqm{2.5, 100, true}));
+    // The defaults: fair by tenant, no AQM.
+    const Class d = load_ok("dataplane:\n  classes:\n    default: {}\n").dataplane->classes[0];
+    EXPECT_EQ(d.fairness, Fairness::kTenant);
+    EXPECT_EQ(d.priority, 0u);
+    EXPECT_FALSE(d.aqm);
+  }
   // A queue depth need not be a power of two.
   EXPECT_EQ(load_ok("dataplane:\n  classes:\n    default: { queue_depth: 1000 }\n")
                 .dataplane->classes[0]
@@ -1448,8 +1501,8 @@ dataplane:
   EXPECT_EQ(dp.mbufs, 4095u);
   EXPECT_EQ(dp.drip, (Drip{12345.5, 1e9, 4, 16}));
   ASSERT_EQ(dp.classes.size(), 2u);
-  EXPECT_EQ(dp.classes[0], (Class{"gold", 5, 100, 2000000, 77, 250}));
-  EXPECT_EQ(dp.classes[1], (Class{"default", 2, 0, 0, 9, 9999}));
+  EXPECT_EQ(dp.classes[0], (C("gold", 5, 100, 2000000, 77, 250)));
+  EXPECT_EQ(dp.classes[1], (C("default", 2, 0, 0, 9, 9999)));
   ASSERT_EQ(dp.classify.size(), 2u);
   EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
   EXPECT_EQ(dp.classify[0].dst, "fd00::/8");

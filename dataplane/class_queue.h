@@ -10,12 +10,21 @@
 namespace dripgate::dataplane {
 
 // One queued packet. `pkt` is opaque to the scheduler (the fast path stores an rte_mbuf*);
-// frame_len is the Ethernet frame length without preamble/SFD/IFG (rte_pktmbuf_pkt_len).
+// frame_len is the Ethernet frame length without preamble/SFD/IFG (rte_pktmbuf_pkt_len);
+// tenant: the tenant id of its flow's tag (0: none), for drops counted by tenant.
 struct Item {
+  // flags
+  static constexpr uint8_t kEct = 1;     // ECN capable (ECT(0) or ECT(1))
+  static constexpr uint8_t kJudged = 2;  // AQM has judged it as a head: it leaves
+  static constexpr uint8_t kCe = 4;      // AQM marked it: set CE when it leaves
+
   void* pkt = nullptr;
   uint32_t frame_len = 0;
+  uint16_t tenant = 0;
+  uint8_t flags = 0;
   uint64_t enq_tsc = 0;
 };
+static_assert(sizeof(Item) == 24, "queued packets stay three words");
 
 // Single-owner ring: no atomics, not shared between threads (the scheduler mirrors the length
 // into its atomic stats for readers on other lcores).
@@ -63,6 +72,7 @@ class ClassQueue {
 
   // Precondition: !empty().
   const Item& front() const { return slots_[head_ & mask_]; }
+  Item& front() { return slots_[head_ & mask_]; }
   Item pop() {
     Item it = slots_[head_ & mask_];
     ++head_;

@@ -20,8 +20,10 @@
 // * WHEN: the port timeline (drip.rate_pps / rate_bps on frame + 20 B) says when the next
 //   departure slot opens; a slot releases up to drip.batch packets, all scheduled at the slot's
 //   time, and the timeline advances by the sum of their intervals.
-// * WHICH: deficit round robin over the classes that are ready: backlogged, head not expired,
-//   and permitted by their own cap timeline. The quantum is in bytes (weight * kQuantumBytes,
+// * WHICH: strict priority among classes of different `priority` (a lower number first; a
+//   class is skipped only while it is not ready), and within one priority deficit round robin
+//   over the classes that are ready: backlogged, head not expired, and permitted by their own
+//   cap timeline. The quantum is in bytes (weight * kQuantumBytes,
 //   cost = frame_len), so mixed frame sizes share by bytes. A class skipped because its cap
 //   holds it gets no quantum for that round and keeps at most one quantum of deficit, so a cap
 //   never turns into stored credit; what a capped class cannot use goes to the others.
@@ -29,13 +31,21 @@
 //   enqueue time): time in which no packet was ready (idle, or every class capped) never
 //   becomes catch-up credit. After a stall (the caller polled late) each timeline books at most
 //   drip.max_catchup departures before `now` (late), then runs on schedule (see Timeline).
+// * INSIDE a class: with `fairness: tenant | flow` one sub-queue per source served by DRR by
+//   bytes (fair_queue.h), else one FIFO. The head a class offers is its FIFO's, or the head of
+//   the sub-queue whose turn it is.
 // * TTL: at dequeue, a head packet whose age now - enq_tsc exceeds the class ttl_ms is removed,
 //   counted (drop_ttl) and handed back through poll()'s `expired` array so the caller frees it.
-//   ttl_ms = 0 disables the TTL. Depth: enqueue into a full class fails (drop_depth) and the
-//   caller keeps (and frees) the packet.
+//   ttl_ms = 0 disables the TTL. Depth: enqueue into a full class fails (drop_depth), into a
+//   full sub-queue (tenant_depth) fails too (drop_subqueue); the caller keeps (and frees) the
+//   packet.
+// * AQM: a class with `aqm` runs CoDel (codel.h) on the head it is about to send, per FIFO or
+//   per sub-queue: a head dropped by it goes the way of an expired one (drop_aqm); an
+//   ECN-capable one may instead leave marked (ecn_marked, Departure::ce).
 // * Accounting identity, per class, once the owner is quiescent:
-//     enq_packets == tx_packets + drop_ttl + drained + queue_len
-//   (drop_depth packets were never enqueued).
+//     enq_packets == tx_packets + drop_ttl + drop_aqm + drained + queue_len
+//   (drop_depth and drop_subqueue packets were never enqueued). Drops are also counted per
+//   tenant id (tenant_drops()), for the stats' top-N.
 #pragma once
 
 #include <atomic>
@@ -47,6 +57,8 @@
 
 #include "config/config.h"
 #include "dataplane/class_queue.h"
+#include "dataplane/codel.h"
+#include "dataplane/fair_queue.h"
 #include "dataplane/timeline.h"
 
 namespace dripgate::dataplane {
@@ -88,12 +100,27 @@ struct ClassStats {
   uint64_t enq_bytes = 0;
   uint64_t tx_packets = 0;  // released by poll()
   uint64_t tx_bytes = 0;
-  uint64_t drop_depth = 0;    // refused by enqueue(): queue full
-  uint64_t drop_ttl = 0;      // expired at dequeue, returned by poll()
-  uint64_t drained = 0;       // handed back by drain()
-  uint64_t queue_len = 0;     // packets queued now
-  uint64_t stall_clamps = 0;  // times the class's cap timeline hit the catch-up clamp
+  uint64_t drop_depth = 0;        // refused by enqueue(): queue full
+  uint64_t drop_ttl = 0;          // expired at dequeue, returned by poll()
+  uint64_t drained = 0;           // handed back by drain()
+  uint64_t queue_len = 0;         // packets queued now
+  uint64_t stall_clamps = 0;      // times the class's cap timeline hit the catch-up clamp
+  uint64_t drop_subqueue = 0;     // refused by enqueue(): the source's sub-queue full
+  uint64_t drop_aqm = 0;          // dropped at dequeue by AQM, returned by poll()
+  uint64_t ecn_marked = 0;        // left with CE set by AQM
+  uint64_t active_subqueues = 0;  // sub-queues with packets now (fair classes)
 };
+
+// Drops of one tenant (id from the flow's tag; 0: untagged flows), by cause.
+struct TenantDrops {
+  uint32_t tenant = 0;
+  uint64_t depth = 0;  // drop_depth and drop_subqueue
+  uint64_t ttl = 0;
+  uint64_t aqm = 0;
+  uint64_t total() const { return depth + ttl + aqm; }
+};
+// Tenant ids the scheduler counts drops for; a larger id counts as 0.
+inline constexpr uint32_t kMaxTenantId = 65535;
 
 struct PortStats {
   uint64_t enq_packets = 0;  // sums over the classes
@@ -104,6 +131,9 @@ struct PortStats {
   uint64_t drop_ttl = 0;
   uint64_t drained = 0;
   uint64_t backlog = 0;
+  uint64_t drop_subqueue = 0;
+  uint64_t drop_aqm = 0;
+  uint64_t ecn_marked = 0;
   uint64_t drop_bad_class = 0;  // enqueue() with a class index out of range
   uint64_t stall_clamps = 0;    // times the port timeline hit the catch-up clamp
 };
@@ -116,8 +146,10 @@ struct SchedulerReconfig {
   std::vector<config::Class> classes;
   // rings[cls]: a larger ring for a class whose new queue_depth exceeds its ring, allocated by
   // prepare(); apply() moves the queued packets into it and leaves the old ring here, so it is
-  // freed with this object on the main lcore. A default (empty) queue: the ring stays.
+  // freed with this object on the main lcore. A default (empty) queue: the ring stays. pools:
+  // the same for a fair class's packet pool.
   std::vector<ClassQueue> rings;
+  std::vector<FairQueue> pools;
 };
 
 class Scheduler {
@@ -143,24 +175,15 @@ class Scheduler {
   int find_class(std::string_view name) const;
   uint64_t tsc_hz() const { return tsc_hz_; }
 
-  // Queues a packet stamped enq_tsc (TTL and idle detection count from it). False = refused:
-  // the class queue is full (counted as drop_depth) or cls is out of range (drop_bad_class);
-  // the caller still owns the packet. O(1).
-  [[nodiscard]] bool enqueue(unsigned cls, void* pkt, uint32_t frame_len, uint64_t enq_tsc) {
-    if (cls >= n_) [[unlikely]] {
-      bump(drop_bad_class_);
-      return false;
-    }
-    ClassState& c = classes_[cls];
-    if (!c.queue.push(Item{pkt, frame_len, enq_tsc})) {
-      bump(c.stats.drop_depth);
-      return false;
-    }
-    bump(c.stats.enq_packets);
-    bump(c.stats.enq_bytes, frame_len);
-    c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
-    ++backlog_;
-    return true;
+  // Queues a packet stamped enq_tsc (TTL and idle detection count from it), from `tenant` and
+  // `flow` (EnqueueReq), ECN capable or not. False = refused: the class queue is full
+  // (drop_depth), the source's sub-queue is (drop_subqueue), or cls is out of range
+  // (drop_bad_class); the caller still owns the packet. O(1).
+  [[nodiscard]] bool enqueue(unsigned cls, void* pkt, uint32_t frame_len, uint64_t enq_tsc,
+                             uint32_t tenant = 0, uint16_t flow = 0, bool ect = false) {
+    const EnqueueReq r{pkt, enq_tsc, cls, frame_len, tenant, flow, ect};
+    void* refused = nullptr;
+    return enqueue_burst(&r, 1, &refused) == 0;
   }
 
   // enqueue() for n packets, in order, with the same results and counts; the refused packets
@@ -181,8 +204,7 @@ class Scheduler {
   uint64_t depart_now(unsigned cls, uint64_t n, uint64_t bytes, uint32_t last_len,
                       uint64_t max_stamp);
   bool bypasses(unsigned cls) const {
-    return cls < n_ && !port_.limited() && !classes_[cls].cap.limited() &&
-           classes_[cls].queue.empty();
+    return cls < n_ && !port_.limited() && !classes_[cls].cap.limited() && queued(cls) == 0;
   }
 
   // Releases the packets due at `now`: up to max_out into out (in departure order, each with
@@ -234,17 +256,17 @@ class Scheduler {
     uint64_t n = 0;
     for (unsigned i = 0; i < n_; ++i) {
       ClassState& c = classes_[i];
-      while (!c.queue.empty()) {
-        const Item it = c.queue.pop();
+      while (queued(i) != 0) {
+        const Item it = pop_head(c, false);
         bump(c.stats.drained);
-        c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+        publish_len(c);
         --backlog_;
         ++n;
         fn(it);
       }
       c.deficit = 0;
     }
-    in_turn_ = false;
+    for (Band& b : bands_) b.in_turn = false;
     return n;
   }
 
@@ -252,21 +274,38 @@ class Scheduler {
   // cls < num_classes() (as for class_name and class_rate).
   ClassStats class_stats(unsigned cls) const;
   PortStats port_stats() const;
+  // Any thread: the n tenants with the most drops, most first (ties: lower id first); tenants
+  // without drops are left out.
+  std::vector<TenantDrops> top_tenant_drops(size_t n) const;
 
  private:
   struct Counters {
     std::atomic<uint64_t> enq_packets{0}, enq_bytes{0}, tx_packets{0}, tx_bytes{0}, drop_depth{0},
-        drop_ttl{0}, drained{0}, queue_len{0}, stall_clamps{0};
+        drop_ttl{0}, drained{0}, queue_len{0}, stall_clamps{0}, drop_subqueue{0}, drop_aqm{0},
+        ecn_marked{0}, active_subqueues{0};
   };
   struct ClassState {
     std::string name;
     uint64_t quantum = 0;    // bytes per DRR turn
     uint64_t ttl_ticks = 0;  // 0: no TTL
     uint64_t deficit = 0;
-    ClassQueue queue;
+    config::Fairness fairness = config::Fairness::kNone;
+    ClassQueue queue;  // fairness: none
+    FairQueue fair;    // fairness: tenant | flow
+    CodelParams aqm;   // target 0: no AQM
+    Codel codel;       // the FIFO's (a fair class's sub-queues hold their own)
     Timeline cap;
     Counters stats;
   };
+  // Classes of one priority, served by DRR among themselves: order_[begin, end), the DRR
+  // position pos (order_[begin + pos] has the turn when in_turn, or gets it next).
+  struct Band {
+    unsigned begin = 0;
+    unsigned end = 0;
+    unsigned pos = 0;
+    bool in_turn = false;
+  };
+  enum DropCause : unsigned { kCauseDepth, kCauseTtl, kCauseAqm, kCauses };
   // Where poll() puts expired packets.
   struct ExpiredSink {
     Item* out;
@@ -278,11 +317,48 @@ class Scheduler {
     a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
 
-  // quantum, TTL and cap of one class from its config (construction and apply()).
+  // quantum, TTL, AQM and cap of one class from its config (construction and apply()).
   void configure(ClassState& s, const config::Class& c, uint64_t now);
+  // The priority bands from the classes' priorities (construction and apply()).
+  void build_bands(const std::vector<config::Class>& classes);
+  uint32_t queued(unsigned cls) const {
+    const ClassState& c = classes_[cls];
+    return c.fairness == config::Fairness::kNone ? c.queue.size() : c.fair.size();
+  }
+  static Item& head(ClassState& c) {
+    return c.fairness == config::Fairness::kNone ? c.queue.front() : c.fair.front();
+  }
+  // Removes the head; `sent`: it departs (a fair class charges its sub-queue's credit).
+  Item pop_head(ClassState& c, bool sent) {
+    if (c.fairness != config::Fairness::kNone) return c.fair.pop(sent);
+    const Item it = c.queue.pop();
+    if (c.queue.empty()) c.codel.on_empty();
+    return it;
+  }
+  void publish_len(ClassState& c) {
+    if (c.fairness == config::Fairness::kNone) {
+      c.stats.queue_len.store(c.queue.size(), std::memory_order_relaxed);
+    } else {
+      c.stats.queue_len.store(c.fair.size(), std::memory_order_relaxed);
+      c.stats.active_subqueues.store(c.fair.active(), std::memory_order_relaxed);
+    }
+  }
+  // Moves class c's head into the sink as a drop of `cause`; false when the sink is full.
+  bool drop_head(ClassState& c, ExpiredSink& sink, DropCause cause);
+  static uint16_t tenant_id(uint32_t tenant) {
+    return tenant <= kMaxTenantId ? static_cast<uint16_t>(tenant) : 0;
+  }
+  static Item item_of(const EnqueueReq& r) {
+    return Item{r.pkt, r.frame_len, tenant_id(r.tenant), r.ect ? Item::kEct : uint8_t{0},
+                r.enq_tsc};
+  }
+  void count_tenant_drop(uint16_t tenant, DropCause cause, uint64_t n = 1) {
+    bump(tenant_drops_[size_t{tenant} * kCauses + cause], n);
+  }
   bool ready(unsigned cls, uint64_t now, ExpiredSink& sink);
   int pick(uint64_t now, ExpiredSink& sink);
-  int pick_next_turn(uint64_t now, ExpiredSink& sink);
+  int pick_in_band(Band& b, uint64_t now, ExpiredSink& sink);
+  int pick_next_turn(Band& b, uint64_t now, ExpiredSink& sink);
   Departure take(unsigned cls, uint64_t now, bool first_in_slot, Fixed* slot);
   void publish_tx(const Departure* out, unsigned n);
   unsigned take_unlimited_run(uint64_t now, Departure* out, unsigned max, Fixed slot);
@@ -295,11 +371,15 @@ class Scheduler {
   std::unique_ptr<ClassState[]> classes_;
   Timeline port_;
   uint64_t backlog_ = 0;
-  // DRR position: the class whose turn it is (when in_turn_) or whose turn comes next.
-  unsigned cur_ = 0;
-  bool in_turn_ = false;
+  // Class indexes by (priority, index), and the bands of equal priority over it, highest
+  // priority first; cur_band_: the band of the last pick.
+  std::vector<unsigned> order_;
+  std::vector<Band> bands_;
+  unsigned cur_band_ = 0;
   std::atomic<uint64_t> drop_bad_class_{0};
   std::atomic<uint64_t> port_clamps_{0};
+  // Drops per tenant id (0..kMaxTenantId) and cause, at [tenant * kCauses + cause].
+  std::unique_ptr<std::atomic<uint64_t>[]> tenant_drops_;
 };
 
 }  // namespace dripgate::dataplane

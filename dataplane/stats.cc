@@ -94,6 +94,9 @@ Stats::Totals Stats::totals() const {
     t.drop_tx += classes[i].drop_tx.get();
     t.drained += s.drained;
     t.queue_len += s.queue_len;
+    t.subqueue += s.drop_subqueue;
+    t.aqm += s.drop_aqm;
+    t.ecn_marked += s.ecn_marked;
   }
   return t;
 }
@@ -117,13 +120,29 @@ nlohmann::json Stats::class_json(unsigned cls) const {
           {"tx_pkts", c.tx_pkts.get()},
           {"tx_bytes", c.tx_bytes.get()},
           {"queue_len", s.queue_len},
+          {"active_subqueues", s.active_subqueues},
+          {"ecn_marked", s.ecn_marked},
           {"rate_pps", rate.rate_pps},
           {"rate_bps", rate.rate_bps},
           {"drops",
            {{"depth", s.drop_depth},
+            {"subqueue", s.drop_subqueue},
             {"ttl", s.drop_ttl},
+            {"aqm", s.drop_aqm},
             {"tx_full", c.drop_tx.get()},
             {"shutdown", s.drained}}}};
+}
+
+nlohmann::json Stats::tenant_drops_json() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TenantDrops& d : sched->top_tenant_drops(kTopTenants)) {
+    std::string name = tenant_name ? tenant_name(d.tenant) : std::string();
+    out.push_back({{"tenant", name.empty() ? std::to_string(d.tenant) : name},
+                   {"depth", d.depth},
+                   {"ttl", d.ttl},
+                   {"aqm", d.aqm}});
+  }
+  return out;
 }
 
 nlohmann::json Stats::to_json() const {
@@ -153,7 +172,9 @@ nlohmann::json Stats::to_json() const {
              {"pass_sent", drip.pass_tx.get()},
              {"reverse", rt.reverse_tx}};
   j["drops"] = {{"depth", t.depth},
+                {"subqueue", t.subqueue},
                 {"ttl", t.ttl},
+                {"aqm", t.aqm},
                 {"tx_full", t.drop_tx},
                 {"pass_tx_full", drip.pass_drop_tx.get()},
                 {"reverse_tx_full", rt.reverse_drop_tx},
@@ -161,7 +182,9 @@ nlohmann::json Stats::to_json() const {
                 {"ring", rt.drop_ring},
                 {"shutdown", t.drained},
                 {"malformed", malformed_total()},
-                {"malformed_by_cause", std::move(malformed)}};
+                {"malformed_by_cause", std::move(malformed)},
+                {"by_tenant", tenant_drops_json()}};
+  j["ecn_marked"] = t.ecn_marked;
   j["queue_len"] = t.queue_len;
   j["departures"] = drip.departures.get();
   j["stall_clamps"] = sched->port_stats().stall_clamps;  // catch-up limit hit after a stall
@@ -200,7 +223,10 @@ int tel_stats(const char*, const char*, rte_tel_data* d) {
   add_u64(d, "tx_pass_unknown", rx.pass_unknown);
   add_u64(d, "tx_reverse", rx.reverse_tx);
   add_u64(d, "drop_depth", t.depth);
+  add_u64(d, "drop_subqueue", t.subqueue);
   add_u64(d, "drop_ttl", t.ttl);
+  add_u64(d, "drop_aqm", t.aqm);
+  add_u64(d, "ecn_marked", t.ecn_marked);
   add_u64(d, "drop_tx_full", t.drop_tx + s.drip.pass_drop_tx.get() + rx.reverse_drop_tx);
   add_u64(d, "drop_unknown", rx.drop_unknown);
   add_u64(d, "drop_ring", rx.drop_ring);
@@ -250,7 +276,11 @@ int tel_classes(const char*, const char* params, rte_tel_data* d) {
   add_u64(d, "tx_bytes", c.tx_bytes.get());
   add_u64(d, "queue_len", cs.queue_len);
   add_u64(d, "drop_depth", cs.drop_depth);
+  add_u64(d, "drop_subqueue", cs.drop_subqueue);
   add_u64(d, "drop_ttl", cs.drop_ttl);
+  add_u64(d, "drop_aqm", cs.drop_aqm);
+  add_u64(d, "ecn_marked", cs.ecn_marked);
+  add_u64(d, "active_subqueues", cs.active_subqueues);
   add_u64(d, "drop_tx_full", c.drop_tx.get());
   add_u64(d, "drop_shutdown", cs.drained);
   add_u64(d, "rate_pps", static_cast<uint64_t>(rate.rate_pps));

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,12 @@ struct Stats {
   Counter reloads_applied, reloads_refused;
   uint64_t mbufs_total = 0;
   std::atomic<int64_t> mbufs_available{-1};  // set after the ports are closed
+  // The name of a tenant id (the flow tags' tenant table), for the drops by tenant; unset or
+  // empty: the id is shown. Safe to call from the thread that renders stats.
+  std::function<std::string(uint32_t)> tenant_name;
+  // Tenants shown in `drops.by_tenant`: the most dropped, a bounded list whatever the number
+  // of tenants.
+  static constexpr size_t kTopTenants = 10;
 
   Stats(const Scheduler* sched, std::vector<std::string> causes, uint64_t hz, uint64_t start,
         unsigned rx_lcores = 1);
@@ -96,13 +103,15 @@ struct Stats {
   // Totals over the classes of the scheduler's and our own counters.
   struct Totals {
     uint64_t classified = 0, enqueued = 0, tx = 0, tx_bytes = 0, depth = 0, ttl = 0, drop_tx = 0,
-             drained = 0, queue_len = 0;
+             drained = 0, queue_len = 0, subqueue = 0, aqm = 0, ecn_marked = 0;
   };
   Totals totals() const;
   // Long-run departure rate from the first to the latest departure, 0 if < 2 departures.
   double departure_rate_pps() const;
 
   nlohmann::json class_json(unsigned cls) const;
+  // The kTopTenants tenants with the most drops: [{"tenant", "depth", "ttl", "aqm"}, ...].
+  nlohmann::json tenant_drops_json() const;
   nlohmann::json to_json() const;
 };
 
