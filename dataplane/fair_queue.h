@@ -51,6 +51,7 @@ class FairQueue {
     if (capacity > (1u << 30)) throw std::invalid_argument("queue capacity above 2^30");
     if (subqueues == 0 || subqueues > kMaxSubqueues)
       throw std::invalid_argument("subqueues must be in 1..65536");
+    if ((subqueues & (subqueues - 1)) == 0 && subqueues > 1) sub_mask_ = subqueues - 1;
     slots_ = std::make_unique<Slot[]>(capacity);
     for (uint32_t i = 0; i < capacity; ++i) slots_[i].next = i + 1 == capacity ? kNil : i + 1;
     free_ = 0;
@@ -77,7 +78,8 @@ class FairQueue {
 
   Push push(const Item& it, uint32_t key) {
     if (size_ >= capacity_ || free_ == kNil) return Push::kFull;
-    const uint32_t s = key % n_sub_;
+    // A mask for a power of two (the usual choice), not a division per packet.
+    const uint32_t s = sub_mask_ != 0 ? key & sub_mask_ : key % n_sub_;
     Sub& q = subs_[s];
     if (subqueue_depth_ != 0 && q.count >= subqueue_depth_) return Push::kSubqueueFull;
     const uint32_t i = free_;
@@ -197,6 +199,7 @@ class FairQueue {
   uint32_t subqueue_depth_ = 0;
   int32_t quantum_ = 0;
   uint32_t n_sub_ = 0;
+  uint32_t sub_mask_ = 0;  // n_sub_ - 1 when n_sub_ is a power of two above 1, else 0
   uint32_t size_ = 0;
   uint32_t n_active_ = 0;
   uint32_t free_ = kNil;

@@ -375,8 +375,8 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
   const Band& band = bands_[cur_band_];
   const unsigned cls = order_[band.begin + band.pos];
   ClassState& c = classes_[cls];
-  // Packets leave the FIFO in ring order only without sub-queues, and without AQM to judge them.
-  if (c.cap.limited() || c.fairness != config::Fairness::kNone || c.aqm.target != 0) return 0;
+  // AQM judges each head as it is about to leave: not in a run.
+  if (c.cap.limited() || c.aqm.target != 0) return 0;
   // Locals, not the class's fields: stores into out[] could alias them and force a memory
   // round trip per packet. Per packet the work is in whole ticks: the scheduled time
   // floor(max(slot, class timeline, stamps so far)) is max(floor(slot), floor(timeline),
@@ -388,18 +388,17 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
   // Expired (age now - stamp > ttl, a stamp from the future has age 0) is stamp < oldest_ok.
   const uint64_t ttl = c.ttl_ticks;
   const uint64_t oldest_ok = ttl != 0 && now > ttl ? now - ttl : 0;
-  const unsigned avail = std::min<unsigned>(c.queue.size(), max);
   uint32_t last_len = 0;
   unsigned k = 0;
   // The only backlogged class (all the backlog is its own): the DRR scan that would end its
   // turn finds every other class empty and gives the turn straight back with the rounds its
   // head needs, so do that here without leaving the run (see renew_sole_turn).
-  const bool sole = backlog_ == c.queue.size();
-  for (; k < avail; ++k) {
-    const Item& h = c.queue.peek(k);
-    if (h.enq_tsc < oldest_ok) break;
+  const bool sole = backlog_ == queued(cls);
+  // Departure k from head h, or false (h stays) where the general path must take over.
+  auto leave = [&](const Item& h) {
+    if (h.enq_tsc < oldest_ok) return false;
     if (deficit < h.frame_len) [[unlikely]] {
-      if (!sole) break;
+      if (!sole) return false;
       deficit = renew_sole_turn(cls, deficit, h.frame_len);
     }
     deficit -= h.frame_len;
@@ -407,8 +406,19 @@ unsigned Scheduler::take_unlimited_run(uint64_t now, Departure* out, unsigned ma
     at = std::max(at, h.enq_tsc);
     out[k] = Departure{h.pkt, h.frame_len, cls, at, false};
     last_len = h.frame_len;
+    return true;
+  };
+  if (c.fairness == config::Fairness::kNone) {
+    // The ring's order: walk it and remove the run at once.
+    const unsigned avail = std::min<unsigned>(c.queue.size(), max);
+    for (; k < avail && leave(c.queue.peek(k)); ++k) {
+    }
+    c.queue.discard(k);
+  } else {
+    // The sub-queues' DRR order: each head is the one front() names after the last pop.
+    const unsigned avail = std::min<unsigned>(c.fair.size(), max);
+    for (; k < avail && leave(c.fair.front()); ++k) c.fair.pop(true);
   }
-  c.queue.discard(k);
   c.deficit = deficit;
   if (k != 0) {
     backlog_ -= k;
