@@ -4,6 +4,7 @@
 # way: ethdev opackets over the same window, read from each process's DPDK telemetry socket.
 #
 #   tools/bench/dp_throughput.sh [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]
+#   tools/bench/dp_throughput.sh --tenants N [--build DIR] [--seconds N] [--rounds N]
 #
 # --baseline DIR: also measure DIR's dripgate-dataplane (an older build) in the same session,
 # printed as an extra column, so a change is compared with its baseline under the same load.
@@ -35,13 +36,21 @@
 # lookup: parse, then each frame's class from the dataplane's own ClassCache, the least a
 # shaper that holds a class per flow does; what dripgate adds to it is grouping, scheduling and
 # counting.
+#
+# --tenants N: the price of fairness instead. Only ip-flows, with every one of its 1024 flows
+# tagged into one class (gold) for N tenants (flow i for tenant i mod N), and in every round
+# the same dataplane twice on that input: every class `fairness: none` (one FIFO) and the
+# default `fairness: tenant` (one sub-queue per tenant). Prints each round's Mpps and ratio
+# and the medians. Target: tenant-fair >= 0.9x FIFO with 1,000 tenants.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
 bench_defaults
+tenants=0
 while [[ $# -gt 0 ]]; do
   bench_flag "$1" "${2-}" && { shift 2; continue; }
-  echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N]" >&2
+  if [[ $1 == --tenants && ${2-} =~ ^[1-9][0-9]*$ ]]; then tenants=$2; shift 2; continue; fi
+  echo "usage: $0 [--build DIR] [--baseline DIR] [--seconds N] [--rounds N] [--tenants N]" >&2
   exit 2
 done
 need_dataplane "$build"
@@ -78,22 +87,55 @@ measure_floor() {  # $1, $2 = vdevs of ports 0 and 1, $3 = dp_floor's mode
   wait "${pids[-1]}" || { echo "dp_floor failed:" >&2; cat "$tmp/floor.err" >&2; exit 1; }
 }
 
-measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scenario
-  local prefix="dgbd$$" extra=()
+measure_dripgate() {  # $1, $2 = vdevs of ports 0 and 1, $3 = binary, $4 = scenario,
+                      # $5 = the classes' fairness (--tenants only)
+  local prefix="dgbd$$" extra=() tag_args=()
   [[ $4 == ip-flows ]] || extra=(--shape-non-ip default)
   rm -f "$tmp/dp.sock"
-  dp_bench_yaml "$tmp/dp.yaml" "$prefix" "$1" "$2" "$tmp/dp.sock" "$4"
+  if ((tenants > 0)); then
+    tag_args=(--tenants "$tenants")
+    DP_CLASSES="    gold: { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000, fairness: $5 }
+    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 1000, fairness: $5 }
+  classify:
+    - { src: \"10.1.0.0/16\", class: gold }" \
+      dp_bench_yaml "$tmp/dp.yaml" "$prefix" "$1" "$2" "$tmp/dp.sock" "$4"
+  else
+    dp_bench_yaml "$tmp/dp.yaml" "$prefix" "$1" "$2" "$tmp/dp.sock" "$4"
+  fi
   "$3" --config "$tmp/dp.yaml" "${extra[@]}" --duration "$run_for" \
       >"$tmp/dp.out" 2>"$tmp/dp.err" &
   pids+=($!)
   # Tagged within the warm-up, before the window opens.
-  [[ $4 != ip-flows ]] || python3 "$here/ip_flows.py" tag "$tmp/dp.sock" >&2
+  [[ $4 != ip-flows ]] || python3 "$here/ip_flows.py" tag "$tmp/dp.sock" "${tag_args[@]}" >&2
   python3 "$here/dp_telemetry.py" rate --prefix "$prefix" --ports 0,1 --warmup "$warmup" \
       --seconds "$seconds"
   wait "${pids[-1]}" || { echo "dripgate-dataplane failed:" >&2; cat "$tmp/dp.err" >&2; exit 1; }
 }
 
 python3 "$here/ip_flows.py" pcap "$tmp/flows.pcap"
+if ((tenants > 0)); then
+  vdev0="net_pcap0,rx_pcap=$tmp/flows.pcap,infinite_rx=1"; vdev1="net_null1,no-rx=1"
+  for round in $(seq "$rounds"); do
+    measure_dripgate "$vdev0" "$vdev1" "$dp" ip-flows none >>"$tmp/res.fifo"
+    measure_dripgate "$vdev0" "$vdev1" "$dp" ip-flows tenant >>"$tmp/res.fair"
+  done
+  python3 - "$tmp" "$tenants" "$seconds" "$(uptime)" <<'EOF'
+import json, statistics, sys
+tmp, tenants, secs, up = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].strip()
+fifo = [json.loads(l)["total_opackets_per_s"] for l in open(f"{tmp}/res.fifo") if l.strip()]
+fair = [json.loads(l)["total_opackets_per_s"] for l in open(f"{tmp}/res.fair") if l.strip()]
+print(f"\nThe price of fairness: ip-flows, all 1024 flows tagged into one class for {tenants} "
+      f"tenants, {len(fifo)} alternating rounds of {secs} s, Mpps = ethdev opackets/s ({up})")
+for i, (a, b) in enumerate(zip(fifo, fair), 1):
+    print(f"round {i}: FIFO {a / 1e6:.3f}  tenant-fair {b / 1e6:.3f}  ratio {b / a:.3f}")
+mf, mt = statistics.median(fifo), statistics.median(fair)
+ratios = sorted(b / a for a, b in zip(fifo, fair))
+print(f"median: FIFO (fairness: none) {mf / 1e6:.3f} Mpps, tenant-fair {mt / 1e6:.3f} Mpps, "
+      f"ratio of medians {mt / mf:.3f}, median ratio {statistics.median(ratios):.3f} "
+      "(target >= 0.9)")
+EOF
+  exit 0
+fi
 for round in $(seq "$rounds"); do
   for scenario in both one-way ip-flows; do
     header_mode=macswap floor_mode=read

@@ -8,6 +8,9 @@
                           10.2 flow into gold (256 flow-table entries), so a quarter of the
                           packets are classified by the flow table, half by the rule and a
                           quarter fall through to default
+  ip_flows.py tag SOCK --tenants N
+                          tags all 1024 flows into gold instead, flow i for tenant t<i mod N>:
+                          one class shared by N tenants (the fairness comparison)
 """
 import json
 import os
@@ -46,7 +49,7 @@ def write_pcap(path):
             out.write(struct.pack("<IIII", 0, i, len(frame), len(frame)) + frame)
 
 
-def tag(sock_path):
+def tag(sock_path, tenants=0):
     deadline = time.time() + 30
     while not os.path.exists(sock_path):
         if time.time() > deadline:
@@ -55,10 +58,13 @@ def tag(sock_path):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock_path)
     f = s.makefile("rw")
-    for i in range(1, FLOWS, 4):
+    for i in range(0, FLOWS, 1) if tenants else range(1, FLOWS, 4):
         flow = {"src": "%d.%d.%d.%d" % src_of(i), "sport": 10000 + i, "dst": "10.9.0.1",
                 "dport": 8080, "proto": 17}
-        f.write(json.dumps({"op": "tag", "flow": flow, "class": "gold", "ttl_s": 3600}) + "\n")
+        line = {"op": "tag", "flow": flow, "class": "gold", "ttl_s": 3600}
+        if tenants:
+            line["tenant"] = f"t{i % tenants}"
+        f.write(json.dumps(line) + "\n")
         f.flush()
         answer = json.loads(f.readline())
         if not answer.get("ok"):
@@ -66,6 +72,12 @@ def tag(sock_path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("pcap", "tag"):
+    args = sys.argv[1:]
+    if args[:1] == ["pcap"] and len(args) == 2:
+        write_pcap(args[1])
+    elif args[:1] == ["tag"] and len(args) == 2:
+        tag(args[1])
+    elif args[:1] == ["tag"] and len(args) == 4 and args[2] == "--tenants" and args[3].isdigit():
+        tag(args[1], int(args[3]))
+    else:
         sys.exit(__doc__)
-    (write_pcap if sys.argv[1] == "pcap" else tag)(sys.argv[2])
