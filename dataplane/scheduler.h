@@ -17,7 +17,7 @@
 // them from here.
 //
 // Semantics (docs/ARCHITECTURE.md, The drip):
-// * WHEN: the port timeline (drip.rate_pps / rate_bps on frame + 20 B) says when the next
+// * WHEN: the port timeline (drip.rate_pps / rate_bps on frame + 24 B) says when the next
 //   departure slot opens; a slot releases up to drip.batch packets, all scheduled at the slot's
 //   time, and the timeline advances by the sum of their intervals.
 // * WHICH: strict priority among classes of different `priority` (a lower number first; a

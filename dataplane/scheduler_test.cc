@@ -46,7 +46,8 @@ TEST(Scheduler, PpsDeparturesAreExact) {
 }
 
 TEST(Scheduler, BpsCountsFramePlusWireOverhead) {
-  // 1 Gbit/s at 1 GHz: 8 ticks per wire byte, wire bytes = frame + 20.
+  // 1 Gbit/s at 1 GHz: 8 ticks per wire byte, wire bytes = frame + 24 (preamble, SFD, IFG,
+  // FCS).
   Scheduler s(make_drip(0, 1e9), {make_class("a")}, kHz);
   const std::vector<uint32_t> sizes = {64, 1500, 200, 9000, 60, 1514};
   for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(s.enqueue(0, pkt(i + 1), sizes[i], 0));
@@ -56,7 +57,7 @@ TEST(Scheduler, BpsCountsFramePlusWireOverhead) {
   uint64_t t = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     EXPECT_EQ(p.sent[i].scheduled_tsc, t) << i;
-    t += (sizes[i] + 20) * 8;
+    t += (sizes[i] + 24) * 8;
   }
 }
 
@@ -74,19 +75,19 @@ TEST(Scheduler, BpsNonIntegerTicksPerByteIsExactOverMixedSizes) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     ASSERT_EQ(p.sent[i].scheduled_tsc, bytes * 8 / 3) << i;
-    bytes += sizes[i] + 20;
+    bytes += sizes[i] + 24;
   }
 }
 
 TEST(Scheduler, BothRatesSetTakesTheLargerInterval) {
-  // 1e6 pps = 1000 ticks; 1 Gbit/s = 8 ticks per wire byte: 64 B -> 672, 1500 B -> 12160.
+  // 1e6 pps = 1000 ticks; 1 Gbit/s = 8 ticks per wire byte: 64 B -> 704, 1500 B -> 12192.
   Scheduler s(make_drip(1e6, 1e9), {make_class("a")}, kHz);
   const std::vector<uint32_t> sizes = {64, 1500, 64, 64, 200};
   for (size_t i = 0; i < sizes.size(); ++i) ASSERT_TRUE(s.enqueue(0, pkt(i + 1), sizes[i], 0));
   Poller p{s};
   p.until(kNever - 1);
   ASSERT_EQ(p.sent.size(), 5u);
-  const std::vector<uint64_t> want = {0, 1000, 13160, 14160, 15160};
+  const std::vector<uint64_t> want = {0, 1000, 13192, 14192, 15192};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(p.sent[i].scheduled_tsc, want[i]) << i;
   EXPECT_EQ(s.next_departure(), kNever);
 }
@@ -1255,7 +1256,7 @@ TEST(Timeline, IntervalsRoundUpOnTheFixedPointGrid) {
   // ceil(2^32 / 3) = 1431655766
   EXPECT_EQ(static_cast<uint64_t>(iv & 0xffffffffu), 1431655766u);
   t.set_rate(0, 8e9, kHz, 0);  // exactly one tick per wire byte
-  EXPECT_EQ(t.interval(64), to_fixed(84));
+  EXPECT_EQ(t.interval(64), to_fixed(88));
   t.set_rate(2.5, 0, 10, 0);  // non-integral rate takes the double path: 4 ticks exactly
   EXPECT_EQ(t.interval(1), to_fixed(4));
   EXPECT_FALSE(Timeline().limited());

@@ -21,10 +21,11 @@ namespace dripgate::dataplane {
 __extension__ typedef unsigned __int128 Fixed;  // Q96.32 TSC ticks
 
 inline constexpr unsigned kFracBits = 32;
-// Preamble (7) + SFD (1) + inter-frame gap (12): what a frame costs on the wire beyond the
-// bytes that rte_pktmbuf_pkt_len counts. The 4-byte FCS is not added: rte_pktmbuf_pkt_len
-// leaves it out and rate_bps is defined on the frame as the port hands it over plus these 20 B.
-inline constexpr uint32_t kWireOverheadBytes = 20;
+// Preamble (7) + SFD (1) + inter-frame gap (12) + FCS (4): what a frame costs on the wire
+// beyond the bytes that rte_pktmbuf_pkt_len counts (the port strips the FCS on receive and adds
+// it on send). rate_bps is a line rate, so a link of that speed carries exactly that rate; DPDK's
+// rte_sched counts the same 24 B (RTE_SCHED_FRAME_OVERHEAD_DEFAULT).
+inline constexpr uint32_t kWireOverheadBytes = 24;
 // Bound on the byte count used for an interval, so Fixed arithmetic cannot overflow; no real
 // frame (even a multi-segment TSO mbuf) comes near it.
 inline constexpr uint32_t kMaxIntervalBytes = 1u << 20;
