@@ -18,6 +18,7 @@
 #include "dataplane/class_cache.h"
 #include "dataplane/group_by_class.h"
 #include "dataplane/parse.h"
+#include "dataplane/parse_mbuf.h"
 
 namespace dripgate::dataplane {
 
@@ -303,12 +304,16 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
       const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
       const uint32_t len = rte_pktmbuf_data_len(pkts[i]);
       b.at[i] = Burst::kGeneral;
-      // pp[i] is read only for kOk: a non-IP frame needs its status alone.
+      // pp[i] is read only for kOk: a non-IP frame needs its status alone. A frame in several
+      // segments (longer than one mbuf: dataplane.mtu) is parsed across them; the inline
+      // parsers above saw only its first segment, so an IPv4 frame longer than it got here.
       if (is_non_ip_fast(data, len)) {
         b.st[i] = ParseStatus::kNotIp;
         ++n_non_ip;
-      } else {
+      } else if (pkts[i]->nb_segs == 1) [[likely]] {
         b.st[i] = parse(data, len, &b.pp[i]);
+      } else {
+        b.st[i] = parse_mbuf(pkts[i], &b.pp[i]);
       }
     }
   }
