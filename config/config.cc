@@ -305,6 +305,7 @@ void write_dataplane(YAML::Emitter& out, const Dataplane& dp) {
   kv(out, "drip", int64_t{dp.drip_lcore});
   out << YAML::EndMap;
   kv(out, "mbufs", int64_t{dp.mbufs});
+  kv(out, "mtu", int64_t{dp.mtu});
   out << YAML::Key << "drip" << YAML::Value << YAML::Flow << YAML::BeginMap;
   kv(out, "rate_pps", dp.drip.rate_pps);
   kv(out, "rate_bps", dp.drip.rate_bps);

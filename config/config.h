@@ -290,6 +290,10 @@ struct Dataplane {
   std::vector<unsigned> rx_lcores{1};
   unsigned drip_lcore = 1;
   uint32_t mbufs = 16383;
+  // The largest IP packet (L3 MTU) either port carries, both ways; frames are up to 26 B longer
+  // (Ethernet header, two VLAN tags, FCS). Above what one 2 KiB mbuf holds, the ports receive
+  // into chains of mbufs where they can, else into mbufs sized for the whole frame (init.cc).
+  uint32_t mtu = 1500;
   Drip drip;
   std::vector<Class> classes;  // in YAML order
   std::vector<Rule> classify;

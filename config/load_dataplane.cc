@@ -262,12 +262,15 @@ void check_class_refs(Ctx& ctx, const std::set<std::string>& class_names,
 
 void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<ClassRef>& refs) {
   Fields f(ctx, n, "dataplane",
-           {"eal", "ports", "lcores", "mbufs", "drip", "classes", "classify", "unknown_flows",
-            "flow_idle_timeout_s", "flow_table_size", "control_socket"});
+           {"eal", "ports", "lcores", "mbufs", "mtu", "drip", "classes", "classify",
+            "unknown_flows", "flow_idle_timeout_s", "flow_table_size", "control_socket"});
   if (!f.ok()) return;
   load_eal(ctx, f, dp);
   load_ports_and_lcores(ctx, f, dp);
   set_int(ctx, f, "mbufs", dp.mbufs, 1);
+  // 68: the least every IPv4 link carries (RFC 791); 9216: the largest jumbo MTU NICs commonly
+  // accept, and what net_pcap's transmit can copy out of a chain of mbufs.
+  set_int(ctx, f, "mtu", dp.mtu, 68, 9216);
   load_drip(ctx, f, dp.drip);
   std::set<std::string> class_names = load_classes(ctx, f, dp);
   load_classify(ctx, f, dp, refs);

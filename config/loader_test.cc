@@ -1144,6 +1144,15 @@ TEST(Dataplane, PortsAndLcores) {
   EXPECT_EQ(error_of(kDp + "  ports: { client: 0, cluster: 1, rx_queues: 0 }\n"),
             "t.yaml:4:46: dataplane.ports.rx_queues: must be between 1 and 1024, got 0");
   EXPECT_EQ(error_of(kDp + "  mbufs: 0\n"), "t.yaml:4:10: dataplane.mbufs: must be >= 1, got 0");
+  EXPECT_EQ(error_of(kDp + "  mtu: 67\n"),
+            "t.yaml:4:8: dataplane.mtu: must be between 68 and 9216, got 67");
+  EXPECT_EQ(error_of(kDp + "  mtu: 9217\n"),
+            "t.yaml:4:8: dataplane.mtu: must be between 68 and 9216, got 9217");
+  EXPECT_EQ(error_of(kDp + "  mtu: jumbo\n"),
+            "t.yaml:4:8: dataplane.mtu: expected an integer, got 'jumbo'");
+  EXPECT_EQ(load_ok(kDp).dataplane->mtu, 1500u);
+  EXPECT_EQ(load_ok(kDp + "  mtu: 68\n").dataplane->mtu, 68u);
+  EXPECT_EQ(load_ok(kDp + "  mtu: 9216\n").dataplane->mtu, 9216u);
 }
 
 TEST(Dataplane, DripAndClassRates) {
@@ -1428,6 +1437,7 @@ dataplane:
   ports: { client: 3, cluster: 2, rx_queues: 4 }
   lcores: { rx: [2, 4], drip: 3 }
   mbufs: 4095
+  mtu: 9000
   drip: { rate_pps: 12345.5, rate_bps: 1e9, batch: 4, max_catchup: 16 }
   classes:
     gold: { weight: 5, rate_pps: 100, rate_bps: 2000000, queue_depth: 77, ttl_ms: 250 }
@@ -1499,6 +1509,7 @@ dataplane:
   EXPECT_EQ(dp.rx_queues, 4);
   EXPECT_EQ(dp.drip_lcore, 3u);
   EXPECT_EQ(dp.mbufs, 4095u);
+  EXPECT_EQ(dp.mtu, 9000u);
   EXPECT_EQ(dp.drip, (Drip{12345.5, 1e9, 4, 16}));
   ASSERT_EQ(dp.classes.size(), 2u);
   EXPECT_EQ(dp.classes[0], (C("gold", 5, 100, 2000000, 77, 250)));

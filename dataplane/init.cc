@@ -7,6 +7,9 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -77,13 +80,17 @@ Eal::~Eal() {
   remove_runtime_dir();  // in case nothing is left already; else again at exit
 }
 
-MbufPool::MbufPool(const std::string& name, uint32_t count, int socket) {
+MbufPool::MbufPool(const std::string& name, uint32_t count, int socket, uint32_t data_room) {
   // The per-lcore cache must divide into the pool: 256 is DPDK's usual value, smaller for
   // tiny pools so the caches cannot hide most of the pool.
   unsigned cache = count >= 4096 ? 256 : count / 16;
-  pool_ = rte_pktmbuf_pool_create(name.c_str(), count, cache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+  if (data_room + RTE_PKTMBUF_HEADROOM > UINT16_MAX)
+    throw std::invalid_argument(fmt::format("mbuf data room {} B is over 64 KiB", data_room));
+  pool_ = rte_pktmbuf_pool_create(name.c_str(), count, cache, 0,
+                                  static_cast<uint16_t>(data_room + RTE_PKTMBUF_HEADROOM),
                                   socket < 0 ? SOCKET_ID_ANY : socket);
-  if (pool_ == nullptr) fail(fmt::format("cannot create mbuf pool of {} mbufs", count), rte_errno);
+  if (pool_ == nullptr)
+    fail(fmt::format("cannot create mbuf pool of {} mbufs of {} B", count, data_room), rte_errno);
 }
 
 MbufPool::~MbufPool() {
@@ -97,15 +104,46 @@ uint32_t MbufPool::available() const {
   return rte_mempool_avail_count(pool_);
 }
 
-Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_queues, uint16_t tx_queues, uint16_t rx_desc,
-           uint16_t tx_desc)
-    : id_(id) {
+namespace {
+rte_eth_dev_info dev_info(uint16_t id) {
   if (!rte_eth_dev_is_valid_port(id))
     throw std::runtime_error(fmt::format(
         "port {} does not exist ({} ports available; add --vdev or a PCI device to dataplane.eal)",
         id, rte_eth_dev_count_avail()));
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(id, &info); rc != 0) fail(fmt::format("port {} info", id), rc);
+  return info;
+}
+}  // namespace
+
+PortLimits port_limits(uint16_t id) {
+  const rte_eth_dev_info info = dev_info(id);
+  PortLimits p;
+  p.id = id;
+  p.driver = info.driver_name != nullptr ? info.driver_name : "";
+  p.max_rx_pktlen = info.max_rx_pktlen;
+  p.max_mtu = info.max_mtu;
+  p.rx_scatter = (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0;
+  p.tx_multi_seg = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+  const rte_devargs* args = info.device != nullptr ? rte_dev_devargs(info.device) : nullptr;
+  if (args != nullptr && args->args != nullptr)
+    p.af_packet_frame_size = af_packet_frame_size(args->args);
+  return p;
+}
+
+FramePlan plan_port_frames(uint32_t mtu, const std::vector<uint16_t>& ids) {
+  std::vector<PortLimits> limits;
+  for (uint16_t id : ids) limits.push_back(port_limits(id));
+  FramePlan plan = plan_frames(mtu, limits);
+  if (!plan.errors.empty())
+    throw std::runtime_error(fmt::format("{}", fmt::join(plan.errors, "; ")));
+  return plan;
+}
+
+Port::Port(uint16_t id, rte_mempool* pool, const PortFrames& frames, uint16_t rx_queues,
+           uint16_t tx_queues, uint16_t rx_desc, uint16_t tx_desc)
+    : id_(id) {
+  const rte_eth_dev_info info = dev_info(id);
   if (rx_queues > info.max_rx_queues || tx_queues > info.max_tx_queues)
     throw std::runtime_error(fmt::format(
         "port {} ({}) has {} RX and {} TX queues; needed: {} RX (dataplane.ports.rx_queues) and "
@@ -114,6 +152,9 @@ Port::Port(uint16_t id, rte_mempool* pool, uint16_t rx_queues, uint16_t tx_queue
   rte_eth_conf conf{};
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  if (frames.set_mtu) conf.rxmode.mtu = frames.mtu;
+  if (frames.scatter) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
+  if (frames.multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (rx_queues > 1) {
     // The flow's addresses and ports, so one flow stays on one queue (one RX lcore: in order).
     const uint64_t hf =

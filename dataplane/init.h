@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/frame_plan.h"
+
 struct rte_mempool;
 
 namespace dripgate::dataplane {
@@ -34,9 +36,11 @@ class Eal {
   std::string runtime_dir_;
 };
 
+// count mbufs, each with data_room bytes for frame data after DPDK's headroom.
 class MbufPool {
  public:
-  MbufPool(const std::string& name, uint32_t count, int socket);
+  MbufPool(const std::string& name, uint32_t count, int socket,
+           uint32_t data_room = kDefaultDataRoom);
   ~MbufPool();
   MbufPool(const MbufPool&) = delete;
   MbufPool& operator=(const MbufPool&) = delete;
@@ -48,14 +52,21 @@ class MbufPool {
   rte_mempool* pool_ = nullptr;
 };
 
-// One ethdev, promiscuous, started, with rx_queues RX queues (RSS over IPv4/IPv6 addresses and
-// ports when there are several and the device hashes; a device that does not, such as a
-// virtual one, spreads frames its own way) and tx_queues TX queues. stop() is idempotent; the
-// destructor stops and closes (which frees whatever the PMD still holds in its rings).
+// What port `id` says of itself, for plan_frames(); throws when there is no such port.
+PortLimits port_limits(uint16_t id);
+
+// plan_frames() for dataplane.mtu over the ports, in that order; throws its errors, joined.
+FramePlan plan_port_frames(uint32_t mtu, const std::vector<uint16_t>& ids);
+
+// One ethdev, promiscuous, started, configured for frames as plan_frames() says (its MTU,
+// scatter receive, multi-segment transmit), with rx_queues RX queues (RSS over IPv4/IPv6 addresses
+// and ports when there are several and the device hashes; a device that does not, such as a virtual
+// one, spreads frames its own way) and tx_queues TX queues. stop() is idempotent; the destructor
+// stops and closes (which frees whatever the PMD still holds in its rings).
 class Port {
  public:
-  Port(uint16_t id, rte_mempool* pool, uint16_t rx_queues = 1, uint16_t tx_queues = 1,
-       uint16_t rx_desc = 1024, uint16_t tx_desc = 1024);
+  Port(uint16_t id, rte_mempool* pool, const PortFrames& frames = {}, uint16_t rx_queues = 1,
+       uint16_t tx_queues = 1, uint16_t rx_desc = 1024, uint16_t tx_desc = 1024);
   ~Port();
   Port(const Port&) = delete;
   Port& operator=(const Port&) = delete;

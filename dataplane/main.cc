@@ -145,15 +145,18 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
 
   if (dp.client_port == dp.cluster_port)
     throw std::runtime_error("dataplane.ports: client and cluster must be different ports");
-  dg::MbufPool pool("dg_mbufs", dp.mbufs, static_cast<int>(rte_socket_id()));
+  // Mbufs and ports for frames of dataplane.mtu, both ways.
+  const dg::FramePlan frames = dg::plan_port_frames(dp.mtu, {dp.client_port, dp.cluster_port});
+  dg::MbufPool pool("dg_mbufs", dp.mbufs, static_cast<int>(rte_socket_id()), frames.data_room);
   stats->mbufs_total = pool.size();
   // The client port: RSS over rx_queues, one TX queue per RX lcore (the reverse path). The
   // cluster port: as many RX queues (the reverse path, spread the same way), one TX queue (the
   // drip lcore's).
-  dg::Port client(dp.client_port, pool.get(), rx_queues, n_rx);
-  dg::Port cluster(dp.cluster_port, pool.get(), rx_queues, 1);
-  spdlog::info("ports: client {} ({}), cluster {} ({})", client.id(), client.name(), cluster.id(),
-               cluster.name());
+  dg::Port client(dp.client_port, pool.get(), frames.ports[0], rx_queues, n_rx);
+  dg::Port cluster(dp.cluster_port, pool.get(), frames.ports[1], rx_queues, 1);
+  spdlog::info("ports: client {} ({}), cluster {} ({}); mtu {}, mbufs of {} B{}", client.id(),
+               client.name(), cluster.id(), cluster.name(), dp.mtu, frames.data_room,
+               frames.chained ? ", longer frames chained" : "");
 
   dg::FastpathParams params;
   params.client_port = dp.client_port;

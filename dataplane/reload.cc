@@ -40,6 +40,7 @@ std::vector<std::string> restart_fields(const config::Dataplane& a, const config
          "dataplane.ports");
   differ(a.rx_lcores != b.rx_lcores || a.drip_lcore != b.drip_lcore, "dataplane.lcores");
   differ(a.mbufs != b.mbufs, "dataplane.mbufs");
+  differ(a.mtu != b.mtu, "dataplane.mtu");
   differ(a.flow_table_size != b.flow_table_size, "dataplane.flow_table_size");
   differ(a.control_socket != b.control_socket, "dataplane.control_socket");
   const std::string was = class_names(a.classes), now = class_names(b.classes);

@@ -101,12 +101,13 @@ TEST(Reload, RestartFieldsNameEachFieldThatNeedsARestart) {
   b.cluster_port = 3;
   b.drip_lcore = 2;
   b.mbufs = 4095;
+  b.mtu = 9000;
   b.flow_table_size = 8;
   b.control_socket = "/tmp/x.sock";
   EXPECT_EQ(restart_fields(a, b),
             (std::vector<std::string>{"dataplane.eal", "dataplane.ports", "dataplane.lcores",
-                                      "dataplane.mbufs", "dataplane.flow_table_size",
-                                      "dataplane.control_socket"}));
+                                      "dataplane.mbufs", "dataplane.mtu",
+                                      "dataplane.flow_table_size", "dataplane.control_socket"}));
   b = a;
   std::swap(b.classes[0], b.classes[1]);
   EXPECT_EQ(restart_fields(a, b),

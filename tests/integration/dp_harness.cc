@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -56,21 +57,38 @@ ApplianceTopology::ApplianceTopology(const std::string& prefix, const std::strin
   }
 }
 
-std::vector<std::string> ApplianceTopology::eal_args() const {
+void ApplianceTopology::set_mtu(unsigned mtu) const {
+  for (char side : {'c', 's'}) {
+    run_checked(fmt::format("ip link set {} mtu {}", root_if(side), mtu));
+    run_checked(fmt::format("ip -n {} link set {} mtu {}", ns(side), ns_if(side), mtu));
+  }
+}
+
+std::vector<std::string> ApplianceTopology::eal_args(unsigned mtu) const {
   std::vector<std::string> eal = test_eal_args();
-  eal.push_back("--vdev=net_af_packet0,iface=" + root_if('c'));
-  eal.push_back("--vdev=net_af_packet1,iface=" + root_if('s'));
+  // net_af_packet's ring slots hold frames up to framesz - 66 B (default 2048); a block is a
+  // whole number of slots and of pages.
+  std::string ring;
+  if (mtu > 1500) {
+    const unsigned framesz = (mtu + 84 + 1023) / 1024 * 1024;
+    ring = fmt::format(",framesz={},blocksz={}", framesz, std::lcm(framesz, 4096u));
+  }
+  eal.push_back("--vdev=net_af_packet0,iface=" + root_if('c') + ring);
+  eal.push_back("--vdev=net_af_packet1,iface=" + root_if('s') + ring);
   return eal;
 }
 
-std::string ApplianceTopology::dataplane_yaml(const std::string& sock) const {
+std::string ApplianceTopology::dataplane_yaml(const std::string& sock, unsigned mtu) const {
   return "dataplane:\n"
          "  eal: " +
-         nlohmann::json(eal_args()).dump() +
+         nlohmann::json(eal_args(mtu)).dump() +
          "\n"
          "  ports: { client: 0, cluster: 1 }\n"
          "  lcores: { rx: 1, drip: 1 }\n"
          "  mbufs: 8191\n"
+         "  mtu: " +
+         std::to_string(mtu) +
+         "\n"
          "  drip: { rate_pps: 50000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
          "  classes:\n"
          "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 2000 }\n"

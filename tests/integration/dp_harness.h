@@ -70,11 +70,15 @@ class ApplianceTopology {
   std::string ns(char side) const { return net_.name(std::string(1, side)); }
   std::string root_if(char side) const { return net_.name(std::string(1, side) + "r"); }
   std::string ns_if(char side) const { return net_.name(std::string(1, side) + "n"); }
-  // test_eal_args() plus the vdevs: port 0 on the client's root end, port 1 on the server's.
-  std::vector<std::string> eal_args() const;
-  // The `dataplane:` YAML section both appliance tests run: eal_args(), classes gold (weight 4)
-  // and default (weight 1), unshaped classes under a 50 kpps port, control socket `sock`.
-  std::string dataplane_yaml(const std::string& sock) const;
+  // Sets the MTU of all four veth ends.
+  void set_mtu(unsigned mtu) const;
+  // test_eal_args() plus the vdevs: port 0 on the client's root end, port 1 on the server's,
+  // their ring slots large enough for frames of `mtu`.
+  std::vector<std::string> eal_args(unsigned mtu = 1500) const;
+  // The `dataplane:` YAML section the appliance tests run: eal_args(mtu), dataplane.mtu,
+  // classes gold (weight 4) and default (weight 1), unshaped classes under a 50 kpps port,
+  // control socket `sock`.
+  std::string dataplane_yaml(const std::string& sock, unsigned mtu = 1500) const;
 
  private:
   TestNetns net_;
