@@ -3,7 +3,7 @@
 // the cluster port byte for byte, in order; jumbo frames read on the cluster port must come
 // out of the client port (the reverse path) byte for byte. net_pcap receives a frame longer
 // than one 2 KiB mbuf into a chain, so this runs the multi-segment path end to end: parse
-// across segments, classify, queue, send chains.
+// across segments, classify, queue, send chains. In the single and the split layout.
 #include <pcap/pcap.h>
 
 #include <chrono>
@@ -108,7 +108,11 @@ std::string first_difference(const std::vector<Frame>& got, const std::vector<Fr
   return fmt::format("{} frames instead of {}", got.size(), want.size());
 }
 
-TEST(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
+// Single: one lcore does everything. Split: the RX lcore hands chains to the drip lcore.
+class DataplanePcapJumbo : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
+  const bool split = GetParam();
   constexpr size_t kMtu = 9000;
   TempDir dir;
   std::vector<Frame> in, back;
@@ -138,6 +142,10 @@ TEST(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
   write_pcap(dir.file("in.pcap"), in);
   write_pcap(dir.file("back.pcap"), back);
   std::vector<std::string> eal = test_eal_args();
+  if (split) {  // three lcores on two CPUs: the main lcore sleeps in poll()
+    eal[0] = "--lcores";
+    eal[1] = "0@0,1@0,2@1";
+  }
   eal.push_back(fmt::format("--vdev=net_pcap0,rx_pcap={},tx_pcap={}", dir.file("in.pcap"),
                             dir.file("client_tx.pcap")));
   eal.push_back(fmt::format("--vdev=net_pcap1,rx_pcap={},tx_pcap={}", dir.file("back.pcap"),
@@ -147,7 +155,7 @@ TEST(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
     y << "dataplane:\n"
       << "  eal: " << json(eal).dump() << "\n"
       << "  ports: { client: 0, cluster: 1 }\n"
-      << "  lcores: { rx: 1, drip: 1 }\n"
+      << "  lcores: " << (split ? "{ rx: 1, drip: 2 }" : "{ rx: 1, drip: 1 }") << "\n"
       << "  mbufs: 8191\n"
       << "  mtu: " << kMtu << "\n"
       << "  drip: { rate_pps: 20000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
@@ -192,6 +200,9 @@ TEST(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
   const std::vector<Frame> client_tx = read_pcap(dir.file("client_tx.pcap"));
   EXPECT_TRUE(client_tx == back) << first_difference(client_tx, back);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DataplanePcapJumbo, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "split" : "single"; });
 
 }  // namespace
 }  // namespace dripgate::testing
