@@ -1,6 +1,7 @@
 // dripgate-dataplane with dataplane.mtu 9000 on net_pcap: jumbo frames (IPv4 UDP and TCP,
-// IPv6, VLAN-tagged) mixed with standard ones go in on the client port and must come out of
-// the cluster port byte for byte, in order; jumbo frames read on the cluster port must come
+// IPv6, VLAN-tagged) mixed with standard ones go in on the client port, are classified into
+// two classes by a DSCP rule, and must come out of the cluster port byte for byte, each class
+// in order; jumbo frames read on the cluster port must come
 // out of the client port (the reverse path) byte for byte. net_pcap receives a frame longer
 // than one 2 KiB mbuf into a chain, so this runs the multi-segment path end to end: parse
 // across segments, classify, queue, send chains. In the single and the split layout.
@@ -30,8 +31,9 @@ void put16(uint8_t* p, size_t v) {
 }
 
 // An Ethernet frame (one 802.1Q tag when vlan != 0) carrying an IP packet of ip_len bytes:
-// IPv4 or IPv6, then a UDP or TCP header, then a payload that differs at every byte and frame.
-Frame ip_frame(bool v6, uint8_t proto, size_t ip_len, uint16_t vlan, int k) {
+// IPv4 (with `tos`) or IPv6, then a UDP or TCP header, then a payload that differs at every
+// byte and frame.
+Frame ip_frame(bool v6, uint8_t proto, size_t ip_len, uint16_t vlan, int k, uint8_t tos = 0) {
   const size_t l2 = vlan ? 18 : 14, l3 = v6 ? 40 : 20;
   Frame f(l2 + ip_len);
   for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<uint8_t>(i * 13 + (i >> 9) + k * 7);
@@ -49,7 +51,7 @@ Frame ip_frame(bool v6, uint8_t proto, size_t ip_len, uint16_t vlan, int k) {
     ip[6] = proto;
     ip[7] = 64;
   } else {
-    ip[0] = 0x45, ip[1] = 0;
+    ip[0] = 0x45, ip[1] = tos;
     put16(ip + 2, ip_len);
     put16(ip + 4, static_cast<size_t>(k));
     put16(ip + 6, 0x4000);  // DF
@@ -96,6 +98,19 @@ std::vector<Frame> read_pcap(const std::string& path) {
   return out;
 }
 
+constexpr uint8_t kGoldTos = 46 << 2;  // DSCP 46 (EF): the gold class's rule
+
+// The frames of `frames` in the gold class (IPv4 with DSCP 46, tagged or not) or the others.
+std::vector<Frame> of_class(const std::vector<Frame>& frames, bool gold) {
+  std::vector<Frame> out;
+  for (const Frame& f : frames) {
+    const size_t l3 = f[12] == 0x81 ? 18 : 14;
+    const bool is_gold = f[l3 - 2] == 0x08 && f[l3 - 1] == 0x00 && f[l3 + 1] == kGoldTos;
+    if (is_gold == gold) out.push_back(f);
+  }
+  return out;
+}
+
 // Where two frame sequences first differ, for the failure message.
 std::string first_difference(const std::vector<Frame>& got, const std::vector<Frame>& want) {
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
@@ -122,17 +137,17 @@ TEST_P(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
         in.push_back(ip_frame(false, 17, kMtu, 0, k));  // 9014 B: 5 segments of 2 KiB
         break;
       case 1:
-        in.push_back(ip_frame(false, 6, kMtu, 0, k));
+        in.push_back(ip_frame(false, 6, kMtu, 0, k, kGoldTos));
         break;
       case 2:
         in.push_back(ip_frame(true, 17, kMtu, 0, k));
         break;
       case 3:
-        in.push_back(ip_frame(false, 17, kMtu, 7, k));  // 9018 B with its tag
+        in.push_back(ip_frame(false, 17, kMtu, 7, k, kGoldTos));  // 9018 B with its tag
         break;
       default:  // standard frames between them: one segment, the inline parser's
         in.push_back(ip_frame(false, 17, 1500, 0, k));
-        in.push_back(ip_frame(false, 17, 100, 0, k));
+        in.push_back(ip_frame(false, 17, 100, 0, k, kGoldTos));
     }
     back.push_back(ip_frame(k % 2 == 1, 17, k % 3 == 0 ? kMtu : 2100 + k, 0, 1000 + k));
   }
@@ -160,7 +175,10 @@ TEST_P(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
       << "  mtu: " << kMtu << "\n"
       << "  drip: { rate_pps: 20000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
       << "  classes:\n"
+      << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
       << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
+      << "  classify:\n"
+      << "    - { dscp: 46, class: gold }\n"
       << "  unknown_flows: default\n"
       << "  control_socket: " << sock << "\n";
   }
@@ -196,7 +214,12 @@ TEST_P(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
       << read_file(dir.file("stderr"));
 
   const std::vector<Frame> out = read_pcap(dir.file("out.pcap"));
-  EXPECT_TRUE(out == in) << first_difference(out, in);
+  // Each class in its own order (the classes share the port, so they may interleave otherwise).
+  for (const bool gold : {true, false}) {
+    const std::vector<Frame> got = of_class(out, gold), want = of_class(in, gold);
+    EXPECT_TRUE(got == want) << (gold ? "gold: " : "default: ") << first_difference(got, want);
+  }
+  EXPECT_EQ(fin.at("classes").at("gold").at("tx_pkts").get<size_t>(), of_class(in, true).size());
   const std::vector<Frame> client_tx = read_pcap(dir.file("client_tx.pcap"));
   EXPECT_TRUE(client_tx == back) << first_difference(client_tx, back);
 }

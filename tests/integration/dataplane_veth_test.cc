@@ -298,8 +298,8 @@ void jumbo_client(bool entered, std::string& error) {
 
 // With every veth end and dataplane.mtu at 9000, 9000-byte IP packets (9014-byte frames) cross
 // the appliance both ways: UDP datagrams that may not fragment go client -> server, shaped in
-// the default class, and come back server -> client on the reverse path, each whole and with
-// its content unchanged.
+// the class their flow is tagged with, and come back server -> client on the reverse path, each
+// whole and with its content unchanged.
 TEST(DataplaneVeth, JumboFramesCrossBothWaysIntact) {
   ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
   ApplianceTopology topo("dgjb", kClientIp, kServerIp);
@@ -317,10 +317,21 @@ TEST(DataplaneVeth, JumboFramesCrossBothWaysIntact) {
   ASSERT_EQ(sh(fmt::format("ip netns exec {} ping -c 2 -i 0.2 -W 3 {}", topo.ns('c'), kServerIp)),
             0)
       << read_file(dir.file("stderr"));
-  json a = cc.call({{"op", "stats"}});
+  // The datagrams' flow is tagged gold, as an admission would tag it.
+  json a = cc.call({{"op", "tag"},
+                    {"class", "gold"},
+                    {"ttl_s", 300},
+                    {"flow",
+                     {{"src", kClientIp},
+                      {"sport", kClientPort},
+                      {"dst", kServerIp},
+                      {"dport", kServerPort},
+                      {"proto", "udp"}}}});
+  ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
+  a = cc.call({{"op", "stats"}});
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
   const uint64_t bytes_before =
-      a.at("stats").at("classes").at("default").at("tx_bytes").get<uint64_t>();
+      a.at("stats").at("classes").at("gold").at("tx_bytes").get<uint64_t>();
   const uint64_t reverse_before = a.at("stats").at("tx").at("reverse").get<uint64_t>();
 
   std::atomic<int> ready{0};
@@ -341,8 +352,9 @@ TEST(DataplaneVeth, JumboFramesCrossBothWaysIntact) {
   a = cc.call({{"op", "stats"}});
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
   const json& st = a.at("stats");
-  // Each datagram left the shaper as one 9014-byte frame, and came back on the reverse path.
-  EXPECT_GE(st.at("classes").at("default").at("tx_bytes").get<uint64_t>() - bytes_before,
+  // Each datagram left the shaper as one 9014-byte frame of its flow's class, and came back
+  // on the reverse path.
+  EXPECT_GE(st.at("classes").at("gold").at("tx_bytes").get<uint64_t>() - bytes_before,
             uint64_t{kJumboDatagrams} * (kJumboMtu + 14));
   EXPECT_GE(st.at("tx").at("reverse").get<uint64_t>() - reverse_before, uint64_t{kJumboDatagrams});
   EXPECT_EQ(st.at("drops").at("malformed").get<uint64_t>(), 0u) << st.dump();
