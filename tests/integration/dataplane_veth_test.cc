@@ -45,6 +45,15 @@ bool wait_fd(int fd, short ev, int ms) {
   return ::poll(&p, 1, ms) == 1;
 }
 
+// The tested flow, from the client's port to the server's, as the control socket names it.
+json test_flow(const char* proto) {
+  return {{"src", kClientIp},
+          {"sport", kClientPort},
+          {"dst", kServerIp},
+          {"dport", kServerPort},
+          {"proto", proto}};
+}
+
 // Server: accepts one connection, counts bytes to EOF, answers the count (8 bytes).
 void serve(bool entered, std::atomic<int>& ready, std::atomic<uint64_t>& got) {
   if (!entered) {
@@ -161,15 +170,7 @@ TEST(DataplaneVeth, PingAndTcpCrossTheApplianceAndTaggedFlowIsCounted) {
       << read_file(dir.file("stderr"));
 
   // Tag the transfer's flow as gold, then move the data.
-  a = cc.call({{"op", "tag"},
-               {"class", "gold"},
-               {"ttl_s", 300},
-               {"flow",
-                {{"src", kClientIp},
-                 {"sport", kClientPort},
-                 {"dst", kServerIp},
-                 {"dport", kServerPort},
-                 {"proto", "tcp"}}}});
+  a = cc.call({{"op", "tag"}, {"class", "gold"}, {"ttl_s", 300}, {"flow", test_flow("tcp")}});
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
   std::atomic<int> ready{0};
   std::atomic<uint64_t> got{0};
@@ -199,13 +200,7 @@ TEST(DataplaneVeth, PingAndTcpCrossTheApplianceAndTaggedFlowIsCounted) {
   EXPECT_GT(st.at("tx").at("reverse").get<uint64_t>(), 0u);
   EXPECT_GT(st.at("tx").at("pass_non_ip").get<uint64_t>(), 0u);  // ARP
 
-  a = cc.call({{"op", "untag"},
-               {"flow",
-                {{"src", kClientIp},
-                 {"sport", kClientPort},
-                 {"dst", kServerIp},
-                 {"dport", kServerPort},
-                 {"proto", "tcp"}}}});
+  a = cc.call({{"op", "untag"}, {"flow", test_flow("tcp")}});
   EXPECT_TRUE(a.at("removed").get<bool>()) << a.dump();
 
   ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("stderr"));
@@ -318,15 +313,7 @@ TEST(DataplaneVeth, JumboFramesCrossBothWaysIntact) {
             0)
       << read_file(dir.file("stderr"));
   // The datagrams' flow is tagged gold, as an admission would tag it.
-  json a = cc.call({{"op", "tag"},
-                    {"class", "gold"},
-                    {"ttl_s", 300},
-                    {"flow",
-                     {{"src", kClientIp},
-                      {"sport", kClientPort},
-                      {"dst", kServerIp},
-                      {"dport", kServerPort},
-                      {"proto", "udp"}}}});
+  json a = cc.call({{"op", "tag"}, {"class", "gold"}, {"ttl_s", 300}, {"flow", test_flow("udp")}});
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
   a = cc.call({{"op", "stats"}});
   ASSERT_TRUE(a.at("ok").get<bool>()) << a.dump();
