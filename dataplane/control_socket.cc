@@ -21,11 +21,13 @@
 
 #include <fmt/format.h>
 
+#include "common/id.h"
 #include "dataplane/flow_table.h"
 #include "dataplane/mailbox.h"
 #include "dataplane/parse.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
+#include "dataplane/tenants.h"
 
 namespace dripgate::dataplane {
 
@@ -509,13 +511,24 @@ void append_number(std::string_view key, uint64_t n, std::string& out) {
 
 constexpr int64_t kMaxTtlS = 10 * 365 * 86400;
 
-// Tags keys (read and checked) into class cls and writes the answer: the handler's and the fast
-// path's common end.
+// A tag's tenant, its name checked by the one id rule (empty: none), and its id in the tenant
+// table: 0 without a name, without a table, or past the table's bound (counted there).
+struct TagTenant {
+  std::string_view name;
+  uint32_t id = TenantTable::kNone;
+};
+TagTenant intern_tenant(const ControlTargets& t, std::string_view name) {
+  return TagTenant{
+      name, t.tenants != nullptr && !name.empty() ? t.tenants->intern(name) : TenantTable::kNone};
+}
+
+// Tags keys (read and checked) into class cls for a tenant and writes the answer: the
+// handler's and the fast path's common end.
 void tag_keys(const ControlTargets& t, const std::vector<FiveTuple>& keys, int cls, uint32_t ttl,
-              bool batch, std::string& out) {
+              TagTenant tenant, bool batch, std::string& out) {
   int rc = 0;
-  const size_t i =
-      t.flows->add_many(keys.data(), keys.size(), static_cast<uint16_t>(cls), ttl, t.now(), &rc);
+  const size_t i = t.flows->add_many(keys.data(), keys.size(), static_cast<uint16_t>(cls), ttl,
+                                     t.now(), &rc, tenant.id);
   if (rc != 0) {
     if (keys.size() == 1) bad(t.flows->add_error(rc));
     // The ones before stay tagged: say how many.
@@ -534,6 +547,10 @@ void tag_keys(const ControlTargets& t, const std::vector<FiveTuple>& keys, int c
   }
   out += R"(,"ok":true)";
   if (batch) append_number(",\"tagged\":", keys.size(), out);
+  if (!tenant.name.empty()) {
+    out += R"(,"tenant":)";
+    append_string(tenant.name, out);
+  }
   append_number(",\"ttl_s\":", ttl, out);
   out += '}';
 }
@@ -637,7 +654,14 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
       uint32_t ttl = 0;
       if (const Value* v = req.find(kBody, "ttl_s"))
         ttl = static_cast<uint32_t>(get_int(*v, "ttl_s", {}, 0, kMaxTtlS));
-      return tag_keys(t, keys, cls, ttl, batch, out);
+      std::string_view tenant;
+      if (const Value* v = req.find(kBody, "tenant")) {
+        tenant = get_string(v, "tenant", {});
+        if (!common::valid_id(tenant))
+          bad(fmt::format("tenant: must be an id ([A-Za-z0-9._-], 1 to 64 characters), got '{}'",
+                          tenant));
+      }
+      return tag_keys(t, keys, cls, ttl, intern_tenant(t, tenant), batch, out);
     }
     if (op == "untag") {
       FiveTuple key = get_flow(req, field(req.find(kBody, "flow"), "flow", {}), {"flow"});
@@ -673,6 +697,10 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
     if (op == "stats") {
       json s = t.stats->to_json();
       s["flows"] = t.flows->size();
+      if (t.tenants != nullptr)
+        s["tenants"] = {{"known", t.tenants->size()},
+                        {"max", t.tenants->capacity()},
+                        {"untracked_tags", t.tenants->untracked()}};
       return ControlSocket::append_json({{"ok", true}, {"stats", std::move(s)}}, out);
     }
     bad(fmt::format("op: unknown '{}' (expected tag, untag, set_rate, stats)", op));
@@ -688,6 +716,8 @@ ControlSocket::FastPath make_tag_fast_path(ControlTargets t) {
     if (!(scan.lit(R"({"op":"tag","class":)") && scan.str(&cls_name) && scan.lit(R"(,"ttl_s":)") &&
           scan.uint(kMaxTtlS, &ttl)))
       return false;
+    std::string_view tenant;
+    if (scan.lit(R"(,"tenant":)") && !(scan.str(&tenant) && common::valid_id(tenant))) return false;
     const int cls = t.sched->find_class(cls_name);
     if (cls < 0) return false;
     keys.clear();
@@ -698,7 +728,7 @@ ControlSocket::FastPath make_tag_fast_path(ControlTargets t) {
       if (!scan.flow(&keys.back())) return false;
     } while (batch && scan.lit(","));
     if ((batch && !scan.lit("]")) || !scan.lit("}") || !scan.done()) return false;
-    tag_keys(t, keys, cls, static_cast<uint32_t>(ttl), batch, out);
+    tag_keys(t, keys, cls, static_cast<uint32_t>(ttl), intern_tenant(t, tenant), batch, out);
     return true;
   };
 }

@@ -23,6 +23,7 @@ namespace dripgate::dataplane {
 
 class FlowTable;
 class Scheduler;
+class TenantTable;
 struct Stats;
 
 struct ControlSocketOptions {
@@ -112,13 +113,16 @@ struct ControlTargets {
   DripMailbox* mailbox;
   const Scheduler* sched;  // class names and the rates in force (read only)
   uint64_t (*now)();       // TSC for flow-table timestamps
+  // A tag's "tenant" interned into the id its flows carry (the main lcore is its one writer);
+  // null: tags are checked as usual and their flows carry no tenant.
+  TenantTable* tenants = nullptr;
 };
 ControlSocket::Handler make_protocol(ControlTargets t);
-// The tag lines dripgate-control writes ({"op":"tag","class":…,"ttl_s":…,"flows":[{"src",
-// "sport","dst","dport","proto"},…]} or "flow":{…}, compact, numbers as plain integers, strings
-// without escapes) scanned in one pass and tagged as make_protocol's handler would, with the
-// same answer. Anything else, and any line it would refuse, is left to the handler, which then
-// names what is wrong.
+// The tag lines dripgate-control writes ({"op":"tag","class":…,"ttl_s":…[,"tenant":…],
+// "flows":[{"src","sport","dst","dport","proto"},…]} or "flow":{…}, compact, numbers as plain
+// integers, strings without escapes) scanned in one pass and tagged as make_protocol's handler
+// would, with the same answer. Anything else, and any line it would refuse, is left to the handler,
+// which then names what is wrong.
 ControlSocket::FastPath make_tag_fast_path(ControlTargets t);
 
 }  // namespace dripgate::dataplane

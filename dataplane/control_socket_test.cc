@@ -27,6 +27,7 @@
 #include "dataplane/flow_table.h"
 #include "dataplane/mailbox.h"
 #include "dataplane/scheduler.h"
+#include "dataplane/tenants.h"
 #include "tests/eal_environment.h"
 
 namespace dripgate::dataplane {
@@ -442,7 +443,8 @@ uint64_t zero_now() {
 
 // The protocol on a real flow table of `entries` and one class, "gold".
 struct Protocol {
-  Protocol(const char* name, uint32_t entries) {
+  Protocol(const char* name, uint32_t entries, uint32_t max_tenants = TenantTable::kMaxTenants)
+      : tenants(max_tenants) {
     FlowTableParams p;
     p.name = name;
     p.entries = entries;
@@ -452,9 +454,13 @@ struct Protocol {
     EXPECT_NE(flows, nullptr) << error;
   }
   ControlSocket::Handler handler() {
-    return make_protocol({flows.get(), nullptr, nullptr, &sched, zero_now});
+    return make_protocol({flows.get(), nullptr, nullptr, &sched, zero_now, &tenants});
+  }
+  ControlSocket::FastPath fast_path() {
+    return make_tag_fast_path({flows.get(), nullptr, nullptr, &sched, zero_now, &tenants});
   }
   std::unique_ptr<FlowTable> flows;
+  TenantTable tenants;
   Scheduler sched{config::Drip{}, {gold()}, 1'000'000'000};
 
  private:
@@ -738,8 +744,7 @@ struct TwoWays {
   }
   Protocol plain, fast;
   const ControlSocket::Handler ha = plain.handler(), hb = fast.handler();
-  const ControlSocket::FastPath fp =
-      make_tag_fast_path({fast.flows.get(), nullptr, nullptr, &fast.sched, zero_now});
+  const ControlSocket::FastPath fp = fast.fast_path();
   JsonReader ra, rb;
 };
 
@@ -775,6 +780,8 @@ TEST(ControlProtocol, TheTagFastPathAnswersAsTheReaderDoes) {
       head + "300,\"flow\":" + f1 + "}",
       head + "0,\"flows\":[" + f1 + "," + f2 + "," + f6 + "]}",
       head + "315360000,\"flows\":[" + f6 + "]}",
+      head + "300,\"tenant\":\"acme\",\"flow\":" + f1 + "}",
+      head + "60,\"tenant\":\"t-2.x_Y\",\"flows\":[" + f2 + "," + f6 + "]}",
   };
   const std::vector<std::string> near = {
       head + "315360001,\"flow\":" + f1 + "}",  // ttl_s out of range
@@ -819,6 +826,17 @@ TEST(ControlProtocol, TheTagFastPathAnswersAsTheReaderDoes) {
           R"(300,"flow":{"src":"10.0.0.1","sport":1,"dst":"192.0.2.1","dport":443,"proto":6,"proto":6}})",
       head + "300,\"flow\":" + f1 + ",\"flow\":" + f1 + "}",
       head + "300,\"flow\":" + f1 + ",\"ttl_s\":300}",
+      head + "300,\"tenant\":\"\",\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":\"a b\",\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":\"{t:x}\",\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":\"" + std::string(65, 'a') + "\",\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":\"" + std::string(64, 'a') + "\",\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":7,\"flow\":" + f1 + "}",
+      head + "300,\"tenant\":null,\"flow\":" + f1 + "}",
+      head + R"(300,"tenant":"ac\u006de","flow":)" + f1 + "}",
+      head + "300,\"flow\":" + f1 + ",\"tenant\":\"late\"}",
+      head + "300,\"tenant\":\"acme\",\"tenant\":\"acme\",\"flow\":" + f1 + "}",
+      R"({"op":"tag","class":"gold","tenant":"first","ttl_s":300,"flow":)" + f1 + "}",
       std::string(R"({"op":"tag","class":"gold)") + "\xc3\xa9" + R"(","ttl_s":1,"flow":)" + f1 +
           "}",
   };
@@ -853,7 +871,105 @@ TEST(ControlProtocol, TheTagFastPathAnswersAsTheReaderDoes) {
     ASSERT_TRUE(a && b) << text;
     EXPECT_EQ(a->cls, b->cls);
     EXPECT_EQ(a->expires, b->expires);
+    EXPECT_EQ(a->tenant, b->tenant);
+    EXPECT_EQ(plain.tenants.name(a->tenant), fast.tenants.name(b->tenant));
   }
+  EXPECT_EQ(plain.tenants.size(), fast.tenants.size());
+  EXPECT_GT(plain.tenants.size(), 1u);
+}
+
+// A tag's tenant reaches its flows as an id of the tenant table, whichever way the line is read;
+// a re-tag moves the flow to its new tenant, a tag without one leaves it none, and a bad name is
+// refused naming the field.
+TEST(ControlProtocol, TagsCarryTheirTenant) {
+  Protocol proto("cs_tenant", 1024);
+  ASSERT_NE(proto.flows, nullptr);
+  const ControlSocket::Handler h = proto.handler();
+  const ControlSocket::FastPath fp = proto.fast_path();
+  JsonReader reader;
+  auto ask = [&](const std::string& line, bool fast) {
+    std::string out;
+    ControlSocket::answer_line(line, h, fast ? fp : ControlSocket::FastPath{}, reader, out);
+    return json::parse(out);
+  };
+  const std::string f1 =
+      R"({"src":"10.0.0.1","sport":1234,"dst":"192.0.2.1","dport":443,"proto":6})";
+  const std::string f6 =
+      R"({"src":"2001:db8::1","sport":40000,"dst":"2001:db8::2","dport":80,"proto":17})";
+  const FiveTuple k1 = *dataplane::make_tuple("10.0.0.1", 1234, "192.0.2.1", 443, 6);
+  const FiveTuple k6 = *dataplane::make_tuple("2001:db8::1", 40000, "2001:db8::2", 80, 17);
+  auto tenant_of = [&](const FiveTuple& k) {
+    const auto e = proto.flows->get(k);
+    EXPECT_TRUE(e);
+    return e ? proto.tenants.name(e->tenant) : std::string_view("<untagged>");
+  };
+  for (bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast path" : "reader");
+    json a = ask(R"({"op":"tag","class":"gold","ttl_s":300,"tenant":"acme","flows":[)" + f1 + "," +
+                     f6 + "]}",
+                 fast);
+    EXPECT_EQ(
+        a,
+        json({{"ok", true}, {"class", "gold"}, {"ttl_s", 300}, {"tenant", "acme"}, {"tagged", 2}}));
+    EXPECT_EQ(tenant_of(k1), "acme");
+    EXPECT_EQ(tenant_of(k6), "acme");
+    a = ask(R"({"op":"tag","class":"gold","ttl_s":300,"tenant":"globex","flow":)" + f1 + "}", fast);
+    EXPECT_EQ(a["tenant"], "globex") << a.dump();
+    EXPECT_EQ(tenant_of(k1), "globex");
+    EXPECT_EQ(tenant_of(k6), "acme");
+    a = ask(R"({"op":"tag","class":"gold","ttl_s":300,"flow":)" + f6 + "}", fast);
+    EXPECT_FALSE(a.contains("tenant")) << a.dump();
+    EXPECT_EQ(proto.flows->get(k6)->tenant, TenantTable::kNone);
+  }
+  // The same names kept their ids: two tenants in all.
+  EXPECT_EQ(proto.tenants.size(), 2u);
+  EXPECT_EQ(proto.tenants.name(1), "acme");
+  EXPECT_EQ(proto.tenants.name(2), "globex");
+  json a = ask(R"({"op":"tag","class":"gold","ttl_s":300,"tenant":"a b","flow":)" + f1 + "}", true);
+  EXPECT_EQ(a["ok"], false);
+  EXPECT_EQ(a["error"], "tenant: must be an id ([A-Za-z0-9._-], 1 to 64 characters), got 'a b'");
+  EXPECT_EQ(tenant_of(k1), "globex");  // a refused line changes nothing
+  a = ask(R"({"op":"tag","class":"gold","ttl_s":300,"tenant":1,"flow":)" + f1 + "}", true);
+  EXPECT_EQ(a["error"], "tenant: must be a string");
+  a = ask(R"({"op":"untag","flow":)" + f1 + "}", true);
+  EXPECT_EQ(a["removed"], true);
+  uint32_t tenant = 99;
+  EXPECT_EQ(proto.flows->lookup(k1, 1, &tenant), FlowTable::kNoMatch);
+  EXPECT_EQ(tenant, TenantTable::kNone);
+}
+
+// Past the tenant table's bound a tag still tags; its flows carry no tenant and a counter says
+// how many tags that was.
+TEST(ControlProtocol, TagsPastTheTenantBoundStillTagWithoutATenant) {
+  Protocol proto("cs_tbound", 1024, 1);
+  ASSERT_NE(proto.flows, nullptr);
+  const ControlSocket::FastPath fp = proto.fast_path();
+  const ControlSocket::Handler h = proto.handler();
+  JsonReader reader;
+  auto tag = [&](int i, const char* tenant) {
+    std::string out;
+    ControlSocket::answer_line(
+        fmt::format(
+            R"({{"op":"tag","class":"gold","ttl_s":300,"tenant":"{}","flow":{{"src":"10.0.0.{}","sport":1,"dst":"192.0.2.1","dport":2,"proto":6}}}})",
+            tenant, i),
+        h, fp, reader, out);
+    return json::parse(out);
+  };
+  EXPECT_EQ(tag(1, "acme")["ok"], true);
+  EXPECT_EQ(tag(2, "globex")["ok"], true);
+  EXPECT_EQ(tag(3, "globex")["ok"], true);
+  EXPECT_EQ(tag(4, "acme")["ok"], true);
+  auto tenant_of = [&](int i) {
+    return proto.flows
+        ->get(*dataplane::make_tuple(fmt::format("10.0.0.{}", i), 1, "192.0.2.1", 2, 6))
+        ->tenant;
+  };
+  EXPECT_EQ(tenant_of(1), 1u);
+  EXPECT_EQ(tenant_of(2), TenantTable::kNone);
+  EXPECT_EQ(tenant_of(3), TenantTable::kNone);
+  EXPECT_EQ(tenant_of(4), 1u);
+  EXPECT_EQ(proto.tenants.untracked(), 2u);
+  EXPECT_EQ(proto.flows->size(), 4u);
 }
 
 // A table that fills up answers the same through the fast path: a single flow's refusal (thrown

@@ -352,7 +352,7 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
         keys[k] = b.k4[miss[k]];
         miss_hashes[k] = hashes[miss[k]];
       }
-      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, expires);
+      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, nullptr, expires);
     }
     const Classifier& rules = *lane.classifier;
     const uint64_t tag_until = now + flows_.refresh_ticks();

@@ -84,7 +84,7 @@ std::unique_ptr<FlowTable> FlowTable::create(const FlowTableParams& params, std:
     *error = "flow table: cannot allocate " + std::to_string(t->slots_) + " values";
     return nullptr;
   }
-  for (uint32_t i = 0; i < t->slots_; ++i) new (&t->values_[i]) Value{0, 0, {0}};
+  for (uint32_t i = 0; i < t->slots_; ++i) new (&t->values_[i]) Value{0, 0, 0, {0}};
   t->free_slots_.reserve(t->slots_);
   for (uint32_t i = t->slots_; i > 0; --i) t->free_slots_.push_back(i - 1);
   t->retired_.resize(retire_cap);
@@ -153,12 +153,13 @@ void FlowTable::free_value(void* self, void* value) {
   t->free_slots_.push_back(static_cast<uint32_t>(static_cast<Value*>(value) - t->values_));
 }
 
-inline int FlowTable::hit(void* data, uint64_t now, uint64_t* expires) noexcept {
+inline int FlowTable::hit(void* data, uint64_t now, uint32_t* tenant, uint64_t* expires) noexcept {
   Value* v = static_cast<Value*>(data);
   if (expires != nullptr) *expires = v->expires;
   if (v->expires != 0 && now >= v->expires) return kNoMatch;
   const uint64_t last = v->last_seen.load(std::memory_order_relaxed);
   if (now > last + refresh_ticks_) v->last_seen.store(now, std::memory_order_relaxed);
+  if (tenant != nullptr) *tenant = v->tenant;
   return static_cast<int>(v->cls);
 }
 
@@ -168,26 +169,31 @@ FlowTable::Probe FlowTable::probe_of(const FiveTuple& key, Ipv4Key* k4) const no
   return Probe{hash4_, k4};
 }
 
-int FlowTable::lookup(const FiveTuple& key, uint64_t now) noexcept {
+int FlowTable::lookup(const FiveTuple& key, uint64_t now, uint32_t* tenant) noexcept {
   Ipv4Key k4;
   const Probe p = probe_of(key, &k4);
   void* data = nullptr;
+  if (tenant != nullptr) *tenant = 0;
   if (rte_hash_lookup_data(p.h, p.key, &data) < 0) return kNoMatch;
-  return hit(data, now);
+  return hit(data, now, tenant);
 }
 
-// n <= kMaxBulk keys of h's form.
+// n <= kMaxBulk keys of h's form; tenants may be null.
 void FlowTable::lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
-                               int* classes) noexcept {
+                               int* classes, uint32_t* tenants) noexcept {
   if (n == 0) return;
   uint64_t hits = 0;
   void* data[kMaxBulk];
   if (rte_hash_lookup_bulk_data(h, keys, n, &hits, data) < 0) hits = 0;
-  for (uint32_t i = 0; i < n; ++i) classes[i] = (hits >> i) & 1 ? hit(data[i], now) : kNoMatch;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t* tenant = tenants != nullptr ? &tenants[i] : nullptr;
+    if (tenant != nullptr) *tenant = 0;
+    classes[i] = (hits >> i) & 1 ? hit(data[i], now, tenant) : kNoMatch;
+  }
 }
 
-void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now,
-                            int* classes) noexcept {
+void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes,
+                            uint32_t* tenants) noexcept {
   static_assert(kMaxBulk == RTE_HASH_LOOKUP_BULK_MAX);
   while (n > 0) {
     const uint32_t m = n < kMaxBulk ? n : kMaxBulk;
@@ -208,21 +214,29 @@ void FlowTable::lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t n
       }
     }
     int c4[kMaxBulk], c6[kMaxBulk];
-    lookup_bulk_in(hash4_, p4, n4, now, c4);
-    lookup_bulk_in(hash6_, p6, n6, now, c6);
-    for (uint32_t i = 0; i < m; ++i) classes[i] = keys[i]->l3 == L3::kIpv4 ? c4[at[i]] : c6[at[i]];
+    uint32_t t4[kMaxBulk], t6[kMaxBulk];
+    lookup_bulk_in(hash4_, p4, n4, now, c4, tenants != nullptr ? t4 : nullptr);
+    lookup_bulk_in(hash6_, p6, n6, now, c6, tenants != nullptr ? t6 : nullptr);
+    for (uint32_t i = 0; i < m; ++i) {
+      const bool v4 = keys[i]->l3 == L3::kIpv4;
+      classes[i] = v4 ? c4[at[i]] : c6[at[i]];
+      if (tenants != nullptr) tenants[i] = v4 ? t4[at[i]] : t6[at[i]];
+    }
     keys += m;
     classes += m;
+    if (tenants != nullptr) tenants += m;
     n -= m;
   }
 }
 
 void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n,
-                                 uint64_t now, int* classes, uint64_t* expires) noexcept {
+                                 uint64_t now, int* classes, uint32_t* tenants,
+                                 uint64_t* expires) noexcept {
   const void* ptrs[kMaxBulk];
   hash_sig_t sigs[kMaxBulk];
   uint8_t at[kMaxBulk];  // the probed keys' places in keys[]
   uint32_t m = 0;
+  if (tenants != nullptr) std::memset(tenants, 0, n * sizeof(*tenants));
   for (uint32_t i = 0; i < n; ++i) {
     classes[i] = kNoMatch;
     if (!may_be_tagged(hashes[i])) continue;
@@ -236,7 +250,8 @@ void FlowTable::lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, ui
   if (rte_hash_lookup_with_hash_bulk_data(hash4_, ptrs, sigs, m, &hits, data) < 0) hits = 0;
   for (; hits != 0; hits &= hits - 1) {
     const unsigned j = static_cast<unsigned>(__builtin_ctzll(hits));
-    classes[at[j]] = hit(data[j], now, expires != nullptr ? &expires[at[j]] : nullptr);
+    classes[at[j]] = hit(data[j], now, tenants != nullptr ? &tenants[at[j]] : nullptr,
+                         expires != nullptr ? &expires[at[j]] : nullptr);
   }
 }
 
@@ -297,19 +312,20 @@ std::string FlowTable::add_error(int rc) const {
   return std::string("cannot tag the flow: ") + std::strerror(-rc);
 }
 
-int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {
+int FlowTable::add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now,
+                   uint32_t tenant) {
   int rc = 0;
-  add_many(&key, 1, cls, ttl_s, now, &rc);
+  add_many(&key, 1, cls, ttl_s, now, &rc, tenant);
   return rc;
 }
 
 size_t FlowTable::add_many(const FiveTuple* keys, size_t n, uint16_t cls, uint32_t ttl_s,
-                           uint64_t now, int* rc) {
+                           uint64_t now, int* rc, uint32_t tenant) {
   *rc = 0;
   std::lock_guard lock(writer_mu_);
   if (n > 1) warm(keys, n);
   for (size_t i = 0; i < n; ++i) {
-    *rc = add_with_room_locked(keys[i], cls, ttl_s, now);
+    *rc = add_with_room_locked(keys[i], cls, ttl_s, now, tenant);
     if (*rc != 0) return i;
   }
   return n;
@@ -330,24 +346,26 @@ void FlowTable::warm(const FiveTuple* keys, size_t n) {
 }
 
 int FlowTable::add_with_room_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s,
-                                    uint64_t now) {
+                                    uint64_t now, uint32_t tenant) {
   if (key.l3 != L3::kIpv4 && key.l3 != L3::kIpv6) return -EINVAL;
-  const int rc = add_locked(key, cls, ttl_s, now);
+  const int rc = add_locked(key, cls, ttl_s, now, tenant);
   // Full: slots held by flows that sweep_step() has not reached yet are taken back first, at
   // most ten times a second (a whole walk per refused tag would stall the control socket).
   if (rc != -ENOSPC || (swept_for_room_ && now - last_full_sweep_ < tsc_hz_ / 10)) return rc;
   swept_for_room_ = true;
   last_full_sweep_ = now;
   if (sweep_locked(now) == 0) return rc;
-  return add_locked(key, cls, ttl_s, now);
+  return add_locked(key, cls, ttl_s, now, tenant);
 }
 
-int FlowTable::add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now) {
+int FlowTable::add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now,
+                          uint32_t tenant) {
   reclaim_retired();
   uint32_t slot = 0;
   if (!alloc_slot(&slot)) return -ENOSPC;
   Value& v = values_[slot];
   v.cls = cls;
+  v.tenant = tenant;
   v.expires = ttl_s == 0 ? 0 : now + static_cast<uint64_t>(ttl_s) * tsc_hz_;
   v.last_seen.store(now, std::memory_order_relaxed);
 
@@ -485,7 +503,7 @@ std::optional<FlowTable::Entry> FlowTable::get(const FiveTuple& key) const {
   void* data = nullptr;
   if (rte_hash_lookup_data(p.h, p.key, &data) < 0) return std::nullopt;
   const Value* v = static_cast<const Value*>(data);
-  return Entry{static_cast<uint16_t>(v->cls), v->expires,
+  return Entry{static_cast<uint16_t>(v->cls), v->tenant, v->expires,
                v->last_seen.load(std::memory_order_relaxed)};
 }
 

@@ -1,5 +1,6 @@
 // The dynamic flow table: flows tagged by the control plane (tag/untag over the control socket)
-// map a 5-tuple to a class index, with an optional tag expiry and an idle timeout. IPv4 flows
+// map a 5-tuple to a class index and the admitted tenant's id (TenantTable, 0: none), with an
+// optional tag expiry and an idle timeout. IPv4 flows
 // live in a table of 16-byte keys (Ipv4Key: two CRC words to hash, one vector compare), IPv6
 // flows in their own table of 40-byte FiveTuple keys; both share the values and the RCU state,
 // and together hold at most `entries` flows.
@@ -60,6 +61,7 @@ class FlowTable {
 
   struct Entry {
     uint16_t cls;
+    uint32_t tenant;     // TenantTable id; 0: none
     uint64_t expires;    // tsc; 0 = no tag expiry
     uint64_t last_seen;  // tsc of the last lookup hit (or of the add)
   };
@@ -73,13 +75,17 @@ class FlowTable {
   // ---- readers (fast path): no locks, no allocation ----
 
   // Class index of a live entry, or kNoMatch (absent, or tag expired). A hit records `now` as
-  // the entry's last-seen time (relaxed store) so busy flows do not idle out.
-  int lookup(const FiveTuple& key, uint64_t now) noexcept;
+  // the entry's last-seen time (relaxed store) so busy flows do not idle out. *tenant (when
+  // tenant is not null) is the tag's tenant id, 0 without a live tag. The class and the tenant
+  // come from one entry: a re-tag replaces both at once for readers.
+  int lookup(const FiveTuple& key, uint64_t now, uint32_t* tenant = nullptr) noexcept;
 
   // lookup() for up to kMaxBulk keys at once (one rte_hash bulk probe per family, prefetched):
-  // classes[i] = class of *keys[i] or kNoMatch.
+  // classes[i] = class of *keys[i] or kNoMatch, tenants[i] (when tenants is not null) its
+  // tenant id or 0.
   static constexpr uint32_t kMaxBulk = 64;  // RTE_HASH_LOOKUP_BULK_MAX
-  void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes) noexcept;
+  void lookup_bulk(const FiveTuple* const* keys, uint32_t n, uint64_t now, int* classes,
+                   uint32_t* tenants = nullptr) noexcept;
   // The IPv4 table's hash of a key (the table's own hash function, inline): rte_hash_crc's
   // two 8-byte steps for a 16-byte key, without its loop over the length and its tail tests.
   static uint32_t hash_ipv4(const Ipv4Key& key) noexcept {
@@ -90,10 +96,12 @@ class FlowTable {
   }
   // lookup_bulk() for IPv4 keys already in their table's form (parse_ipv4_fast's), with their
   // hash_ipv4() computed by the caller; n <= kMaxBulk. Only keys whose hash some tagged key
-  // may share are probed (see filter_). expires[i] (when expires is not null) is the tag's
-  // expiry of a hit (0: none), for a caller that remembers the class (ClassCache).
+  // may share are probed (see filter_). tenants[i] as lookup_bulk's; expires[i] (when expires
+  // is not null) is the tag's expiry of a hit (0: none), for a caller that remembers the class
+  // (ClassCache). Either array may be null.
   void lookup_bulk_ipv4(const Ipv4Key* keys, const uint32_t* hashes, uint32_t n, uint64_t now,
-                        int* classes, uint64_t* expires = nullptr) noexcept;
+                        int* classes, uint32_t* tenants = nullptr,
+                        uint64_t* expires = nullptr) noexcept;
 
   // Bumped (release) after every change a reader could see in a lookup: a tag, a re-tag, an
   // untag, a sweep that removed entries. A reader that reads it (acquire) before its lookups
@@ -112,15 +120,16 @@ class FlowTable {
 
   // ---- writers: serialized internally; never on the fast path ----
 
-  // Tags `key` with class `cls`; ttl_s = 0 means no expiry (the idle timeout still applies).
-  // Re-tagging an existing key replaces its class and expiry atomically for readers.
-  // Returns 0, or -ENOSPC when the table is full, -EINVAL on bad arguments.
-  int add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  // Tags `key` with class `cls` for tenant id `tenant` (0: none); ttl_s = 0 means no expiry
+  // (the idle timeout still applies). Re-tagging an existing key replaces its class, tenant and
+  // expiry atomically for readers. Returns 0, or -ENOSPC when the table is full, -EINVAL on
+  // bad arguments.
+  int add(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now, uint32_t tenant = 0);
   // add() of keys[0, n) in order, under one lock, their buckets fetched together first (a tag
   // line's flows). Returns how many were added: n, or the index of the first one refused, with
   // *rc its code (0 when all were added); the ones before it stay added.
   size_t add_many(const FiveTuple* keys, size_t n, uint16_t cls, uint32_t ttl_s, uint64_t now,
-                  int* rc);
+                  int* rc, uint32_t tenant = 0);
   // Why add() returned rc (< 0), for an operator: a full table names the setting to raise.
   std::string add_error(int rc) const;
   // True when the key was present.
@@ -151,6 +160,7 @@ class FlowTable {
   struct Value {
     uint64_t expires;
     uint32_t cls;
+    uint32_t tenant;
     std::atomic<uint64_t> last_seen;
   };
   struct Retired {
@@ -159,9 +169,9 @@ class FlowTable {
   };
 
   FlowTable() = default;
-  int hit(void* data, uint64_t now, uint64_t* expires = nullptr) noexcept;
-  void lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now,
-                      int* classes) noexcept;
+  int hit(void* data, uint64_t now, uint32_t* tenant, uint64_t* expires = nullptr) noexcept;
+  void lookup_bulk_in(rte_hash* h, const void** keys, uint32_t n, uint64_t now, int* classes,
+                      uint32_t* tenants) noexcept;
   // The table of key's family and key in that table's form (in *k4 for an IPv4 key).
   struct Probe {
     rte_hash* h;
@@ -204,9 +214,10 @@ class FlowTable {
   bool collect_stale(rte_hash* h, uint32_t* next, uint64_t visits, uint64_t now);
   size_t remove_collected();
   size_t sweep_locked(uint64_t now);
-  int add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  int add_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now, uint32_t tenant);
   // add_locked(), and when the table is full, a whole sweep for room first (rate limited).
-  int add_with_room_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now);
+  int add_with_room_locked(const FiveTuple& key, uint16_t cls, uint32_t ttl_s, uint64_t now,
+                           uint32_t tenant);
   void warm(const FiveTuple* keys, size_t n);  // see add_many
 
   // The hashes tagged IPv4 keys may have: bit (hash & filter_mask_) is set while a tagged IPv4

@@ -228,13 +228,13 @@ TEST(FlowTable, GenerationMovesWithEveryChangeAndExpiryIsReported) {
   EXPECT_TRUE(moved());
   int cls = 0;
   uint64_t expires = 99;
-  t->lookup_bulk_ipv4(&ka, &ha, 1, 1, &cls, &expires);
+  t->lookup_bulk_ipv4(&ka, &ha, 1, 1, &cls, nullptr, &expires);
   EXPECT_EQ(cls, 1);
   EXPECT_EQ(expires, 0u);              // no tag expiry
   EXPECT_FALSE(moved());               // lookups change nothing
   ASSERT_EQ(t->add(a, 2, 3, 100), 0);  // re-tag: another class, expiry at 100 + 3 s
   EXPECT_TRUE(moved());
-  t->lookup_bulk_ipv4(&ka, &ha, 1, 200, &cls, &expires);
+  t->lookup_bulk_ipv4(&ka, &ha, 1, 200, &cls, nullptr, &expires);
   EXPECT_EQ(cls, 2);
   EXPECT_EQ(expires, 3100u);
   EXPECT_FALSE(t->del(b));  // nothing removed: no change
@@ -345,6 +345,79 @@ TEST(FlowTable, RetagReplacesClassAndExpiry) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->cls, 2);
   EXPECT_EQ(e->expires, 25000u);
+}
+
+// A tag's tenant comes back from every lookup form with its class; a re-tag replaces it, an
+// untag or an expiry leaves none.
+TEST(FlowTable, TagsCarryTheirTenant) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  const FiveTuple a = v4_key(1), b = v4_key(2), c = v4_key(3);
+  const FiveTuple v6 = *dataplane::make_tuple("2001:db8::1", 5, "2001:db8::2", 443, 6);
+  ASSERT_EQ(t->add(a, 1, 0, 0, 7), 0);
+  ASSERT_EQ(t->add(b, 2, 0, 0), 0);  // no tenant
+  ASSERT_EQ(t->add(v6, 3, 0, 0, 9), 0);
+  uint32_t tenant = 12345;
+  EXPECT_EQ(t->lookup(a, 1, &tenant), 1);
+  EXPECT_EQ(tenant, 7u);
+  EXPECT_EQ(t->lookup(b, 1, &tenant), 2);
+  EXPECT_EQ(tenant, 0u);
+  EXPECT_EQ(t->lookup(v6, 1, &tenant), 3);
+  EXPECT_EQ(tenant, 9u);
+  EXPECT_EQ(t->lookup(c, 1, &tenant), FlowTable::kNoMatch);
+  EXPECT_EQ(tenant, 0u);
+  EXPECT_EQ(t->get(a)->tenant, 7u);
+
+  const FiveTuple* ptrs[] = {&a, &b, &c, &v6};
+  int classes[4];
+  uint32_t tenants[4] = {99, 99, 99, 99};
+  t->lookup_bulk(ptrs, 4, 1, classes, tenants);
+  EXPECT_EQ(std::vector<int>(classes, classes + 4), (std::vector<int>{1, 2, -1, 3}));
+  EXPECT_EQ(std::vector<uint32_t>(tenants, tenants + 4), (std::vector<uint32_t>{7, 0, 0, 9}));
+
+  const Ipv4Key k4[] = {to_ipv4_key(a), to_ipv4_key(b), to_ipv4_key(c)};
+  const uint32_t h4[] = {FlowTable::hash_ipv4(k4[0]), FlowTable::hash_ipv4(k4[1]),
+                         FlowTable::hash_ipv4(k4[2])};
+  uint32_t t4[3] = {99, 99, 99};
+  t->lookup_bulk_ipv4(k4, h4, 3, 1, classes, t4);
+  EXPECT_EQ(std::vector<int>(classes, classes + 3), (std::vector<int>{1, 2, -1}));
+  EXPECT_EQ(std::vector<uint32_t>(t4, t4 + 3), (std::vector<uint32_t>{7, 0, 0}));
+
+  // Re-tagged for another tenant, then with an expiry: the tenant goes with the tag.
+  ASSERT_EQ(t->add(a, 1, 0, 10, 8), 0);
+  EXPECT_EQ(t->lookup(a, 11, &tenant), 1);
+  EXPECT_EQ(tenant, 8u);
+  ASSERT_EQ(t->add(a, 4, 1, 20), 0);  // expires at 1020, no tenant now
+  EXPECT_EQ(t->lookup(a, 21, &tenant), 4);
+  EXPECT_EQ(tenant, 0u);
+  ASSERT_EQ(t->add(a, 4, 1, 20, 8), 0);
+  tenant = 99;
+  EXPECT_EQ(t->lookup(a, 1020, &tenant), FlowTable::kNoMatch);  // expired
+  EXPECT_EQ(tenant, 0u);
+  t4[0] = 99;
+  t->lookup_bulk_ipv4(k4, h4, 1, 1020, classes, t4);
+  EXPECT_EQ(t4[0], 0u);
+  // Untagged: no tenant either.
+  EXPECT_TRUE(t->del(v6));
+  tenant = 99;
+  EXPECT_EQ(t->lookup(v6, 30, &tenant), FlowTable::kNoMatch);
+  EXPECT_EQ(tenant, 0u);
+}
+
+// add_many gives every flow of a line the line's tenant.
+TEST(FlowTable, AddManyTagsEveryFlowForTheTenant) {
+  auto t = make_table(1024, 0);
+  ASSERT_TRUE(t);
+  std::vector<FiveTuple> keys;
+  for (uint32_t i = 0; i < 20; ++i) keys.push_back(v4_key(i));
+  int rc = -1;
+  ASSERT_EQ(t->add_many(keys.data(), keys.size(), 2, 0, 0, &rc, 42), keys.size());
+  EXPECT_EQ(rc, 0);
+  for (const FiveTuple& k : keys) {
+    uint32_t tenant = 0;
+    EXPECT_EQ(t->lookup(k, 1, &tenant), 2);
+    EXPECT_EQ(tenant, 42u);
+  }
 }
 
 TEST(FlowTable, TagExpiry) {
@@ -503,10 +576,14 @@ TEST(FlowTable, ConcurrentReaderNeverSeesAnotherKeysValue) {
     while (!done.load(std::memory_order_acquire)) {
       for (int burst = 0; burst < 32; ++burst, ++i) {
         const uint32_t k = (i * 7) % kKeys;
-        const int c = t->lookup(keys[k], 1);
+        uint32_t tenant = 12345;
+        const int c = t->lookup(keys[k], 1, &tenant);
         if (c == FlowTable::kNoMatch) {
           ++m;
-        } else if (static_cast<uint32_t>(c) / kGenerations != k) {
+          if (tenant != 0) ++b;
+        } else if (static_cast<uint32_t>(c) / kGenerations != k ||
+                   tenant != static_cast<uint32_t>(c) + 1) {
+          // Another key's class, or a class and tenant of two different tags.
           ++b;
         } else {
           ++h;
@@ -531,7 +608,7 @@ TEST(FlowTable, ConcurrentReaderNeverSeesAnotherKeysValue) {
       present[k] = false;
     } else {
       const uint16_t cls = static_cast<uint16_t>(k * kGenerations + rng() % kGenerations);
-      const int rc = t->add(keys[k], cls, 0, 0);
+      const int rc = t->add(keys[k], cls, 0, 0, cls + 1u);
       if (rc == 0) {
         present[k] = true;
       } else {

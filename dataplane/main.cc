@@ -30,6 +30,7 @@
 #include "dataplane/reload.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
+#include "dataplane/tenants.h"
 
 namespace dg = dripgate::dataplane;
 namespace cfg = dripgate::config;
@@ -176,8 +177,10 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailboxes(), dp,
                         std::move(classifier));
 
-  const dg::ControlTargets targets{flows.get(), stats.get(), &fastpath.drip_mailbox(), sched.get(),
-                                   &tsc_now};
+  // The tenants of the tags, for the flows' ids; lives as long as the flow table.
+  dg::TenantTable tenants;
+  const dg::ControlTargets targets{flows.get(), stats.get(), &fastpath.drip_mailbox(),
+                                   sched.get(), &tsc_now,    &tenants};
   dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), {},
                             dg::make_tag_fast_path(targets));
   fastpath.launch();
