@@ -3,8 +3,8 @@
 // lcore that classifies owns one and nothing else touches it.
 //
 // What it holds is the class before unknown_flows applies (a tag, a rule's class, or kNoMatch),
-// per 5-tuple and DSCP (rules may match DSCP). An entry stands for a lookup only while nothing
-// that decided it changed:
+// and the tag's tenant id (0 for an untagged flow), per 5-tuple and DSCP (rules may match DSCP). An
+// entry stands for a lookup only while nothing that decided it changed:
 //  * the flow table: observe() at each burst's start with FlowTable::generation(), which the
 //    writers bump after every change (tag, re-tag, untag, sweep); a new generation forgets
 //    every entry, so a change is seen from the next burst on, as with the probe itself;
@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "dataplane/parse.h"
+#include "dataplane/tenants.h"
 
 namespace dripgate::dataplane {
 
@@ -53,13 +54,16 @@ class ClassCache {
   // Valid until the next observe(), invalidate() or put().
   class Reader {
    public:
-    // The class cached for (key, dscp) at `now`; hash is FlowTable::hash_ipv4(key).
-    bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
+    // The class (and, when tenant is not null, the tenant id) cached for (key, dscp) at `now`;
+    // hash is FlowTable::hash_ipv4(key).
+    bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls,
+              uint32_t* tenant = nullptr) const {
       const Words w = words(key, dscp);
       const Set& s = sets_[hash & mask_];
       for (const Entry& e : s.way) {
         if (e.w0 == w.w0 && e.w1 == w.w1 && e.epoch == epoch_ && now < e.valid_until) {
           *cls = e.cls;
+          if (tenant != nullptr) *tenant = e.tenant;
           return true;
         }
       }
@@ -76,16 +80,20 @@ class ClassCache {
   };
   Reader reader() const { return Reader(sets_.get(), mask_, epoch_); }
 
-  bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls) const {
-    return reader().find(key, dscp, hash, now, cls);
+  bool find(const Ipv4Key& key, uint8_t dscp, uint32_t hash, uint64_t now, int* cls,
+            uint32_t* tenant = nullptr) const {
+    return reader().find(key, dscp, hash, now, cls, tenant);
   }
-  // Remembers cls for (key, dscp) until valid_until (exclusive), as the set's newest entry; the
-  // older one of the set is the one replaced.
-  void put(const Ipv4Key& key, uint8_t dscp, uint32_t hash, int cls, uint64_t valid_until) {
+  // Remembers cls and tenant for (key, dscp) until valid_until (exclusive), as the set's newest
+  // entry; the older one of the set is the one replaced. cls fits 16 bits (a class index or
+  // kNoMatch), as tenant does (a TenantTable id).
+  void put(const Ipv4Key& key, uint8_t dscp, uint32_t hash, int cls, uint64_t valid_until,
+           uint32_t tenant = 0) {
     const Words w = words(key, dscp);
     Set& s = sets_[hash & mask_];
     s.way[1] = s.way[0];
-    s.way[0] = Entry{w.w0, w.w1, valid_until, epoch_, cls};
+    s.way[0] = Entry{
+        w.w0, w.w1, valid_until, epoch_, static_cast<int16_t>(cls), static_cast<uint16_t>(tenant)};
   }
 
  private:
@@ -108,8 +116,11 @@ class ClassCache {
     uint64_t w0 = 0, w1 = 0;
     uint64_t valid_until = 0;
     uint32_t epoch = 0;  // epoch_ starts at 1: a zeroed entry matches nothing
-    int32_t cls = 0;
+    // 16 bits each, so an entry stays 32 bytes and a set one cache line.
+    int16_t cls = 0;
+    uint16_t tenant = 0;
   };
+  static_assert(TenantTable::kMaxTenants <= UINT16_MAX);
   struct alignas(64) Set {
     Entry way[2];
   };

@@ -69,6 +69,28 @@ TEST(ClassCache, NewGenerationOrNewRulesForgetEverything) {
   EXPECT_EQ(cls, 0);
 }
 
+// An entry keeps its tag's tenant beside the class, up to the largest id; a rule's class or no
+// match carries none.
+TEST(ClassCache, KeepsTheTenantWithTheClass) {
+  ClassCache c(4);
+  int cls = 0;
+  uint32_t tenant = 99;
+  c.put(key(1), 0, 1, 3, 1000, 7);
+  ASSERT_TRUE(c.find(key(1), 0, 1, 0, &cls, &tenant));
+  EXPECT_EQ(cls, 3);
+  EXPECT_EQ(tenant, 7u);
+  c.put(key(2), 0, 2, 5, 1000, TenantTable::kMaxTenants);
+  ASSERT_TRUE(c.find(key(2), 0, 2, 0, &cls, &tenant));
+  EXPECT_EQ(cls, 5);
+  EXPECT_EQ(tenant, TenantTable::kMaxTenants);
+  c.put(key(3), 0, 3, -1, 1000);
+  ASSERT_TRUE(c.find(key(3), 0, 3, 0, &cls, &tenant));
+  EXPECT_EQ(cls, -1);
+  EXPECT_EQ(tenant, 0u);
+  ASSERT_TRUE(c.find(key(1), 0, 1, 0, &cls));  // the tenant is optional to read
+  EXPECT_EQ(cls, 3);
+}
+
 // A fresh cache holds nothing, whatever the key (an all-zero key included).
 TEST(ClassCache, FreshCacheMatchesNothing) {
   ClassCache c(2);

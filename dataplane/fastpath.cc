@@ -16,6 +16,7 @@
 #include <rte_ring_elem.h>
 
 #include "dataplane/class_cache.h"
+#include "dataplane/ecn.h"
 #include "dataplane/group_by_class.h"
 #include "dataplane/parse.h"
 #include "dataplane/parse_mbuf.h"
@@ -45,6 +46,11 @@ struct Fastpath::RxOut {
   // len[i] is keep[i]'s as long as nothing was taken out (n_keep == n_rx), and bytes their sum.
   uint32_t len[kBurst];
   uint64_t bytes = 0;
+  // What the scheduler is told of keep[k] beside its class (EnqueueReq): its tag's tenant, 16
+  // bits of its 5-tuple hash, and whether it is ECN-capable.
+  uint32_t tenant[kBurst];
+  uint16_t flow[kBurst];
+  bool ect[kBurst];
   Handoff shaped[kBurst];
   unsigned n_shaped = 0;
   rte_mbuf* pass[kBurst];
@@ -53,6 +59,12 @@ struct Fastpath::RxOut {
   unsigned n_drop = 0;
   unsigned n_rx = 0;
   void reset() { n_keep = n_shaped = n_pass = n_drop = n_rx = 0; }
+  // keep[0, n) are frames of no flow (non-IP): no tenant, flow 0, not ECN-capable.
+  void no_flows(unsigned n) {
+    std::fill_n(tenant, n, 0u);
+    std::fill_n(flow, n, uint16_t{0});
+    std::fill_n(ect, n, false);
+  }
 };
 
 // One RX lcore's own state. Only that lcore touches it, but for the mailbox, which the main
@@ -222,22 +234,35 @@ void Fastpath::note_rx_cost(uint64_t ticks, unsigned pkts) {
 }
 
 // A received burst, parsed: the common frames by the inline parser (their keys packed in k4[]
-// in arrival order, at[i] = frame i's place there, hash4[j] = FlowTable::hash_ipv4(k4[j])), the
-// others by parse() (at[i] = kGeneral, pp[i] and st[i]). cls4[j] is the class of key j before
-// unknown_flows (a tag, a rule, or kNoMatch); tagged[i] is the flow table's class for a
-// general frame i, or kNoMatch.
+// in arrival order, at[i] = frame i's place there, hash4[j] = FlowTable::hash_ipv4(k4[j]),
+// ect4[j] from the ECN bits), the others by parse() (at[i] = kGeneral, pp[i] and st[i]).
+// cls4[j] is the class of key j before unknown_flows (a tag, a rule, or kNoMatch), tenant4[j]
+// its tag's tenant (0: none); tagged[i] is the flow table's class for a general frame i, or
+// kNoMatch, tenant[i] its tenant and hash[i] its 5-tuple's hash (the flow table's, as hash4's).
 struct Fastpath::Burst {
   static constexpr uint8_t kGeneral = 0xFF;
   uint8_t at[kBurst];
   Ipv4Key k4[kBurst];
   uint32_t hash4[kBurst];
   uint8_t dscp4[kBurst];
+  bool ect4[kBurst];
   unsigned n4;
   ParseStatus st[kBurst];
   ParsedPacket pp[kBurst];
   int cls4[kBurst];
+  uint32_t tenant4[kBurst];
   int tagged[kBurst];
+  uint32_t tenant[kBurst];
+  uint32_t hash[kBurst];
 };
+
+namespace {
+// The 16 bits of a flow's hash the scheduler gets: the high ones, as the low ones index the
+// ClassCache's sets and the flow table's filter.
+inline uint16_t flow_bits(uint32_t hash) {
+  return static_cast<uint16_t>(hash >> 16);
+}
+}  // namespace
 
 unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
                                uint64_t* bytes) {
@@ -264,9 +289,10 @@ unsigned Fastpath::parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint
   // Frame i, the j-th common frame so far: parsed into k4[j], hashed into hash4[j].
   auto common = [&](unsigned i, unsigned j) {
     Ipv4Key key;
-    if (!parse_ipv4_fast(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]),
-                         &key, &b.dscp4[j]))
-      return false;
+    const uint8_t* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+    if (!parse_ipv4_fast(data, rte_pktmbuf_data_len(pkts[i]), &key, &b.dscp4[j])) return false;
+    // The TOS byte of the header parse_ipv4_fast took (untagged Ethernet, so at 15): its ECN.
+    b.ect4[j] = ect(data[15] & 3);
     // Hashed while the key is at hand. The key is hashed from a local, held in registers,
     // and stored after: hashed from b.k4, the CRC's loads waited for the key's store to be
     // forwarded, on every packet. Its ClassCache set is not prefetched: the 128 KiB of sets
@@ -339,11 +365,12 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   unsigned n_miss = 0;
   const ClassCache::Reader reader = cache.reader();
   for (unsigned j = 0; j < b.n4; ++j) {
-    if (!reader.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j]))
+    if (!reader.find(b.k4[j], b.dscp4[j], hashes[j], now, &b.cls4[j], &b.tenant4[j]))
       miss[n_miss++] = static_cast<uint8_t>(j);
   }
   if (n_miss != 0) {
     int found[kBurst];
+    uint32_t tenants[kBurst];
     uint64_t expires[kBurst];
     if (any_tag) {
       Ipv4Key keys[kBurst];
@@ -352,7 +379,7 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
         keys[k] = b.k4[miss[k]];
         miss_hashes[k] = hashes[miss[k]];
       }
-      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, nullptr, expires);
+      flows_.lookup_bulk_ipv4(keys, miss_hashes, n_miss, now, found, tenants, expires);
     }
     const Classifier& rules = *lane.classifier;
     const uint64_t tag_until = now + flows_.refresh_ticks();
@@ -360,8 +387,10 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
     for (unsigned k = 0; k < n_miss; ++k) {
       const unsigned j = miss[k];
       int cls = any_tag ? found[k] : FlowTable::kNoMatch;
+      uint32_t tenant = 0;
       uint64_t valid_until;
       if (cls >= 0) {
+        tenant = tenants[k];
         valid_until = tag_until;
         if (expires[k] != 0) valid_until = std::min(valid_until, expires[k]);
       } else {
@@ -369,7 +398,8 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
         valid_until = rule_until;
       }
       b.cls4[j] = cls;
-      cache.put(b.k4[j], b.dscp4[j], hashes[j], cls, valid_until);
+      b.tenant4[j] = tenant;
+      cache.put(b.k4[j], b.dscp4[j], hashes[j], cls, valid_until, tenant);
     }
   }
   if (b.n4 == n) return;
@@ -379,15 +409,46 @@ void Fastpath::classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b) 
   for (unsigned i = 0; i < n; ++i) {
     if (b.at[i] != Burst::kGeneral) continue;
     b.tagged[i] = FlowTable::kNoMatch;
-    if (any_tag && b.st[i] == ParseStatus::kOk) {
-      keys[n_keys] = &b.pp[i].tuple;
+    b.tenant[i] = 0;
+    if (b.st[i] != ParseStatus::kOk) continue;
+    // The flow table's own hash of the key (hash_ipv4 for IPv4, the 40-byte key's CRC for
+    // IPv6), so a flow has the same hash whether it came as a common frame or not.
+    const FiveTuple& t = b.pp[i].tuple;
+    b.hash[i] =
+        t.l3 == L3::kIpv4 ? FlowTable::hash_ipv4(to_ipv4_key(t)) : rte_hash_crc(&t, sizeof(t), 0);
+    if (any_tag) {
+      keys[n_keys] = &t;
       idx[n_keys++] = i;
     }
   }
   if (n_keys == 0) return;
   int found[kBurst];
-  flows_.lookup_bulk(keys, n_keys, now, found);
-  for (unsigned k = 0; k < n_keys; ++k) b.tagged[idx[k]] = found[k];
+  uint32_t tenants[kBurst];
+  flows_.lookup_bulk(keys, n_keys, now, found, tenants);
+  for (unsigned k = 0; k < n_keys; ++k) {
+    b.tagged[idx[k]] = found[k];
+    b.tenant[idx[k]] = tenants[k];
+  }
+}
+
+// Frame i of a classified burst, kept as o.keep[k]: its tag's tenant, its flow's hash bits and
+// its ECN capability, for the scheduler. A frame of no flow (non-IP) has none of them.
+void Fastpath::note_flow(const Burst& b, unsigned i, RxOut& o, unsigned k) {
+  uint32_t tenant = 0;
+  uint16_t flow = 0;
+  bool capable = false;
+  if (const unsigned j = b.at[i]; j != Burst::kGeneral) {
+    tenant = b.tenant4[j];
+    flow = flow_bits(b.hash4[j]);
+    capable = b.ect4[j];
+  } else if (b.st[i] == ParseStatus::kOk) {
+    tenant = b.tenant[i];
+    flow = flow_bits(b.hash[i]);
+    capable = ect(b.pp[i].ecn);
+  }
+  o.tenant[k] = tenant;
+  o.flow[k] = flow;
+  o.ect[k] = capable;
 }
 
 // One RX queue per call, in turn. Called once per o.reset(): the burst is received into o.keep.
@@ -414,11 +475,13 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
     if (p_.non_ip_cls >= 0) {
       groups.one_group(static_cast<uint32_t>(p_.non_ip_cls), n);
       o.n_keep = n;
+      o.no_flows(n);
     } else {
       st.pass_non_ip.add(n);
       if (inline_pass) {
         groups.one_group(kPassCls, n);
         o.n_keep = n;
+        o.no_flows(n);
       } else {
         std::copy(pkts, pkts + n, o.pass);
         o.n_pass = n;
@@ -438,6 +501,9 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
       groups.assign(reinterpret_cast<const uint32_t*>(b.cls4), n,
                     static_cast<uint32_t>(p_.default_cls));
       o.n_keep = n;
+      std::copy(b.tenant4, b.tenant4 + n, o.tenant);
+      for (unsigned k = 0; k < n; ++k) o.flow[k] = flow_bits(b.hash4[k]);
+      std::copy(b.ect4, b.ect4 + n, o.ect);
     } else {
       uint32_t kept_cls[kBurst];
       // The counts in locals: stores into the arrays could alias o's counters and force a
@@ -487,6 +553,7 @@ void Fastpath::rx_client(RxLane& lane, unsigned max, RxOut& o, uint64_t now) {
           continue;
         }
         kept_cls[n_keep] = pass ? kPassCls : static_cast<uint32_t>(cls);
+        note_flow(b, i, o, n_keep);
         pkts[n_keep++] = m;
       }
       o.n_keep = n_keep;
@@ -512,17 +579,18 @@ void Fastpath::finish_rx(RxStats& st, RxOut& o, uint64_t now) {
   // Split layout: the hand-over records for the ring, one run per class.
   Handoff* out = o.shaped;
   o.n_shaped = o.n_keep;
-  auto handoff = [&](rte_mbuf* m, uint32_t cls) {
-    return cls == kPassCls ? Handoff{m, now, kPassCls, 0}
-                           : Handoff{m, now, cls, rte_pktmbuf_pkt_len(m)};
+  auto handoff = [&](unsigned k, uint32_t cls) {
+    return cls == kPassCls ? Handoff{pkts[k], now, kPassCls, 0}
+                           : Handoff{pkts[k],     now,       cls,     rte_pktmbuf_pkt_len(pkts[k]),
+                                     o.tenant[k], o.flow[k], o.ect[k]};
   };
   if (n_groups == 1) {
     const uint32_t cls = groups.cls(0);
-    for (unsigned k = 0; k < o.n_keep; ++k) out[k] = handoff(pkts[k], cls);
+    for (unsigned k = 0; k < o.n_keep; ++k) out[k] = handoff(k, cls);
     return;
   }
   unsigned pos = 0;
-  groups.partition([&](unsigned g, unsigned k) { out[pos++] = handoff(pkts[k], groups.cls(g)); });
+  groups.partition([&](unsigned g, unsigned k) { out[pos++] = handoff(k, groups.cls(g)); });
 }
 
 // Single layout, after rx_client: what enqueue_shaped does with the hand-over records, straight
@@ -589,7 +657,7 @@ uint64_t Fastpath::ship_single(RxOut& o, uint64_t now) {
       unsigned k = 0;
       for (uint32_t m = members; m != 0; m &= m - 1) {
         const unsigned i = static_cast<unsigned>(__builtin_ctz(m));
-        h[k++] = Handoff{keep[i], now, cls, len_of[i]};
+        h[k++] = Handoff{keep[i], now, cls, len_of[i], o.tenant[i], o.flow[i], o.ect[i]};
       }
       // Counted by the scheduler (drop_depth / drop_bad_class).
       n_refused += sched_.enqueue_burst(h, k, refused + n_refused);
@@ -699,6 +767,9 @@ void Fastpath::drip_due(uint64_t now) {
   for (unsigned i = 0; i < n; ++i) {
     const Departure& d = deps[i];
     l.pkts[i] = static_cast<rte_mbuf*>(d.pkt);
+    // AQM chose to mark rather than drop: the packet leaves with CE set.
+    if (d.ce) [[unlikely]]
+      mark_ce(l.pkts[i]);
     if (run == nullptr || d.cls != run->cls || d.scheduled_tsc != run->scheduled_tsc) {
       run = &l.runs[l.n_runs++];
       *run = TxRun{d.cls, 0, 0, d.scheduled_tsc};

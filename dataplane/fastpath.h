@@ -105,6 +105,7 @@ class Fastpath {
   unsigned parse_burst(rte_mbuf* const* pkts, unsigned n, Burst& b, uint32_t* frame_len,
                        uint64_t* bytes);
   void classify_burst(RxLane& lane, unsigned n, uint64_t now, Burst& b);
+  static void note_flow(const Burst& b, unsigned i, RxOut& o, unsigned k);
   void rx_client(RxLane& lane, unsigned max, RxOut& out, uint64_t now);
   void finish_rx(RxStats& st, RxOut& o, uint64_t now);
   unsigned rx_reverse(RxLane& lane, unsigned max);

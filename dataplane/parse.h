@@ -84,6 +84,7 @@ struct ParsedPacket {
   uint8_t vlan_count;  // 0, 1 or 2
   uint16_t vlan;       // outer VLAN id (12 bits); 0 when vlan_count == 0
   uint8_t dscp;        // 0..63
+  uint8_t ecn;         // 0..3, the ECN field beside the DSCP (ecn.h)
   bool fragment;       // IP fragment, first or not (non-first ones carry no ports)
   uint16_t l3_offset;  // from the start of the frame
   uint16_t l4_offset;  // 0 when there is no L4 header (non-first fragment, ESP, ...)

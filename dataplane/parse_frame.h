@@ -82,6 +82,7 @@ ParseStatus parse_ipv4(const Frame& f, uint32_t off, ParsedPacket* out) noexcept
 
   out->tuple.l3 = L3::kIpv4;
   out->dscp = ip[1] >> 2;
+  out->ecn = ip[1] & 3;
   out->tuple.proto = ip[9];
   std::memcpy(out->tuple.src, ip + 12, 4);
   std::memcpy(out->tuple.dst, ip + 16, 4);
@@ -107,6 +108,7 @@ ParseStatus parse_ipv6(const Frame& f, uint32_t off, ParsedPacket* out) noexcept
 
   out->tuple.l3 = L3::kIpv6;
   out->dscp = static_cast<uint8_t>(((load16(ip) >> 4) & 0xFF) >> 2);
+  out->ecn = static_cast<uint8_t>((load16(ip) >> 4) & 3);
   std::memcpy(out->tuple.src, ip + 8, 16);
   std::memcpy(out->tuple.dst, ip + 24, 16);
 

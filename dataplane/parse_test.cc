@@ -181,6 +181,23 @@ TEST(Parse, Ipv4DontFragmentIsNotAFragment) {
   expect_v4_tuple(p, kTcp, 5, 6);
 }
 
+// The ECN field beside the DSCP, both families: the fast path's ect comes from it.
+TEST(Parse, EcnBesideTheDscp) {
+  for (uint8_t ecn = 0; ecn < 4; ++ecn) {
+    const ParsedPacket v4 =
+        parse_all(cat({eth(0x0800, {{0x8100, 7}}),
+                       ipv4({.proto = kTcp, .tos = uint8_t(46 << 2 | ecn)}, tcp(1, 2))}));
+    ASSERT_EQ(v4.status, ParseStatus::kOk);
+    EXPECT_EQ(v4.dscp, 46);
+    EXPECT_EQ(v4.ecn, ecn);
+    const ParsedPacket v6 =
+        parse_all(cat({eth(0x86DD), ipv6(kTcp, tcp(8080, 80), uint8_t(0xB8 | ecn))}));
+    ASSERT_EQ(v6.status, ParseStatus::kOk);
+    EXPECT_EQ(v6.dscp, 46);
+    EXPECT_EQ(v6.ecn, ecn);
+  }
+}
+
 TEST(Parse, Ipv6TcpAndDscp) {
   const ParsedPacket p = parse_all(cat({eth(0x86DD), ipv6(kTcp, tcp(8080, 80), 0xB8)}));
   ASSERT_EQ(p.status, ParseStatus::kOk);
