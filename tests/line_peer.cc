@@ -36,6 +36,11 @@ std::vector<nlohmann::json> LinePeer::lines() {
   return lines_;
 }
 
+std::vector<std::string> LinePeer::raw_lines() {
+  std::lock_guard lock(mu_);
+  return raw_lines_;
+}
+
 std::vector<nlohmann::json> LinePeer::wait_lines(size_t n, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -81,6 +86,7 @@ void LinePeer::run() {
         {
           std::lock_guard lock(mu_);
           lines_.push_back(line);
+          raw_lines_.push_back(b.substr(0, nl));
         }
         std::string a = answer(line);
         if (!a.empty()) send(fds[i].fd, a.data(), a.size(), MSG_NOSIGNAL);

@@ -28,6 +28,9 @@ class LinePeer {
 
   // The lines received so far, parsed (a line that is not JSON is a discarded value).
   std::vector<nlohmann::json> lines();
+  // The same lines as received, without their newlines: what a reader that cares for the
+  // keys' order (the dataplane's tag fast path) sees.
+  std::vector<std::string> raw_lines();
   // Waits up to `timeout` until at least n lines arrived; returns what arrived.
   std::vector<nlohmann::json> wait_lines(
       size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5));
@@ -43,6 +46,7 @@ class LinePeer {
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::vector<nlohmann::json> lines_;
+  std::vector<std::string> raw_lines_;
   std::thread thread_;
 };
 

@@ -132,19 +132,22 @@ std::vector<DataplaneClient::Done> DataplaneClient::take_dones() {
   return d;
 }
 
-void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s, Done done) {
+void DataplaneClient::tag(const Flow& flow, const std::string& cls, int ttl_s,
+                          std::string_view tenant, Done done) {
   if (!ensure_connected()) {
     std::vector<Done> dones = take_dones();
     dones.push_back(std::move(done));
     finish(Pending{"tag", std::move(dones), {}}, "unavailable");
     return;
   }
-  auto it = std::find_if(batches_.begin(), batches_.end(),
-                         [&](const Batch& b) { return b.cls == cls && b.ttl_s == ttl_s; });
+  auto it = std::find_if(batches_.begin(), batches_.end(), [&](const Batch& b) {
+    return b.cls == cls && b.ttl_s == ttl_s && b.tenant == tenant;
+  });
   if (it == batches_.end()) {
     it = batches_.emplace(batches_.end());
     it->cls = cls;
     it->ttl_s = ttl_s;
+    it->tenant = tenant;
   }
   Batch& b = *it;
   // Assigned in place: a slot left from an earlier pass keeps its strings' capacity.
@@ -186,6 +189,10 @@ void DataplaneClient::send_batch(size_t i) {
   JsonWriter(line_).string(b.cls);
   line_ += R"(,"ttl_s":)";
   append_integer(line_, b.ttl_s);
+  if (!b.tenant.empty()) {
+    line_ += R"(,"tenant":)";
+    JsonWriter(line_).string(b.tenant);
+  }
   if (b.count == 1) {
     line_ += R"(,"flow":)";
     append_flow(line_, b.flows[0]);
@@ -406,7 +413,7 @@ uint32_t AdmittedFlows::hash_of(std::string_view id) {
   return static_cast<uint32_t>(std::hash<std::string_view>{}(id));
 }
 
-size_t AdmittedFlows::find(std::string_view id, uint32_t hash) const {
+size_t AdmittedFlows::slot_of(std::string_view id, uint32_t hash) const {
   const size_t mask = index_.size() - 1;
   for (size_t s = hash & mask;; s = (s + 1) & mask) {
     const Slot& slot = index_[s];
@@ -451,24 +458,28 @@ void AdmittedFlows::grow_index() {
   }
 }
 
-void AdmittedFlows::put(const std::string& request_id, const Flow& flow) {
+void AdmittedFlows::put(const std::string& request_id, const Flow& flow, std::string_view cls,
+                        std::string_view tenant) {
   if (capacity_ == 0) return;
   const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
   if (index_.empty()) grow_index();
-  size_t s = find(request_id, hash);
+  size_t s = slot_of(request_id, hash);
   if (index_[s].entry != kNone) {
-    entries_[index_[s].entry].flow = flow;
+    AdmittedFlow& a = entries_[index_[s].entry].admitted;
+    a.flow = flow;
+    a.cls = cls;
+    a.tenant = tenant;
     return;
   }
   if (size_ >= capacity_) {
     const uint32_t e = oldest_;
-    erase_slot(find(entries_[e].id, entries_[e].hash));
+    erase_slot(slot_of(entries_[e].id, entries_[e].hash));
     unlink(e);
-    s = find(request_id, hash);  // the shift may have moved the hole
+    s = slot_of(request_id, hash);  // the shift may have moved the hole
   } else if (2 * (size_ + 1) > index_.size()) {
     grow_index();
-    s = find(request_id, hash);
+    s = slot_of(request_id, hash);
   }
   uint32_t e = free_;
   if (e != kNone) {
@@ -480,7 +491,9 @@ void AdmittedFlows::put(const std::string& request_id, const Flow& flow) {
   // Assigned in place: a reused entry's strings keep their capacity.
   Entry& x = entries_[e];
   x.id = request_id;
-  x.flow = flow;
+  x.admitted.flow = flow;
+  x.admitted.cls = cls;
+  x.admitted.tenant = tenant;
   x.hash = hash;
   x.prev = newest_;
   x.next = kNone;
@@ -490,15 +503,28 @@ void AdmittedFlows::put(const std::string& request_id, const Flow& flow) {
   ++size_;
 }
 
+bool AdmittedFlows::find(const std::string& request_id, AdmittedFlow* out) const {
+  const uint32_t hash = hash_of(request_id);
+  std::lock_guard lock(mu_);
+  if (size_ == 0) return false;
+  const uint32_t e = index_[slot_of(request_id, hash)].entry;
+  if (e == kNone) return false;
+  const AdmittedFlow& a = entries_[e].admitted;
+  out->flow = a.flow;
+  out->cls = a.cls;
+  out->tenant = a.tenant;
+  return true;
+}
+
 std::optional<Flow> AdmittedFlows::take(const std::string& request_id) {
   const uint32_t hash = hash_of(request_id);
   std::lock_guard lock(mu_);
   if (size_ == 0) return std::nullopt;
-  const size_t s = find(request_id, hash);
+  const size_t s = slot_of(request_id, hash);
   const uint32_t e = index_[s].entry;
   if (e == kNone) return std::nullopt;
   // Copied, not moved: the entry keeps its strings' capacity for the next put.
-  std::optional<Flow> f = entries_[e].flow;
+  std::optional<Flow> f = entries_[e].admitted.flow;
   erase_slot(s);
   unlink(e);
   return f;

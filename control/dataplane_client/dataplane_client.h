@@ -2,7 +2,7 @@
 // driven by one worker thread's libevent loop. Never blocks the loop: connects lazily (a unix
 // connect completes or fails at once), and when the dataplane is absent every call completes
 // with "unavailable" so admission goes on without it. The tags asked for during one pass of the
-// loop leave as one line per class and ttl ({"op":"tag","flows":[...]}), so a burst of
+// loop leave as one line per class, ttl and tenant ({"op":"tag","flows":[...]}), so a burst of
 // admissions costs the dataplane one request, not one per flow. Lines are written flat into a
 // buffer the client keeps, and answers read flat (JsonReader), so tagging at admission rate
 // allocates nothing per flow once the client is warm.
@@ -42,8 +42,9 @@ class DataplaneClient {
   DataplaneClient(const DataplaneClient&) = delete;
   DataplaneClient& operator=(const DataplaneClient&) = delete;
 
-  // `done` may run before these return (when the dataplane is unavailable).
-  void tag(const Flow& flow, const std::string& cls, int ttl_s, Done done);
+  // `done` may run before these return (when the dataplane is unavailable). tenant: the admitted
+  // tenant the flow is fair to in the dataplane (an id; empty: none).
+  void tag(const Flow& flow, const std::string& cls, int ttl_s, std::string_view tenant, Done done);
   // Flows per tag line at most: well inside the dataplane's 64 KiB line.
   static constexpr size_t kMaxBatch = 256;
   void untag(const Flow& flow, Done done);
@@ -55,11 +56,12 @@ class DataplaneClient {
     std::vector<Done> dones;  // one per flow of the line
     std::chrono::steady_clock::time_point deadline;
   };
-  // Tags waiting for the end of this pass of the loop, for one class and ttl. Kept after it is
-  // sent, with its flows' strings, so the next pass's tags of that class fill it in place.
+  // Tags waiting for the end of this pass of the loop, for one class, ttl and tenant. Kept after
+  // it is sent, with its flows' strings, so the next pass's tags of that kind fill it in place.
   struct Batch {
     std::string cls;
     int ttl_s = 0;
+    std::string tenant;
     size_t count = 0;         // flows[0..count) are this pass's
     std::vector<Flow> flows;  // may hold more, left from earlier passes
     std::vector<Done> dones;
@@ -97,10 +99,19 @@ class DataplaneClient {
   std::chrono::steady_clock::time_point next_attempt_{};
 };
 
-// request_id -> flow of admitted requests, so that release can untag. In process and bounded
-// (oldest entries are forgotten first); shared by the worker threads of one daemon, so a release
-// must reach the daemon that admitted the request for the untag to happen (the dataplane's idle
-// timeout and the tag's ttl_s clean up otherwise).
+// What a flow was tagged with at admission: its class and tenant, so a stream charge can tag it
+// again for as long as its lease was renewed.
+struct AdmittedFlow {
+  Flow flow;
+  std::string cls;
+  std::string tenant;
+};
+
+// request_id -> flow of admitted requests (with the class and tenant it was tagged with), so
+// that a stream charge can renew the tag and release can untag. In process and bounded (oldest
+// entries are forgotten first); shared by the worker threads of one daemon, so a charge or a
+// release must reach the daemon that admitted the request for the renewal or the untag to
+// happen (the dataplane's idle timeout and the tag's ttl_s clean up otherwise).
 //
 // A put comes with every admission that carries a flow, so the table allocates nothing once
 // warm: entries live in one array (their strings keep their capacity when a slot is reused), in
@@ -110,7 +121,11 @@ class AdmittedFlows {
  public:
   explicit AdmittedFlows(size_t capacity = 65536);
   // A request id already held keeps its place in the order and takes the new flow.
-  void put(const std::string& request_id, const Flow& flow);
+  void put(const std::string& request_id, const Flow& flow, std::string_view cls = {},
+           std::string_view tenant = {});
+  // The admitted flow of request_id, copied into *out (whose strings keep their capacity, so a
+  // caller that reuses one allocates nothing once warm); false when it is not held.
+  bool find(const std::string& request_id, AdmittedFlow* out) const;
   std::optional<Flow> take(const std::string& request_id);
   size_t size() const;
 
@@ -118,7 +133,7 @@ class AdmittedFlows {
   static constexpr uint32_t kNone = UINT32_MAX;
   struct Entry {
     std::string id;
-    Flow flow;
+    AdmittedFlow admitted;
     uint32_t hash = 0;
     uint32_t prev = kNone, next = kNone;  // admission order; a free entry's next is the free list
   };
@@ -128,7 +143,7 @@ class AdmittedFlows {
   };
   static uint32_t hash_of(std::string_view id);
   // The index slot holding id, or the empty slot where it would go.
-  size_t find(std::string_view id, uint32_t hash) const;
+  size_t slot_of(std::string_view id, uint32_t hash) const;
   void erase_slot(size_t s);  // empties s and shifts back the entries probing past it
   void unlink(uint32_t e);    // out of the order, onto the free list
   void grow_index();

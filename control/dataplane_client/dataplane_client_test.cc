@@ -82,7 +82,7 @@ class DataplaneClientTest : public ::testing::Test {
 TEST_F(DataplaneClientTest, TagAndUntagSpeakTheProtocol) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 120, done); }), "ok");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 120, "", done); }), "ok");
   EXPECT_TRUE(c.connected());
   EXPECT_EQ(complete([&](auto done) { c.untag(flow(), done); }), "ok");
   auto lines = peer.lines();
@@ -102,7 +102,7 @@ TEST_F(DataplaneClientTest, AFlowThatNeedsEscapingStillMakesAJsonLine) {
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
   Flow f = flow();
   f.src = "10.0.0.1\"\\";
-  EXPECT_EQ(complete([&](auto done) { c.tag(f, "gold", 120, done); }), "ok");
+  EXPECT_EQ(complete([&](auto done) { c.tag(f, "gold", 120, "", done); }), "ok");
   const auto lines = peer.lines();
   ASSERT_EQ(lines.size(), 1u);
   ASSERT_TRUE(lines[0].is_object());
@@ -119,9 +119,9 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   Flow a = flow(), b = flow(), d = flow();
   b.sport = 1235;
   d.sport = 1236;
-  c.tag(a, "gold", 120, record);
-  c.tag(b, "gold", 120, record);
-  c.tag(d, "silver", 120, record);
+  c.tag(a, "gold", 120, "", record);
+  c.tag(b, "gold", 120, "", record);
+  c.tag(d, "silver", 120, "", record);
   auto deadline = std::chrono::steady_clock::now() + 3s;
   while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
@@ -137,6 +137,41 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 3u);
 }
 
+// A tag carries the admitted tenant; one pass's tags leave as one line per class, ttl and tenant,
+// and a tag without a tenant says none.
+TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerTenant) {
+  LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
+  DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
+  std::vector<std::string> results;
+  auto record = [&](const std::string& r) { results.push_back(r); };
+  Flow a = flow(), b = flow(), d = flow(), e = flow();
+  b.sport = 1235;
+  d.sport = 1236;
+  e.sport = 1237;
+  c.tag(a, "gold", 120, "acme", record);
+  c.tag(b, "gold", 120, "globex", record);
+  c.tag(d, "gold", 120, "acme", record);
+  c.tag(e, "gold", 120, "", record);
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (results.size() < 4 && std::chrono::steady_clock::now() < deadline)
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok", "ok"}));
+  auto lines = peer.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["tenant"], "acme");
+  ASSERT_EQ(lines[0]["flows"].size(), 2u);
+  EXPECT_EQ(lines[0]["flows"][0]["sport"], 1234);
+  EXPECT_EQ(lines[0]["flows"][1]["sport"], 1236);
+  EXPECT_EQ(lines[1]["tenant"], "globex");
+  EXPECT_EQ(lines[1]["flow"]["sport"], 1235);
+  EXPECT_FALSE(lines[2].contains("tenant")) << lines[2].dump();
+  EXPECT_EQ(lines[2]["flow"]["sport"], 1237);
+  // The dataplane's fast path reads the keys in this order: op, class, ttl_s, tenant, flows.
+  const std::string raw = peer.raw_lines().at(0);
+  EXPECT_EQ(raw.rfind(R"({"op":"tag","class":"gold","ttl_s":120,"tenant":"acme","flows":[)", 0), 0u)
+      << raw;
+}
+
 // More lines in one pass than the socket holds: the first go straight into the socket, the rest
 // wait in the bufferevent, and every line arrives whole and in order.
 TEST_F(DataplaneClientTest, LinesBeyondWhatTheSocketHoldsArriveWholeAndInOrder) {
@@ -149,7 +184,7 @@ TEST_F(DataplaneClientTest, LinesBeyondWhatTheSocketHoldsArriveWholeAndInOrder) 
     Flow f = flow();
     f.src = "2001:db8:aaaa:bbbb:cccc:dddd:" + std::to_string(1000 + i / 60000) + ":1";
     f.sport = static_cast<uint16_t>(i % 60000);
-    c.tag(f, "gold", 120, record);
+    c.tag(f, "gold", 120, "", record);
   }
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (results.size() < kFlows && std::chrono::steady_clock::now() < deadline)
@@ -181,12 +216,12 @@ TEST_F(DataplaneClientTest, ALaterSmallerBatchSendsOnlyItsOwnFlows) {
     Flow f = flow();
     f.sport = static_cast<uint16_t>(2000 + i);
     f.src = "2001:db8:aaaa:bbbb:cccc:dddd:eeee:" + std::to_string(i);  // past the short-string size
-    c.tag(f, "gold", 120, record);
+    c.tag(f, "gold", 120, "", record);
   }
   run_until(3);
   Flow last = flow();
   last.sport = 3000;
-  c.tag(last, "gold", 120, record);
+  c.tag(last, "gold", 120, "", record);
   run_until(4);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok", "ok"}));
   auto lines = peer.lines();
@@ -206,8 +241,8 @@ TEST_F(DataplaneClientTest, AnUntagLeavesAfterTheTagsOfItsPass) {
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
   Flow a = flow(), b = flow();
   b.sport = 1235;
-  c.tag(a, "gold", 120, record);
-  c.tag(b, "gold", 120, record);
+  c.tag(a, "gold", 120, "", record);
+  c.tag(b, "gold", 120, "", record);
   c.untag(a, record);
   auto deadline = std::chrono::steady_clock::now() + 3s;
   while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
@@ -229,7 +264,7 @@ TEST_F(DataplaneClientTest, APartRefusedBatchFailsOnlyTheFlowsNotTagged) {
   for (int i = 0; i < 4; ++i) {
     Flow f = flow();
     f.sport = static_cast<uint16_t>(2000 + i);
-    c.tag(f, "gold", 120, [&](const std::string& r) { results.push_back(r); });
+    c.tag(f, "gold", 120, "", [&](const std::string& r) { results.push_back(r); });
   }
   auto deadline = std::chrono::steady_clock::now() + 3s;
   while (results.size() < 4 && std::chrono::steady_clock::now() < deadline)
@@ -247,7 +282,7 @@ TEST_F(DataplaneClientTest, AnAnswerThatIsNotOkTrueIsAnError) {
     SCOPED_TRACE(answer);
     LinePeer peer(path_, LinePeer::Mode::kAnswerGiven, answer);
     DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
-    EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "error");
+    EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "error");
     EXPECT_EQ(complete([&](auto done) { c.untag(flow(), done); }), "error");
     EXPECT_TRUE(c.connected());
   }
@@ -259,31 +294,31 @@ TEST_F(DataplaneClientTest, AnAnswerThatIsNotOkTrueIsAnError) {
 TEST_F(DataplaneClientTest, RefusalIsAnError) {
   LinePeer peer(path_, LinePeer::Mode::kAnswerError);
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "nope", 1, done); }), "error");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "nope", 1, "", done); }), "error");
   EXPECT_EQ(metrics_.dataplane_tags().value({"error"}), 1u);
 }
 
 TEST_F(DataplaneClientTest, AbsentSocketIsUnavailableAndReconnectsLater) {
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "unavailable");
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "unavailable");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "unavailable");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "unavailable");
   EXPECT_EQ(metrics_.dataplane_tags().value({"unavailable"}), 2u);
   LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   std::this_thread::sleep_for(250ms);  // past the reconnect back-off
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "ok");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "ok");
 }
 
 TEST_F(DataplaneClientTest, SilentPeerTimesOutAndTheNextCallReconnects) {
   {
     LinePeer peer(path_, LinePeer::Mode::kSilent);
     DataplaneClient c(base_, path_, &metrics_, /*timeout_ms=*/50);
-    EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "timeout");
+    EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "timeout");
     EXPECT_FALSE(c.connected());
     EXPECT_EQ(metrics_.dataplane_tags().value({"timeout"}), 1u);
   }
   LinePeer peer(path_, LinePeer::Mode::kAnswerOk);
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
-  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, done); }), "ok");
+  EXPECT_EQ(complete([&](auto done) { c.tag(flow(), "gold", 1, "", done); }), "ok");
 }
 
 TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
@@ -293,7 +328,7 @@ TEST_F(DataplaneClientTest, PeerGoingAwayFailsPendingCalls) {
   bool done = false;
   {
     LinePeer peer(path_, LinePeer::Mode::kSilent);
-    c.tag(flow(), "gold", 1, [&](const std::string& r) {
+    c.tag(flow(), "gold", 1, "", [&](const std::string& r) {
       result = r;
       done = true;
     });
@@ -339,6 +374,29 @@ TEST(AdmittedFlows, RemembersAndForgetsOldestFirst) {
   none.put("a", a);
   EXPECT_EQ(none.size(), 0u);
   EXPECT_FALSE(none.take("a"));
+}
+
+// find() reads what a put left, class and tenant too, without taking it.
+TEST(AdmittedFlows, FindCopiesTheFlowItsClassAndTenant) {
+  AdmittedFlows r(4);
+  Flow a;
+  a.src = "10.0.0.1";
+  a.sport = 7;
+  AdmittedFlow got;
+  EXPECT_FALSE(r.find("a", &got));
+  r.put("a", a, "gold", "acme");
+  ASSERT_TRUE(r.find("a", &got));
+  EXPECT_EQ(got.flow.src, "10.0.0.1");
+  EXPECT_EQ(got.flow.sport, 7);
+  EXPECT_EQ(got.cls, "gold");
+  EXPECT_EQ(got.tenant, "acme");
+  r.put("a", a, "silver", "");  // a put of an id held replaces all three
+  ASSERT_TRUE(r.find("a", &got));
+  EXPECT_EQ(got.cls, "silver");
+  EXPECT_EQ(got.tenant, "");
+  EXPECT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r.take("a"));
+  EXPECT_FALSE(r.find("a", &got));
 }
 
 // Against a model of the order it keeps (a list, oldest first): random puts (new ids and ids

@@ -160,6 +160,7 @@ config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapsh
 // and its strings keep their capacity.
 struct Gateway::Admission {
   std::string tenant;  // the metrics label
+  std::string id;      // the tenant as the request names it: the flow's tenant in the dataplane
   std::optional<Flow> flow;
   std::optional<DecisionWho> who;
   config::OnFailure mode = config::OnFailure::kClosed;
@@ -191,6 +192,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   Admission* a = take_admission();
   a->tenant.assign(snap->tenant_label(req.tenant, engine_.registry().get()));
+  a->id.assign(req.tenant);
   a->flow = req.flow;
   if (decisions_ && decisions_->sampled())
     a->who = DecisionWho{req.tenant, req.user, req.model, req.tool};
@@ -228,15 +230,16 @@ void Gateway::admitted(Admission* a, AdmitResult& r) {
     return done(AdmitDecision{std::move(r), {}});
   }
   const Flow flow = std::move(*a->flow);
-  give_back(a);
-  flows_.put(r.request_id, flow);
-  // The flow stays in its class as long as the lease would, unless released earlier.
+  flows_.put(r.request_id, flow, r.cls, a->id);
+  // The flow stays in its class as long as the lease would, unless released earlier; a stream
+  // charge renews both (charged()).
   int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
   std::string cls = r.cls;
-  dp_.tag(flow, cls, ttl_s,
+  dp_.tag(flow, cls, ttl_s, a->id,
           [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
             done(AdmitDecision{std::move(r), tag});
           });
+  give_back(a);
 }
 
 namespace {
@@ -292,7 +295,7 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
 // charge of a reservation Redis holds is Redis's alone: without Redis it is a 503 (charge.lua
 // is not idempotent, so it cannot be sent again later; the settle's total, deferred like any
 // settle, corrects everything the stream used).
-void Gateway::charge(ChargeRequest req, std::function<void(ChargeResult)> done) {
+void Gateway::charge(ChargeRequest req, std::function<void(ChargeDecision)> done) {
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   std::string tenant(
       snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
@@ -300,17 +303,35 @@ void Gateway::charge(ChargeRequest req, std::function<void(ChargeResult)> done) 
     if (auto local = fallback_->charge(req.request_id, req.tokens)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));
       metrics_.charge(tenant, result_label(local->outcome));
-      return later(std::move(done), std::move(*local));
+      return post(
+          [this, rid = req.request_id, r = std::move(*local), done = std::move(done)]() mutable {
+            charged(rid, std::move(r), std::move(done));
+          });
     }
-  engine_.charge(std::move(req), [this, tenant = std::move(tenant),
+  std::string rid = req.request_id;
+  engine_.charge(std::move(req), [this, tenant = std::move(tenant), rid = std::move(rid),
                                   done = std::move(done)](ChargeResult r) mutable {
     if (r.outcome == Outcome::kUnavailable)
       redis_failed();
     else if (r.outcome != Outcome::kBadRequest)
       redis_answered();
     metrics_.charge(tenant, result_label(r.outcome));
-    done(std::move(r));
+    charged(rid, std::move(r), std::move(done));
   });
+}
+
+// The tag was given for the lease the admission took; the charge renewed the lease, so the tag
+// is given again for as long, batched with the pass's other tags. A charge refused (the quota
+// spent: the stream is being cut) or answered otherwise leaves the tag to run out.
+void Gateway::charged(const std::string& request_id, ChargeResult r,
+                      std::function<void(ChargeDecision)> done) {
+  if (r.outcome != Outcome::kAllowed || !flows_.find(request_id, &renewal_))
+    return done(ChargeDecision{std::move(r), {}});
+  const int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
+  dp_.tag(renewal_.flow, renewal_.cls, ttl_s, renewal_.tenant,
+          [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
+            done(ChargeDecision{std::move(r), tag});
+          });
 }
 
 void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> done) {

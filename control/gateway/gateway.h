@@ -30,6 +30,13 @@ struct AdmitDecision {
   std::string flow_tag;
 };
 
+// flow_tag: the dataplane's answer to the renewal of the request's flow tag, or empty when none
+// was renewed (no flow admitted with the request on this daemon, or the charge not allowed).
+struct ChargeDecision {
+  ChargeResult result;
+  std::string flow_tag;
+};
+
 struct ReleaseDecision {
   ReleaseResult result;
   std::string flow_tag;
@@ -58,8 +65,11 @@ class Gateway {
   // sending right after the answer finds its flow already in its class.
   void admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
   void settle(SettleRequest req, std::function<void(SettleResult)> done);
-  // One charge of a stream (POST /v1/charge).
-  void charge(ChargeRequest req, std::function<void(ChargeResult)> done);
+  // One charge of a stream (POST /v1/charge). An allowed charge of a request admitted with a
+  // flow on this daemon tags the flow again, for the lease it renewed (the plan's lease, or
+  // kDefaultTagTtlS without one), so a stream longer than the lease stays in its class; it is
+  // answered after the dataplane answered that tag, as an admission is.
+  void charge(ChargeRequest req, std::function<void(ChargeDecision)> done);
   // The request is over whether or not it held a lease: its flow leaves its class.
   void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
 
@@ -102,6 +112,9 @@ class Gateway {
   void later(F done, R r) {
     post([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
   }
+  // A charge's end: the flow's tag renewed when the charge was allowed.
+  void charged(const std::string& request_id, ChargeResult r,
+               std::function<void(ChargeDecision)> done);
   void redis_failed();
   void redis_answered();
   // failure_mode (fallback.h) of an admission: redis.on_failure for every tenant while no plan
@@ -128,6 +141,7 @@ class Gateway {
   // Before the engine: destroyed after it, whose last callbacks still give theirs back.
   static constexpr size_t kSpareAdmissions = 256;
   std::vector<std::unique_ptr<Admission>> spare_admissions_;
+  AdmittedFlow renewal_;  // charged()'s copy of a flow to tag again, reused
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks

@@ -649,7 +649,7 @@ Response render_settle(const SettleResult& r) {
 
 // 200 or, for the charge that took the month's quota past its budget (recorded all the same),
 // 429 with gate and reason "quota": the proxy cuts the stream.
-Response render_charge(const ChargeResult& r) {
+Response render_charge(const ChargeResult& r, const std::string& flow_tag) {
   int status = status_of(r.outcome);
   if (status != 200 && status != 429)
     return render_error(status, r.error.empty() ? "charge failed" : r.error);
@@ -665,6 +665,7 @@ Response render_charge(const ChargeResult& r) {
     write_remaining(w, r.remaining);
   });
   resp.headers = ratelimit_headers(status == 429, r.retry_after_ms, r.remaining);
+  if (!flow_tag.empty()) resp.headers.emplace_back("Dripgate-Flow-Tag", flow_tag);
   if (!r.degraded.empty()) resp.headers.emplace_back(kDegradedHeader, r.degraded);
   return resp;
 }

@@ -65,7 +65,8 @@ Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, in
 // one Response it keeps, rather than allocating a body, a header list and header values anew.
 void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, Response& out);
 Response render_settle(const SettleResult& r);
-Response render_charge(const ChargeResult& r);
+// flow_tag: the renewal of the request's flow tag (Dripgate-Flow-Tag), empty for none.
+Response render_charge(const ChargeResult& r, const std::string& flow_tag = {});
 Response render_release(const ReleaseResult& r, const std::string& flow_tag = {});
 Response render_error(int status, const std::string& message);
 // The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.

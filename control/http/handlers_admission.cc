@@ -32,8 +32,9 @@ void handle_charge(Request req) {
   if (!read_body(req, api::parse_charge, cr))
     return req.worker().metrics->charge("", "bad_request");
   req.defer();
-  req.worker().gateway->charge(std::move(cr),
-                               [req](const ChargeResult& r) { req.finish(api::render_charge(r)); });
+  req.worker().gateway->charge(std::move(cr), [req](const ChargeDecision& d) {
+    req.finish(api::render_charge(d.result, d.flow_tag));
+  });
 }
 
 void handle_release(Request req) {

@@ -555,6 +555,66 @@ TEST(Check, RedisOverrideIsValidatedAndItsPasswordMasked) {
       << out_listen;
 }
 
+// A stream's charge renews its flow's tag for the lease it renewed, with the class and tenant of
+// the admission, and says so; a charge of a request without a flow here, or after its release,
+// tags nothing.
+TEST_F(HttpTest, AStreamChargeRenewsItsFlowsTag) {
+  dripgate::testing::LinePeer peer(dp_socket_);
+  std::string yaml = test_config(dp_socket_);
+  yaml.replace(yaml.find("tenants:\n"), 9,
+               "  stream:\n"
+               "    class: silver\n"
+               "    quota: { tokens_per_month: 100000 }\n"
+               "    concurrency: { max_streams: 4, lease_s: 30 }\n"
+               "tenants:\n  t-stream: { plan: stream }\n");
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, yaml);
+  const std::string flow_text =
+      R"({"src":"10.0.0.7","sport":40007,"dst":"10.9.0.2","dport":443,"proto":"tcp"})";
+  auto a = admit(R"({"tenant":"t-stream","tokens":100,"flow":)" + flow_text + "}");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.header("dripgate-flow-tag"), "ok");
+  auto lines = peer.wait_lines(1);
+  ASSERT_EQ(lines.size(), 1u);
+  const json flow =
+      json::parse(R"({"src":"10.0.0.7","sport":40007,"dst":"10.9.0.2","dport":443,"proto":6})");
+  EXPECT_EQ(lines[0], (json{{"op", "tag"},
+                            {"class", "silver"},
+                            {"ttl_s", 30},
+                            {"tenant", "t-stream"},
+                            {"flow", flow}}));
+  const std::string rid = a.body_json()["request_id"];
+  auto charge = [&](const std::string& id) {
+    return http(daemon_->port(), "POST", "/v1/charge",
+                R"({"tenant":"t-stream","request_id":")" + id + R"(","tokens":10})");
+  };
+  for (int i = 0; i < 2; ++i) {
+    auto c = charge(rid);
+    ASSERT_EQ(c.status, 200) << c.body;
+    EXPECT_EQ(c.body_json()["lease_s"], 30) << c.body;
+    EXPECT_EQ(c.header("dripgate-flow-tag"), "ok");
+    lines = peer.wait_lines(2 + i);
+    ASSERT_EQ(lines.size(), 2u + i);
+    EXPECT_EQ(lines[1 + i], lines[0]);  // the admission's tag, again
+  }
+  // Admitted without a flow: its charge tags nothing.
+  auto b = admit(R"({"tenant":"t-stream","tokens":100})");
+  ASSERT_EQ(b.status, 200) << b.body;
+  auto cb = charge(b.body_json()["request_id"]);
+  ASSERT_EQ(cb.status, 200) << cb.body;
+  EXPECT_EQ(cb.header("dripgate-flow-tag"), "<absent>");
+  // Released: the flow is forgotten, its untag sent, and a later charge renews nothing.
+  auto rel = http(daemon_->port(), "POST", "/v1/release",
+                  R"({"tenant":"t-stream","request_id":")" + rid + "\"}");
+  ASSERT_EQ(rel.status, 200) << rel.body;
+  lines = peer.wait_lines(4);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3]["op"], "untag");
+  auto late = charge(rid);
+  EXPECT_EQ(late.header("dripgate-flow-tag"), "<absent>") << late.status << " " << late.body;
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(peer.lines().size(), 4u);
+}
+
 TEST_F(HttpTest, AdmittedFlowIsTaggedAndReleaseUntagsIt) {
   dripgate::testing::LinePeer peer(dp_socket_);
   start();

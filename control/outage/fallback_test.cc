@@ -655,7 +655,7 @@ TEST_F(OutageTest, TokenRateGatesTakeTheEstimateAndSettleCorrectsThemAfterReconc
   ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
   EXPECT_EQ(a.degraded, "local");
   // A stream charge, then the settle of the stream's total: everything decided here.
-  ChargeResult c = run(&Gateway::charge, ChargeRequest{"t", a.request_id, 50});
+  ChargeResult c = run(&Gateway::charge, ChargeRequest{"t", a.request_id, 50}).result;
   ASSERT_EQ(c.outcome, Outcome::kAllowed) << c.error;
   EXPECT_EQ(c.degraded, "local");
   EXPECT_EQ(c.charged, 350);
@@ -663,10 +663,10 @@ TEST_F(OutageTest, TokenRateGatesTakeTheEstimateAndSettleCorrectsThemAfterReconc
   ASSERT_EQ(s.outcome, Outcome::kAllowed) << s.error;
   EXPECT_EQ(s.degraded, "local");
   EXPECT_TRUE(s.settled);
-  ChargeResult late = run(&Gateway::charge, ChargeRequest{"t", a.request_id, 1});
+  ChargeResult late = run(&Gateway::charge, ChargeRequest{"t", a.request_id, 1}).result;
   EXPECT_EQ(late.outcome, Outcome::kConflict);
   // A reservation this daemon does not hold is Redis's: no answer without it.
-  ChargeResult unknown = run(&Gateway::charge, ChargeRequest{"t", "t.0123456789abcdef", 1});
+  ChargeResult unknown = run(&Gateway::charge, ChargeRequest{"t", "t.0123456789abcdef", 1}).result;
   EXPECT_EQ(unknown.outcome, Outcome::kUnavailable);
   back();
   // Taken 300, charged 50, given back 250: each bucket 100 below its capacity, the counter 100.
