@@ -38,6 +38,8 @@ constexpr uint16_t kOtherPort = 40201;  // a flow nobody admitted
 constexpr int kGoldDatagrams = 200;
 constexpr int kOtherDatagrams = 100;
 constexpr int kAfterRelease = 20;
+// The stream plan's lease: short, so a test sees a tag outlive it.
+constexpr int kStreamLeaseS = 3;
 
 std::string control_binary() {
   const char* p = std::getenv("DG_CONTROL");
@@ -140,8 +142,13 @@ void write_config(const std::string& path, const std::string& sock,
     << "    gates:\n"
     << "      tenant: { capacity: 1000, refill_per_s: 100 }\n"
     << "    concurrency: { max_streams: 8, lease_s: 120 }\n"
+    << "  stream:\n"
+    << "    class: gold\n"
+    << "    quota: { tokens_per_month: 1000000 }\n"
+    << "    concurrency: { max_streams: 8, lease_s: " << kStreamLeaseS << " }\n"
     << "tenants:\n"
     << "  t-gold: { plan: pro }\n"
+    << "  t-stream: { plan: stream }\n"
     << dataplane_yaml;
 }
 
@@ -227,6 +234,88 @@ TEST(ControlDataplane, AdmittedFlowIsShapedInItsClassUntilReleased) {
     EXPECT_EQ(u.header("dripgate-flow-tag"), "unavailable") << read_file(dir.file("control.err"));
   }
   EXPECT_EQ(control.terminate(10s), 0) << read_file(dir.file("control.err"));
+}
+
+// The dataplane and the control daemon of one test, both up.
+struct Appliance {
+  explicit Appliance(const char* name)
+      : topo(name, kClientIp, kServerIp),
+        sock(dir.file("dp.sock")),
+        cfg(dir.file("dripgate.yaml")),
+        port(free_port()) {
+    write_config(cfg, sock, topo.dataplane_yaml(sock));
+  }
+  RedisServer redis;
+  ApplianceTopology topo;
+  TempDir dir;
+  std::string sock, cfg;
+  int port;
+};
+
+// A stream charge renews its flow's tag: charged before the first tag ran out, the flow is still
+// shaped in its class after that tag's expiry, while a flow admitted with it and never charged
+// has fallen to default. The dataplane knows the flows' tenant. The times are the plan's lease
+// (kStreamLeaseS) with wide margins either side: the checks are on classes, not on durations.
+TEST(ControlDataplane, AStreamChargeKeepsItsFlowTaggedPastTheFirstLease) {
+  ASSERT_EQ(::geteuid(), 0u) << "needs root for network namespaces";
+  Appliance ap("dgcs");
+  Process dp({dataplane_binary(), "--config", ap.cfg}, ap.dir.file("dp.out"),
+             ap.dir.file("dp.err"));
+  ControlClient cc(ap.sock, 30s);
+  ASSERT_TRUE(cc.call({{"op", "stats"}}).at("ok").get<bool>());
+  Process control({control_binary(), "--config", ap.cfg, "--redis", ap.redis.url(), "--listen",
+                   fmt::format("127.0.0.1:{}", ap.port)},
+                  ap.dir.file("control.out"), ap.dir.file("control.err"));
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (http(ap.port, "GET", "/healthz").status != 200) {
+    ASSERT_TRUE(control.running()) << read_file(ap.dir.file("control.err"));
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(ap.dir.file("control.err"));
+    std::this_thread::sleep_for(20ms);
+  }
+  EchoServer echo(ap.topo.ns('s'));
+  ASSERT_TRUE(echo.ok());
+
+  constexpr uint16_t kCharged = 40400, kLeft = 40401;
+  auto admit = [&](uint16_t sport) {
+    HttpResponse a = http(ap.port, "POST", "/v1/admit",
+                          R"({"tenant":"t-stream","tokens":10,"flow":)" + flow_json(sport) + "}");
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.header("dripgate-flow-tag"), "ok") << read_file(ap.dir.file("control.err"));
+    return a.body_json().value("request_id", std::string());
+  };
+  // Both tags are made before their admissions are answered: they run out by t0 + the lease.
+  const std::string rid = admit(kCharged);
+  admit(kLeft);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_FALSE(rid.empty());
+  json st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(st.at("flows").get<int>(), 2) << st.dump();
+  EXPECT_EQ(st.at("tenants").at("known").get<int>(), 1) << st.dump();
+
+  // Charged with a third of the lease left: the tag is given again for a whole lease from here.
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(kStreamLeaseS * 1000 * 2 / 3));
+  HttpResponse c = http(ap.port, "POST", "/v1/charge",
+                        R"({"tenant":"t-stream","request_id":")" + rid + R"(","tokens":5})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.body_json()["lease_s"], kStreamLeaseS) << c.body;
+  EXPECT_EQ(c.header("dripgate-flow-tag"), "ok") << read_file(ap.dir.file("control.err"));
+
+  // Past the first tags' expiry (by a tenth of the lease), well before the renewed one's.
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(kStreamLeaseS * 1100));
+  st = cc.call({{"op", "stats"}}).at("stats");
+  const uint64_t gold0 = class_tx(st, "gold"), default0 = class_tx(st, "default");
+  constexpr int kDatagrams = 20;
+  EXPECT_EQ(udp_exchange(ap.topo.ns('c'), kCharged, kDatagrams), kDatagrams);
+  st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(class_tx(st, "gold") - gold0, static_cast<uint64_t>(kDatagrams)) << st.dump();
+  const uint64_t default1 = class_tx(st, "default");
+  EXPECT_EQ(udp_exchange(ap.topo.ns('c'), kLeft, kDatagrams), kDatagrams);
+  st = cc.call({{"op", "stats"}}).at("stats");
+  EXPECT_EQ(class_tx(st, "gold") - gold0, static_cast<uint64_t>(kDatagrams)) << st.dump();
+  EXPECT_GE(class_tx(st, "default") - default1, static_cast<uint64_t>(kDatagrams)) << st.dump();
+  EXPECT_GE(default1, default0);
+  EXPECT_EQ(control.terminate(10s), 0) << read_file(ap.dir.file("control.err"));
+  EXPECT_EQ(dp.terminate(30s), 0) << read_file(ap.dir.file("dp.err"));
 }
 
 }  // namespace
