@@ -44,6 +44,13 @@ class DataplaneClientTest : public ::testing::Test {
     event_base_free(base_);
     std::filesystem::remove_all(dir_);
   }
+  // Runs the loop until `results` holds n answers (or `limit` passes).
+  void run_until(const std::vector<std::string>& results, size_t n,
+                 std::chrono::seconds limit = std::chrono::seconds(3)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (results.size() < n && std::chrono::steady_clock::now() < deadline)
+      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  }
   // Runs the loop until the call completes (or 3 s pass) and returns its result.
   template <typename Call>
   std::string complete(Call call) {
@@ -122,9 +129,7 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerClass) {
   c.tag(a, "gold", 120, "", record);
   c.tag(b, "gold", 120, "", record);
   c.tag(d, "silver", 120, "", record);
-  auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
-    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  run_until(results, 3);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok"}));
   auto lines = peer.lines();
   ASSERT_EQ(lines.size(), 2u);
@@ -152,9 +157,7 @@ TEST_F(DataplaneClientTest, TagsOfOnePassLeaveAsOneLinePerTenant) {
   c.tag(b, "gold", 120, "globex", record);
   c.tag(d, "gold", 120, "acme", record);
   c.tag(e, "gold", 120, "", record);
-  auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (results.size() < 4 && std::chrono::steady_clock::now() < deadline)
-    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  run_until(results, 4);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok", "ok"}));
   auto lines = peer.lines();
   ASSERT_EQ(lines.size(), 3u);
@@ -186,9 +189,7 @@ TEST_F(DataplaneClientTest, LinesBeyondWhatTheSocketHoldsArriveWholeAndInOrder) 
     f.sport = static_cast<uint16_t>(i % 60000);
     c.tag(f, "gold", 120, "", record);
   }
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (results.size() < kFlows && std::chrono::steady_clock::now() < deadline)
-    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  run_until(results, kFlows, 10s);
   ASSERT_EQ(results.size(), static_cast<size_t>(kFlows));
   EXPECT_EQ(std::count(results.begin(), results.end(), "ok"), kFlows);
   const auto lines = peer.lines();
@@ -207,22 +208,17 @@ TEST_F(DataplaneClientTest, ALaterSmallerBatchSendsOnlyItsOwnFlows) {
   DataplaneClient c(base_, path_, &metrics_, kAnswerMs);
   std::vector<std::string> results;
   auto record = [&](const std::string& r) { results.push_back(r); };
-  auto run_until = [&](size_t n) {
-    auto deadline = std::chrono::steady_clock::now() + 3s;
-    while (results.size() < n && std::chrono::steady_clock::now() < deadline)
-      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
-  };
   for (int i = 0; i < 3; ++i) {
     Flow f = flow();
     f.sport = static_cast<uint16_t>(2000 + i);
     f.src = "2001:db8:aaaa:bbbb:cccc:dddd:eeee:" + std::to_string(i);  // past the short-string size
     c.tag(f, "gold", 120, "", record);
   }
-  run_until(3);
+  run_until(results, 3);
   Flow last = flow();
   last.sport = 3000;
   c.tag(last, "gold", 120, "", record);
-  run_until(4);
+  run_until(results, 4);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok", "ok"}));
   auto lines = peer.lines();
   ASSERT_EQ(lines.size(), 2u);
@@ -244,9 +240,7 @@ TEST_F(DataplaneClientTest, AnUntagLeavesAfterTheTagsOfItsPass) {
   c.tag(a, "gold", 120, "", record);
   c.tag(b, "gold", 120, "", record);
   c.untag(a, record);
-  auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (results.size() < 3 && std::chrono::steady_clock::now() < deadline)
-    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  run_until(results, 3);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok"}));
   const auto lines = peer.lines();
   ASSERT_EQ(lines.size(), 2u);
@@ -266,9 +260,7 @@ TEST_F(DataplaneClientTest, APartRefusedBatchFailsOnlyTheFlowsNotTagged) {
     f.sport = static_cast<uint16_t>(2000 + i);
     c.tag(f, "gold", 120, "", [&](const std::string& r) { results.push_back(r); });
   }
-  auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (results.size() < 4 && std::chrono::steady_clock::now() < deadline)
-    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK), std::this_thread::sleep_for(1ms);
+  run_until(results, 4);
   EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "error", "error"}));
   EXPECT_EQ(metrics_.dataplane_tags().value({"ok"}), 2u);
   EXPECT_EQ(metrics_.dataplane_tags().value({"error"}), 2u);

@@ -183,6 +183,20 @@ class HttpTest : public ::testing::Test {
     return http(daemon_->port(), "POST", "/v1/admit", body, extra);
   }
   std::string metrics() { return http(daemon_->port(), "GET", "/metrics").body; }
+  // Releases a request whose untag is the peer's line n: that line's flow (null when the release
+  // failed or sent no untag).
+  json release(dripgate::testing::LinePeer& peer, const std::string& tenant,
+               const std::string& request_id, size_t n) {
+    auto rel = http(daemon_->port(), "POST", "/v1/release",
+                    json({{"tenant", tenant}, {"request_id", request_id}}).dump());
+    EXPECT_EQ(rel.status, 200) << rel.body;
+    const auto lines = peer.wait_lines(n);
+    if (lines.size() != n || lines[n - 1].value("op", "") != "untag") {
+      ADD_FAILURE() << "no untag as line " << n;
+      return nullptr;
+    }
+    return lines[n - 1]["flow"];
+  }
 
   RedisServer redis_;
   TempDir dir_;
@@ -603,12 +617,7 @@ TEST_F(HttpTest, AStreamChargeRenewsItsFlowsTag) {
   ASSERT_EQ(cb.status, 200) << cb.body;
   EXPECT_EQ(cb.header("dripgate-flow-tag"), "<absent>");
   // Released: the flow is forgotten, its untag sent, and a later charge renews nothing.
-  auto rel = http(daemon_->port(), "POST", "/v1/release",
-                  R"({"tenant":"t-stream","request_id":")" + rid + "\"}");
-  ASSERT_EQ(rel.status, 200) << rel.body;
-  lines = peer.wait_lines(4);
-  ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[3]["op"], "untag");
+  EXPECT_EQ(release(peer, "t-stream", rid, 4), flow);
   auto late = charge(rid);
   EXPECT_EQ(late.header("dripgate-flow-tag"), "<absent>") << late.status << " " << late.body;
   std::this_thread::sleep_for(100ms);
@@ -631,14 +640,7 @@ TEST_F(HttpTest, AdmittedFlowIsTaggedAndReleaseUntagsIt) {
   EXPECT_EQ(lines[0]["flow"], flow);
   EXPECT_GT(lines[0]["ttl_s"].get<int>(), 0);
 
-  std::string rid = a.body_json()["request_id"];
-  auto rel = http(daemon_->port(), "POST", "/v1/release",
-                  R"({"tenant":"t-small","request_id":")" + rid + "\"}");
-  ASSERT_EQ(rel.status, 200) << rel.body;
-  lines = peer.wait_lines(2);
-  ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[1]["op"], "untag");
-  EXPECT_EQ(lines[1]["flow"], flow);
+  EXPECT_EQ(release(peer, "t-small", a.body_json()["request_id"], 2), flow);
   EXPECT_NE(metrics().find("dripgate_dataplane_tag_total{result=\"ok\"} 1\n"), std::string::npos);
 
   // A refused admission tags nothing.
