@@ -123,7 +123,10 @@ void reload(const dg::Options& opt, dg::Reloader& reloader, dg::FlowTable& flows
 
 int run(const dg::Options& opt, const cfg::Dataplane& dp,
         std::unique_ptr<dg::Classifier> classifier, SignalFd& signals) {
-  // Destroyed after the EAL (declared before it): telemetry may read them until cleanup.
+  // Destroyed after the EAL (declared before it): telemetry may read them until cleanup. The
+  // tenant table interns the tags' tenants (the control socket) and names them for the stats
+  // (any thread: tenants.h).
+  dg::TenantTable tenants;
   std::unique_ptr<dg::Scheduler> sched;
   std::unique_ptr<dg::Stats> stats;
   dg::Eal eal(dg::eal_args(opt, dp, "dripgate-dataplane"));
@@ -133,6 +136,7 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   const auto n_rx = static_cast<uint16_t>(dp.rx_lcores.size());
   const uint16_t rx_queues = dp.rx_queues ? dp.rx_queues : n_rx;
   stats = std::make_unique<dg::Stats>(sched.get(), cause_names(), hz, rte_rdtsc(), n_rx);
+  stats->tenant_name = [&tenants](uint32_t id) { return std::string(tenants.name(id)); };
   dg::register_telemetry(stats.get());
 
   dg::FlowTableParams fp;
@@ -177,8 +181,6 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   dg::Reloader reloader(*sched, fastpath.drip_mailbox(), fastpath.rx_mailboxes(), dp,
                         std::move(classifier));
 
-  // The tenants of the tags, for the flows' ids; lives as long as the flow table.
-  dg::TenantTable tenants;
   const dg::ControlTargets targets{flows.get(), stats.get(), &fastpath.drip_mailbox(),
                                    sched.get(), &tsc_now,    &tenants};
   dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), {},
