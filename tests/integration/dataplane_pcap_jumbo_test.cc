@@ -175,8 +175,13 @@ TEST_P(DataplanePcapJumbo, JumboFramesPassBothWaysByteForByte) {
       << "  mtu: " << kMtu << "\n"
       << "  drip: { rate_pps: 20000, rate_bps: 0, batch: 1, max_catchup: 64 }\n"
       << "  classes:\n"
-      << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
-      << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000 }\n"
+      // One FIFO per class (fairness: none): each class's frames, of several flows, leave in
+      // the order they came, which the comparison below needs; a fair class orders them by
+      // source.
+      << "    gold:    { weight: 4, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000, fairness: none "
+         "}\n"
+      << "    default: { weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000, fairness: none "
+         "}\n"
       << "  classify:\n"
       << "    - { dscp: 46, class: gold }\n"
       << "  unknown_flows: default\n"
