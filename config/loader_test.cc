@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/test_class.h"
 
 namespace dripgate::config {
 namespace {
@@ -29,19 +30,6 @@ std::vector<std::string> errors_of(const std::string& yaml) {
   std::vector<std::string> out;
   for (const auto& e : r.errors) out.push_back(e.str());
   return out;
-}
-
-// A class with the fields a test names, the others at their defaults.
-Class C(const std::string& name, uint32_t weight, double pps, double bps, uint32_t depth,
-        uint32_t ttl_ms) {
-  Class c;
-  c.name = name;
-  c.weight = weight;
-  c.rate_pps = pps;
-  c.rate_bps = bps;
-  c.queue_depth = depth;
-  c.ttl_ms = ttl_ms;
-  return c;
 }
 
 // The single error a snippet must produce.
@@ -123,8 +111,8 @@ TEST(Examples, DefaultHasItsDocumentedValues) {
   EXPECT_EQ(dp.eal, (std::vector<std::string>{"-l", "0-1", "--no-huge", "--no-shconf", "-m", "512",
                                               "--no-pci", "--vdev=net_null0", "--vdev=net_null1"}));
   ASSERT_EQ(dp.classes.size(), 2u);
-  EXPECT_EQ(dp.classes[0], (C("gold", 4, 10000, 0, 4096, 3000)));
-  Class documented = C("default", 1, 2000, 0, 1024, 1000);
+  EXPECT_EQ(dp.classes[0], (test_class("gold", 4, 10000, 0, 4096, 3000)));
+  Class documented = test_class("default", 1, 2000, 0, 1024, 1000);
   documented.priority = 1;
   documented.tenant_depth = 256;
   documented.aqm = Aqm{5, 100, true};
@@ -1512,8 +1500,8 @@ dataplane:
   EXPECT_EQ(dp.mtu, 9000u);
   EXPECT_EQ(dp.drip, (Drip{12345.5, 1e9, 4, 16}));
   ASSERT_EQ(dp.classes.size(), 2u);
-  EXPECT_EQ(dp.classes[0], (C("gold", 5, 100, 2000000, 77, 250)));
-  EXPECT_EQ(dp.classes[1], (C("default", 2, 0, 0, 9, 9999)));
+  EXPECT_EQ(dp.classes[0], (test_class("gold", 5, 100, 2000000, 77, 250)));
+  EXPECT_EQ(dp.classes[1], (test_class("default", 2, 0, 0, 9, 9999)));
   ASSERT_EQ(dp.classify.size(), 2u);
   EXPECT_EQ(dp.classify[0].src, "10.1.0.0/16");
   EXPECT_EQ(dp.classify[0].dst, "fd00::/8");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/test_class.h"
 #include "dataplane/scheduler.h"
 
 namespace dripgate::dataplane::scheduler_test {
@@ -18,14 +19,8 @@ constexpr uint64_t kNever = UINT64_MAX;
 // need; the tests of sub-queues set fairness themselves.
 inline config::Class make_class(const std::string& name, uint32_t weight = 1, double pps = 0,
                                 double bps = 0, uint32_t depth = 1024, uint32_t ttl_ms = 0) {
-  config::Class c;
-  c.name = name;
+  config::Class c = config::test_class(name, weight, pps, bps, depth, ttl_ms);
   c.fairness = config::Fairness::kNone;
-  c.weight = weight;
-  c.rate_pps = pps;
-  c.rate_bps = bps;
-  c.queue_depth = depth;
-  c.ttl_ms = ttl_ms;
   return c;
 }
 
