@@ -4,8 +4,9 @@
 // every round listed below. Each row says where its figure comes from: the agents' own counts,
 // the receiver's socket (kernel receive stamps), the NIC ring modelled on those stamps, the
 // eBPF probe on the cluster's veth, or the gateway dataplane's counters. --claim BEFORE,AFTER
-// checks the lab's claim (lab_claim.h; every other column is a tc shaper AFTER is compared
-// with) and sets the exit code.
+// checks the lab's claim (lab_claim.h; the columns AFTER-alone and AFTER-fifo are the fairness
+// load's baselines, every other column is a tc shaper AFTER is compared with) and sets the exit
+// code.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -125,9 +126,13 @@ Getter iat_window(uint64_t width_ns) {
 
 std::vector<Row> tenant_rows(const std::vector<Phase>& phases) {
   std::vector<Row> rows;
+  // The tenants of the phase that ran the most (a baseline phase may run one of them alone,
+  // always the first: the same index in every phase).
   const json* first = nullptr;
   for (const Phase& p : phases)
-    if (p.agents.is_object()) first = &p.agents;
+    if (p.agents.is_object() &&
+        (first == nullptr || p.agents["tenants"].size() > first->at("tenants").size()))
+      first = &p.agents;
   if (first == nullptr) return rows;
   for (size_t i = 0; i < first->at("tenants").size(); ++i) {
     const json& t = first->at("tenants")[i];
@@ -138,7 +143,7 @@ std::vector<Row> tenant_rows(const std::vector<Phase>& phases) {
     rows.push_back({"  admitted / refused (gate)", [base, i](const std::vector<const Phase*>& r) {
                       std::set<std::string> gates;
                       for (const Phase* p : r)
-                        if (p->agents.is_object())
+                        if (p->agents.is_object() && i < p->agents["tenants"].size())
                           for (auto& [g, n] : p->agents["tenants"][i]["refused_by_gate"].items())
                             gates.insert(g);
                       std::string gs;
@@ -313,8 +318,23 @@ Getter over_tenants(const char* policy, const char* key, bool worst = false) {
   };
 }
 
-// One column's medians, as the claim takes them.
-ColumnFigures figures(const std::string& name, const std::vector<const Phase*>& r) {
+// A receiver.json per-tenant field of the tenant named `name` in agents.json; nullopt when the
+// phase has no such tenant.
+Getter of_tenant(const std::string& name, const char* key) {
+  return [name, key](const Phase& p) -> std::optional<double> {
+    if (!p.agents.is_object() || !p.receiver.is_object()) return std::nullopt;
+    const json& t = p.agents["tenants"];
+    const json& got = p.receiver["tenants"];
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t[i].value("name", "") == name) return i < got.size() ? got[i].value(key, 0.0) : 0.0;
+    return std::nullopt;
+  };
+}
+
+// One column's medians, as the claim takes them; `steady` names the fairness load's steady
+// tenant.
+ColumnFigures figures(const std::string& name, const std::vector<const Phase*>& r,
+                      const std::string& steady) {
   return {name,
           median(r, field("receiver", "/ring_dropped")),
           median(r, field("receiver", "/burst_factor")),
@@ -322,17 +342,28 @@ ColumnFigures figures(const std::string& name, const std::vector<const Phase*>& 
           median(r, field("receiver", "/peak_100us")),
           median(r, over_tenants("ignores 429", "delivered")),
           median(r, over_tenants("obeys 429", "delivered")),
-          median(r, over_tenants("obeys 429", "delay_p99_ns", true))};
+          median(r, over_tenants("obeys 429", "delay_p99_ns", true)),
+          median(r, of_tenant(steady, "delivered")),
+          median(r, of_tenant(steady, "delay_p99_ns"))};
 }
 
-// The lab's claim (lab_claim.h): after against before, and against every other column.
+// The lab's claim (lab_claim.h): after against before, against the fairness load's baselines
+// (the columns named `after`-alone and `after`-fifo) and against every other column (tc).
 bool check_claim(const Groups& g, const std::string& before, const std::string& after,
-                 const ClaimBounds& bounds) {
+                 const ClaimBounds& bounds, const std::string& steady) {
   std::vector<ColumnFigures> tc;
-  for (const auto& [name, rounds] : g)
-    if (name != before && name != after) tc.push_back(figures(name, rounds));
-  const Claim c = judge_claim(figures(before, rounds_of(g, before)),
-                              figures(after, rounds_of(g, after)), tc, bounds);
+  FairnessBaselines fair;
+  for (const auto& [name, rounds] : g) {
+    if (name == before || name == after) continue;
+    if (name == after + "-alone")
+      fair.alone = figures(name, rounds, steady);
+    else if (name == after + "-fifo")
+      fair.fifo = figures(name, rounds, steady);
+    else
+      tc.push_back(figures(name, rounds, steady));
+  }
+  const Claim c = judge_claim(figures(before, rounds_of(g, before), steady),
+                              figures(after, rounds_of(g, after), steady), tc, bounds, fair);
   std::cout << "\n" << format_claim(c);
   return c.holds;
 }
@@ -384,7 +415,7 @@ void write_svg_pair(const std::string& out, const std::vector<std::string>& name
 int run(int argc, char** argv) {
   CLI::App app{"dripgate-lab-report: the lab's phases side by side"};
   std::vector<std::string> phase_args;
-  std::string claim, target, svg_pair, load_name = "bursts";
+  std::string claim, target, svg_pair, load_name = "bursts", steady = "ws-steady";
   ClaimBounds bounds;
   app.add_option("--phase", phase_args, "NAME=DIR, once per phase and round (in column order)")
       ->required();
@@ -393,15 +424,21 @@ int run(int argc, char** argv) {
       "BEFORE,AFTER: exit 1 unless AFTER has fewer NIC ring drops and a lower burst "
       "factor than BEFORE and, against the best of the other columns (tc shapers), "
       "fewer runaway requests delivered, no more ring drops and either a p99 jitter "
-      "1.2x lower (--load bursts, highrate) or more of the obeying tenants' requests delivered "
-      "with a p99 delay 2x lower (--load overload)");
+      "1.2x lower (--load bursts), the most packets in any 100 us 2x fewer (--load highrate) "
+      "or more of the obeying tenants' requests delivered with a p99 delay 2x lower (--load "
+      "overload); under --load fairness, the steady tenant as if alone through AFTER (against "
+      "the column AFTER-alone) and a p99 delay 2x higher through AFTER-fifo (fairness: none); "
+      "those two columns are not tc shapers");
   app.add_option("--jitter-factor", bounds.jitter_factor,
                  "under --load bursts, how many times lower the p99 jitter is claimed")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--load", load_name,
                  "the offered load the phases ran: which rows the claim stands on")
-      ->check(CLI::IsMember({"bursts", "overload", "highrate"}))
+      ->check(CLI::IsMember({"bursts", "overload", "highrate", "fairness"}))
+      ->capture_default_str();
+  app.add_option("--steady-tenant", steady,
+                 "under --load fairness, the tenant whose figures the claim compares")
       ->capture_default_str();
   app.add_option("--target", target, "BEFORE,NAME: say whether NAME meets the benchmark target");
   app.add_option("--svg-pair", svg_pair,
@@ -441,9 +478,10 @@ int run(int argc, char** argv) {
     auto [a, b] = split(claim);
     const Load load = load_name == "overload"   ? Load::kOverload
                       : load_name == "highrate" ? Load::kHighRate
+                      : load_name == "fairness" ? Load::kFairness
                                                 : Load::kBursts;
     bounds.load = load;
-    return check_claim(groups, a, b, bounds) ? 0 : 1;
+    return check_claim(groups, a, b, bounds, steady) ? 0 : 1;
   }
   return 0;
 }

@@ -40,11 +40,15 @@ std::string times_lower(std::optional<double> after, std::optional<double> base)
 ClaimRow::State verdict(bool ok) {
   return ok ? ClaimRow::State::kHolds : ClaimRow::State::kFails;
 }
+ClaimRow::State claimed_if(bool claimed, bool ok) {
+  return claimed ? verdict(ok) : ClaimRow::State::kNotClaimed;
+}
 
 }  // namespace
 
 Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
-                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds) {
+                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds,
+                  const FairnessBaselines& fair) {
   Claim c;
   const auto& a = after;
   const auto& b = before;
@@ -55,9 +59,6 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
                     fmt::format("vs {}: burst factor {} vs {}", b.name, ratio(a.burst_factor),
                                 ratio(b.burst_factor))});
   if (!tc.empty()) {
-    const auto claimed_if = [](bool claimed, bool ok) {
-      return claimed ? verdict(ok) : ClaimRow::State::kNotClaimed;
-    };
     // "vs the best tc (NAME): LABEL A vs B, Nx lower": claimed (when `claimed`) at `factor`.
     const auto lower_by = [&](std::optional<double> ColumnFigures::*field, const char* label,
                               std::string (*show)(std::optional<double>), bool claimed,
@@ -103,6 +104,48 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
     c.rows.push_back({ClaimRow::State::kNotClaimed,
                       fmt::format("vs the best tc ({}): burst factor {} vs {}", f ? f->name : "-",
                                   ratio(a.burst_factor), f ? ratio(f->burst_factor) : "-")});
+  }
+  if (bounds.load == Load::kFairness || fair.alone || fair.fifo) {
+    const bool claimed = bounds.load == Load::kFairness;
+    const auto at = [](const std::optional<ColumnFigures>& col,
+                       std::optional<double> ColumnFigures::*field) -> std::optional<double> {
+      if (!col) return std::nullopt;
+      return (*col).*field;
+    };
+    const std::string alone = fair.alone ? fair.alone->name : "not run";
+    const std::string fifo = fair.fifo ? fair.fifo->name : "not run";
+    const auto ad = at(fair.alone, &ColumnFigures::steady_delivered);
+    const auto al = at(fair.alone, &ColumnFigures::steady_delay_p99_ns);
+    const auto fd = at(fair.fifo, &ColumnFigures::steady_delivered);
+    const auto fl = at(fair.fifo, &ColumnFigures::steady_delay_p99_ns);
+    const auto& d = a.steady_delivered;
+    const auto& l = a.steady_delay_p99_ns;
+    const auto share = [](std::optional<double> x, std::optional<double> of) {
+      return x && of && *of > 0 ? fmt::format(", {:.1f}%", 100 * *x / *of) : std::string();
+    };
+    const auto suffix = [claimed](std::string bound) {
+      return claimed ? fmt::format(" (claimed at {})", bound) : std::string();
+    };
+    c.rows.push_back(
+        {claimed_if(claimed, d && ad && *ad > 0 && *d >= bounds.alone_share * *ad),
+         fmt::format("vs the steady tenant alone ({}): steady tenant delivered {} vs {}{}{}", alone,
+                     count(d), count(ad), share(d, ad),
+                     suffix(fmt::format("{:.0f}% or more", 100 * bounds.alone_share)))});
+    c.rows.push_back(
+        {claimed_if(claimed,
+                    l && al && *l <= bounds.alone_delay_factor * *al + bounds.alone_slack_ns),
+         fmt::format("vs the steady tenant alone ({}): its p99 delay {} vs {}{}", alone, micros(l),
+                     micros(al),
+                     suffix(fmt::format("{:.2g}x + {} or less", bounds.alone_delay_factor,
+                                        micros(bounds.alone_slack_ns))))});
+    c.rows.push_back(
+        {claimed_if(claimed, l && fl && *l > 0 && *fl >= bounds.fifo_delay_factor * *l),
+         fmt::format("vs fairness: none ({}): its p99 delay {} vs {}, {}{}", fifo, micros(l),
+                     micros(fl), times_lower(l, fl),
+                     suffix(fmt::format("{:.2g}x lower or more", bounds.fifo_delay_factor)))});
+    c.rows.push_back({ClaimRow::State::kNotClaimed,
+                      fmt::format("vs fairness: none ({}): steady tenant delivered {} vs {}", fifo,
+                                  count(d), count(fd))});
   }
   c.holds = std::none_of(c.rows.begin(), c.rows.end(),
                          [](const ClaimRow& r) { return r.state == ClaimRow::State::kFails; });

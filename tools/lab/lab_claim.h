@@ -18,6 +18,8 @@ struct ColumnFigures {
   std::optional<double> runaway_delivered;     // what the tenants that ignore 429 got delivered
   std::optional<double> obeying_delivered;     // what the tenants that obey 429 got delivered
   std::optional<double> obeying_delay_p99_ns;  // the worst of their p99 send -> receive delays
+  std::optional<double> steady_delivered;      // the fairness load's steady tenant: delivered
+  std::optional<double> steady_delay_p99_ns;   // and its p99 send -> receive delay
 };
 
 // The offered load decides which rows against tc the claim stands on; the others are reported.
@@ -33,6 +35,10 @@ enum class Load {
   // shaper's timer and softirq batching send them in clumps (the most in any 100 us). The
   // p99 jitter there is as much the machine's preemptions as the shaper's: reported.
   kHighRate,
+  // A runaway tenant's admitted burst shares a class with a steady tenant: what differs is
+  // whether the steady tenant fares as if alone (fairness: tenant) or waits behind the burst
+  // (fairness: none). Claimed against dripgate's own baselines (FairnessBaselines), not tc.
+  kFairness,
 };
 
 struct ClaimBounds {
@@ -47,7 +53,24 @@ struct ClaimBounds {
   // At high rate the most arrivals in any 100 us is claimed at this many times fewer: a
   // clump is the shaper's batching, which noise does not halve.
   double peak_factor = 2.0;
+  // Under fairness, the steady tenant's figures through AFTER against the same tenant alone:
+  // at least this share of its requests delivered ...
+  double alone_share = 0.95;
+  // ... and a p99 delay of at most alone_delay_factor x alone's plus alone_slack_ns. The slack
+  // is one DRR turn of the other tenant: a steady request that finds the runaway's turn under
+  // way waits for its quantum, 1536 B of 106 B frames (15 frames, 8.3 ms at 1,800/s).
+  double alone_delay_factor = 2.0;
+  double alone_slack_ns = 10e6;
+  // And with fairness: none (FairnessBaselines::fifo) its p99 delay is claimed at least this
+  // many times AFTER's: behind the burst it waits the class's queue (up to 1024 frames).
+  double fifo_delay_factor = 2.0;
   Load load = Load::kBursts;
+};
+
+// The fairness load's own columns: the steady tenant alone through dripgate, and the same
+// dataplane with the shared class at fairness: none. Missing under kFairness: its rows fail.
+struct FairnessBaselines {
+  std::optional<ColumnFigures> alone, fifo;
 };
 
 struct ClaimRow {
@@ -71,9 +94,16 @@ struct Claim {
 //     under Load::kOverload: more of the obeying tenants' requests delivered, and their p99
 //     delay at least bounds.delay_factor times lower;
 //   reported, not claimed: the burst factor and the rows the other load claims.
+// Against the fairness baselines (given, or the load is Load::kFairness), the steady tenant:
+//   claimed under Load::kFairness: through AFTER at least bounds.alone_share of what it got
+//     delivered alone, with a p99 delay of at most bounds.alone_delay_factor x alone's plus
+//     bounds.alone_slack_ns; through the FIFO column a p99 delay at least
+//     bounds.fifo_delay_factor x AFTER's;
+//   reported, not claimed: what it got delivered through the FIFO column.
 // The claim holds when every claimed row holds; a missing figure fails its row.
 Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
-                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds = {});
+                  const std::vector<ColumnFigures>& tc, const ClaimBounds& bounds = {},
+                  const FairnessBaselines& fair = {});
 
 // The verdict line and one line per row, as dripgate-lab-report prints them.
 std::string format_claim(const Claim& c);

@@ -9,16 +9,16 @@ namespace {
 // drip at the rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter;
 // every shaper delivers what the obeying tenants send.
 ColumnFigures direct() {
-  return {"direct", 4450, 51.0, 552'800, 40, 835, 1400, 3e6};
+  return {"direct", 4450, 51.0, 552'800, 40, 835, 1400, 3e6, 400, 60e3};
 }
 ColumnFigures tbf() {
-  return {"tbf", 0, 1.00, 33'100, 2, 2560, 2400, 180e6};
+  return {"tbf", 0, 1.00, 33'100, 2, 2560, 2400, 180e6, 1600, 150e6};
 }
 ColumnFigures htb() {
-  return {"htb", 0, 1.01, 39'400, 3, 2560, 2400, 190e6};
+  return {"htb", 0, 1.01, 39'400, 3, 2560, 2400, 190e6, 1600, 160e6};
 }
 ColumnFigures dripgate() {
-  return {"dripgate", 0, 1.06, 11'800, 2, 1234, 2400, 150e6};
+  return {"dripgate", 0, 1.06, 11'800, 2, 1234, 2400, 150e6, 1600, 120e6};
 }
 
 // Under overload: the tc queue stays full, so the obeying tenants lose about half their
@@ -114,7 +114,7 @@ TEST(LabClaim, FailsWhenJitterIsNotLowerByTheFactor) {
 
 TEST(LabClaim, TheBestTcIsTheBaselineNotTheWorst) {
   // A tc column with less jitter than dripgate.
-  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2, 2560, 2400, 180e6};
+  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2, 2560, 2400, 180e6, 1600, 150e6};
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), fq});
   EXPECT_FALSE(c.holds);
   EXPECT_EQ(state_of(c, "vs the best tc (fq): p99 jitter"), ClaimRow::State::kFails);
@@ -173,6 +173,118 @@ TEST(LabClaim, AtHighRateThePeakPer100usIsClaimedNotTheJitter) {
   EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kNotClaimed);
   d.peak_100us = 30;  // fewer, but not 2x
   EXPECT_FALSE(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}).holds);
+}
+
+// Under the fairness load no tenant ignores 429 (the runaway's plan admits its burst): the
+// steady tenant's figures are what differ. Alone it waits about a millisecond; with the burst
+// in a tenant-fair class up to one DRR turn of the runaway (~8 ms); in a FIFO class the queue.
+ColumnFigures fairness_load(ColumnFigures c, std::string name, double delivered, double delay_ns) {
+  c.name = std::move(name);
+  c.runaway_delivered.reset();
+  c.steady_delivered = delivered;
+  c.steady_delay_p99_ns = delay_ns;
+  return c;
+}
+constexpr ClaimBounds kFairness{.load = Load::kFairness};
+FairnessBaselines baselines(double fifo_delivered = 1380, double fifo_delay_ns = 540e6) {
+  return {fairness_load(dripgate(), "dripgate-alone", 1600, 1.5e6),
+          fairness_load(dripgate(), "dripgate-fifo", fifo_delivered, fifo_delay_ns)};
+}
+
+TEST(LabClaim, UnderFairnessTheSteadyTenantIsClaimedAsIfAloneAndNotWithoutFairness) {
+  const ColumnFigures t = fairness_load(tbf(), "tbf", 1290, 560e6);
+  const ColumnFigures d = fairness_load(dripgate(), "dripgate", 1600, 8.9e6);
+  const Claim c = judge_claim(direct(), d, {t}, kFairness, baselines());
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  EXPECT_EQ(state_of(c,
+                     "vs the steady tenant alone (dripgate-alone): steady tenant delivered 1600 vs "
+                     "1600, 100.0% (claimed at 95% or more)"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c,
+                     "vs the steady tenant alone (dripgate-alone): its p99 delay 8.9 ms vs 1.5 ms "
+                     "(claimed at 2x + 10.0 ms or less)"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c,
+                     "vs fairness: none (dripgate-fifo): its p99 delay 8.9 ms vs 540.0 ms, 60.67x "
+                     "lower (claimed at 2x lower or more)"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c, "vs fairness: none (dripgate-fifo): steady tenant delivered 1600 vs 1380"),
+            ClaimRow::State::kNotClaimed);
+  // The other loads' rows are reported, not claimed; nobody ignores 429.
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kNotClaimed);
+  EXPECT_EQ(state_of(c, "vs the best tc (tbf): their p99 delay"), ClaimRow::State::kNotClaimed);
+  EXPECT_EQ(state_of(c, "runaway tenant: none in this load"), ClaimRow::State::kNotClaimed);
+  // The direct rows still count: the fairness rows do not replace them.
+  ColumnFigures bursty = d;
+  bursty.burst_factor = 60;
+  EXPECT_FALSE(judge_claim(direct(), bursty, {t}, kFairness, baselines()).holds);
+}
+
+TEST(LabClaim, UnderFairnessFailsWhenTheSteadyTenantFaresWorseThanAlone) {
+  ColumnFigures d = fairness_load(dripgate(), "dripgate", 1510, 8.9e6);  // 94.4% of alone
+  Claim c = judge_claim(direct(), d, {}, kFairness, baselines());
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the steady tenant alone (dripgate-alone): steady tenant delivered"),
+            ClaimRow::State::kFails);
+  d.steady_delivered = 1520;  // 95%
+  EXPECT_TRUE(judge_claim(direct(), d, {}, kFairness, baselines()).holds);
+  d.steady_delay_p99_ns = 13.1e6;  // above 2 x 1.5 ms + 10 ms
+  c = judge_claim(direct(), d, {}, kFairness, baselines());
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the steady tenant alone (dripgate-alone): its p99 delay"),
+            ClaimRow::State::kFails);
+  d.steady_delay_p99_ns = 12.9e6;
+  EXPECT_TRUE(judge_claim(direct(), d, {}, kFairness, baselines()).holds);
+  // A tighter slack rejects the same figures.
+  ClaimBounds tight = kFairness;
+  tight.alone_slack_ns = 5e6;
+  EXPECT_FALSE(judge_claim(direct(), d, {}, tight, baselines()).holds);
+}
+
+TEST(LabClaim, UnderFairnessFailsWhenFifoDoesNoWorse) {
+  const ColumnFigures d = fairness_load(dripgate(), "dripgate", 1600, 8.9e6);
+  // Without fairness the steady tenant waited 1.5x as long, not 2x: nothing shown.
+  const Claim c = judge_claim(direct(), d, {}, kFairness, baselines(1600, 13.4e6));
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c,
+                     "vs fairness: none (dripgate-fifo): its p99 delay 8.9 ms vs 13.4 ms, "
+                     "1.51x lower"),
+            ClaimRow::State::kFails);
+  EXPECT_TRUE(judge_claim(direct(), d, {}, kFairness, baselines(1600, 17.8e6)).holds);
+}
+
+TEST(LabClaim, UnderFairnessAMissingBaselineOrFigureFailsItsRow) {
+  const ColumnFigures d = fairness_load(dripgate(), "dripgate", 1600, 8.9e6);
+  FairnessBaselines b = baselines();
+  b.alone.reset();
+  Claim c = judge_claim(direct(), d, {}, kFairness, b);
+  EXPECT_FALSE(c.holds);
+  EXPECT_EQ(state_of(c, "vs the steady tenant alone (not run): steady tenant delivered 1600 vs -"),
+            ClaimRow::State::kFails);
+  b = baselines();
+  b.fifo.reset();
+  EXPECT_FALSE(judge_claim(direct(), d, {}, kFairness, b).holds);
+  ColumnFigures no_steady = d;  // the tenant named as steady did not run
+  no_steady.steady_delivered.reset();
+  no_steady.steady_delay_p99_ns.reset();
+  EXPECT_FALSE(judge_claim(direct(), no_steady, {}, kFairness, baselines()).holds);
+  // Nothing delivered: a p99 delay of 0 is no figure to be 2x lower than.
+  ColumnFigures none = d;
+  none.steady_delay_p99_ns = 0;
+  c = judge_claim(direct(), none, {}, kFairness, baselines());
+  EXPECT_EQ(state_of(c, "vs fairness: none (dripgate-fifo): its p99 delay"),
+            ClaimRow::State::kFails);
+}
+
+TEST(LabClaim, OtherLoadsReportTheFairnessRowsOnlyWhenTheBaselinesRan) {
+  EXPECT_EQ(judge_claim(direct(), dripgate(), {tbf()}).rows.size(), 9u);
+  // Baselines that would fail the fairness claim: reported, not claimed, under bursts.
+  const Claim c = judge_claim(direct(), dripgate(), {tbf()}, {}, baselines(1600, 1e6));
+  EXPECT_TRUE(c.holds) << format_claim(c);
+  EXPECT_EQ(c.rows.size(), 13u);
+  EXPECT_EQ(state_of(c, "vs fairness: none (dripgate-fifo): its p99 delay 120.0 ms vs 1.0 ms"),
+            ClaimRow::State::kNotClaimed);
+  EXPECT_EQ(format_claim(c).find("(claimed at 95%"), std::string::npos) << format_claim(c);
 }
 
 }  // namespace
