@@ -6,7 +6,9 @@
 #                                 cluster NIC (modelled) that drops what comes too fast; the same
 #                                 load unshaped, through tc tbf and htb, and through dripgate,
 #                                 side by side, and the claim against direct and the best tc
-#                                 column; the bursts load, the overload, the high rate. Needs root.
+#                                 column; the bursts load, the overload, the high rate, and a
+#                                 burst admitted into a steady tenant's class (fairness). Needs
+#                                 root.
 #                                 Extra arguments go to one lab.sh run instead.
 #   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
 #                                 port, dripgate-control on config/examples/walkthrough.yaml, and
@@ -35,12 +37,16 @@ if [[ "$mode" == lab ]]; then
   [[ $# -eq 0 ]] || exec bash tools/lab/lab.sh --build "$BUILD" --claim direct,dripgate "$@"
   # The bursts load in three rounds: the table and the claim take medians (one round's jitter
   # p99 on a shared machine can be off by a factor of several). Then the overload and the high
-  # rate, once each: their claimed rows differ by factors no run-to-run noise reaches.
+  # rate, once each: their claimed rows differ by factors no run-to-run noise reaches. Then the
+  # fairness load, three cycles with one tc column (tbf and htb queue it alike, as one FIFO).
   bash tools/lab/lab.sh --build "$BUILD" --rounds 3 --claim direct,dripgate
   echo
   bash tools/lab/lab.sh --build "$BUILD" --load overload --claim direct,dripgate
   echo
-  exec bash tools/lab/lab.sh --build "$BUILD" --load highrate --cycles 4 --claim direct,dripgate
+  bash tools/lab/lab.sh --build "$BUILD" --load highrate --cycles 4 --claim direct,dripgate
+  echo
+  exec bash tools/lab/lab.sh --build "$BUILD" --load fairness --cycles 3 --claim direct,dripgate \
+    --shapers "direct tbf dripgate-alone dripgate-fifo dripgate"
 fi
 
 work=$(mktemp -d /tmp/dripgate-demo.XXXXXX)

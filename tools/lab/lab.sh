@@ -3,7 +3,7 @@
 # an inference cluster whose NIC ring drops what comes too fast. The same offered load runs
 # once per shaper and the phases are printed side by side.
 #
-#   tools/lab/lab.sh [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N]
+#   tools/lab/lab.sh [--build DIR] [--load bursts|overload|highrate|fairness] [--cycles N] [--rounds N]
 #                    [--shapers "direct tbf htb dripgate"] [--drip-pps N] [--out DIR]
 #                    [--claim BEFORE,AFTER] [--jitter-factor X] [--target BEFORE,NAME]
 #
@@ -13,7 +13,7 @@
 #
 # Everything in the gateway comes from config/examples/lab.yaml. Every cycle (1 s) each agent
 # asks for admission over the management link, then all agents send their requests as UDP
-# datagrams, each from its own socket, inside the same window; then silence. Two loads:
+# datagrams, each from its own socket, inside the same window; then silence. The loads:
 #   bursts    (default) the window is 10 ms and the mean offered rate (~900/s) stays below the
 #             cluster's: synchronized bursts that any shaper's queue absorbs, so the columns
 #             differ in how evenly packets leave;
@@ -25,7 +25,12 @@
 #   highrate  one admitted tenant's 8 agents send 12,500 requests each per cycle in 700 ms,
 #             ~140,000/s, and the drip (with the tc shapers, and the cluster's ring, rated in
 #             the same proportion) runs at 100,000/s unless --drip-pps says otherwise: where a
-#             kernel shaper's timer and softirq batching show in the jitter and the peaks.
+#             kernel shaper's timer and softirq batching show in the jitter and the peaks;
+#   fairness  a big tenant (ws-surge, 16 agents) whose plan admits its whole burst, 2,000
+#             requests in 500 ms (4,000/s), shares class gold with ws-steady (8 agents, 200
+#             requests in the same 500 ms, 400/s): admitted traffic, so no 429 and no class
+#             keeps them apart; only the class's fairness does. Its own columns (below):
+#             dripgate-alone and dripgate-fifo.
 # dripgate-receiver
 # models the cluster's NIC ring on the kernel's receive stamps and dripgate-iat's eBPF probe
 # profiles cluster0. Shapers (one phase each, in this order, every round):
@@ -34,12 +39,18 @@
 #                as agents0's root qdisc: what a gateway without dripgate would use. fq is
 #                replaced by htb, and the run says so, on a kernel without sch_fq; where it
 #                runs, its maxrate caps each flow (each agent's socket), not the aggregate;
-#   dripgate     admission + drip exactly as lab.yaml says.
+#   dripgate     admission + drip exactly as lab.yaml says;
+#   dripgate-fifo   the same with class gold at `fairness: none` (one FIFO; a config written
+#                   into --out);
+#   dripgate-alone  dripgate with only the first tenant's agents (ws-steady): "as if alone".
+# --load fairness runs "direct tbf htb dripgate-alone dripgate-fifo dripgate" unless --shapers
+# says otherwise.
 # --drip-pps N drips (and sets the tc shapers) at N packets/s instead of lab.yaml's rate: at
 # 2000 the drip runs at the cluster's own rate, with no margin below it.
 # Results (JSON, dripgate-iat charts) go to --out (default /tmp/dripgate-lab.<time>); the
 # table is printed. Exit 1 when --claim fails (dripgate-lab-report: every column other than
-# the two named is a tc shaper the claim compares with), 2 when not root or no namespaces.
+# the two named and dripgate-alone, dripgate-fifo is a tc shaper the claim compares with), 2
+# when not root or no namespaces.
 # Removes every namespace, link and process it created, also on failure and Ctrl-C.
 set -euo pipefail
 
@@ -51,14 +62,14 @@ bench_defaults
 here="$root/tools/lab"
 cycles=8
 rounds=1
-shapers="direct tbf htb dripgate"
+shapers=""
 drip_override=""
 out=""
 claim=""
 target=""
 jitter_factor=""
 load=bursts
-usage="usage: $0 [--build DIR] [--load bursts|overload|highrate] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate\"] [--drip-pps N] [--out DIR] [--claim A,B] [--jitter-factor X] [--target A,B]"
+usage="usage: $0 [--build DIR] [--load bursts|overload|highrate|fairness] [--cycles N] [--rounds N] [--shapers \"direct tbf htb fq dripgate dripgate-fifo dripgate-alone\"] [--drip-pps N] [--out DIR] [--claim A,B] [--jitter-factor X] [--target A,B]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --rounds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
@@ -85,8 +96,17 @@ case "$load" in
   overload) tenants=(ws-steady:8:25:obey ws-bursty:16:25:obey ws-runaway:32:100:ignore) window=700ms ;;
   highrate) tenants=(ws-steady:8:12500:obey) window=700ms
     [[ -n "$drip_override" ]] || drip_override=100000 ;;
+  fairness) tenants=(ws-steady:8:25:obey ws-surge:16:125:obey) window=500ms
+    [[ -n "$shapers" ]] || shapers="direct tbf htb dripgate-alone dripgate-fifo dripgate" ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
+shapers=${shapers:-direct tbf htb dripgate}
+for s in $shapers; do
+  case "$s" in
+    direct | tbf* | htb | fq | dripgate | dripgate-fifo | dripgate-alone) ;;
+    *) echo "lab: unknown shaper '$s'" >&2; echo "$usage" >&2; exit 2 ;;
+  esac
+done
 payload=64
 frame=$((14 + 20 + 8 + payload))
 drip_pps=$(sed -n 's/^ *drip: *{ *rate_pps: *\([0-9.]*\).*/\1/p' "$config")
@@ -118,6 +138,13 @@ flock -n 9 || { echo "lab: another lab is running (lock $lock)" >&2; exit 1; }
 
 out=${out:-/tmp/dripgate-lab.$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
+# dripgate-fifo's config: lab.yaml with class gold's fairness: none.
+fifo_config="$out/lab-fifo.yaml"
+if [[ " $shapers " == *" dripgate-fifo "* ]]; then
+  sed 's/^\( *gold: *{.*\)fairness: tenant/\1fairness: none/' "$config" >"$fifo_config"
+  grep -q '^ *gold: *{.*fairness: none' "$fifo_config" ||
+    { echo "lab: no 'fairness: tenant' on class gold in $config" >&2; exit 1; }
+fi
 pids=()  # the current phase's processes, stopped in reverse order
 
 stop_phase() {
@@ -204,15 +231,17 @@ wait_socket() {
   return 1
 }
 
-# start_gateway SHAPER DIR: redis-server, dripgate-dataplane, dripgate-control from lab.yaml.
-# Anything but dripgate runs the same dataplane with the port and every class unlimited.
+# start_gateway SHAPER DIR: redis-server, dripgate-dataplane, dripgate-control from lab.yaml
+# (dripgate-fifo: from $fifo_config). Anything but dripgate* runs the same dataplane with the
+# port and every class unlimited.
 start_gateway() {
-  local shaper=$1 dir=$2 c
+  local shaper=$1 dir=$2 c conf=$config
+  [[ "$shaper" != dripgate-fifo ]] || conf=$fifo_config
   ip netns exec "$ns_g" redis-server --port 6379 --bind 127.0.0.1 --save "" --appendonly no \
       --dir "$dir" --logfile "$dir/redis.log" &
   pids+=($!)
   local unshaped=()
-  if [[ "$shaper" != dripgate ]]; then
+  if [[ "$shaper" != dripgate* ]]; then
     unshaped=(--rate-pps 0 --rate-bps 0)
   elif [[ -n "$drip_override" ]]; then
     unshaped=(--rate-pps "$drip_pps")
@@ -223,12 +252,12 @@ start_gateway() {
   # runs at nice -20, in a session of its own whose autogroup is at -20 too (with autogroups,
   # nice only ranks a process inside its session).
   ip netns exec "$ns_g" setsid bash -c 'echo -20 >/proc/self/autogroup 2>/dev/null; exec "$@"' \
-      - nice -n -20 "$build/dataplane/dripgate-dataplane" --config "$config" "${unshaped[@]}" \
+      - nice -n -20 "$build/dataplane/dripgate-dataplane" --config "$conf" "${unshaped[@]}" \
       --drain-ms 0 --stats-file "$dir/dataplane.json" >"$dir/dataplane.out" \
       2>"$dir/dataplane.err" &
   pids+=($!)
   wait_socket "$!" || { tail -n 20 "$dir/dataplane.err" >&2; echo "lab: dripgate-dataplane did not start" >&2; return 1; }
-  if [[ "$shaper" != dripgate ]]; then
+  if [[ "$shaper" != dripgate* ]]; then
     for c in $(dp_control "$sock" '{"op":"stats"}' |
                python3 -c 'import json, sys; print(*json.load(sys.stdin)["stats"]["classes"])'); do
       dp_control "$sock" "{\"op\":\"set_rate\",\"class\":\"$c\",\"rate_pps\":0,\"rate_bps\":0}" \
@@ -236,12 +265,12 @@ start_gateway() {
     done
   fi
   wait_port_in "$ns_g" 127.0.0.1 6379
-  ip netns exec "$ns_g" "$build/control/dripgate-control" --config "$config" --log-level warn \
+  ip netns exec "$ns_g" "$build/control/dripgate-control" --config "$conf" --log-level warn \
       >"$dir/control.out" 2>"$dir/control.log" &
   pids+=($!)
   wait_port_in "$ns_g" 10.78.0.2 8080
   case "$shaper" in
-    direct | dripgate) ;;
+    direct | dripgate*) ;;
     *) tc_shaper_add "$ns_a" agents0 "$shaper" $((frame * 8 * ${drip_pps%.*})) "$frame" ;;
   esac
 }
@@ -261,6 +290,7 @@ run_phase() {
   for _ in $(seq 1 200); do grep -q probing "$dir/iat.err" 2>/dev/null && break; sleep 0.05; done
   local a=()
   for t in "${tenants[@]}"; do a+=(--tenant "$t"); done
+  [[ "$shaper" != dripgate-alone ]] || a=(--tenant "${tenants[0]}")
   "$build/tools/lab/dripgate-agents" --netns "$ns_a" --control 10.78.0.2:8080 \
       --target 10.77.0.2:9000 --src 10.77.0.1 --size "$payload" --cycles "$cycles" \
       --window "$window" "${a[@]}" \
@@ -269,7 +299,7 @@ run_phase() {
   wait "$!"  # in the background: a TERM to this script is handled at once, not after the run
   sleep 1.5  # the last cycle's queue drips out (at most ~0.5 s at the drip rate)
   stop_phase
-  [[ "$shaper" == direct || "$shaper" == dripgate ]] || tc -n "$ns_a" qdisc del dev agents0 root
+  [[ "$shaper" == direct || "$shaper" == dripgate* ]] || tc -n "$ns_a" qdisc del dev agents0 root
 }
 
 echo "dripgate lab, $load load: ${#tenants[@]} tenants (${tenants[*]}),"
@@ -283,6 +313,8 @@ for s in $shapers; do
     htb) echo "  htb:      tc htb, one class at ${drip_pps} frames/s (rate = ceil, burst one frame)" ;;
     fq) echo "  fq:       tc fq maxrate ${drip_pps} frames/s, which caps each flow (one per agent), not the aggregate" ;;
     dripgate) echo "  dripgate: the drip at ${drip_pps}/s; unadmitted flows in a small class that drops their excess" ;;
+    dripgate-fifo) echo "  dripgate-fifo: dripgate with class gold at fairness: none (one FIFO): $fifo_config" ;;
+    dripgate-alone) echo "  dripgate-alone: dripgate with only ${tenants[0]%%:*}'s agents: the steady tenant as if alone" ;;
   esac
 done
 echo "  (every phase runs dripgate-control: agents that obey 429 hold back in each; only dripgate"
