@@ -8,8 +8,11 @@
 # tenant gets its requests through dripgate, that the runaway tenant's refused traffic is
 # dropped in the gateway, and that the lab leaves no namespace or process behind. Then two
 # cycles with --drip-pps 2000: the drip at the cluster's own rate. Then two cycles of the
-# overload, direct, tbf and dripgate: the claim there stands on the tenants that obey 429; and
-# of the high-rate load (100,000/s), where it stands on the most packets in any 100 us.
+# overload, direct, tbf and dripgate: the claim there stands on the tenants that obey 429; of
+# the high-rate load (100,000/s), where it stands on the most packets in any 100 us; and of the
+# fairness load, direct and dripgate three ways (the steady tenant alone, class gold at
+# fairness: none, and as configured): the claim there stands on the steady tenant's delivery
+# and p99 delay as if alone, and not so without fairness.
 #   lab_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -135,4 +138,39 @@ assert r["reference_pps"] == 100000, r["reference_pps"]
 assert 7_000 <= r["iat_p50_ns"] <= 13_000, ("median gap", r["iat_p50_ns"])
 print(f"lab at 100,000/s: median gap {r['iat_p50_ns'] / 1e3:.1f} us, most in any 100 us "
       f"{r['peak_100us']}")
+PY
+
+# --load fairness: ws-surge's admitted burst (4,000/s for 0.5 s) in ws-steady's class. lab.sh
+# fails unless, through dripgate, ws-steady gets 95 % of what it got alone with a p99 delay
+# within 2x alone's + 15 ms, and through dripgate-fifo (fairness: none) waits 2x longer. No tc
+# column: the claim here is against dripgate's own two baselines.
+out5="$out/fairness"
+run_load fairness "direct dripgate-alone dripgate-fifo dripgate" \
+  "vs the steady tenant alone (dripgate-alone): its p99 delay"
+grep -q "^\s*\[holds *\] vs fairness: none (dripgate-fifo): its p99 delay" "$out5/table.txt" ||
+  fail "the fairness claim does not stand on fairness: none: $(cat "$out5/table.txt")"
+python3 - "$out5" <<'PY'
+import json, sys
+out = sys.argv[1]
+def load(phase, name):
+    return json.load(open(f"{out}/{phase}/{name}.json"))
+for phase in ("dripgate-alone", "dripgate-fifo", "dripgate"):
+    a = load(phase, "agents")
+    assert [t["refused"] for t in a["tenants"]] == [0] * len(a["tenants"]), (phase, a["tenants"])
+assert [t["name"] for t in load("dripgate-alone", "agents")["tenants"]] == ["ws-steady"]
+a, r = load("dripgate", "agents"), load("dripgate", "receiver")
+sent, got = a["tenants"][0]["sent"], r["tenants"][0]["delivered"]
+assert got == sent, ("ws-steady lost requests in its own sub-queue", got, sent)
+# What the fair class dropped is the surge's: its sub-queue full at tenant_depth, ws-steady's
+# never.
+gold = load("dripgate", "dataplane")["classes"]["gold"]
+assert gold["drops"]["subqueue"] > 0 and gold["drops"]["depth"] == 0, gold["drops"]
+by = {t["tenant"]: t["depth"] for t in load("dripgate", "dataplane")["drops"]["by_tenant"]}
+assert by.get("ws-surge", 0) > 0 and by.get("ws-steady", 0) == 0, by
+fifo = load("dripgate-fifo", "dataplane")["classes"]["gold"]
+assert fifo["drops"]["depth"] > 0 and fifo["drops"]["subqueue"] == 0, fifo["drops"]
+print(f"lab fairness: ws-steady {got}/{sent} through dripgate, p99 delay "
+      f"{r['tenants'][0]['delay_p99_ns'] / 1e6:.1f} ms; alone "
+      f"{load('dripgate-alone', 'receiver')['tenants'][0]['delay_p99_ns'] / 1e6:.1f} ms; "
+      f"fairness: none {load('dripgate-fifo', 'receiver')['tenants'][0]['delay_p99_ns'] / 1e6:.1f} ms")
 PY

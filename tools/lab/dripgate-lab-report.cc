@@ -174,6 +174,7 @@ std::vector<Row> tenant_rows(const std::vector<Phase>& phases) {
 std::vector<Row> dataplane_rows(const std::vector<Phase>& phases) {
   std::vector<Row> rows = {
       numeric("gateway drops: queue full", field("dataplane", "/drops/depth")),
+      numeric("gateway drops: sub-queue full", field("dataplane", "/drops/subqueue")),
       numeric("gateway drops: waited past ttl", field("dataplane", "/drops/ttl")),
       numeric("gateway drops: tx ring full", field("dataplane", "/drops/tx_full")),
       numeric("gateway drops: rx ring / unknown", [](const Phase& p) -> std::optional<double> {
