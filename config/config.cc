@@ -136,6 +136,13 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   kv(out, "local_share", cfg.redis.local_share);
   if (!cfg.redis.journal.empty())
     out << YAML::Key << "journal" << YAML::Value << YAML::DoubleQuoted << cfg.redis.journal;
+  if (cfg.redis.journal_fsync == Redis::JournalSync::kInterval)
+    kv(out, "journal_fsync", int64_t{cfg.redis.journal_fsync_ms});
+  else
+    kv(out, "journal_fsync",
+       std::string(cfg.redis.journal_fsync == Redis::JournalSync::kAlways ? "always" : "never"));
+  kv(out, "journal_max_mb", int64_t{cfg.redis.journal_max_mb});
+  kv(out, "journal_full", std::string(on_failure_name(cfg.redis.journal_full)));
   out << YAML::EndMap;
 
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;

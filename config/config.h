@@ -149,6 +149,17 @@ struct Redis : common::RedisUrl {
   // Under `local`: the append-only file of the local decisions not yet reconciled into Redis
   // (required when any plan fails `local`), so a daemon restarted during an outage loses none.
   std::string journal;
+  // How the journal reaches the disk (journal_fsync): "always" (before each local decision is
+  // answered: survives a power loss; a disk flush per decision), "never" (survives a crash of
+  // the daemon, not of the machine), or every journal_fsync_ms (the default: a power loss loses
+  // at most that long of local decisions).
+  enum class JournalSync { kAlways, kInterval, kNever };
+  JournalSync journal_fsync = JournalSync::kInterval;
+  int journal_fsync_ms = 100;
+  // The memory the local decisions not yet in Redis may take; past it new local admissions are
+  // decided as journal_full says (closed: 503; open: admitted without gates).
+  int journal_max_mb = 256;
+  OnFailure journal_full = OnFailure::kClosed;
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
   // nothing. With password_file or password_env set, the password is the one read from there

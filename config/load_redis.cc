@@ -74,6 +74,28 @@ void load_cluster_user(Ctx& ctx, const Fields& f, Redis& r) {
   r.user = *s;
 }
 
+// journal_fsync: always | never | a flush interval in ms.
+void load_journal_fsync(Ctx& ctx, const Fields& f, Redis& r) {
+  const Entry* e = f.find("journal_fsync");
+  if (!e) return;
+  const std::string path = f.path("journal_fsync");
+  if (e->value.IsScalar() && e->value.Scalar() == "always") {
+    r.journal_fsync = Redis::JournalSync::kAlways;
+  } else if (e->value.IsScalar() && e->value.Scalar() == "never") {
+    r.journal_fsync = Redis::JournalSync::kNever;
+  } else if (e->value.IsScalar() &&
+             e->value.Scalar().find_first_not_of("0123456789") == std::string::npos) {
+    if (auto ms = get_int(ctx, e->value, path, 1, 60'000)) {
+      r.journal_fsync = Redis::JournalSync::kInterval;
+      r.journal_fsync_ms = static_cast<int>(*ms);
+    }
+  } else {
+    ctx.error(e->value, path,
+              "expected always (flush before answering), never (the kernel's own time) or a "
+              "flush interval in ms (e.g. 100)");
+  }
+}
+
 void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& local) {
   if (auto mode = get_on_failure(ctx, f)) {
     r.on_failure = *mode;
@@ -82,14 +104,28 @@ void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& loca
   set_share(ctx, f, "local_share", {0, true, "the share of each limit one daemon uses alone"},
             "the whole limit", r.local_share);
   set_nonempty_string(ctx, f, f.find("journal"), "journal", "journal", r.journal);
+  load_journal_fsync(ctx, f, r);
+  set_int(ctx, f, "journal_max_mb", r.journal_max_mb, 1, 1 << 20);
+  if (const Entry* e = f.find("journal_full"))
+    if (auto s = get_string(ctx, e->value, f.path("journal_full"))) {
+      auto mode = parse_on_failure(*s);
+      if (mode && *mode != OnFailure::kLocal)
+        r.journal_full = *mode;
+      else
+        ctx.error(e->value, f.path("journal_full"),
+                  "unknown mode " + quote(*s) +
+                      "; expected closed (503) or open (admit, unchecked) once the journal holds "
+                      "redis.journal_max_mb");
+    }
 }
 
 }  // namespace
 
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
-  Fields f(ctx, n, "redis",
-           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
-            "on_failure", "local_share", "journal"});
+  Fields f(
+      ctx, n, "redis",
+      {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
+       "on_failure", "local_share", "journal", "journal_fsync", "journal_max_mb", "journal_full"});
   if (!f.ok()) return;
   // The secret first: the url's checks (a user needs a password; not two passwords) see it.
   load_secret_file(ctx, f, "password_file", r.password_file, r.password);

@@ -190,7 +190,7 @@ TEST(Errors, UnknownKeysNameTheAllowedOnes) {
   EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
             "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
             "password_env, timeout_ms, pool_size, cluster, user, on_failure, local_share, "
-            "journal)");
+            "journal, journal_fsync, journal_max_mb, journal_full)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -861,6 +861,35 @@ TEST(Redis, OnFailurePolicy) {
   EXPECT_EQ(error_of("plans: { pro: { on_failure: shut } }"),
             "t.yaml:1:29: plans.pro.on_failure: unknown mode 'shut'; expected closed (503), open "
             "(admit, unchecked) or local (a share of each limit, reconciled into Redis later)");
+}
+
+// The journal's durability and bound.
+TEST(Redis, JournalFsyncAndBound) {
+  Config d = load_ok("{}");
+  EXPECT_EQ(d.redis.journal_fsync, Redis::JournalSync::kInterval);
+  EXPECT_EQ(d.redis.journal_fsync_ms, 100);
+  EXPECT_EQ(d.redis.journal_max_mb, 256);
+  EXPECT_EQ(d.redis.journal_full, OnFailure::kClosed);
+  EXPECT_EQ(load_ok("redis: { journal_fsync: always }").redis.journal_fsync,
+            Redis::JournalSync::kAlways);
+  EXPECT_EQ(load_ok("redis: { journal_fsync: never }").redis.journal_fsync,
+            Redis::JournalSync::kNever);
+  Config i = load_ok("redis: { journal_fsync: 20, journal_max_mb: 16, journal_full: open }");
+  EXPECT_EQ(i.redis.journal_fsync, Redis::JournalSync::kInterval);
+  EXPECT_EQ(i.redis.journal_fsync_ms, 20);
+  EXPECT_EQ(i.redis.journal_max_mb, 16);
+  EXPECT_EQ(i.redis.journal_full, OnFailure::kOpen);
+  EXPECT_EQ(load_ok(to_yaml(i)).redis, i.redis);
+  EXPECT_EQ(error_of("redis: { journal_fsync: sometimes }"),
+            "t.yaml:1:25: redis.journal_fsync: expected always (flush before answering), never "
+            "(the kernel's own time) or a flush interval in ms (e.g. 100)");
+  EXPECT_EQ(error_of("redis: { journal_fsync: 0 }"),
+            "t.yaml:1:25: redis.journal_fsync: must be between 1 and 60000, got 0");
+  EXPECT_EQ(error_of("redis: { journal_max_mb: 0 }"),
+            "t.yaml:1:26: redis.journal_max_mb: must be between 1 and 1048576, got 0");
+  EXPECT_EQ(error_of("redis: { journal_full: local }"),
+            "t.yaml:1:24: redis.journal_full: unknown mode 'local'; expected closed (503) or open "
+            "(admit, unchecked) once the journal holds redis.journal_max_mb");
 }
 
 TEST(Control, DecisionLogIsOffByDefaultAndSampledInZeroToOne) {

@@ -128,7 +128,7 @@ ctl::ServerOptions server_options(const Config& c, const Args& a) {
 bool open_fallback(const Config& c, std::unique_ptr<ctl::Fallback>& fallback) {
   if (c.redis.journal.empty()) return true;
   std::string why;
-  fallback = ctl::Fallback::open(c.redis.journal, &why);
+  fallback = ctl::Fallback::open(c.redis.journal, &why, {}, ctl::fallback_options(c.redis));
   if (!fallback) spdlog::critical("redis.journal: {}", why);
   return fallback != nullptr;
 }

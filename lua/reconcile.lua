@@ -1,18 +1,22 @@
 -- reconcile.lua: charges one decision made while Redis did not answer (redis.on_failure: local)
--- to Redis, once: the record's id goes into a set of applied ids in the same slot, and a call
--- for an id already there changes nothing (a daemon that crashed while reconciling sends its
--- records again after its restart).
+-- to Redis, once: the record's sequence goes into its journal's set of applied sequences in the
+-- same slot, and a call for one already there, or at or below the set's watermark, changes
+-- nothing (a daemon that crashed while reconciling sends its records again after its restart).
+-- The watermark the daemon sends (every record of its journal up to it is in Redis) trims the
+-- set: it holds only the sequences above it, so it does not grow with the length of an outage.
 --
 -- @keys applied quota bucket...
--- @argv record_id applied_ttl month_end tokens exact bucket...(capacity refill cost)
+-- @argv seq watermark applied_ttl month_end tokens exact bucket...(capacity refill cost)
 --
--- KEYS: applied       set "dg:{t:<tenant>}:applied" (or "dg:{g:<kind>:<name>}:applied"): the
---                     record ids charged here
+-- KEYS: applied       sorted set "dg:{t:<tenant>}:applied:<journal id>" (or
+--                     "dg:{g:<kind>:<name>}:applied:<journal id>"): the journal's sequences
+--                     charged here (score = sequence), and member "w" scored by the watermark
 --       quota         "dg:{t:<tenant>}:q:YYYY-MM", the counter of the decision's month (the
 --                     gateway's clock when it was made); a global gate's record charges no
 --                     tokens and passes its applied set here
 --       bucket...     the bucket hashes the decision went through (lib_bucket.lua)
--- ARGV: record_id     "<journal id>:<sequence>", unique per decision
+-- ARGV: seq           the record's sequence in its journal, unique per decision
+--       watermark     every record of the journal up to this sequence is in Redis
 --       applied_ttl   seconds the applied set is kept after its last change
 --       month_end     the next month's first second (unix s), for the counter's expiry
 --       tokens        added to the month's counter (may be negative: a settle below the estimate)
@@ -30,8 +34,16 @@
 -- @include lib_bucket.lua
 
 local t = redis.call('TIME')
-if redis.call('SADD', KEYS[K_APPLIED], ARGV[A_RECORD_ID]) == 0 then return 0 end
-redis.call('EXPIRE', KEYS[K_APPLIED], tonumber(ARGV[A_APPLIED_TTL]))
+local akey, seq = KEYS[K_APPLIED], tonumber(ARGV[A_SEQ])
+local w = tonumber(redis.call('ZSCORE', akey, 'w') or 0)
+if seq <= w or redis.call('ZSCORE', akey, ARGV[A_SEQ]) then return 0 end
+local nw = tonumber(ARGV[A_WATERMARK])
+if nw > w then
+  redis.call('ZREMRANGEBYSCORE', akey, '-inf', nw)
+  redis.call('ZADD', akey, nw, 'w')
+end
+redis.call('ZADD', akey, seq, ARGV[A_SEQ])
+redis.call('EXPIRE', akey, tonumber(ARGV[A_APPLIED_TTL]))
 
 local tokens = tonumber(ARGV[A_TOKENS])
 if tokens ~= 0 then

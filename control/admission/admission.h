@@ -152,7 +152,7 @@ struct ReleaseResult {
 
 // One part of a decision made while Redis did not answer (redis.on_failure: local), charged to
 // Redis later by reconcile.lua, in one hash slot: tokens added to a month's quota counter and
-// each bucket's cost taken from it, once per record_id (idempotent).
+// each bucket's cost taken from it, once per record (idempotent).
 struct ReconcileRecord {
   struct Bucket {
     std::string key, capacity, refill;  // the full limits, as the plan gives them
@@ -160,7 +160,10 @@ struct ReconcileRecord {
     // gave nothing); for a correction (exact) the delta to apply.
     std::string cost = "1";
   };
-  std::string record_id;  // "<journal id>:<sequence>"
+  std::string seq;  // the record's sequence in its journal (unique there, for good)
+  // Every record of the journal up to this sequence is in Redis: the applied set forgets them,
+  // and one sent again is known as applied by this alone.
+  std::string watermark = "0";
   // false: an admission (each bucket debited down to empty, never below); true: a local settle's
   // or stream charge's correction, applied as settle.lua does (a refund up to the capacity, an
   // extra charge possibly below zero).

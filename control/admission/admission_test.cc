@@ -2054,9 +2054,9 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
 }
 
 }  // namespace
-// reconcile.lua: a journaled local decision is charged once per record id, in the slot of its
-// applied set: the month's counter moves by the tokens (a settle below its estimate takes some
-// back), each bucket gives one token, down to empty and never below.
+// reconcile.lua: a journaled local decision is charged once per record, in the slot of its
+// journal's applied set: the month's counter moves by the tokens (a settle below its estimate
+// takes some back), each bucket gives one token, down to empty and never below.
 TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
@@ -2064,9 +2064,10 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
     return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
   };
   const std::string quota = keys::quota("t", "2026-12"), tb = keys::bucket("t", "tenant");
+  const std::string applied = keys::applied("t", "0123456789abcdef");
   ReconcileRecord c;
-  c.record_id = "0123456789abcdef:1";
-  c.applied_key = keys::applied("t");
+  c.seq = "1";
+  c.applied_key = applied;
   c.quota_key = quota;
   c.month_end = "1798761600";
   c.tokens = 100;
@@ -2076,32 +2077,74 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   EXPECT_EQ(s.str({"GET", quota}), "100");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "1");
   ReconcileRecord settle = c;
-  settle.record_id = "0123456789abcdef:2";
+  settle.seq = "2";
   settle.tokens = -40;
   settle.buckets.clear();
   EXPECT_EQ(charge(settle), "");
   EXPECT_EQ(s.str({"GET", quota}), "60");
   EXPECT_NE(s.str({"TTL", quota}), "-1");
-  for (const char* id : {"0123456789abcdef:3", "0123456789abcdef:4"}) {
-    c.record_id = id;
+  for (const char* seq : {"3", "4"}) {
+    c.seq = seq;
     EXPECT_EQ(charge(c), "");
   }
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");  // emptied, not below
   EXPECT_EQ(s.str({"GET", quota}), "260");
-  // A global gate's part, in its own slot with its own set of applied ids.
+  // A global gate's part, in its own slot with its own set of applied sequences.
   ReconcileRecord g;
-  g.record_id = "0123456789abcdef:3";
-  g.applied_key = keys::global_applied("model", "m");
+  g.seq = "3";
+  g.applied_key = keys::global_applied("model", "m", "0123456789abcdef");
   g.quota_key = g.applied_key;
   g.month_end = c.month_end;
   g.buckets = {{keys::global_bucket("model", "m"), "5", "0"}};
   EXPECT_EQ(charge(g), "");
   EXPECT_EQ(charge(g), "");
   EXPECT_EQ(s.str({"HGET", keys::global_bucket("model", "m"), "tk"}), "4");
-  EXPECT_EQ(s.str({"SCARD", keys::applied("t")}), "4");
-  int64_t ttl = std::stoll(s.str({"TTL", keys::applied("t")}));
+  EXPECT_EQ(s.str({"ZCARD", applied}), "4");
+  int64_t ttl = std::stoll(s.str({"TTL", applied}));
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, kAppliedTtlS);
+  // Another journal's record 1 is another record.
+  ReconcileRecord other = c;
+  other.seq = "1";
+  other.applied_key = keys::applied("t", "00000000000000ff");
+  EXPECT_EQ(charge(other), "");
+  EXPECT_EQ(s.str({"GET", quota}), "360");
+}
+
+// The watermark a call carries (every record of the journal up to it is in Redis) trims the
+// applied set to the sequences above it, and a record at or below it is known as applied.
+TEST_F(AdmissionTest, TheWatermarkTrimsTheAppliedSet) {
+  Harness h(base_config(redis_.port()));
+  Sync s(redis_.port());
+  auto charge = [&](const ReconcileRecord& c) {
+    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
+  };
+  const std::string quota = keys::quota("t", "2026-12");
+  const std::string applied = keys::applied("t", "0123456789abcdef");
+  ReconcileRecord c;
+  c.applied_key = applied;
+  c.quota_key = quota;
+  c.month_end = "1798761600";
+  c.tokens = 1;
+  for (int seq = 1; seq <= 100; ++seq) {
+    c.seq = std::to_string(seq);
+    c.watermark = "0";
+    EXPECT_EQ(charge(c), "");
+  }
+  EXPECT_EQ(s.str({"ZCARD", applied}), "100");
+  c.seq = "101";
+  c.watermark = "100";
+  EXPECT_EQ(charge(c), "");
+  EXPECT_EQ(s.str({"ZCARD", applied}), "2");  // 101 and the watermark
+  EXPECT_EQ(s.str({"ZSCORE", applied, "w"}), "100");
+  // Sent again after a crash: below the watermark, or in the set, nothing more is charged.
+  for (const char* seq : {"7", "100", "101"}) {
+    c.seq = seq;
+    c.watermark = "0";  // an older watermark never moves it back
+    EXPECT_EQ(charge(c), "");
+  }
+  EXPECT_EQ(s.str({"GET", quota}), "101");
+  EXPECT_EQ(s.str({"ZSCORE", applied, "w"}), "100");
 }
 
 // A bucket's cost: an admission takes it, down to empty and never below (nor further down from
@@ -2115,8 +2158,8 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   };
   const std::string tb = keys::bucket("t", "tenant_tokens");
   ReconcileRecord c;
-  c.record_id = "00000000000000aa:1";
-  c.applied_key = keys::applied("t");
+  c.seq = "1";
+  c.applied_key = keys::applied("t", "00000000000000aa");
   c.quota_key = keys::quota("t", "2026-12");
   c.month_end = "1798761600";
   c.tokens = 300;
@@ -2124,20 +2167,20 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   EXPECT_EQ(charge(c), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "700");
   ReconcileRecord settle = c;
-  settle.record_id = "00000000000000aa:2";
+  settle.seq = "2";
   settle.exact = true;
   settle.tokens = 500;
   settle.buckets[0].cost = "900";  // used far more than estimated: below zero
   EXPECT_EQ(charge(settle), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "-200");
-  c.record_id = "00000000000000aa:3";  // an admission finds it below zero: left there
+  c.seq = "3";  // an admission finds it below zero: left there
   EXPECT_EQ(charge(c), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "-200");
-  settle.record_id = "00000000000000aa:4";
+  settle.seq = "4";
   settle.buckets[0].cost = "-5000";  // a refund stops at the capacity
   EXPECT_EQ(charge(settle), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "1000");
-  c.record_id = "00000000000000aa:5";
+  c.seq = "5";
   c.buckets[0].cost = "1200";  // more than it holds: emptied, not below
   EXPECT_EQ(charge(c), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");

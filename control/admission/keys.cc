@@ -42,12 +42,12 @@ std::string quota(std::string_view tenant, std::string_view month) {
   return join({"dg:{t:", tenant, "}:q:", month});
 }
 
-std::string applied(std::string_view tenant) {
-  return join({"dg:{t:", tenant, "}:applied"});
+std::string applied(std::string_view tenant, std::string_view journal) {
+  return join({"dg:{t:", tenant, "}:applied:", journal});
 }
 
-std::string global_applied(std::string_view kind, std::string_view name) {
-  return join({"dg:{g:", kind, ":", name, "}:applied"});
+std::string global_applied(std::string_view kind, std::string_view name, std::string_view journal) {
+  return join({"dg:{g:", kind, ":", name, "}:applied:", journal});
 }
 
 std::string reservations(std::string_view tenant) {

@@ -85,11 +85,12 @@ class TimeKeys {
 };
 // "dg:{t:<tenant>}:leases"
 std::string leases(std::string_view tenant);
-// "dg:{t:<tenant>}:applied": the ids of the journaled local decisions charged to the tenant
-// (reconcile.lua), so that each is charged once.
-std::string applied(std::string_view tenant);
-// "dg:{g:<kind>:<name>}:applied": the same for a global gate's bucket.
-std::string global_applied(std::string_view kind, std::string_view name);
+// "dg:{t:<tenant>}:applied:<journal id>": a sorted set of the sequences of one journal's local
+// decisions charged to the tenant (score = sequence), and its watermark "w" (score: every
+// sequence up to it is charged), below which the sequences are forgotten (reconcile.lua).
+std::string applied(std::string_view tenant, std::string_view journal);
+// "dg:{g:<kind>:<name>}:applied:<journal id>": the same for a global gate's bucket.
+std::string global_applied(std::string_view kind, std::string_view name, std::string_view journal);
 // "dg:{g:<kind>:<name>}:tb", kind "model", "model_tokens" or "tool".
 std::string global_bucket(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:sw", kind "model" or "tool": a global gate's sliding window.

@@ -779,7 +779,8 @@ ReconcileCall::ReconcileCall(const ReconcileRecord& c)
   static const std::string kTtl = std::to_string(kAppliedTtlS);
   keys.set(s::kKeyApplied, c.applied_key);
   keys.set(s::kKeyQuota, c.quota_key);
-  args.set(s::kArgRecordId, c.record_id);
+  args.set(s::kArgSeq, c.seq);
+  args.set(s::kArgWatermark, c.watermark);
   args.set(s::kArgAppliedTtl, kTtl);
   args.set(s::kArgMonthEnd, c.month_end);
   args.set(s::kArgTokens, tokens_s);

@@ -2,6 +2,8 @@
 
 #include <event2/event.h>
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <utility>
 
@@ -37,9 +39,14 @@ int64_t steady_ms() {
       .count();
 }
 
-// How often a worker looks for journaled decisions to reconcile, and how many it sends at once.
-constexpr timeval kReconcileTick{0, 100 * 1000};
-constexpr size_t kReconcileBatch = 256;
+int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// How often a worker looks for journaled decisions to reconcile (and flushes the journal).
+constexpr timeval kReconcileTick{0, 50 * 1000};
 // How long a failed call keeps a worker in an outage without another one.
 constexpr int64_t kFailureMemoryMs = 2000;
 
@@ -111,25 +118,50 @@ void Gateway::redis_answered() {
 }
 
 void Gateway::on_tick(int, short, void* arg) {
-  static_cast<Gateway*>(arg)->reconcile_some();
+  auto* g = static_cast<Gateway*>(arg);
+  g->fallback_->tick();
+  g->reconcile_some();
 }
 
-// One worker at a time (Fallback's claim), while its Redis is up; the next tick sends the next
-// batch, so a long journal does not hold the loop.
+// One worker at a time (Fallback's claim), while its Redis is up. A batch goes out pipelined, and
+// the next follows as soon as it is answered, sized by how long Redis took to answer it
+// (ReconcilePace): a drain runs as fast as Redis answers while the admissions sharing the
+// connections wait at most about one batch's answer time behind it.
 void Gateway::reconcile_some() {
-  metrics_.journal_pending(fallback_->pending());
+  metrics_.journal_pending(fallback_->pending(), fallback_->pending_bytes());
   if ((fallback_->pending() == 0 && !fallback_->any_open()) || !engine_.redis_up()) return;
-  std::vector<JournalRecord> batch = fallback_->claim(kReconcileBatch);
+  uint64_t watermark = 0;
+  std::vector<JournalRecord> batch = fallback_->claim(pace_.size(), &watermark);
   if (batch.empty()) return;
-  auto left = std::make_shared<size_t>(batch.size());
-  Fallback* fb = fallback_;
-  Metrics* m = &metrics_;
+  struct Run {
+    size_t left = 0;
+    int64_t start_us = 0;
+    size_t retry = 0, lost = 0;
+    std::string lost_example;
+  };
+  auto run = std::make_shared<Run>();
+  run->left = batch.size();
+  run->start_us = steady_us();
   for (const JournalRecord& r : batch)
-    reconcile(engine_, fb->journal_id(), r, [fb, m, left, seq = r.seq](bool ok) {
-      if (ok) fb->reconciled(seq);
-      m->reconciled(ok);
-      if (--*left == 0) fb->end_batch();
-    });
+    reconcile(engine_, fallback_->journal_id(), watermark, r,
+              [this, run, seq = r.seq, rid = r.request_id](Reconciled result, std::string why) {
+                if (result != Reconciled::kRetry) fallback_->reconciled(seq);
+                metrics_.reconciled(reconciled_name(result));
+                if (result == Reconciled::kRetry) ++run->retry;
+                if (result == Reconciled::kLost && run->lost++ == 0)
+                  run->lost_example = rid + " (" + why + ")";
+                if (--run->left > 0) return;
+                fallback_->end_batch();
+                // One line a batch, however many it lost: a long outage must not flood the log.
+                if (run->lost)
+                  spdlog::warn(
+                      "reconcile: {} journaled record(s) Redis can no longer take, their tokens "
+                      "stay as Redis has them; e.g. {}",
+                      run->lost, run->lost_example);
+                if (run->retry) return;  // Redis is failing: the next tick tries again
+                pace_.answered(steady_us() - run->start_us);
+                post([this] { reconcile_some(); });
+              });
 }
 
 void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
@@ -258,37 +290,39 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
       metrics_.degraded(local->degraded, result_label(local->outcome));
       return later(std::move(done), std::move(*local));
     }
-  std::string tenant = tenant_of(req.tenant, req.request_id);
-  std::string rid = req.request_id;
-  int64_t tokens = req.tokens;
-  engine_.settle(std::move(req), [this, tenant = std::move(tenant), rid = std::move(rid), tokens,
-                                  done = std::move(done)](SettleResult r) mutable {
-    if (r.outcome != Outcome::kUnavailable) {
-      redis_answered();
-      if (fallback_ && r.remaining >= 0 &&
-          failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get()) ==
-              config::OnFailure::kLocal)
-        fallback_->quota_left(tenant, r.remaining);
-      return done(std::move(r));
-    }
-    redis_failed();
-    const config::OnFailure mode =
-        failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
-    if (mode == config::OnFailure::kOpen) {
-      // Nothing is recorded under open: the client is told so.
-      r = SettleResult{};
-      r.outcome = Outcome::kAllowed;
-      r.remaining = -1;
-      r.detail = "not_recorded";
-      r.degraded = "open";
-    } else if (mode == config::OnFailure::kLocal && fallback_) {
-      r = fallback_->defer_settle(tenant, rid, tokens);
-    } else {
-      return done(std::move(r));
-    }
-    metrics_.degraded(r.degraded, result_label(r.outcome));
-    done(std::move(r));
-  });
+  // The whole request is kept: deferred, it is sent as it was asked (every token-rate gate of
+  // its user, api_key and model corrected).
+  SettleRequest kept = req;
+  kept.tenant = tenant_of(req.tenant, req.request_id);
+  engine_.settle(std::move(req),
+                 [this, kept = std::move(kept), done = std::move(done)](SettleResult r) mutable {
+                   const std::string& tenant = kept.tenant;
+                   if (r.outcome != Outcome::kUnavailable) {
+                     redis_answered();
+                     if (fallback_ && r.remaining >= 0 &&
+                         failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get()) ==
+                             config::OnFailure::kLocal)
+                       fallback_->quota_left(tenant, r.remaining);
+                     return done(std::move(r));
+                   }
+                   redis_failed();
+                   const config::OnFailure mode =
+                       failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
+                   if (mode == config::OnFailure::kOpen) {
+                     // Nothing is recorded under open: the client is told so.
+                     r = SettleResult{};
+                     r.outcome = Outcome::kAllowed;
+                     r.remaining = -1;
+                     r.detail = "not_recorded";
+                     r.degraded = "open";
+                   } else if (mode == config::OnFailure::kLocal && fallback_) {
+                     r = fallback_->defer_settle(kept);
+                   } else {
+                     return done(std::move(r));
+                   }
+                   metrics_.degraded(r.degraded, result_label(r.outcome));
+                   done(std::move(r));
+                 });
 }
 
 // A local reservation's stream charge is decided here, as its settle (Redis never held it). A

@@ -17,6 +17,7 @@
 #include "control/gateway/decision_log.h"
 #include "control/metrics/metrics.h"
 #include "control/outage/fallback.h"
+#include "control/outage/reconcile.h"
 
 struct event;
 struct event_base;
@@ -137,6 +138,7 @@ class Gateway {
   std::shared_ptr<const Snapshot> modes_of_;
   bool plan_modes_ = false;
   event* tick_ = nullptr;
+  ReconcilePace pace_;
   // Admissions answered, kept for the next ones (take_admission), at most kSpareAdmissions.
   // Before the engine: destroyed after it, whose last callbacks still give theirs back.
   static constexpr size_t kSpareAdmissions = 256;

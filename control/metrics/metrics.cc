@@ -180,7 +180,8 @@ Metrics::Metrics()
                {"tenant", "result"}),
       reconciled_("dripgate_reconciled_total",
                   "Journaled local decisions sent to Redis once it answered again, by result "
-                  "(ok: in Redis; retry: sent again later).",
+                  "(ok: in Redis; retry: sent again later; lost: Redis can never take it, e.g. "
+                  "a deferred settle whose reservation expired there).",
                   {"result"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
@@ -244,6 +245,10 @@ std::string Metrics::render() const {
   scalar("dripgate_journal_pending",
          "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
          load(journal_pending_));
+  scalar("dripgate_journal_pending_bytes",
+         "The memory the journaled local decisions not yet in Redis take (bounded by "
+         "redis.journal_max_mb).",
+         "gauge", load(journal_pending_bytes_));
   header(out, "dripgate_brake_factor",
          "The service-wide brake's factor on every enforced rate (POST /v1/admin/brake); 1: no "
          "brake.",

@@ -85,13 +85,17 @@ class Metrics : public RedisObserver {
   // A decision made without Redis (redis.on_failure): mode "open" | "local", result as
   // admission's.
   void degraded(std::string_view mode, std::string_view result) { degraded_.inc({mode, result}); }
-  // A journaled local decision sent to Redis: in ("ok") or to try again ("retry").
-  void reconciled(bool ok) { reconciled_.inc({ok ? "ok" : "retry"}); }
+  // A journaled local decision sent to Redis: in ("ok"), to try again ("retry"), or one Redis
+  // can never take ("lost": a tenant no longer configured, a deferred settle whose reservation
+  // expired there).
+  void reconciled(std::string_view result) { reconciled_.inc({result}); }
   // The service-wide brake's factor in force on this daemon (1: no brake).
   void brake_factor(double f) { brake_factor_.store(f, std::memory_order_relaxed); }
   double brake_factor() const { return brake_factor_.load(std::memory_order_relaxed); }
-  void journal_pending(size_t n) {
+  // The journal's records not yet in Redis, and the memory they take.
+  void journal_pending(size_t n, size_t bytes) {
     journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
+    journal_pending_bytes_.store(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   }
 
   // RedisObserver
@@ -107,6 +111,7 @@ class Metrics : public RedisObserver {
   const CounterFamily& http_requests() const { return http_requests_; }
   const CounterFamily& config_reloads() const { return config_reloads_; }
   const CounterFamily& degraded_decisions() const { return degraded_; }
+  const CounterFamily& reconciled_records() const { return reconciled_; }
   const CounterFamily& charges() const { return charges_; }
   const Histogram& redis_round_trip() const { return redis_rtt_; }
 
@@ -123,7 +128,7 @@ class Metrics : public RedisObserver {
   CounterFamily degraded_;
   CounterFamily charges_;
   CounterFamily reconciled_;
-  std::atomic<int64_t> journal_pending_{0};
+  std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};

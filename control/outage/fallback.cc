@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -47,6 +49,7 @@ LocalAdmit local_of(const JournalRecord& r) {
   LocalAdmit a;
   a.tenant = r.tenant;
   a.request_id = r.request_id;
+  a.seq = r.seq;
   a.allowance = r.allowance;
   a.tokens = r.tokens;
   a.max_streams = r.max_streams;
@@ -114,8 +117,29 @@ AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt199
   return r;
 }
 
-std::unique_ptr<Fallback> Fallback::open(const std::string& path, std::string* error, Clock now) {
-  std::unique_ptr<Journal> j = Journal::open(path, error);
+FallbackOptions fallback_options(const config::Redis& redis) {
+  FallbackOptions o;
+  switch (redis.journal_fsync) {
+    case config::Redis::JournalSync::kAlways:
+      o.journal.sync = JournalOptions::Sync::kAlways;
+      break;
+    case config::Redis::JournalSync::kNever:
+      o.journal.sync = JournalOptions::Sync::kNever;
+      break;
+    case config::Redis::JournalSync::kInterval:
+      o.journal.sync = JournalOptions::Sync::kInterval;
+      o.journal.interval_ms = redis.journal_fsync_ms;
+      break;
+  }
+  o.max_bytes = static_cast<size_t>(redis.journal_max_mb) << 20;
+  o.full_mode = redis.journal_full;
+  return o;
+}
+
+std::unique_ptr<Fallback> Fallback::open(const std::string& path, std::string* error, Clock now,
+                                         FallbackOptions options) {
+  std::vector<JournalRecord> records;
+  std::unique_ptr<Journal> j = Journal::open(path, options.journal, error, &records);
   if (!j) return nullptr;
   if (j->unreadable())
     spdlog::warn("journal {}: {} unreadable line(s) skipped (torn by a crash mid-write)", path,
@@ -123,13 +147,15 @@ std::unique_ptr<Fallback> Fallback::open(const std::string& path, std::string* e
   if (j->pending_count())
     spdlog::info("journal {}: {} local decision(s) to reconcile into Redis", path,
                  j->pending_count());
-  return std::unique_ptr<Fallback>(new Fallback(std::move(j), now ? std::move(now) : system_ms));
+  return std::unique_ptr<Fallback>(new Fallback(
+      std::move(j), std::move(records), now ? std::move(now) : system_ms, std::move(options)));
 }
 
-Fallback::Fallback(std::unique_ptr<Journal> journal, Clock now)
-    : journal_(std::move(journal)), now_(std::move(now)) {
+Fallback::Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> records, Clock now,
+                   FallbackOptions options)
+    : journal_(std::move(journal)), now_(std::move(now)), options_(std::move(options)) {
   const int64_t t = now_();
-  for (const JournalRecord& r : journal_->records()) {
+  for (const JournalRecord& r : records) {
     switch (r.op) {
       case JournalRecord::Op::kAdmit:
         limiter_.restore_admit(local_of(r), r.at_ms, t);
@@ -154,6 +180,37 @@ Fallback::Fallback(std::unique_ptr<Journal> journal, Clock now)
 void Fallback::counts() {
   open_.store(limiter_.open(), std::memory_order_relaxed);
   pending_.store(journal_->pending_count(), std::memory_order_relaxed);
+  pending_bytes_.store(journal_->pending_bytes(), std::memory_order_relaxed);
+}
+
+bool Fallback::full() {
+  const bool full = options_.max_bytes > 0 && journal_->pending_bytes() >= options_.max_bytes;
+  if (full != full_) {
+    full_ = full;
+    if (full)
+      spdlog::error(
+          "journal: the local decisions not yet in Redis take redis.journal_max_mb ({} MiB); "
+          "new local admissions are decided as journal_full: {} until Redis takes some",
+          options_.max_bytes >> 20, config::on_failure_name(options_.full_mode));
+    else
+      spdlog::warn("journal: below redis.journal_max_mb again; local admissions resume");
+  }
+  return full;
+}
+
+size_t Fallback::segments() const {
+  std::lock_guard lock(mu_);
+  return journal_->segments();
+}
+
+uint64_t Fallback::disk_bytes() const {
+  std::lock_guard lock(mu_);
+  return journal_->disk_bytes();
+}
+
+void Fallback::tick() {
+  std::lock_guard lock(mu_);
+  journal_->sync_due(now_());
 }
 
 namespace {
@@ -162,7 +219,7 @@ namespace {
 // factor unless the gate is a shadow one (as prepare's brake: a shadow gate shows what the
 // plan's limit would do).
 LocalBucket gate_bucket(const Gate& g, std::string_view key, bool global, double share,
-                         double factor, int64_t tokens) {
+                        double factor, int64_t tokens) {
   LocalBucket b;
   b.key = key;
   b.gate = g.name;
@@ -260,8 +317,16 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   rec.max_streams = a.max_streams;
 
   std::lock_guard lock(mu_);
+  if (full()) {
+    if (options_.full_mode == config::OnFailure::kOpen) return open_admit(snap, req, rng);
+    res = AdmitResult{};
+    res.outcome = Outcome::kUnavailable;
+    res.error = "redis: unavailable, and the local journal holds redis.journal_max_mb";
+    return res;
+  }
   const int64_t now = now_();
   rec.at_ms = now;
+  a.seq = journal_->next_seq();
   if (limiter_.is_local(p.rid)) {
     res.outcome = Outcome::kConflict;
     res.error = "request_id: '" + p.rid + "' is already in use";
@@ -404,18 +469,20 @@ bool Fallback::journal_deferred(JournalRecord& rec) {
   return true;
 }
 
-SettleResult Fallback::defer_settle(const std::string& tenant, const std::string& request_id,
-                                    int64_t tokens) {
+SettleResult Fallback::defer_settle(const SettleRequest& req) {
   JournalRecord rec;
   rec.op = JournalRecord::Op::kResettle;
-  rec.tenant = tenant;
-  rec.request_id = request_id;
-  rec.tokens = tokens;
+  rec.tenant = req.tenant;
+  rec.request_id = req.request_id;
+  rec.tokens = req.tokens;
+  rec.user = req.user;
+  rec.api_key = req.api_key;
+  rec.model = req.model;
   auto res = deferred<SettleResult>(rec);
   if (res.outcome != Outcome::kAllowed) return res;
   // Settled as far as the client is concerned: Redis applies it when it is back.
   res.settled = true;
-  res.charged = tokens;
+  res.charged = req.tokens;
   res.detail = "settled";
   return res;
 }
@@ -450,30 +517,58 @@ void Fallback::quota_left(const std::string& tenant, int64_t left) {
   limiter_.forget_quota(tenant);
 }
 
-std::vector<JournalRecord> Fallback::claim(size_t max) {
+std::vector<JournalRecord> Fallback::claim(size_t max, uint64_t* watermark) {
   std::lock_guard lock(mu_);
   std::vector<JournalRecord> out;
   if (claimed_) return out;
   limiter_.sweep(now_());
+  journal_->trim(limiter_.oldest_unsettled());
+  if (watermark) *watermark = journal_->watermark();
   // A batch's records go out together, so a correction (a settle's or a stream charge's bucket
   // deltas stop at the capacity, an admission's at empty: their order matters) waits for the
   // next batch when a record of its request is in this one; the later records of that request
-  // wait with it.
+  // wait with it. The walk stops after max held ones too: a long run of one request's records
+  // must not make every claim walk the whole journal.
   std::unordered_set<std::string> in_batch, held;
-  for (const JournalRecord* r : journal_->pending()) {
-    if (out.size() == max) break;
+  std::vector<uint64_t> unreadable;
+  size_t skipped = 0;
+  for (const auto& [seq, loc] : journal_->pending()) {
+    if (out.size() == max || skipped == max) break;
+    std::optional<JournalRecord> r = journal_->read(loc);
+    if (!r || r->seq != seq) {
+      unreadable.push_back(seq);
+      continue;
+    }
     if (held.count(r->request_id) || (r->exact() && in_batch.count(r->request_id))) {
       held.insert(r->request_id);
+      ++skipped;
       continue;
     }
     in_batch.insert(r->request_id);
-    out.push_back(*r);
+    out.push_back(std::move(*r));
+  }
+  // A record whose line is no longer what was written (the file changed under the daemon)
+  // cannot be sent; it leaves, said once per claim.
+  if (!unreadable.empty()) {
+    spdlog::error(
+        "journal: {} record(s) could not be read back from {} and are dropped (first: "
+        "{})",
+        unreadable.size(), journal_->id(), unreadable.front());
+    for (uint64_t seq : unreadable) journal_->applied(seq);
   }
   if (out.empty()) {
-    if (limiter_.open() == 0) journal_->compact();
+    // The drain is over, or the last local reservation expired: what they held goes back to
+    // the system, not only to this process's allocator.
+    const bool none_open = limiter_.open() == 0;
+    if (journal_->pending_count() == 0 && (!drained_ || (none_open && !none_open_))) {
+      drained_ = true;
+      ::malloc_trim(0);
+    }
+    none_open_ = none_open;
     counts();
     return out;
   }
+  drained_ = false;
   claimed_ = true;
   return out;
 }

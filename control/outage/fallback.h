@@ -42,13 +42,25 @@ config::OnFailure failure_mode(const config::Config& cfg, const std::string& ten
 // no gate consulted. req must have been validated (the engine answered 503, not 400).
 AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng);
 
+// The journal's bounds (redis.journal_fsync, journal_max_mb, journal_full).
+struct FallbackOptions {
+  JournalOptions journal;
+  // The memory the records not yet in Redis may take (footprint, journal.h); 0: no bound. Past
+  // it a new local admission is decided as `full_mode` says (closed: 503; open: admitted
+  // without gates), while settles, stream charges and releases are still journaled (they
+  // correct decisions already made, and their number is bounded by those).
+  size_t max_bytes = 0;
+  config::OnFailure full_mode = config::OnFailure::kClosed;
+};
+FallbackOptions fallback_options(const config::Redis& redis);
+
 class Fallback {
  public:
   using Clock = std::function<int64_t()>;  // unix ms
   // Opens the journal at path and plays its records back into the local limiter (a daemon
   // restarted during an outage); nullptr and *error when the file cannot be opened.
-  static std::unique_ptr<Fallback> open(const std::string& path, std::string* error,
-                                        Clock now = {});
+  static std::unique_ptr<Fallback> open(const std::string& path, std::string* error, Clock now = {},
+                                        FallbackOptions options = {});
 
   // Under `local`: the decision of this daemon alone. kUnavailable when the journal cannot be
   // written (a decision that could not be charged later is not made). registry: the tenant
@@ -68,8 +80,7 @@ class Fallback {
   std::optional<ReleaseResult> release(const std::string& request_id);
   // A settle or release Redis could not take during the outage: journaled, sent to Redis when
   // it is back (settle.lua and release.lua are idempotent by request_id).
-  SettleResult defer_settle(const std::string& tenant, const std::string& request_id,
-                            int64_t tokens);
+  SettleResult defer_settle(const SettleRequest& req);
   ReleaseResult defer_release(const std::string& tenant, const std::string& request_id);
   // Redis reported the tenant's quota left (an admission or a settle): the base of the tenant's
   // allowance in the next outage.
@@ -78,16 +89,27 @@ class Fallback {
   bool any_open() const { return open_.load(std::memory_order_relaxed) > 0; }
 
   // Reconciliation, by one worker at a time: up to max records not yet in Redis (empty when
-  // another worker holds the claim or nothing is pending); each then reconciled() or not, and
-  // end_batch() releases the claim.
-  std::vector<JournalRecord> claim(size_t max);
+  // another worker holds the claim or nothing is pending), and in *watermark the sequence up to
+  // which every record is in Redis; each record then reconciled() or not, and end_batch()
+  // releases the claim. Segments no longer needed are trimmed here.
+  std::vector<JournalRecord> claim(size_t max, uint64_t* watermark = nullptr);
   void reconciled(uint64_t seq);
   void end_batch();
+  // Periodic work off the request path: the journal's interval flush.
+  void tick();
   const std::string& journal_id() const { return journal_->id(); }
   size_t pending() const { return pending_.load(std::memory_order_relaxed); }
+  // The memory the pending records take (footprint, journal.h).
+  size_t pending_bytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
+  // The journal's segment files and their bytes on the disk.
+  size_t segments() const;
+  uint64_t disk_bytes() const;
 
  private:
-  Fallback(std::unique_ptr<Journal> journal, Clock now);
+  Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> records, Clock now,
+           FallbackOptions options);
+  // Whether the pending records are past max_bytes (logged on each change).
+  bool full();
   void counts();  // refreshes open_ and pending_ (under mu_)
   // Journals a settle or release Redis missed (stamped now), for reconciliation to replay; false
   // when the journal cannot be written.
@@ -102,8 +124,12 @@ class Fallback {
   LocalLimiter limiter_;
   std::unordered_map<std::string, int64_t> known_left_;  // quota left per Redis, by tenant
   bool claimed_ = false;
+  bool full_ = false;
+  bool drained_ = true;    // nothing pending since the memory was last given back
+  bool none_open_ = true;  // no local reservation or lease at the last claim
   Clock now_;
-  std::atomic<size_t> open_{0}, pending_{0};
+  FallbackOptions options_;
+  std::atomic<size_t> open_{0}, pending_{0}, pending_bytes_{0};
 };
 
 }  // namespace dripgate::control

@@ -161,11 +161,19 @@ global_gates:
   }
   ~FallbackTest() override { std::filesystem::remove_all(dir_); }
 
-  std::unique_ptr<Fallback> open() {
+  std::unique_ptr<Fallback> open(FallbackOptions options = {}) {
     std::string why;
-    auto f = Fallback::open(path_, &why, [this] { return now_; });
+    auto f = Fallback::open(
+        path_, &why, [this] { return now_; }, std::move(options));
     EXPECT_TRUE(f) << why;
     return f;
+  }
+  // The journal's segment files after the first: <path>.<n>.
+  size_t later_segments() {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_))
+      n += e.path().filename().string().starts_with("journal.");
+    return n;
   }
   AdmitResult admit(Fallback& f, int64_t tokens, const std::string& model = "") {
     AdmitRequest req;
@@ -212,7 +220,7 @@ TEST_F(FallbackTest, AdmitsOnTheShareAndJournalsEveryDecision) {
   EXPECT_EQ(s->remaining, 250 - 130);
   EXPECT_EQ(f->pending(), 3u);
   // A settle of a reservation Redis holds is kept for Redis.
-  SettleResult d = f->defer_settle("t", "t.0123456789abcdef", 7);
+  SettleResult d = f->defer_settle(SettleRequest{"t", "t.0123456789abcdef", 7});
   EXPECT_EQ(d.outcome, Outcome::kAllowed);
   EXPECT_EQ(f->pending(), 4u);
   EXPECT_NE(file().find("\"op\":\"resettle\""), std::string::npos) << file();
@@ -302,6 +310,136 @@ TEST_F(FallbackTest, OneDaemonPerJournal) {
             "the journal " + path_ + " is in use by another process: give each daemon its own");
   f.reset();
   EXPECT_TRUE(Fallback::open(path_, &why)) << why;
+}
+
+// Past segment_bytes the journal goes on in <path>.1, .2, ...; a restart reads every segment;
+// once their records are in Redis and their reservations settled, the segments go and the
+// memory counted for the records is 0 again.
+TEST_F(FallbackTest, SegmentsRotateAndGoOnceReconciled) {
+  FallbackOptions o;
+  o.journal.segment_bytes = 1024;
+  o.journal.sync = JournalOptions::Sync::kNever;
+  std::vector<std::string> rids;
+  std::string id;
+  {
+    auto f = open(o);
+    id = f->journal_id();
+    for (int i = 0; i < 12; ++i) {
+      now_ += 1000;  // the local bucket (2, refilling 1/s) lets one through a second
+      AdmitResult a = admit(*f, 1);
+      ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+      rids.push_back(a.request_id);
+    }
+    EXPECT_GE(f->segments(), 3u);
+  }
+  EXPECT_GE(later_segments(), 2u);
+  auto f = open(o);
+  EXPECT_EQ(f->journal_id(), id);
+  EXPECT_EQ(f->pending(), 12u);
+  // In memory a pending record is its place in its segment, read back when it is sent.
+  EXPECT_EQ(f->pending_bytes(), 12 * Journal::kIndexBytes);
+  for (const std::string& rid : rids) ASSERT_TRUE(f->settle(rid, 1));
+  drain(*f);
+  EXPECT_EQ(f->pending(), 0u);
+  EXPECT_EQ(f->pending_bytes(), 0u);
+  // Settled reservations stay open (a repeated settle is answered) but hold no segment.
+  EXPECT_TRUE(f->any_open());
+  EXPECT_TRUE(f->claim(8).empty());
+  EXPECT_EQ(f->segments(), 1u);
+  EXPECT_LE(later_segments(), 1u);
+  EXPECT_LT(f->disk_bytes(), 100u);  // a header line
+  // Ids go on from where they were, in a journal that reads back whole.
+  ASSERT_EQ(admit(*f, 1).outcome, Outcome::kAllowed);
+  f.reset();
+  f = open(o);
+  EXPECT_EQ(f->pending(), 1u);
+  EXPECT_EQ(f->claim(8).at(0).seq, 25u);  // 12 admissions, 12 settles before it
+}
+
+// A reservation not yet settled keeps its admission's segment, which a restart needs to settle
+// it exactly; its settle lets the segment go.
+TEST_F(FallbackTest, AnUnsettledReservationKeepsItsSegment) {
+  FallbackOptions o;
+  o.journal.segment_bytes = 1024;
+  auto f = open(o);
+  AdmitResult held = admit(*f, 5);
+  ASSERT_EQ(held.outcome, Outcome::kAllowed);
+  for (int i = 0; i < 6; ++i) {
+    now_ += 1000;
+    AdmitResult a = admit(*f, 1);
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+    ASSERT_TRUE(f->settle(a.request_id, 1));
+  }
+  drain(*f);
+  EXPECT_GE(f->segments(), 2u);
+  EXPECT_NE(file().find(held.request_id), std::string::npos);
+  ASSERT_TRUE(f->settle(held.request_id, 2));
+  drain(*f);
+  EXPECT_EQ(f->segments(), 1u);
+  EXPECT_EQ(file().find(held.request_id), std::string::npos);
+}
+
+// Past journal_max_mb a new local admission is decided as journal_full says; corrections of
+// admissions already made are still journaled; below it again, local decisions resume.
+TEST_F(FallbackTest, PastItsBoundTheJournalTakesNoNewAdmission) {
+  FallbackOptions o;
+  o.max_bytes = 1;  // the first record fills it
+  auto f = open(o);
+  AdmitResult a = admit(*f, 5);
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  now_ += 1000;
+  AdmitResult full = admit(*f, 5);
+  EXPECT_EQ(full.outcome, Outcome::kUnavailable);
+  EXPECT_EQ(full.error, "redis: unavailable, and the local journal holds redis.journal_max_mb");
+  EXPECT_EQ(f->pending(), 1u);
+  std::optional<SettleResult> s = f->settle(a.request_id, 4);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->outcome, Outcome::kAllowed);
+  EXPECT_EQ(f->pending(), 2u);
+  f.reset();
+  o.full_mode = config::OnFailure::kOpen;
+  f = open(o);
+  AdmitResult open_admitted = admit(*f, 5);
+  EXPECT_EQ(open_admitted.outcome, Outcome::kAllowed);
+  EXPECT_EQ(open_admitted.degraded, "open");
+  EXPECT_EQ(f->pending(), 2u);  // not journaled: nothing to charge later
+  drain(*f);
+  AdmitResult local = admit(*f, 5);
+  EXPECT_EQ(local.degraded, "local");
+  EXPECT_EQ(f->pending(), 1u);
+}
+
+// A settle Redis missed keeps the whole request, so that every token-rate gate it names is
+// corrected when it is sent.
+TEST_F(FallbackTest, ADeferredSettleKeepsTheWholeRequest) {
+  {
+    auto f = open();
+    SettleRequest req{"t", "t.0123456789abcdef", 7, "u", "k", "m"};
+    ASSERT_EQ(f->defer_settle(req).outcome, Outcome::kAllowed);
+  }
+  auto f = open();
+  std::vector<JournalRecord> batch = f->claim(8);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].op, JournalRecord::Op::kResettle);
+  EXPECT_EQ(batch[0].user, "u");
+  EXPECT_EQ(batch[0].api_key, "k");
+  EXPECT_EQ(batch[0].model, "m");
+  EXPECT_EQ(batch[0].tokens, 7);
+}
+
+TEST(ReconcilePace, FollowsRedisAnswerTime) {
+  ReconcilePace p;
+  const size_t start = p.size();
+  p.answered(ReconcilePace::kTargetUs / 2);
+  EXPECT_EQ(p.size(), start * 2);
+  p.answered(ReconcilePace::kTargetUs * 3 / 2);  // within twice the target: kept
+  EXPECT_EQ(p.size(), start * 2);
+  p.answered(ReconcilePace::kTargetUs * 3);
+  EXPECT_EQ(p.size(), start);
+  for (int i = 0; i < 40; ++i) p.answered(1);
+  EXPECT_EQ(p.size(), ReconcilePace::kMax);
+  for (int i = 0; i < 40; ++i) p.answered(ReconcilePace::kTargetUs * 10);
+  EXPECT_EQ(p.size(), ReconcilePace::kMin);
 }
 
 // A second configuration: shadow gates (a gate's own and a whole plan's), token-rate gates, a
@@ -638,7 +776,8 @@ class OutageTest : public ::testing::Test {
   }
   double level(const std::string& key) { return std::stod(redis_.cli("HGET " + key + " tk")); }
 
-  testing::RedisServer redis_;
+  // Durable: a reservation Redis held before the outage is there after it.
+  testing::RedisServer redis_{testing::RedisServer::Durability::kAppendFsyncAlways};
   std::string dir_, journal_;
   testing::EventLoop loop_;
   AdmittedFlows flows_;
@@ -726,6 +865,27 @@ TEST_F(OutageTest, AnOldJournalIsReconciledAsCostOne) {
   EXPECT_NEAR(level(keys::bucket("t", "tenant")), 7, 0.01);
   EXPECT_NEAR(level(keys::bucket("t", "tenant_tokens")), 999, 0.01);
   EXPECT_EQ(redis_.cli("GET " + keys::quota("t", "2026-12")), "5");
+}
+
+// A settle Redis missed is sent whole once it is back: the model's token-rate gate is corrected
+// too. One whose reservation Redis no longer holds is counted as lost, not as reconciled.
+TEST_F(OutageTest, ADeferredSettleCorrectsEveryGateOrIsCountedLost) {
+  gateway();
+  AdmitResult a = admit("t", 300, "", "m");
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  EXPECT_EQ(a.degraded, "");
+  redis_.stop();
+  SettleResult s = run(&Gateway::settle, SettleRequest{"t", a.request_id, 100, "", "", "m"});
+  ASSERT_EQ(s.outcome, Outcome::kAllowed) << s.error;
+  EXPECT_EQ(s.degraded, "local");
+  SettleResult unknown = run(&Gateway::settle, SettleRequest{"t", "t.00000000000000ee", 5});
+  ASSERT_EQ(unknown.outcome, Outcome::kAllowed) << unknown.error;
+  back();
+  // 300 taken at the admission, 200 given back by the settle.
+  EXPECT_NEAR(level(keys::global_bucket("model_tokens", "m")), 1900, 1);
+  EXPECT_NEAR(level(keys::bucket("t", "tenant_tokens")), 900, 1);
+  EXPECT_EQ(metrics_.reconciled_records().value({"lost"}), 1u);
+  EXPECT_EQ(metrics_.reconciled_records().value({"ok"}), 1u);
 }
 
 TEST(FailureMode, ThePlanOverridesTheDefault) {

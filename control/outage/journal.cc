@@ -4,8 +4,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -41,6 +44,11 @@ std::string to_line(const JournalRecord& r) {
   json j = {{"seq", r.seq},       {"op", kOps[static_cast<int>(r.op)]},
             {"tenant", r.tenant}, {"request_id", r.request_id},
             {"tokens", r.tokens}, {"at_ms", r.at_ms}};
+  if (r.op == JournalRecord::Op::kResettle) {
+    if (!r.user.empty()) j["user"] = r.user;
+    if (!r.api_key.empty()) j["api_key"] = r.api_key;
+    if (!r.model.empty()) j["model"] = r.model;
+  }
   if (r.op == JournalRecord::Op::kAdmit || r.exact()) {
     j["month"] = r.month;
     j["month_end"] = r.month_end;
@@ -77,6 +85,9 @@ JournalRecord from_json(const json& j) {
   r.request_id = j.at("request_id").get<std::string>();
   r.tokens = j.at("tokens").get<int64_t>();
   r.at_ms = j.at("at_ms").get<int64_t>();
+  r.user = j.value("user", "");
+  r.api_key = j.value("api_key", "");
+  r.model = j.value("model", "");
   if (j.contains("month")) {
     r.month = j.at("month").get<std::string>();
     r.month_end = j.at("month_end").get<int64_t>();
@@ -107,7 +118,47 @@ std::string random_id() {
 
 }  // namespace
 
-std::unique_ptr<Journal> Journal::open(const std::string& path, std::string* error) {
+std::string Journal::segment_file(size_t n) const {
+  return n == 0 ? path_ : path_ + "." + std::to_string(n);
+}
+
+void Journal::read_segment(Segment& seg, std::vector<JournalRecord>& records,
+                           std::vector<Loc>& locs, std::vector<uint64_t>& applied,
+                           bool* ends_line) {
+  std::ifstream in(segment_file(seg.n));
+  std::string line;
+  *ends_line = true;
+  while (std::getline(in, line)) {
+    *ends_line = !in.eof();
+    const uint64_t offset = seg.bytes;
+    seg.bytes += line.size() + 1;
+    if (line.empty()) continue;
+    try {
+      json v = json::parse(line);
+      if (v.contains("journal")) {
+        id_ = v.at("journal").get<std::string>();
+        next_ = std::max(next_, v.at("next").get<uint64_t>());
+      } else if (v.contains("applied")) {
+        applied.push_back(v.at("applied").get<uint64_t>());
+      } else {
+        JournalRecord r = from_json(v);
+        next_ = std::max(next_, r.seq + 1);
+        if (seg.last < seg.first) seg.first = r.seq;
+        seg.last = r.seq;
+        records.push_back(std::move(r));
+        locs.push_back(
+            Loc{static_cast<uint32_t>(seg.n), static_cast<uint32_t>(line.size()), offset});
+      }
+    } catch (const std::exception&) {
+      // Only a segment's last line can be torn (one write() per line, O_APPEND); its decision
+      // was never answered, so it is skipped.
+      ++unreadable_;
+    }
+  }
+}
+
+std::unique_ptr<Journal> Journal::open(const std::string& path, const JournalOptions& options,
+                                       std::string* error, std::vector<JournalRecord>* read_back) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = "cannot open the journal " + path + ": " + std::strerror(errno);
@@ -119,52 +170,102 @@ std::unique_ptr<Journal> Journal::open(const std::string& path, std::string* err
     ::close(fd);
     return nullptr;
   }
-  std::unique_ptr<Journal> j(new Journal(path, fd));
-  std::ifstream in(path);
-  std::string line;
-  bool ends_line = true;
-  while (std::getline(in, line)) {
-    ends_line = !in.eof();
-    if (line.empty()) continue;
-    try {
-      json v = json::parse(line);
-      if (v.contains("journal")) {
-        j->id_ = v.at("journal").get<std::string>();
-        j->next_ = std::max(j->next_, v.at("next").get<uint64_t>());
-      } else if (v.contains("applied")) {
-        j->applied_.insert(v.at("applied").get<uint64_t>());
-      } else {
-        JournalRecord r = from_json(v);
-        j->next_ = std::max(j->next_, r.seq + 1);
-        if (!r.for_redis()) j->applied_.insert(r.seq);
-        j->records_.push_back(std::move(r));
-      }
-    } catch (const std::exception&) {
-      // Only the last line can be torn (one write() per line, O_APPEND); its decision was never
-      // answered, so it is skipped.
-      ++j->unreadable_;
-    }
+  std::unique_ptr<Journal> j(new Journal(path, fd, options));
+  // The segments there are: the first, then <path>.<n> in order of n.
+  std::vector<size_t> ns{0};
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".";
+  for (const auto& e : std::filesystem::directory_iterator(
+           p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(prefix) || name.size() == prefix.size() ||
+        name.size() > prefix.size() + 9 ||
+        name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+      continue;
+    ns.push_back(std::stoul(name.substr(prefix.size())));
   }
-  // applied ids of records compacted away are not kept.
-  std::set<uint64_t> seqs;
-  for (const auto& r : j->records_) seqs.insert(r.seq);
-  std::erase_if(j->applied_, [&](uint64_t s) { return !seqs.count(s); });
-  if (j->id_.empty()) {
-    j->id_ = random_id();
-    if (!j->records_.empty()) {
-      *error = "the journal " + path + " has records but no header line";
-      return nullptr;
-    }
-    j->write_header();
+  std::sort(ns.begin(), ns.end());
+  std::vector<JournalRecord> records;
+  std::vector<Loc> locs;
+  std::vector<uint64_t> applied;
+  bool ends_line = true;
+  for (size_t n : ns) {
+    Segment seg;
+    seg.n = n;
+    seg.first = 1;
+    seg.last = 0;
+    seg.rfd = ::open(j->segment_file(n).c_str(), O_RDONLY | O_CLOEXEC);
+    j->read_segment(seg, records, locs, applied, &ends_line);
+    j->segments_.push_back(seg);
+  }
+  if (j->id_.empty() && !records.empty()) {
+    *error = "the journal " + path + " has records but no header line";
+    return nullptr;
+  }
+  if (j->id_.empty()) j->id_ = random_id();
+  // The index: every record for Redis that no applied line names.
+  std::sort(applied.begin(), applied.end());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const JournalRecord& r = records[i];
+    if (!r.for_redis() || std::binary_search(applied.begin(), applied.end(), r.seq)) continue;
+    j->pending_.emplace(r.seq, locs[i]);
+  }
+  for (Segment& seg : j->segments_)
+    if (seg.last >= seg.first)
+      for (auto it = j->pending_.lower_bound(seg.first);
+           it != j->pending_.end() && it->first <= seg.last; ++it)
+        ++seg.pending;
+  // The last segment is written to; an empty one gets its header.
+  Segment& last = j->segments_.back();
+  j->fd_ = last.n == 0 ? fd
+                       : ::open(j->segment_file(last.n).c_str(),
+                                O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (j->fd_ < 0) {
+    *error = "cannot open the journal " + j->segment_file(last.n) + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  if (last.bytes == 0) {
+    j->write_line(json({{"journal", j->id_}, {"next", j->next_}}).dump() + "\n");
   } else if (!ends_line) {
     // Ends the torn line, so the next record starts on a line of its own.
     j->write_line("\n");
   }
+  if (read_back) *read_back = std::move(records);
   return j;
 }
 
 Journal::~Journal() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0 && options_.sync != JournalOptions::Sync::kNever) flush();
+  if (fd_ >= 0 && fd_ != lock_fd_) ::close(fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  for (Segment& s : segments_) close_segment(s);
+}
+
+void Journal::close_segment(Segment& seg) {
+  if (seg.rfd >= 0) ::close(seg.rfd);
+  seg.rfd = -1;
+}
+
+std::optional<JournalRecord> Journal::read(const Loc& loc) const {
+  const Segment* seg = nullptr;
+  for (const Segment& s : segments_)
+    if (s.n == loc.segment) seg = &s;
+  if (!seg || seg->rfd < 0) return std::nullopt;
+  std::string line(loc.length, '\0');
+  size_t got = 0;
+  while (got < line.size()) {
+    ssize_t n = ::pread(seg->rfd, line.data() + got, line.size() - got,
+                        static_cast<off_t>(loc.offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    got += static_cast<size_t>(n);
+  }
+  try {
+    return from_json(json::parse(line));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 bool Journal::write_line(const std::string& line) {
@@ -175,40 +276,114 @@ bool Journal::write_line(const std::string& line) {
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
+  segments_.back().bytes += line.size();
+  dirty_ = true;
   return true;
 }
 
-void Journal::write_header() {
+void Journal::flush() {
+  if (!dirty_) return;
+  ::fdatasync(fd_);
+  dirty_ = false;
+}
+
+bool Journal::sync_due(int64_t now_ms) {
+  if (options_.sync != JournalOptions::Sync::kInterval || !dirty_ ||
+      now_ms - synced_ms_ < options_.interval_ms)
+    return false;
+  flush();
+  synced_ms_ = now_ms;
+  return true;
+}
+
+bool Journal::start_segment(size_t n, std::string* error) {
+  const std::string file = segment_file(n);
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = file + ": " + std::strerror(errno);
+    return false;
+  }
+  // What the segment left holds is on the disk before records go elsewhere.
+  if (options_.sync != JournalOptions::Sync::kNever) flush();
+  if (fd_ != lock_fd_) ::close(fd_);
+  fd_ = fd;
+  Segment seg;
+  seg.n = n;
+  seg.rfd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  seg.first = next_;
+  seg.last = next_ - 1;
+  segments_.push_back(seg);
   write_line(json({{"journal", id_}, {"next", next_}}).dump() + "\n");
+  return true;
 }
 
 bool Journal::append(JournalRecord& r) {
+  if (segments_.back().bytes >= options_.segment_bytes) {
+    std::string why;
+    // Writing on in the full segment is safe: only its deletion waits longer.
+    if (!start_segment(segments_.back().n + 1, &why))
+      spdlog::warn("journal: cannot start a new segment ({}); writing on in {}", why,
+                   segment_file(segments_.back().n));
+  }
   r.seq = next_;
-  if (!write_line(to_line(r))) return false;
+  const std::string line = to_line(r);
+  Segment& into = segments_.back();
+  const Loc loc{static_cast<uint32_t>(into.n), static_cast<uint32_t>(line.size() - 1), into.bytes};
+  if (!write_line(line)) return false;
+  if (options_.sync == JournalOptions::Sync::kAlways) flush();
   ++next_;
-  if (!r.for_redis()) applied_.insert(r.seq);
-  records_.push_back(r);
+  Segment& seg = segments_.back();
+  if (seg.last < seg.first) seg.first = r.seq;
+  seg.last = r.seq;
+  if (r.for_redis()) {
+    ++seg.pending;
+    pending_.emplace(r.seq, loc);
+  }
   return true;
 }
 
+Journal::Segment* Journal::segment_of(uint64_t seq) {
+  for (Segment& s : segments_)
+    if (s.first <= seq && seq <= s.last) return &s;
+  return nullptr;
+}
+
 void Journal::applied(uint64_t seq) {
-  if (!applied_.insert(seq).second) return;
+  auto it = pending_.find(seq);
+  if (it == pending_.end()) return;
+  pending_.erase(it);
+  if (Segment* s = segment_of(seq)) --s->pending;
   write_line(json({{"applied", seq}}).dump() + "\n");
 }
 
-std::vector<const JournalRecord*> Journal::pending() const {
-  std::vector<const JournalRecord*> out;
-  for (const auto& r : records_)
-    if (!applied_.count(r.seq)) out.push_back(&r);
-  return out;
+void Journal::trim(uint64_t keep_from) {
+  while (segments_.size() > 1 && segments_.front().pending == 0 &&
+         segments_.front().last < keep_from) {
+    Segment& s = segments_.front();
+    close_segment(s);
+    // The first segment's file holds the lock: emptied, not deleted.
+    if (s.n == 0) {
+      if (::ftruncate(lock_fd_, 0) != 0) return;
+    } else if (::unlink(segment_file(s.n).c_str()) != 0 && errno != ENOENT) {
+      return;
+    }
+    segments_.pop_front();
+  }
+  Segment& last = segments_.back();
+  if (segments_.size() > 1 || last.pending > 0 || last.last < last.first || last.last >= keep_from)
+    return;
+  // Everything written is in Redis and no longer needed: back to a header.
+  if (::ftruncate(fd_, 0) != 0) return;
+  last.bytes = 0;
+  last.first = next_;
+  last.last = next_ - 1;
+  write_line(json({{"journal", id_}, {"next", next_}}).dump() + "\n");
 }
 
-void Journal::compact() {
-  if (pending_count() > 0 || records_.empty()) return;
-  if (::ftruncate(fd_, 0) != 0) return;
-  records_.clear();
-  applied_.clear();
-  write_header();
+uint64_t Journal::disk_bytes() const {
+  uint64_t n = 0;
+  for (const Segment& s : segments_) n += s.bytes;
+  return n;
 }
 
 }  // namespace dripgate::control

@@ -38,7 +38,12 @@ double LocalLimiter::correct(const LocalBucket& b, double delta, int64_t now_ms)
   return to;
 }
 
-size_t LocalLimiter::live_leases(const std::string& tenant, int64_t now_ms) {
+size_t LocalLimiter::live_leases(const std::string& tenant, int64_t now_ms, int64_t max) {
+  // The tenant's leases, expired ones not yet swept included, are below the limit: no need to
+  // tell them apart (the walk of every lease is for a tenant at its limit only).
+  auto h = held_.find(tenant);
+  const size_t held = h == held_.end() ? 0 : h->second;
+  if (static_cast<int64_t>(held) < max) return held;
   size_t n = 0;
   for (const auto& [rid, l] : leases_)
     if (l.tenant == tenant && l.until_ms > now_ms) ++n;
@@ -83,7 +88,7 @@ LocalVerdict LocalLimiter::admit(const LocalAdmit& a, int64_t now_ms) {
     if (q->spent + a.tokens > q->limit) refuse(a.quota_shadow, "quota", "quota", r.reset_s * 1000);
   }
   if (a.max_streams >= 0) {
-    size_t live = live_leases(a.tenant, now_ms);
+    size_t live = live_leases(a.tenant, now_ms, a.max_streams);
     if (static_cast<int64_t>(live) >= a.max_streams) {
       int64_t first = kNeverMs;
       for (const auto& [rid, l] : leases_)
@@ -116,13 +121,16 @@ void LocalLimiter::take(const LocalAdmit& a, const std::vector<double>& taken, i
   if (a.allowance)
     quota_.try_emplace(a.tenant, Allowance{*a.allowance, 0}).first->second.spent += a.tokens;
   reserve(a, &taken, now_ms);
-  if (a.max_streams >= 0) leases_[a.request_id] = Lease{a.tenant, now_ms + a.lease_ms, a.lease_ms};
+  if (a.max_streams >= 0) put_lease(a.request_id, Lease{a.tenant, now_ms + a.lease_ms, a.lease_ms});
 }
 
 void LocalLimiter::reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms) {
   LocalReservation& r = reservations_[a.request_id];
-  r = LocalReservation{a.tenant,    a.tokens, std::nullopt, at_ms + a.reservation_ttl_ms, a.month,
-                       a.month_end, {}};
+  if (r.seq && !r.settled) unsettled_.erase(r.seq);
+  r = LocalReservation{a.tenant, a.tokens,    std::nullopt, at_ms + a.reservation_ttl_ms,
+                       a.month,  a.month_end, {},           a.seq};
+  if (a.seq) unsettled_.insert(a.seq);
+  expiry_.emplace(r.expires_ms, a.request_id);
   // Only the token-rate gates that took the estimate are corrected later: a shadow one that
   // had nothing to give took nothing to correct.
   for (size_t i = 0; i < a.buckets.size(); ++i) {
@@ -152,6 +160,11 @@ std::optional<LocalSettle> LocalLimiter::settle(const std::string& request_id, i
   auto q = quota_.find(r.tenant);
   if (q != quota_.end()) s.remaining = std::max<int64_t>(0, q->second.limit - q->second.spent);
   s.reservation = r;
+  if (s.first) {
+    // Settled: what is kept is for a repeated settle's answer; the gates are not needed again.
+    unsettled_.erase(r.seq);
+    std::vector<LocalBucket>().swap(r.token_gates);
+  }
   return s;
 }
 
@@ -197,13 +210,40 @@ std::optional<bool> LocalLimiter::release(const std::string& request_id, int64_t
   auto it = leases_.find(request_id);
   if (it == leases_.end()) return std::nullopt;
   bool live = it->second.until_ms > now_ms;
-  leases_.erase(it);
+  drop_lease(it);
   return live;
 }
 
 void LocalLimiter::sweep(int64_t now_ms) {
-  std::erase_if(reservations_, [&](const auto& kv) { return kv.second.expires_ms <= now_ms; });
-  std::erase_if(leases_, [&](const auto& kv) { return kv.second.until_ms <= now_ms; });
+  for (auto e = expiry_.begin(); e != expiry_.end() && e->first <= now_ms; e = expiry_.erase(e)) {
+    auto r = reservations_.find(e->second);
+    if (r == reservations_.end() || r->second.expires_ms != e->first) continue;
+    if (!r->second.settled) unsettled_.erase(r->second.seq);
+    reservations_.erase(r);
+  }
+  // A lease's end moves with each charge, so leases are walked, but not on every call.
+  if (now_ms - leases_swept_ms_ < 1000) return;
+  leases_swept_ms_ = now_ms;
+  for (auto it = leases_.begin(); it != leases_.end();)
+    it = it->second.until_ms <= now_ms ? drop_lease(it) : std::next(it);
+}
+
+void LocalLimiter::put_lease(const std::string& request_id, Lease lease) {
+  auto [it, added] = leases_.try_emplace(request_id);
+  if (!added) drop_count(it->second.tenant);
+  ++held_[lease.tenant];
+  it->second = std::move(lease);
+}
+
+void LocalLimiter::drop_count(const std::string& tenant) {
+  auto h = held_.find(tenant);
+  if (h != held_.end() && --h->second == 0) held_.erase(h);
+}
+
+std::map<std::string, LocalLimiter::Lease>::iterator LocalLimiter::drop_lease(
+    std::map<std::string, Lease>::iterator it) {
+  drop_count(it->second.tenant);
+  return leases_.erase(it);
 }
 
 void LocalLimiter::restore_admit(const LocalAdmit& a, int64_t at_ms, int64_t now_ms) {
@@ -211,13 +251,15 @@ void LocalLimiter::restore_admit(const LocalAdmit& a, int64_t at_ms, int64_t now
     quota_.try_emplace(a.tenant, Allowance{*a.allowance, 0}).first->second.spent += a.tokens;
   if (at_ms + a.reservation_ttl_ms > now_ms) reserve(a, nullptr, at_ms);
   if (a.max_streams >= 0 && at_ms + a.lease_ms > now_ms)
-    leases_[a.request_id] = Lease{a.tenant, at_ms + a.lease_ms, a.lease_ms};
+    put_lease(a.request_id, Lease{a.tenant, at_ms + a.lease_ms, a.lease_ms});
 }
 
 void LocalLimiter::restore_settle(const std::string& request_id, int64_t delta) {
   auto it = reservations_.find(request_id);
   if (it == reservations_.end() || it->second.settled) return;
   it->second.settled = it->second.reserved + delta;
+  unsettled_.erase(it->second.seq);
+  std::vector<LocalBucket>().swap(it->second.token_gates);
   auto q = quota_.find(it->second.tenant);
   if (q != quota_.end()) q->second.spent += delta;
 }
@@ -231,7 +273,7 @@ void LocalLimiter::restore_charge(const std::string& request_id, int64_t tokens)
 }
 
 void LocalLimiter::restore_release(const std::string& request_id) {
-  leases_.erase(request_id);
+  if (auto it = leases_.find(request_id); it != leases_.end()) drop_lease(it);
 }
 
 }  // namespace dripgate::control

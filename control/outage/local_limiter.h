@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,7 @@ struct LocalBucket {
 
 struct LocalAdmit {
   std::string tenant, request_id;
+  uint64_t seq = 0;  // the journal record of the admission (0: none)
   std::vector<LocalBucket> buckets;
   // The tokens this daemon may charge the tenant alone during this outage (set when the tenant
   // has no allowance yet); nullopt: the plan has no quota.
@@ -72,8 +74,10 @@ struct LocalReservation {
   int64_t expires_ms = 0;
   std::string month;
   int64_t month_end = 0;
-  // The token-rate gates that took the estimate: settle and stream charges correct them.
+  // The token-rate gates that took the estimate: settle and stream charges correct them (let go
+  // once settled).
   std::vector<LocalBucket> token_gates;
+  uint64_t seq = 0;  // the admission's journal record
 };
 
 struct LocalSettle {
@@ -116,10 +120,16 @@ class LocalLimiter {
 
   // Redis decided for the tenant again: the next outage starts from what Redis reports.
   void forget_quota(const std::string& tenant) { quota_.erase(tenant); }
-  // Drops expired reservations and leases.
+  // Drops expired reservations (by an index of their expiry: what did not expire is not
+  // walked, however many are open) and, at most once a second, expired leases.
   void sweep(int64_t now_ms);
-  // Reservations and leases still open here (the journal is kept while there are any).
+  // Reservations and leases still open here.
   size_t open() const { return reservations_.size() + leases_.size(); }
+  // The journal record of the oldest reservation still to be settled here (UINT64_MAX: none):
+  // the journal keeps it and every later one, which a restart needs to settle it exactly.
+  uint64_t oldest_unsettled() const {
+    return unsettled_.empty() ? UINT64_MAX : *unsettled_.begin();
+  }
 
   // A journal's records played back after a restart: the reservations, their charges to the
   // allowance and the leases come back; bucket levels do not (they start full, as at any
@@ -146,14 +156,24 @@ class LocalLimiter {
   double level(const LocalBucket& b, int64_t now_ms);
   // Takes delta tokens from b (negative gives back up to the capacity; may go below zero).
   double correct(const LocalBucket& b, double delta, int64_t now_ms);
-  size_t live_leases(const std::string& tenant, int64_t now_ms);
+  // The tenant's live leases, or a count of them with expired ones when that is below max.
+  size_t live_leases(const std::string& tenant, int64_t now_ms, int64_t max);
+  void put_lease(const std::string& request_id, Lease lease);
+  std::map<std::string, Lease>::iterator drop_lease(std::map<std::string, Lease>::iterator it);
+  void drop_count(const std::string& tenant);
   void take(const LocalAdmit& a, const std::vector<double>& taken, int64_t now_ms);
   void reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms);
 
   std::unordered_map<std::string, Level> buckets_;
   std::unordered_map<std::string, Allowance> quota_;  // by tenant
   std::unordered_map<std::string, LocalReservation> reservations_;
-  std::map<std::string, Lease> leases_;  // by request_id
+  std::map<std::string, Lease> leases_;           // by request_id
+  std::unordered_map<std::string, size_t> held_;  // the leases in leases_, by tenant
+  std::set<uint64_t> unsettled_;                  // the seq of each open, unsettled reservation
+  // Each reservation's expiry and request_id, in order of expiry (an entry whose reservation
+  // was replaced or is gone is skipped).
+  std::multimap<int64_t, std::string> expiry_;
+  int64_t leases_swept_ms_ = 0;
 };
 
 }  // namespace dripgate::control

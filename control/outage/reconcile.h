@@ -9,6 +9,8 @@
 // so) is charged once.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -17,9 +19,41 @@
 
 namespace dripgate::control {
 
-// Sends r through engine; done(true) once all of it is in Redis (or can never be: a tenant no
-// longer configured, logged), done(false) to try again later. Runs on the engine's loop.
-void reconcile(Engine& engine, const std::string& journal_id, const JournalRecord& r,
-               std::function<void(bool ok)> done);
+// How many records one reconciliation batch sends: doubled while Redis answers a batch within
+// kTargetUs, halved when it takes more than twice that. The answer time is Redis's own load
+// (other daemons' admissions included) as this daemon sees it, so a drain takes what Redis can
+// give, and an admission queued behind a batch on the same connections waits about kTargetUs.
+class ReconcilePace {
+ public:
+  static constexpr int64_t kTargetUs = 5000;
+  static constexpr size_t kMin = 16, kMax = 8192;
+  size_t size() const { return size_; }
+  void answered(int64_t us) {
+    if (us < kTargetUs)
+      size_ = std::min(kMax, size_ * 2);
+    else if (us > 2 * kTargetUs)
+      size_ = std::max(kMin, size_ / 2);
+  }
+
+ private:
+  size_t size_ = 64;
+};
+
+// What became of a record sent to Redis.
+enum class Reconciled {
+  kApplied,  // all of it is in Redis (now, or by an earlier call)
+  kRetry,    // Redis did not answer: to send again later
+  // Redis can never take it: a tenant no longer configured, or a deferred settle whose
+  // reservation Redis no longer holds (expired, or never admitted there). Its tokens stay as
+  // Redis has them; the caller counts and logs it.
+  kLost,
+};
+std::string_view reconciled_name(Reconciled r);
+
+// Sends r through engine; done once with what became of it (and, for kLost, why). watermark:
+// every record of the journal up to it is in Redis (Journal::watermark), for reconcile.lua to
+// trim its applied sets. Runs on the engine's loop.
+void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark,
+               const JournalRecord& r, std::function<void(Reconciled, std::string why)> done);
 
 }  // namespace dripgate::control
