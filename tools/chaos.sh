@@ -2,8 +2,8 @@
 # What a hostile or broken neighbour does to dripgate, measured: the standing chaos suite. Not a
 # test (nothing here passes or fails); run it before and after a change and compare the tables.
 #
-#   tools/chaos.sh [--build DIR] [--seconds N] [--only "kill stop auth idle-tcp idle-unix"]
-#                  [--idle-conns N]
+#   tools/chaos.sh [--build DIR] [--seconds N] [--only "kill stop auth idle-tcp idle-unix outage"]
+#                  [--idle-conns N] [--outage-s N]
 #
 # Scenarios, each on a fresh redis-server and daemon, one table each:
 #   kill       Redis SIGKILLed under 32 clients doing POST /v1/admit, restarted on the same port
@@ -18,7 +18,15 @@
 #              second) is answered;
 #   idle-unix  100 idle clients on dripgate-dataplane's control socket (net_null vdevs, no
 #              hugepages): whether a new client still gets {"op":"stats"} answered, how long
-#              it waits.
+#              it waits;
+#   outage     a long outage under `on_failure: local` (not in the default list; --only outage):
+#              wrk, 4 connections, each admitting (estimate 100) and settling (60) as agents
+#              do, Redis SIGKILLed 3 s in for --outage-s (30) and restarted from its AOF, the load
+#              going on 20 s after: the daemon's peak RSS and its RSS once drained, the
+#              journal's peak size on disk and once drained, the records made, the drain time
+#              (Redis back to dripgate_journal_pending 0) and the drift: the quota counter
+#              Redis ends with against what the clients were told (100 per admission, 60 per
+#              settled one), which must be 0.
 # The load scenarios run --seconds (15), the fault 3 s in. "Charged for failed requests"
 # compares what Redis holds afterwards with the 200 answers: the tenant's bucket (capacity 1e9,
 # a refill too slow to count) gives the tokens taken, plus the month's quota, the reservations
@@ -35,12 +43,14 @@ build="$root/build"
 seconds=15
 only="kill stop auth idle-tcp idle-unix"
 idle_conns=20000
-usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop auth idle-tcp idle-unix\"] [--idle-conns N]"
+outage_s=30
+usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop auth idle-tcp idle-unix outage\"] [--idle-conns N] [--outage-s N]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --seconds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
     --only) only=$2; shift 2 ;;
     --idle-conns) idle_conns=$2; shift 2 ;;
+    --outage-s) outage_s=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -288,6 +298,80 @@ EOF
   stop "$dp_pid"
 }
 
+# metric PORT NAME: a gauge's value from dripgate-control's /metrics ("" when not there).
+metric() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; exit}'
+}
+
+# drained PORT TRIES: waits (0.2 s a try) until the daemon's journal holds nothing pending.
+drained() {
+  local i
+  for ((i = 0; i < $2; i++)); do
+    [[ "$(metric "$1" dripgate_journal_pending)" == 0 ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# The outage: RSS and journal bytes sampled every 0.5 s, the drain timed from Redis's restart.
+outage() {
+  local dir="$work/outage" port wrk_pid sampler t_back t_drained=0 records quota=0 q
+  command -v wrk >/dev/null || { echo -e "\n== outage skipped: needs wrk"; return; }
+  mkdir -p "$dir"
+  port=$(free_port)
+  cat >"$dir/outage.yaml" <<EOF
+redis: { url: "redis://127.0.0.1:$port/0", timeout_ms: 50, on_failure: local,
+         journal: $dir/journal }
+control: { listen: "127.0.0.1:8080", threads: 2, dataplane_socket: $dir/no-dataplane.sock }
+plans:
+  chaos:
+    gates: { tenant: { capacity: 1000000000, refill_per_s: 1000000 } }
+    quota: { tokens_per_month: 1000000000000000, reservation_ttl_s: 600 }
+tenants:
+  ws-chaos: { plan: chaos }
+EOF
+  redis "$dir" "$port"
+  http_port=$(free_port)
+  "$control" --config "$dir/outage.yaml" --listen "127.0.0.1:$http_port" 2>"$dir/control.log" &
+  control_pid=$!
+  pids+=("$control_pid")
+  wait_port "$http_port"
+  (while kill -0 "$control_pid" 2>/dev/null; do
+     echo "$(awk '/^VmRSS/ {print $2}' "/proc/$control_pid/status" 2>/dev/null || echo 0)" \
+       "$(cat "$dir"/journal* 2>/dev/null | wc -c)"
+     sleep 0.5
+   done) >"$dir/samples" &
+  sampler=$!
+  pids+=("$sampler")
+  wrk -t1 -c4 -d "$((3 + outage_s + 20))s" -s "$chaos/admit_settle.lua" \
+    "http://127.0.0.1:$http_port" >"$dir/wrk.out" 2>&1 &
+  wrk_pid=$!
+  pids+=("$wrk_pid")
+  sleep 3
+  kill -KILL "$redis_pid"
+  wait "$redis_pid" 2>/dev/null || true
+  forget "$redis_pid"
+  sleep "$outage_s"
+  records=$(metric "$http_port" dripgate_journal_pending)
+  redis "$dir" "$port"
+  t_back=$(now)
+  drained "$http_port" 6000 && t_drained=$(now)
+  wait "$wrk_pid" || true
+  forget "$wrk_pid"
+  # What the load's last seconds left pending drains too before Redis is read.
+  drained "$http_port" 3000 || true
+  sleep 2
+  for q in $(rcli "$port" --scan --pattern 'dg:{t:ws-chaos}:q:*'); do
+    quota=$((quota + $(rcli "$port" get "$q")))
+  done
+  stop "$sampler"
+  # shellcheck disable=SC2046
+  python3 "$chaos/outage_report.py" "$dir/samples" "$t_back" "$t_drained" "$quota" "$outage_s" \
+    "${records:-0}" $(awk '/^CHAOS_RESULT/ {print $2, $3, $4, $5}' "$dir/wrk.out")
+  stop "$control_pid"
+  stop "$redis_pid"
+}
+
 echo "dripgate chaos: binaries from $build, load and report from $root ($(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?'))"
 echo "$(date -u '+%F %T UTC'), $(nproc) CPUs, $(uptime | sed 's/.*load/load/')"
 for s in $only; do
@@ -297,6 +381,7 @@ for s in $only; do
     auth) load_scenario auth "wrong Redis password for 5 s, then Redis takes it" ;;
     idle-tcp) idle_tcp ;;
     idle-unix) idle_unix ;;
+    outage) outage ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
