@@ -245,9 +245,9 @@ std::string Metrics::render() const {
   scalar("dripgate_journal_pending",
          "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
          load(journal_pending_));
-  scalar("dripgate_journal_pending_bytes",
-         "The memory the journaled local decisions not yet in Redis take (bounded by "
-         "redis.journal_max_mb).",
+  scalar("dripgate_local_decisions_bytes",
+         "The memory the local decisions take: the journal's index of the records not yet in "
+         "Redis and the local reservations and leases open (bounded by redis.journal_max_mb).",
          "gauge", load(journal_pending_bytes_));
   header(out, "dripgate_brake_factor",
          "The service-wide brake's factor on every enforced rate (POST /v1/admin/brake); 1: no "

@@ -180,17 +180,19 @@ Fallback::Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> 
 void Fallback::counts() {
   open_.store(limiter_.open(), std::memory_order_relaxed);
   pending_.store(journal_->pending_count(), std::memory_order_relaxed);
-  pending_bytes_.store(journal_->pending_bytes(), std::memory_order_relaxed);
+  pending_bytes_.store(journal_->pending_bytes() + limiter_.bytes(), std::memory_order_relaxed);
 }
 
 bool Fallback::full() {
-  const bool full = options_.max_bytes > 0 && journal_->pending_bytes() >= options_.max_bytes;
+  const bool full =
+      options_.max_bytes > 0 && journal_->pending_bytes() + limiter_.bytes() >= options_.max_bytes;
   if (full != full_) {
     full_ = full;
     if (full)
       spdlog::error(
-          "journal: the local decisions not yet in Redis take redis.journal_max_mb ({} MiB); "
-          "new local admissions are decided as journal_full: {} until Redis takes some",
+          "journal: the local decisions not yet in Redis and the local reservations open take "
+          "redis.journal_max_mb ({} MiB); new local admissions are decided as journal_full: {} "
+          "until Redis takes some or reservations end",
           options_.max_bytes >> 20, config::on_failure_name(options_.full_mode));
     else
       spdlog::warn("journal: below redis.journal_max_mb again; local admissions resume");
@@ -321,7 +323,7 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
     if (options_.full_mode == config::OnFailure::kOpen) return open_admit(snap, req, rng);
     res = AdmitResult{};
     res.outcome = Outcome::kUnavailable;
-    res.error = "redis: unavailable, and the local journal holds redis.journal_max_mb";
+    res.error = "redis: unavailable, and the local decisions hold redis.journal_max_mb";
     return res;
   }
   const int64_t now = now_();

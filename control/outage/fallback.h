@@ -45,10 +45,12 @@ AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt199
 // The journal's bounds (redis.journal_fsync, journal_max_mb, journal_full).
 struct FallbackOptions {
   JournalOptions journal;
-  // The memory the index of the records not yet in Redis may take (Journal::kIndexBytes each);
-  // 0: no bound. Past it a new local admission is decided as `full_mode` says (closed: 503;
-  // open: admitted without gates), while settles, stream charges and releases are still
-  // journaled (they correct decisions already made, and their number is bounded by those).
+  // The memory an outage's local decisions may take: the index of the records not yet in Redis
+  // (Journal::kIndexBytes each) and the local reservations and leases open
+  // (LocalLimiter::kEntryBytes each, kept reservation_ttl_s); 0: no bound. Past it a new local
+  // admission is decided as `full_mode` says (closed: 503; open: admitted without gates),
+  // while settles, stream charges and releases are still journaled (they correct decisions
+  // already made, and their number is bounded by those).
   size_t max_bytes = 0;
   config::OnFailure full_mode = config::OnFailure::kClosed;
 };
@@ -99,7 +101,8 @@ class Fallback {
   void tick();
   const std::string& journal_id() const { return journal_->id(); }
   size_t pending() const { return pending_.load(std::memory_order_relaxed); }
-  // The memory the index of the pending records takes (Journal::pending_bytes).
+  // The memory the local decisions take: the index of the pending records and the open local
+  // reservations and leases (what journal_max_mb bounds).
   size_t pending_bytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // The journal's segment files and their bytes on the disk.
   size_t segments() const;

@@ -336,12 +336,13 @@ TEST_F(FallbackTest, SegmentsRotateAndGoOnceReconciled) {
   auto f = open(o);
   EXPECT_EQ(f->journal_id(), id);
   EXPECT_EQ(f->pending(), 12u);
-  // In memory a pending record is its place in its segment, read back when it is sent.
-  EXPECT_EQ(f->pending_bytes(), 12 * Journal::kIndexBytes);
+  // In memory a pending record is its place in its segment, read back when it is sent; each
+  // reservation is counted too.
+  EXPECT_EQ(f->pending_bytes(), 12 * (Journal::kIndexBytes + LocalLimiter::kEntryBytes));
   for (const std::string& rid : rids) ASSERT_TRUE(f->settle(rid, 1));
   drain(*f);
   EXPECT_EQ(f->pending(), 0u);
-  EXPECT_EQ(f->pending_bytes(), 0u);
+  EXPECT_EQ(f->pending_bytes(), 12 * LocalLimiter::kEntryBytes);
   // Settled reservations stay open (a repeated settle is answered) but hold no segment.
   EXPECT_TRUE(f->any_open());
   EXPECT_TRUE(f->claim(8).empty());
@@ -383,14 +384,15 @@ TEST_F(FallbackTest, AnUnsettledReservationKeepsItsSegment) {
 // admissions already made are still journaled; below it again, local decisions resume.
 TEST_F(FallbackTest, PastItsBoundTheJournalTakesNoNewAdmission) {
   FallbackOptions o;
-  o.max_bytes = 1;  // the first record fills it
+  // One admission (its record and its reservation) fills it; its reservation alone does not.
+  o.max_bytes = LocalLimiter::kEntryBytes + 16;
   auto f = open(o);
   AdmitResult a = admit(*f, 5);
   ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
   now_ += 1000;
   AdmitResult full = admit(*f, 5);
   EXPECT_EQ(full.outcome, Outcome::kUnavailable);
-  EXPECT_EQ(full.error, "redis: unavailable, and the local journal holds redis.journal_max_mb");
+  EXPECT_EQ(full.error, "redis: unavailable, and the local decisions hold redis.journal_max_mb");
   EXPECT_EQ(f->pending(), 1u);
   std::optional<SettleResult> s = f->settle(a.request_id, 4);
   ASSERT_TRUE(s);

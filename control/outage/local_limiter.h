@@ -125,6 +125,11 @@ class LocalLimiter {
   void sweep(int64_t now_ms);
   // Reservations and leases still open here.
   size_t open() const { return reservations_.size() + leases_.size(); }
+  // The memory one open reservation or lease is counted for: a hash node with the
+  // reservation and its request_id, the expiry index's node with its copy of the id, and the
+  // allocator's headers (a lease takes less; counted the same).
+  static constexpr size_t kEntryBytes = 384;
+  size_t bytes() const { return open() * kEntryBytes; }
   // The journal record of the oldest reservation still to be settled here (UINT64_MAX: none):
   // the journal keeps it and every later one, which a restart needs to settle it exactly.
   uint64_t oldest_unsettled() const {
