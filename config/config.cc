@@ -143,6 +143,11 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
        std::string(cfg.redis.journal_fsync == Redis::JournalSync::kAlways ? "always" : "never"));
   kv(out, "journal_max_mb", int64_t{cfg.redis.journal_max_mb});
   kv(out, "journal_full", std::string(on_failure_name(cfg.redis.journal_full)));
+  out << YAML::Key << "breaker" << YAML::Value << YAML::BeginMap;
+  kv(out, "failures", int64_t{cfg.redis.breaker.failures});
+  kv(out, "open_ms", int64_t{cfg.redis.breaker.open_ms});
+  kv(out, "probes", int64_t{cfg.redis.breaker.probes});
+  out << YAML::EndMap;
   out << YAML::EndMap;
 
   out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;

@@ -160,6 +160,17 @@ struct Redis : common::RedisUrl {
   // decided as journal_full says (closed: 503; open: admitted without gates).
   int journal_max_mb = 256;
   OnFailure journal_full = OnFailure::kClosed;
+  // When a worker takes Redis as away (control/gateway/breaker.h): after `failures` failed
+  // calls in a row or a lost connection; then every request is decided as its on_failure says
+  // without asking Redis, until, open_ms later, `probes` calls in a row are answered again. A
+  // failed call while Redis is not taken as away is a 503 as itself.
+  struct Breaker {
+    int failures = 3;
+    int open_ms = 1000;
+    int probes = 3;
+    bool operator==(const Breaker&) const = default;
+  };
+  Breaker breaker;
 
   // Parses `url` (common/redis_url.h) into this endpoint; on failure returns why and changes
   // nothing. With password_file or password_env set, the password is the one read from there

@@ -96,6 +96,16 @@ void load_journal_fsync(Ctx& ctx, const Fields& f, Redis& r) {
   }
 }
 
+void load_breaker(Ctx& ctx, const Fields& parent, Redis::Breaker& b) {
+  const Entry* e = parent.find("breaker");
+  if (!e) return;
+  Fields f(ctx, e->value, parent.path("breaker"), {"failures", "open_ms", "probes"});
+  if (!f.ok()) return;
+  set_int(ctx, f, "failures", b.failures, 1, 1000);
+  set_int(ctx, f, "open_ms", b.open_ms, 1, 600'000);
+  set_int(ctx, f, "probes", b.probes, 1, 1000);
+}
+
 void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& local) {
   if (auto mode = get_on_failure(ctx, f)) {
     r.on_failure = *mode;
@@ -105,6 +115,7 @@ void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& loca
             "the whole limit", r.local_share);
   set_nonempty_string(ctx, f, f.find("journal"), "journal", "journal", r.journal);
   load_journal_fsync(ctx, f, r);
+  load_breaker(ctx, f, r.breaker);
   set_int(ctx, f, "journal_max_mb", r.journal_max_mb, 1, 1 << 20);
   if (const Entry* e = f.find("journal_full"))
     if (auto s = get_string(ctx, e->value, f.path("journal_full"))) {
@@ -122,10 +133,10 @@ void load_failure_policy(Ctx& ctx, const Fields& f, Redis& r, LocalModeUse& loca
 }  // namespace
 
 void load_redis(Ctx& ctx, const YAML::Node& n, Redis& r, LocalModeUse& local) {
-  Fields f(
-      ctx, n, "redis",
-      {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
-       "on_failure", "local_share", "journal", "journal_fsync", "journal_max_mb", "journal_full"});
+  Fields f(ctx, n, "redis",
+           {"url", "password_file", "password_env", "timeout_ms", "pool_size", "cluster", "user",
+            "on_failure", "local_share", "journal", "journal_fsync", "journal_max_mb",
+            "journal_full", "breaker"});
   if (!f.ok()) return;
   // The secret first: the url's checks (a user needs a password; not two passwords) see it.
   load_secret_file(ctx, f, "password_file", r.password_file, r.password);

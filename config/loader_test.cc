@@ -190,7 +190,7 @@ TEST(Errors, UnknownKeysNameTheAllowedOnes) {
   EXPECT_EQ(error_of("redis: { url: \"redis://h:1\", timeout: 5 }\n"),
             "t.yaml:1:30: redis.timeout: unknown key 'timeout' (allowed: url, password_file, "
             "password_env, timeout_ms, pool_size, cluster, user, on_failure, local_share, "
-            "journal, journal_fsync, journal_max_mb, journal_full)");
+            "journal, journal_fsync, journal_max_mb, journal_full, breaker)");
   EXPECT_EQ(error_of("plan: {}\n"),
             "t.yaml:1:1: plan: unknown key 'plan' (allowed: redis, control, plans, tenants, "
             "global_gates, dataplane)");
@@ -887,6 +887,11 @@ TEST(Redis, JournalFsyncAndBound) {
             "t.yaml:1:25: redis.journal_fsync: must be between 1 and 60000, got 0");
   EXPECT_EQ(error_of("redis: { journal_max_mb: 0 }"),
             "t.yaml:1:26: redis.journal_max_mb: must be between 1 and 1048576, got 0");
+  Config b = load_ok("redis: { breaker: { failures: 5, open_ms: 250, probes: 1 } }");
+  EXPECT_EQ(b.redis.breaker, (Redis::Breaker{5, 250, 1}));
+  EXPECT_EQ(load_ok("{}").redis.breaker, (Redis::Breaker{3, 1000, 3}));
+  EXPECT_EQ(error_of("redis: { breaker: { failures: 0 } }"),
+            "t.yaml:1:31: redis.breaker.failures: must be between 1 and 1000, got 0");
   EXPECT_EQ(error_of("redis: { journal_full: local }"),
             "t.yaml:1:24: redis.journal_full: unknown mode 'local'; expected closed (503) or open "
             "(admit, unchecked) once the journal holds redis.journal_max_mb");

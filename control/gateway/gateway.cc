@@ -107,14 +107,48 @@ void Gateway::post(std::function<void()> fn) {
       f, &kNow);
 }
 
-void Gateway::redis_failed() {
-  last_failure_ms_.store(steady_ms(), std::memory_order_relaxed);
+namespace {
+
+// A failure of a call Redis was slow to answer (its connection still there), as against one
+// whose connection is gone: only the first waits for breaker.failures in a row.
+bool slow_failure(const std::string& error) {
+  return error.find("timeout after") != std::string::npos ||
+         error.find("too many calls in flight") != std::string::npos ||
+         error.find("past its deadline") != std::string::npos;
+}
+
+}  // namespace
+
+void Gateway::redis_failed(const std::string& error) {
+  const int64_t now = steady_ms();
+  last_failure_ms_.store(now, std::memory_order_relaxed);
   int64_t zero = 0;
-  failing_since_ms_.compare_exchange_strong(zero, steady_ms(), std::memory_order_relaxed);
+  failing_since_ms_.compare_exchange_strong(zero, now, std::memory_order_relaxed);
+  const Breaker::State before = breaker_.state();
+  breaker_.failed(now, !slow_failure(error) || !engine_.redis_up());
+  breaker_moved(before);
 }
 
 void Gateway::redis_answered() {
   failing_since_ms_.store(0, std::memory_order_relaxed);
+  const Breaker::State before = breaker_.state();
+  breaker_.succeeded();
+  breaker_moved(before);
+}
+
+void Gateway::breaker_moved(Breaker::State before) {
+  const Breaker::State now = breaker_.state();
+  if (now == before) return;
+  metrics_.breaker(Breaker::name(now), before == Breaker::State::kClosed,
+                   now == Breaker::State::kClosed);
+  if (now == Breaker::State::kOpen && before == Breaker::State::kClosed)
+    spdlog::warn(
+        "redis: circuit breaker open on this worker ({}): requests are decided as their "
+        "plan's on_failure says without asking Redis, probed again in {} ms",
+        engine_.redis_up() ? "calls failing" : "connection lost",
+        engine_.snapshot()->cfg.redis.breaker.open_ms);
+  else if (now == Breaker::State::kClosed)
+    spdlog::info("redis: circuit breaker closed on this worker: Redis answers again");
 }
 
 void Gateway::on_tick(int, short, void* arg) {
@@ -180,6 +214,8 @@ config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapsh
                                               const std::string& tenant) {
   if (snap != modes_of_) {
     modes_of_ = snap;
+    const config::Redis::Breaker& b = snap->cfg.redis.breaker;
+    breaker_.set_options({b.failures, b.open_ms, b.probes});
     plan_modes_ = false;
     for (const auto& [name, plan] : snap->cfg.plans) plan_modes_ |= plan.on_failure.has_value();
   }
@@ -196,6 +232,7 @@ struct Gateway::Admission {
   std::optional<Flow> flow;
   std::optional<DecisionWho> who;
   config::OnFailure mode = config::OnFailure::kClosed;
+  bool sent = true;  // sent to Redis (false: the breaker decided without it)
   std::optional<AdmitRequest> again;
   std::shared_ptr<const Snapshot> snap;
   std::function<void(AdmitDecision)> done;
@@ -233,14 +270,33 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   if (a->mode != config::OnFailure::kClosed) a->again = req;
   a->snap = snap;
   a->done = std::move(done);
+  const int64_t now = steady_ms();
+  const Breaker::State before = breaker_.state();
+  a->sent = breaker_.allow(now);
+  breaker_moved(before);
+  if (!a->sent) {
+    // The breaker is open: Redis is not asked, the request is decided as if it had failed
+    // (and the outage it is part of goes on, for /healthz).
+    last_failure_ms_.store(now, std::memory_order_relaxed);
+    post([this, a] {
+      AdmitResult r;
+      r.outcome = Outcome::kUnavailable;
+      r.error = "redis: unavailable (circuit breaker open)";
+      admitted(a, r);
+    });
+    return;
+  }
   engine_.admit(
       std::move(req), [this, a](AdmitResult&& r) { admitted(a, r); }, std::move(snap));
 }
 
 void Gateway::admitted(Admission* a, AdmitResult& r) {
   if (r.outcome == Outcome::kUnavailable) {
-    redis_failed();
-    if (a->again) degraded_admit(a->mode, *a->snap, *a->again, r);
+    if (a->sent) redis_failed(r.error);
+    // One failed call while the breaker stays closed is a 503 as itself; the tenant's
+    // on_failure decides once Redis is taken as away.
+    if (a->again && breaker_.state() != Breaker::State::kClosed)
+      degraded_admit(a->mode, *a->snap, *a->again, r);
   } else {
     redis_answered();
     if (a->mode == config::OnFailure::kLocal && fallback_)
@@ -305,7 +361,7 @@ void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) 
                        fallback_->quota_left(tenant, r.remaining);
                      return done(std::move(r));
                    }
-                   redis_failed();
+                   redis_failed(r.error);
                    const config::OnFailure mode =
                        failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
                    if (mode == config::OnFailure::kOpen) {
@@ -346,7 +402,7 @@ void Gateway::charge(ChargeRequest req, std::function<void(ChargeDecision)> done
   engine_.charge(std::move(req), [this, tenant = std::move(tenant), rid = std::move(rid),
                                   done = std::move(done)](ChargeResult r) mutable {
     if (r.outcome == Outcome::kUnavailable)
-      redis_failed();
+      redis_failed(r.error);
     else if (r.outcome != Outcome::kBadRequest)
       redis_answered();
     metrics_.charge(tenant, result_label(r.outcome));
@@ -385,7 +441,7 @@ void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> d
                   [this, rid = std::move(rid), tenant = std::move(tenant),
                    done = std::move(done)](ReleaseResult r) mutable {
                     if (r.outcome == Outcome::kUnavailable) {
-                      redis_failed();
+                      redis_failed(r.error);
                       const config::OnFailure mode =
                           failure_mode(engine_.snapshot()->cfg, tenant, engine_.registry().get());
                       if (mode == config::OnFailure::kOpen) {

@@ -14,6 +14,7 @@
 #include "control/admission/admission.h"
 #include "control/admission/config_snapshot.h"
 #include "control/dataplane_client/dataplane_client.h"
+#include "control/gateway/breaker.h"
 #include "control/gateway/decision_log.h"
 #include "control/metrics/metrics.h"
 #include "control/outage/fallback.h"
@@ -116,8 +117,11 @@ class Gateway {
   // A charge's end: the flow's tag renewed when the charge was allowed.
   void charged(const std::string& request_id, ChargeResult r,
                std::function<void(ChargeDecision)> done);
-  void redis_failed();
+  // A call sent to Redis failed, or was answered: the outage clock and the breaker.
+  void redis_failed(const std::string& error);
   void redis_answered();
+  // The breaker moved from `before`: counted, and logged once per move.
+  void breaker_moved(Breaker::State before);
   // failure_mode (fallback.h) of an admission: redis.on_failure for every tenant while no plan
   // of the snapshot has its own, the common case, known without looking the tenant up.
   config::OnFailure admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
@@ -139,6 +143,7 @@ class Gateway {
   bool plan_modes_ = false;
   event* tick_ = nullptr;
   ReconcilePace pace_;
+  Breaker breaker_;
   // Admissions answered, kept for the next ones (take_admission), at most kSpareAdmissions.
   // Before the engine: destroyed after it, whose last callbacks still give theirs back.
   static constexpr size_t kSpareAdmissions = 256;

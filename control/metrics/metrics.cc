@@ -183,6 +183,11 @@ Metrics::Metrics()
                   "(ok: in Redis; retry: sent again later; lost: Redis can never take it, e.g. "
                   "a deferred settle whose reservation expired there).",
                   {"result"}),
+      breaker_("dripgate_redis_breaker_transitions_total",
+               "A worker's circuit breaker between it and Redis moving to a state: open (Redis "
+               "taken as away: requests decided as their on_failure says, unasked), half_open "
+               "(probing), closed (Redis answers).",
+               {"to"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
@@ -223,6 +228,7 @@ std::string Metrics::render() const {
   config_reloads_.render(out);
   degraded_.render(out);
   reconciled_.render(out);
+  breaker_.render(out);
   auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
     header(out, name, help, type);
     out += std::string(name) + ' ' + std::to_string(v) + '\n';
@@ -245,6 +251,9 @@ std::string Metrics::render() const {
   scalar("dripgate_journal_pending",
          "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
          load(journal_pending_));
+  scalar("dripgate_redis_breaker_open",
+         "Workers whose circuit breaker is not closed (open or half-open).", "gauge",
+         load(breaker_open_));
   scalar("dripgate_local_decisions_bytes",
          "The memory the local decisions take: the journal's index of the records not yet in "
          "Redis and the local reservations and leases open (bounded by redis.journal_max_mb).",

@@ -92,6 +92,14 @@ class Metrics : public RedisObserver {
   // The service-wide brake's factor in force on this daemon (1: no brake).
   void brake_factor(double f) { brake_factor_.store(f, std::memory_order_relaxed); }
   double brake_factor() const { return brake_factor_.load(std::memory_order_relaxed); }
+  // A worker's circuit breaker moved to `to` ("open" | "half_open" | "closed"); left_closed /
+  // closed_again: it left or came back to closed (the gauge of workers not closed).
+  void breaker(std::string_view to, bool left_closed, bool closed_again) {
+    breaker_.inc({to});
+    if (left_closed) breaker_open_.fetch_add(1, std::memory_order_relaxed);
+    if (closed_again) breaker_open_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  const CounterFamily& breaker_transitions() const { return breaker_; }
   // The journal's records not yet in Redis, and the memory they take.
   void journal_pending(size_t n, size_t bytes) {
     journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
@@ -128,6 +136,8 @@ class Metrics : public RedisObserver {
   CounterFamily degraded_;
   CounterFamily charges_;
   CounterFamily reconciled_;
+  CounterFamily breaker_;
+  std::atomic<int64_t> breaker_open_{0};
   std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
   Histogram redis_rtt_;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "config/config.h"
 #include "control/admission/keys.h"
@@ -888,6 +889,37 @@ TEST_F(OutageTest, ADeferredSettleCorrectsEveryGateOrIsCountedLost) {
   EXPECT_NEAR(level(keys::bucket("t", "tenant_tokens")), 900, 1);
   EXPECT_EQ(metrics_.reconciled_records().value({"lost"}), 1u);
   EXPECT_EQ(metrics_.reconciled_records().value({"ok"}), 1u);
+}
+
+// A slow Redis (stopped, its connections kept): a failed call is a 503 as itself until
+// redis.breaker.failures (3) failed in a row; then requests are decided locally without asking
+// Redis, and once it answers again the probes close the breaker.
+TEST_F(OutageTest, TheBreakerOpensAfterFailuresInARowAndClosesAfterItsProbes) {
+  gateway();
+  redis_.pause();
+  for (int i = 0; i < 2; ++i) {
+    AdmitResult r = admit("t");
+    EXPECT_EQ(r.outcome, Outcome::kUnavailable) << i;
+    EXPECT_EQ(r.degraded, "") << i;
+  }
+  AdmitResult third = admit("t");
+  EXPECT_EQ(third.outcome, Outcome::kAllowed) << third.error;
+  EXPECT_EQ(third.degraded, "local");
+  EXPECT_EQ(metrics_.breaker_transitions().value({"open"}), 1u);
+  // Open: decided here, Redis not asked (no call failed by its timeout).
+  const uint64_t timeouts = metrics_.redis_errors().value({"timeout"});
+  AdmitResult unasked = admit("t");
+  EXPECT_EQ(unasked.degraded, "local");
+  EXPECT_EQ(metrics_.redis_errors().value({"timeout"}), timeouts);
+  redis_.resume();
+  for (int i = 0; i < 50 && metrics_.breaker_transitions().value({"closed"}) == 0; ++i) {
+    admit("t");
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(metrics_.breaker_transitions().value({"closed"}), 1u);
+  EXPECT_GE(metrics_.breaker_transitions().value({"half_open"}), 1u);
+  AdmitResult after = admit("t");
+  EXPECT_EQ(after.degraded, "");
 }
 
 TEST(FailureMode, ThePlanOverridesTheDefault) {
