@@ -41,6 +41,7 @@ ControlDaemon::ControlDaemon(const std::string& binary, const std::string& confi
   while (std::chrono::steady_clock::now() < deadline) {
     if (http(port_, "GET", "/healthz").status != 0) {  // 503 "down" while Redis is away
       ready_ = true;
+      await_redis(port_);
       return;
     }
     int st;

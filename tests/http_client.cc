@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 namespace dripgate::testing {
 
@@ -72,6 +74,15 @@ HttpResponse http(int port, const std::string& method, const std::string& path,
   }
   r.body = raw.substr(end + 4);
   return r;
+}
+
+void await_redis(int port) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int in_a_row = 0;
+  while (in_a_row < 2 && std::chrono::steady_clock::now() < until) {
+    in_a_row = http(port, "GET", "/readyz").status == 200 ? in_a_row + 1 : 0;
+    if (in_a_row < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace dripgate::testing

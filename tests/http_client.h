@@ -25,4 +25,10 @@ struct HttpResponse {
 HttpResponse http(int port, const std::string& method, const std::string& path,
                   const std::string& body = "", const std::vector<std::string>& extra = {});
 
+// Waits up to 2 s for a daemon on port that answers to have its Redis connections up (/readyz
+// 200 twice in a row, each worker's pool serving once its connect's whole setup was answered),
+// so that a test's first request does not meet scripts still loading. A daemon whose Redis is
+// away on purpose costs its test the 2 s.
+void await_redis(int port);
+
 }  // namespace dripgate::testing

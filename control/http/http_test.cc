@@ -122,7 +122,10 @@ class Daemon {
     auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
       // Serving: /healthz answers (503 "down" while Redis is away under on_failure closed).
-      if (http(port_, "GET", "/healthz").status != 0) return;
+      if (http(port_, "GET", "/healthz").status != 0) {
+        dripgate::testing::await_redis(port_);
+        return;
+      }
       int st;
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
         pid_ = -1;

@@ -149,7 +149,9 @@ Metrics::Metrics()
                      {"code"}),
       redis_errors_(
           "dripgate_redis_errors_total",
-          "Redis errors by kind: connect, disconnect, timeout, auth (AUTH or SELECT "
+          "Redis errors by kind: connect, disconnect, timeout, stall (a connection dropped: a "
+          "call or its connect and setup unanswered by the deadline), fail_fast (a call "
+          "answered unwritten: no connection up, or every one up full), auth (AUTH or SELECT "
           "refused), script_load, noscript, reply (an error reply), late (a reply after "
           "its request was answered 503; undone), lost (a call whose connection went "
           "away before its reply: undone by what Redis holds), late_lost (an undo that "
@@ -193,8 +195,8 @@ Metrics::Metrics()
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind :
-       {"connect", "disconnect", "timeout", "auth", "script_load", "noscript", "reply", "late",
-        "lost", "late_lost", "undo_wait", "moved", "ask", "redirects", "tryagain"})
+       {"connect", "disconnect", "timeout", "stall", "fail_fast", "auth", "script_load", "noscript",
+        "reply", "late", "lost", "late_lost", "undo_wait", "moved", "ask", "redirects", "tryagain"})
     redis_errors_.inc({kind}, 0);
   for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
 }

@@ -166,7 +166,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // AUTH and SELECT must succeed before a connection serves; the others sent at connect (SCRIPT
-// LOAD, CONFIG GET) may be refused and it serves all the same.
+// LOAD, CONFIG GET, TIME) may be refused and it serves all the same. Every one of them must be
+// answered, though: a Redis that does not answer its setup would not answer calls either.
 bool gates_ready(std::string_view what) {
   return what == "AUTH" || what == "SELECT";
 }
@@ -189,9 +190,16 @@ RedisOptions RedisOptions::from(const config::Redis& r) {
   o.db = r.db;
   o.timeout_ms = r.timeout_ms > 0 ? r.timeout_ms : 50;
   o.connect_timeout_ms = std::max(500, o.timeout_ms);
-  // Well past a call's own timeout, so a stall that ends in time still delivers its late replies.
-  o.abandon_ms = std::max(2000, 4 * o.timeout_ms);
   o.pool_size = r.pool_size > 0 ? r.pool_size : 1;
+  // Redis runs an admission script in 15 to 30 us, so within timeout_ms it answers at most some
+  // 64 calls per millisecond of it, across the pool: a connection with more than its share in
+  // flight could not have the last one answered in time anyway. At least 256, so that a short
+  // timeout does not refuse a burst that a healthy Redis takes. An admission with every gate is
+  // under 1 KiB on the wire (an undo with its snapshot about 1.5 KiB, SCRIPT LOAD is setup and
+  // not counted): 1 KiB a call bounds the bytes a frozen Redis leaves in the kernel and hiredis.
+  o.max_in_flight = std::max<size_t>(
+      256, static_cast<size_t>(o.timeout_ms) * 64 / static_cast<size_t>(o.pool_size));
+  o.max_in_flight_bytes = o.max_in_flight * 1024;
   return o;
 }
 
@@ -257,11 +265,18 @@ struct RedisClient::Conn {
   // restarts the backoff, so a refused password backs off like a refused connect.
   enum class State { kDown, kConnecting, kHandshake, kUp } state = State::kDown;
   std::deque<Pending*> pending;  // in issue order = reply order
-  event* timer = nullptr;        // command, connect and abandon deadlines
+  event* timer = nullptr;        // command and connect deadlines
   Clock::time_point timer_at;    // when timer fires, while it is pending
   event* reconnect = nullptr;
   Clock::time_point connect_deadline;
-  int setup_left = 0;  // AUTH/SELECT replies still awaited
+  int setup_left = 0;          // setup replies still awaited
+  size_t in_flight = 0;        // calls written and not answered (setup commands not counted)
+  size_t in_flight_bytes = 0;  // their commands' bytes
+  // Failed since it was last ready (stalled, refused, dropped): while it reconnects, new calls
+  // fail fast rather than wait behind a handshake a frozen Redis may never answer. Only the
+  // first connect of a client takes calls before it is ready.
+  bool retrying = false;
+  Clock::time_point probe_at;  // the next TIME on this connection (clock_offset_ms)
   int backoff_ms = 0;
   // TCP connected since the last connect(): commands may have been written, so a command whose
   // reply does not come may have run.
@@ -274,9 +289,6 @@ struct RedisClient::Conn {
   // Being torn down by hiredis (an error or EOF): the pending callbacks run before the
   // disconnect callback marks it down, and a command written from one of them is refused.
   bool closing() const { return ac && hiredis::closing(ac); }
-  // The oldest reply is overdue (its call was answered with a timeout): Redis is stuck or
-  // stopped, so new calls would only wait behind it.
-  bool stalled() const { return !pending.empty() && pending.front()->answered; }
 
   ~Conn() {
     if (timer) event_free(timer);
@@ -376,6 +388,7 @@ void RedisClient::connect(Conn* c) {
   if (failed) {
     std::string why = ac && ac->err ? ac->errstr : "out of memory";
     if (ac) redisAsyncFree(ac);
+    c->retrying = true;
     if (observer_) observer_->error("connect");
     if (!c->logged_down) spdlog::warn("redis: cannot connect: {}", why);
     c->logged_down = true;
@@ -407,6 +420,8 @@ void RedisClient::connect(Conn* c) {
   // What admit.lua's conversion of reservation windows depends on (kListpackBreakerBytes);
   // answered or refused, the connection serves either way.
   setup(c, {"CONFIG", "GET", "hash-max-listpack-value"}, "CONFIG GET");
+  // Last, so that its reply is read right after Redis ran it (clock_offset_ms).
+  setup(c, {"TIME"}, "TIME");
   arm_timer(c);
 }
 
@@ -415,44 +430,86 @@ void RedisClient::setup(Conn* c, std::vector<std::string_view> argv, const char*
   p->setup = true;
   p->len = format_command(&p->cmd, &p->cap, argv);
   p->cb = [this, c, what](const redisReply* r, std::string_view) { on_setup_reply(c, what, r); };
-  if (gates_ready(what)) ++c->setup_left;
+  ++c->setup_left;
   send(c, p);
 }
 
 void RedisClient::on_setup_reply(Conn* c, const char* what, const redisReply* r) {
   if (!r || shutting_down_) return;  // the connection failed; handled there
-  if (std::string_view(what) == "CONFIG GET") return on_listpack_value(r);
-  bool gate = gates_ready(what);
-  if (r->type == REDIS_REPLY_ERROR) {
-    std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
-    if (!gate) {
-      // Each pooled connection loads each script, again at every reconnect: a Redis that
-      // refuses them all (loading its dataset after a restart, an ACL without SCRIPT) would
-      // write a line per script and connection. One line a second, with the count since.
-      if (observer_) observer_->error("script_load");
-      auto now = Clock::now();
-      if (now < script_log_next_) {
-        ++script_log_quiet_;
-        return;
-      }
-      script_log_next_ = now + std::chrono::seconds(1);
-      if (script_log_quiet_ == 0) return spdlog::error("{}", why);
+  const std::string_view name(what);
+  if (name == "CONFIG GET")
+    on_listpack_value(r);
+  else if (name == "TIME")
+    on_time(r);
+  else if (r->type == REDIS_REPLY_ERROR && !on_setup_error(c, what, r))
+    return;  // the connection was dropped
+  if (--c->setup_left == 0 && c->state == Conn::State::kHandshake) on_ready(c);
+}
+
+// Redis's clock from a TIME reply read just now: Redis ran it between the write and now, so the
+// offset is exact to within the reply's way back (kSkewAllowanceMs covers that).
+void RedisClient::on_time(const redisReply* r) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+    return;  // refused (an ACL): the unmeasured allowance stays
+  const int64_t redis_ms =
+      std::atoll(r->element[0]->str) * 1000 + std::atoll(r->element[1]->str) / 1000;
+  const int64_t local_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  clock_offset_ms_.store(redis_ms - local_ms, std::memory_order_relaxed);
+}
+
+int64_t RedisClient::deadline_for(int64_t offset, int64_t give_up_ms) {
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  if (offset == kUnknownOffset) return now_ms + give_up_ms + kUnmeasuredSkewMs;
+  return now_ms + offset + give_up_ms + kSkewAllowanceMs;
+}
+
+// A TIME on a connection that serves, every kClockProbe, so that the offset follows clocks that
+// drift or are stepped while a connection lives for days. Its reply is not waited for.
+void RedisClient::probe_clock(Conn* c) {
+  c->probe_at = Clock::now() + kClockProbe;
+  auto* p = acquire();
+  const std::string_view argv[] = {"TIME"};
+  p->len = format_command(&p->cmd, &p->cap, argv);
+  p->cb = [this](const redisReply* r, std::string_view) { on_time(r); };
+  send(c, p);
+}
+
+// A setup command refused: false when that drops the connection (AUTH or SELECT).
+bool RedisClient::on_setup_error(Conn* c, const char* what, const redisReply* r) {
+  std::string why = std::string("redis: ") + what + " failed: " + std::string(r->str, r->len);
+  if (!gates_ready(what)) {
+    // Each pooled connection loads each script, again at every reconnect: a Redis that refuses
+    // them all (loading its dataset after a restart, an ACL without SCRIPT) would write a line
+    // per script and connection. One line a second, with the count since.
+    if (observer_) observer_->error("script_load");
+    auto now = Clock::now();
+    if (now < script_log_next_) {
+      ++script_log_quiet_;
+      return true;
+    }
+    script_log_next_ = now + std::chrono::seconds(1);
+    if (script_log_quiet_ == 0)
+      spdlog::error("{}", why);
+    else
       spdlog::error("{} ({} more refused since the last line)", why,
                     std::exchange(script_log_quiet_, 0));
-      return;
-    }
-    // Every pooled connection meets the same refusal at about the same time: one line per
-    // backoff step says it all.
-    auto now = Clock::now();
-    if (now >= auth_log_next_) {
-      auth_log_next_ = now + std::chrono::milliseconds(c->backoff_ms);
-      spdlog::error("{}; retrying in {} ms", why, c->backoff_ms);
-    }
-    auth_failed_.store(true, std::memory_order_relaxed);
-    fail_connection(c, why, "auth", false);
-    return;
+    return true;
   }
-  if (gate && --c->setup_left == 0) on_ready(c);
+  // Every pooled connection meets the same refusal at about the same time: one line per
+  // backoff step says it all.
+  auto now = Clock::now();
+  if (now >= auth_log_next_) {
+    auth_log_next_ = now + std::chrono::milliseconds(c->backoff_ms);
+    spdlog::error("{}; retrying in {} ms", why, c->backoff_ms);
+  }
+  auth_failed_.store(true, std::memory_order_relaxed);
+  fail_connection(c, why, "auth", false);
+  return false;
 }
 
 void RedisClient::on_listpack_value(const redisReply* r) {
@@ -484,13 +541,23 @@ void RedisClient::on_ready(Conn* c) {
   c->state = Conn::State::kUp;
   c->backoff_ms = opts_.backoff_min_ms;
   c->logged_down = false;
+  c->retrying = false;
+  c->probe_at = Clock::now() + kClockProbe;
   auth_failed_.store(false, std::memory_order_relaxed);
   set_connected(c, true);
   // The held undo calls go first, before any new call can pick this connection.
-  std::deque<Pending*> held;
-  held.swap(held_);
-  for (Pending* p : held) send(c, p);
+  drain_held(c);
   arm_timer(c);
+}
+
+// Held kQueue calls, in call order, as far as c has room.
+void RedisClient::drain_held(Conn* c) {
+  while (!held_.empty() && c->state == Conn::State::kUp && !c->closing() &&
+         has_room(c, static_cast<size_t>(held_.front()->len))) {
+    Pending* p = held_.front();
+    held_.pop_front();
+    send(c, p);
+  }
 }
 
 void RedisClient::schedule_reconnect(Conn* c) {
@@ -523,6 +590,7 @@ void RedisClient::on_connect_cb(const redisAsyncContext* ac, int status) {
   c->fail_reason = why;
   c->ac = nullptr;
   c->state = Conn::State::kDown;
+  c->retrying = true;
   event_del(c->timer);
   self->schedule_reconnect(c);
 }
@@ -535,6 +603,7 @@ void RedisClient::on_disconnect_cb(const redisAsyncContext* ac, int) {
   bool was_up = c->state == Conn::State::kUp;
   c->ac = nullptr;
   c->state = Conn::State::kDown;
+  c->retrying = true;
   event_del(c->timer);
   if (was_up) self->set_connected(c, false);
   self->schedule_reconnect(c);
@@ -543,46 +612,55 @@ void RedisClient::on_disconnect_cb(const redisAsyncContext* ac, int) {
 void RedisClient::fail_connection(Conn* c, const std::string& why, const char* kind, bool log) {
   if (!c->ac) return;
   if (observer_) observer_->error(kind);
-  if (log) spdlog::warn("{}; dropping the connection", why);
+  // Once per outage and connection: a frozen Redis fails every reconnect's setup in turn.
+  if (log && !c->logged_down) spdlog::warn("{}; dropping the connection", why);
+  c->logged_down = c->logged_down || log;
   bool was_up = c->state == Conn::State::kUp;
   auto* ac = c->ac;
   c->fail_reason = why;
   c->ac = nullptr;
   c->state = Conn::State::kDown;
+  c->retrying = true;
   event_del(c->timer);
   if (was_up) set_connected(c, false);
   redisAsyncFree(ac);  // pending callbacks run now (or right after the current hiredis callback)
   schedule_reconnect(c);
 }
 
-RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled) {
+bool RedisClient::has_room(const Conn* c, size_t len) const {
+  return c->in_flight < opts_.max_in_flight &&
+         c->in_flight_bytes + len <= opts_.max_in_flight_bytes;
+}
+
+RedisClient::Conn* RedisClient::pick(WhenStalled when_stalled, size_t len) {
   // The calls of one loop iteration go on one connection while its batch is unflushed: one
   // write (and one reply read) per iteration instead of one per pooled connection. The pool
   // still spreads the load over iterations.
-  if (batch_ && batch_->unflushed && batch_->state == Conn::State::kUp && !batch_->stalled() &&
-      !batch_->closing())
+  if (batch_ && batch_->unflushed && batch_->state == Conn::State::kUp && !batch_->closing() &&
+      has_room(batch_, len))
     return batch_;
   size_t n = conns_.size();
   Conn* connecting = nullptr;
-  Conn* stalled = nullptr;
   for (size_t i = 0; i < n; ++i) {
     Conn* c = conns_[(next_ + i) % n].get();
-    if (c->closing()) continue;
-    if (c->state == Conn::State::kUp && !c->stalled()) {
+    if (c->closing() || !has_room(c, len)) continue;
+    if (c->state == Conn::State::kUp) {
       next_ = (next_ + i + 1) % n;
       batch_ = c;
       return c;
     }
-    if (c->state == Conn::State::kUp && !stalled) stalled = c;
-    if (c->connecting() && !connecting) connecting = c;
+    // Behind the first handshake a call waits (the daemon is starting); behind a reconnect it
+    // fails fast, since the Redis that failed the last one may not answer this one either. An
+    // undo is written there all the same: it must reach Redis once it answers.
+    if (c->connecting() && !connecting && (!c->retrying || when_stalled == WhenStalled::kQueue))
+      connecting = c;
   }
-  if (connecting) return connecting;
-  return when_stalled == WhenStalled::kQueue ? stalled : nullptr;
+  return connecting;
 }
 
 void RedisClient::refuse(Callback cb) {
   bool any_up = up();
-  std::string why = any_up                                         ? "redis: not answering"
+  std::string why = any_up ? "redis: too many calls in flight"
                     : auth_failed_.load(std::memory_order_relaxed) ? "redis: authentication failed"
                                                                    : "redis: not connected";
   post([cb = std::move(cb), why = std::move(why)] { cb(nullptr, why); });
@@ -598,8 +676,6 @@ void RedisClient::arm_timer(Conn* c) {
     when = std::min(when, p->deadline);
     break;
   }
-  if (c->stalled())
-    when = std::min(when, c->pending.front()->start + std::chrono::milliseconds(opts_.abandon_ms));
   if (when == Clock::time_point::max()) return;
   if (evtimer_pending(c->timer, nullptr) && c->timer_at <= when) return;
   c->timer_at = when;
@@ -607,21 +683,25 @@ void RedisClient::arm_timer(Conn* c) {
   evtimer_add(c->timer, &tv);
 }
 
-void RedisClient::answer_overdue(Conn* c, Clock::time_point now) {
-  // Callbacks first collected, then run: they may send (growing this queue) or drop the
-  // connection (freeing its calls).
+// The calls past their deadline are answered "timeout", and their connection is stalled: it is
+// dropped first (its other calls answered "connection lost", all of them handed to their
+// LateReply), so that nothing those callbacks send goes on it. True when it was.
+bool RedisClient::answer_overdue(Conn* c, Clock::time_point now) {
   std::vector<Callback> due;
   for (Pending* p : c->pending) {
     if (p->answered || p->setup || p->deadline > now) continue;
     p->answered = true;
     due.push_back(std::move(p->cb));
   }
-  if (due.empty()) return;
+  if (due.empty()) return false;
   std::string why = "redis: timeout after " + std::to_string(opts_.timeout_ms) + " ms";
+  fail_connection(c, "redis: a call unanswered for " + std::to_string(opts_.timeout_ms) + " ms",
+                  "stall");
   for (auto& cb : due) {
     if (observer_) observer_->error("timeout");
     cb(nullptr, why);
   }
+  return true;
 }
 
 void RedisClient::on_timer(int, short, void* arg) {
@@ -629,18 +709,14 @@ void RedisClient::on_timer(int, short, void* arg) {
   RedisClient* self = c->client;
   auto now = Clock::now();
   if (c->connecting() && now >= c->connect_deadline) {
+    // Not answered in time, TCP or any of the setup (a kernel accepts for a frozen Redis): a
+    // stall like any other, so the calls written behind the handshake go with it.
     self->fail_connection(
         c, "redis: connect timeout after " + std::to_string(self->opts_.connect_timeout_ms) + " ms",
-        "timeout");
+        "stall");
     return;
   }
-  self->answer_overdue(c, now);
-  if (c->stalled() &&
-      now >= c->pending.front()->start + std::chrono::milliseconds(self->opts_.abandon_ms)) {
-    self->fail_connection(
-        c, "redis: no reply for " + std::to_string(self->opts_.abandon_ms) + " ms", "timeout");
-    return;
-  }
+  if (self->answer_overdue(c, now)) return;
   self->arm_timer(c);
 }
 
@@ -675,6 +751,10 @@ void RedisClient::send(Conn* c, Pending* p) {
     return;
   }
   c->pending.push_back(p);
+  if (!p->setup) {
+    ++c->in_flight;
+    c->in_flight_bytes += static_cast<size_t>(p->len);
+  }
   arm_timer(c);
   // hiredis's libevent adapter writes only once epoll reports the socket writable: an
   // epoll_ctl to watch EPOLLOUT, a wakeup and an epoll_ctl to unwatch it per connection and
@@ -726,7 +806,13 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
     auto it = std::find(c->pending.begin(), c->pending.end(), p);
     if (it != c->pending.end()) c->pending.erase(it);
   }
+  if (!p->setup) {
+    --c->in_flight;
+    c->in_flight_bytes -= static_cast<size_t>(p->len);
+  }
   auto* reply = static_cast<const redisReply*>(r);
+  // Room again on a connection that serves: the undo calls held for it go now.
+  if (reply && !self->held_.empty() && c->ac == ac) self->drain_held(c);
   if (p->answered) {
     // Its caller was told "timeout" already. A NOSCRIPT error means it did not run at all: not
     // counted as late, but told all the same (an undo that did not run must be sent again).
@@ -776,12 +862,19 @@ void RedisClient::on_reply(redisAsyncContext* ac, void* r, void* priv) {
 
 void RedisClient::dispatch(Pending* p, WhenStalled stalled) {
   p->queue = stalled == WhenStalled::kQueue;
-  if (Conn* c = pick(stalled)) return send(c, p);
+  if (Conn* c = pick(stalled, static_cast<size_t>(p->len))) {
+    // Not on a connection one call from full: the bound holds for the probe too.
+    if (c->state == Conn::State::kUp && c->in_flight + 2 <= opts_.max_in_flight &&
+        Clock::now() >= c->probe_at)
+      probe_clock(c);
+    return send(c, p);
+  }
   if (stalled == WhenStalled::kQueue && !shutting_down_ && held_.size() < kMaxHeld) {
     held_.push_back(p);
     return;
   }
   if (stalled == WhenStalled::kQueue && observer_) observer_->error("late_lost");
+  if (stalled == WhenStalled::kFailFast && observer_) observer_->error("fail_fast");
   Callback cb = std::move(p->cb);
   recycle(p);
   refuse(std::move(cb));

@@ -1,18 +1,20 @@
 // An asynchronous Redis client on a libevent base: a small pool of hiredis async connections,
-// each connected (TCP, AUTH, SELECT) with a timeout, reconnection with exponential backoff that
-// restarts only once AUTH and SELECT succeeded, the scripts loaded at connect and EVALSHA with
+// each connected (TCP, AUTH, SELECT, SCRIPT LOAD, CONFIG GET, TIME) with a timeout, reconnection
+// with exponential backoff that restarts only once the whole setup was answered, EVALSHA with
 // transparent NOSCRIPT -> SCRIPT LOAD -> retry. At connect it also reads the Redis setting the
-// scripts depend on (kListpackBreakerBytes) and says when it does not hold.
+// scripts depend on (kListpackBreakerBytes) and says when it does not hold, and Redis's clock
+// (TIME), so that a script call can carry its deadline on Redis's clock (script_deadline_ms).
 //
 // Every command is answered by its own deadline (sent + timeout_ms), whatever its connection is
-// doing (connecting, reconnecting, waiting behind a stuck command). A command answered with a
-// timeout may still run on Redis (it was written, Redis was only slow or stopped): its
-// connection is kept so that the late reply still arrives and goes to the call's LateReply,
-// which undoes what the command did. While a connection's oldest reply is overdue it takes no
-// new calls (they fail fast, nothing is written); a connection whose oldest reply is overdue by
-// abandon_ms is dropped and rebuilt (a Redis that never answers must not hold it forever). A
-// command whose connection went away after it was written may have run or not: its LateReply
-// learns that too (with no reply), so it can undo by what Redis holds.
+// doing. A connection on which any command, or its setup, is unanswered past its deadline is
+// stalled (Redis stopped, or a kernel that accepts for a frozen Redis): it is dropped at once,
+// never reused, and rebuilt with backoff; while a pool that lost its connections reconnects,
+// calls fail fast unwritten instead of each waiting its timeout behind a handshake that may
+// never be answered. A command written on a dropped connection may have run or not (a stopped
+// Redis runs what it had read once it is continued): its LateReply learns so (with no reply),
+// so it can undo by what Redis holds; the scripts that take tokens refuse to run past the
+// deadline they carry. Each connection bounds what it has written and not had answered
+// (max_in_flight calls, max_in_flight_bytes): a call beyond both the pool's room fails fast.
 //
 // hiredis 0.14 (Debian 12) has no redisAsyncSetTimeout and no connect timeout, so both are
 // libevent timers here. One client per event_base; not thread-safe; callbacks run on the base.
@@ -72,9 +74,12 @@ struct RedisOptions {
   std::string password;
   int db = 0;
   int timeout_ms = 50;           // per command, from sending to reply
-  int connect_timeout_ms = 500;  // TCP connect plus AUTH/SELECT
-  int abandon_ms = 2000;         // a connection whose oldest reply is this late is dropped
+  int connect_timeout_ms = 500;  // TCP connect plus the whole setup (AUTH ... TIME)
   int pool_size = 4;
+  // Per connection, what may be written and not yet answered (from() derives both from
+  // timeout_ms and pool_size); a call that finds no connection with room fails fast.
+  size_t max_in_flight = 1024;
+  size_t max_in_flight_bytes = 1 << 20;
   int backoff_min_ms = 20;  // first reconnect delay, doubled per failure
   int backoff_max_ms = 1000;
 
@@ -93,10 +98,10 @@ class RedisClient {
   // have run; undo it by what Redis holds). Runs on the loop, at most once, never while the
   // client shuts down.
   using LateReply = InlineFunction<void(const redisReply* reply)>;
-  // A call made while no connection takes new calls: kFailFast answers it at once ("redis: not
-  // answering" / "not connected") without writing it; kQueue, for the undo calls that must
-  // reach Redis once it answers again, writes it on a stalled connection or holds it (up to
-  // kMaxHeld) until a connection is up.
+  // A call made while no connection takes new calls (none up, or every one up full): kFailFast
+  // answers it at once ("redis: not connected", "redis: too many calls in flight") without
+  // writing it; kQueue, for the undo calls that must reach Redis once it answers again, holds it
+  // (up to kMaxHeld) until a connection is up or has room.
   enum class WhenStalled { kFailFast, kQueue };
   static constexpr size_t kMaxHeld = 65536;
 
@@ -131,6 +136,26 @@ class RedisClient {
   }
   event_base* base() const { return base_; }
 
+  // Redis's clock minus this host's (ms), as last read (TIME at each connect, again every
+  // kClockProbe on a busy connection); kUnknownOffset until a TIME was answered.
+  static constexpr int64_t kUnknownOffset = INT64_MIN;
+  int64_t clock_offset_ms() const { return clock_offset_ms_.load(std::memory_order_relaxed); }
+  static constexpr std::chrono::seconds kClockProbe{10};
+  // The deadline a script call sent now carries (unix ms on Redis's clock, lua/admit.lua's
+  // `deadline`): past it the daemon has answered the call failed (give_up_ms from now), so the
+  // script must not take anything. Redis's clock is this host's + clock_offset_ms(), read to
+  // within the one-way latency of a TIME reply, then left to drift for up to kClockProbe:
+  // kSkewAllowanceMs covers both (a clock stepped by more between two probes, or a cluster's
+  // nodes further apart, lets a call run that late or refuses one early, as a 503). Unmeasured
+  // (TIME refused, or a call queued behind the first handshake), kUnmeasuredSkewMs: Redis's
+  // clock up to that far ahead of this host's never refuses a call sent in time.
+  static constexpr int64_t kSkewAllowanceMs = 1000;
+  static constexpr int64_t kUnmeasuredSkewMs = 60000;
+  int64_t script_deadline_ms(int64_t give_up_ms) const {
+    return deadline_for(clock_offset_ms(), give_up_ms);
+  }
+  static int64_t deadline_for(int64_t offset_ms, int64_t give_up_ms);
+
  private:
   struct Conn;
   struct Pending;
@@ -139,7 +164,12 @@ class RedisClient {
 
   Pending* acquire();
   void recycle(Pending* p);
-  Conn* pick(WhenStalled stalled);
+  Conn* pick(WhenStalled stalled, size_t len);
+  bool has_room(const Conn* c, size_t len) const;
+  void drain_held(Conn* c);
+  void probe_clock(Conn* c);
+  void on_time(const redisReply* r);
+  bool on_setup_error(Conn* c, const char* what, const redisReply* r);
   void dispatch(Pending* p, WhenStalled stalled);
   void send(Conn* c, Pending* p);
   void lost(LateReply late);
@@ -150,7 +180,7 @@ class RedisClient {
   void on_listpack_value(const redisReply* r);
   void on_ready(Conn* c);
   void fail_connection(Conn* c, const std::string& why, const char* kind, bool log = true);
-  void answer_overdue(Conn* c, std::chrono::steady_clock::time_point now);
+  bool answer_overdue(Conn* c, std::chrono::steady_clock::time_point now);
   void schedule_reconnect(Conn* c);
   void arm_timer(Conn* c);
   void on_connected(Conn* c, bool ok, const char* errstr);
@@ -182,6 +212,7 @@ class RedisClient {
   event* flush_ev_ = nullptr;  // writes the commands queued during one loop iteration
   std::atomic<int> connected_count_{0};
   std::atomic<bool> auth_failed_{false};
+  std::atomic<int64_t> clock_offset_ms_{kUnknownOffset};
   // An AUTH/SELECT refusal is logged once per backoff step, not once per pooled connection.
   std::chrono::steady_clock::time_point auth_log_next_{};
   // A SCRIPT LOAD refusal: one line a second, counting the ones in between.

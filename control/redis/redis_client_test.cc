@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,9 +169,10 @@ TEST(RedisClient, NoServerFailsFastAndNeverInline) {
   EXPECT_TRUE(loop.wait_until([&] { return ran; }, milliseconds(1000)));
 }
 
-// A call is answered by its deadline; the connection stays, so the reply that comes once Redis
-// answers again reaches the call's LateReply (the call ran after all and must be undone).
-TEST(RedisClient, TimeoutAnswersTheCallAndHandsOverTheLateReply) {
+// A call is answered by its deadline, and its connection, stalled, is dropped at once: the call
+// may still run (a paused Redis runs what it read once it resumes), so its LateReply learns
+// that it may have (no reply), and new calls fail fast, unwritten, while the pool reconnects.
+TEST(RedisClient, TimeoutDropsTheStalledConnection) {
   testing::RedisServer redis;
   Loop loop;
   Observer obs;
@@ -181,24 +183,26 @@ TEST(RedisClient, TimeoutAnswersTheCallAndHandsOverTheLateReply) {
   redis.cli("ZADD dg:{t:x}:leases 99999999999999 x.1");
   ASSERT_EQ(redis.cli("CLIENT PAUSE 700 ALL"), "OK");
   Result r;
-  std::optional<long long> late;
+  int lost = 0, late_replies = 0;
   std::string_view keys[] = {"dg:{t:x}:leases"};
   std::string_view args[] = {"x.1"};
   auto t0 = Clock::now();
   c.evalsha(lua::kRelease, keys, args, into(r),
-            [&](const redisReply* reply) { late = reply->integer; });
+            [&](const redisReply* reply) { ++(reply ? late_replies : lost); });
   ASSERT_TRUE(loop.wait_until([&] { return r.done; }, milliseconds(3000)));
   auto took = Clock::now() - t0;
   EXPECT_EQ(r.error, "redis: timeout after 100 ms");
   EXPECT_GE(took, milliseconds(90));
   EXPECT_LT(took, milliseconds(600));
   EXPECT_EQ(obs.errors["timeout"], 1);
-  // While the reply is overdue the connection takes no new calls: they fail at once.
+  EXPECT_EQ(obs.errors["stall"], 1);
+  EXPECT_FALSE(c.up());
+  // The reconnect's setup waits behind the pause: a call does not wait behind it.
   Result fast = call(loop, c, {"PING"});
-  EXPECT_EQ(fast.error, "redis: not answering");
-  ASSERT_TRUE(loop.wait_until([&] { return late.has_value(); }, milliseconds(3000)));
-  EXPECT_EQ(*late, 1);  // the lease was ended, late
-  EXPECT_EQ(obs.errors["late"], 1);
+  EXPECT_EQ(fast.error, "redis: not connected");
+  ASSERT_TRUE(loop.wait_until([&] { return lost == 1; }, milliseconds(3000)));
+  EXPECT_EQ(late_replies, 0);
+  EXPECT_EQ(obs.errors["lost"], 1);
   EXPECT_TRUE(
       loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
 }
@@ -256,36 +260,120 @@ TEST(RedisClient, QueuedCallsWaitForAConnection) {
   EXPECT_EQ(held.integer, 1);  // the lease the restarted Redis loaded was ended
 }
 
-// Redis stopped (SIGSTOP): accepted by the kernel, never answered. Each call is answered by its
-// own deadline, also while its connection, dropped for want of replies, reconnects to the
-// stopped server (TCP connects, AUTH never answers).
-TEST(RedisClient, DeadlineKeptWhileReconnectingToAStoppedRedis) {
+// Redis stopped (SIGSTOP): the kernel accepts connections for it and nothing answers. Under a
+// steady 500 calls a second (INCR, so that Redis counts every call that reached it), the first
+// call past its deadline drops its connection; every reconnect connects and is dropped when its
+// setup goes unanswered, and meanwhile the calls fail fast: the median failure after the first
+// timeout is answered within 2 ms (not timeout_ms), and Redis, once continued, ran only the few
+// calls written before the stall was seen (not one per call of the stop).
+TEST(RedisClient, StalledRedisIsDroppedAndCallsFailFast) {
   testing::RedisServer redis;
   Loop loop;
   Observer obs;
   RedisOptions o = options(redis.port(), 50);
-  o.abandon_ms = 200;  // so the connections are rebuilt during the stop
+  o.connect_timeout_ms = 200;  // so that the stop sees several reconnects
+  RedisClient c(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  int answered = 0;
+  std::vector<double> failed_ms;  // after the first timeout
+  bool timed_out = false, stopped = false;
+  size_t most_in_flight = 0;
+  int in_flight = 0;
+  auto issue = [&] {
+    auto t0 = Clock::now();
+    ++in_flight;
+    c.command(std::vector<std::string_view>{"INCR", "calls"}, [&, t0](const redisReply* r,
+                                                                      std::string_view error) {
+      --in_flight;
+      if (r) return static_cast<void>(++answered);
+      if (error.starts_with("redis: timeout")) timed_out = true;
+      if (stopped && timed_out && !error.starts_with("redis: timeout"))
+        failed_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    });
+    most_in_flight = std::max(most_in_flight, static_cast<size_t>(in_flight));
+  };
+  auto run_for = [&](milliseconds d) {
+    for (auto until = Clock::now() + d; Clock::now() < until;) {
+      issue();
+      loop.wait_until([] { return false; }, milliseconds(2));
+    }
+  };
+  run_for(milliseconds(300));
+  redis.pause();
+  stopped = true;
+  run_for(milliseconds(2000));
+  stopped = false;
+  redis.resume();
+  run_for(milliseconds(300));
+  ASSERT_TRUE(loop.wait_until([&] { return in_flight == 0; }, milliseconds(3000)));
+  ASSERT_TRUE(timed_out);
+  ASSERT_GE(failed_ms.size(), 100u);
+  std::sort(failed_ms.begin(), failed_ms.end());
+  const double median = failed_ms[failed_ms.size() / 2];
+  EXPECT_LE(median, 2.0) << "p99 " << failed_ms[failed_ms.size() * 99 / 100];
+  EXPECT_GE(obs.errors["stall"], 2);  // the first stall, and a reconnect's unanswered setup
+  EXPECT_GE(obs.errors["fail_fast"], 100);
+  // Every call Redis ran was either answered or written in the ~50 ms before the stall was
+  // seen (25 at this rate; 100 allows for a slow loop), not one per call of the 2 s stop.
+  ASSERT_TRUE(
+      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+  const int ran = std::stoi(redis.cli("GET calls"));
+  EXPECT_LE(ran - answered, 100) << ran << " ran, " << answered << " answered";
+  EXPECT_LE(most_in_flight, 200u);
+  std::printf(
+      "stopped Redis: %zu failed fast (median %.2f ms, p99 %.2f ms), %d ran unanswered, "
+      "%zu in flight at most, %d stalls\n",
+      failed_ms.size(), median, failed_ms[failed_ms.size() * 99 / 100], ran - answered,
+      most_in_flight, obs.errors["stall"]);
+}
+
+// The calls written and not answered are bounded per connection: beyond max_in_flight (or its
+// bytes) a call fails fast, unwritten, even before any deadline passed.
+TEST(RedisClient, CallsBeyondTheInFlightBoundFailFast) {
+  testing::RedisServer redis;
+  Loop loop;
+  Observer obs;
+  RedisOptions o = options(redis.port(), 1000);
+  o.pool_size = 2;
+  o.max_in_flight = 10;
   RedisClient c(loop.base(), o, all_scripts(), &obs);
   ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
   redis.pause();
-  std::vector<double> failed_ms;
-  auto stop_until = Clock::now() + milliseconds(1500);
-  while (Clock::now() < stop_until) {
-    auto t0 = Clock::now();
-    Result r = call(loop, c, {"PING"});
-    if (r.type == 0)
-      failed_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
+  std::vector<Result> results(30);
+  for (auto& r : results) c.command(std::vector<std::string_view>{"INCR", "calls"}, into(r));
+  ASSERT_TRUE(loop.wait_until([&] { return results.back().done; }, milliseconds(500)));
+  EXPECT_EQ(obs.errors["fail_fast"], 10);
+  for (size_t i = 20; i < results.size(); ++i)
+    EXPECT_EQ(results[i].error, "redis: too many calls in flight");
+  // The bytes bound alike: a call larger than what is left fails fast.
   redis.resume();
-  ASSERT_GE(failed_ms.size(), 10u);
-  std::sort(failed_ms.begin(), failed_ms.end());
-  double p99 = failed_ms[failed_ms.size() * 99 / 100];
-  EXPECT_LT(p99, 3 * 50 + 100) << "max " << failed_ms.back();
-  std::printf("stopped Redis: %zu failures, p99 %.1f ms, max %.1f ms\n", failed_ms.size(), p99,
-              failed_ms.back());
-  EXPECT_GE(obs.errors["timeout"], 2);  // the stall was met, and so was a reconnect
-  EXPECT_TRUE(
-      loop.wait_until([&] { return call(loop, c, {"PING"}).str == "PONG"; }, milliseconds(5000)));
+  ASSERT_TRUE(loop.wait_until(
+      [&] { return std::all_of(results.begin(), results.end(), [](auto& r) { return r.done; }); },
+      milliseconds(3000)));
+  EXPECT_EQ(redis.cli("GET calls"), "20");
+  o.max_in_flight_bytes = 64;
+  RedisClient small(loop.base(), o, all_scripts(), &obs);
+  ASSERT_TRUE(loop.wait_until([&] { return small.up(); }, milliseconds(3000)));
+  std::string big(100, 'x');
+  EXPECT_EQ(call(loop, small, {"SET", "k", big}).error, "redis: too many calls in flight");
+  EXPECT_EQ(call(loop, small, {"SET", "k", "v"}).str, "OK");
+}
+
+// The clock offset is read at connect, and a script call's deadline is Redis's clock plus the
+// give-up time and the allowance.
+TEST(RedisClient, ReadsRedisClockAtConnect) {
+  testing::RedisServer redis;
+  Loop loop;
+  RedisClient c(loop.base(), options(redis.port()), all_scripts());
+  ASSERT_TRUE(loop.wait_until([&] { return c.up(); }, milliseconds(3000)));
+  ASSERT_NE(c.clock_offset_ms(), RedisClient::kUnknownOffset);
+  EXPECT_LT(std::abs(c.clock_offset_ms()), 1000);  // one machine's clock
+  const int64_t now =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const int64_t d = c.script_deadline_ms(50) - c.clock_offset_ms() - now;
+  EXPECT_GE(d, 50 + RedisClient::kSkewAllowanceMs);
+  EXPECT_LE(d, 50 + RedisClient::kSkewAllowanceMs + 100);
 }
 
 // A refused password backs off like a refused connect: the backoff restarts only once AUTH (and
