@@ -12,7 +12,7 @@
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id flags tokens budget reservation_ttl max_open max_streams lease_s
--- @argv month_start month_end res_base bucket_count
+-- @argv month_start month_end res_base deadline bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -55,6 +55,10 @@
 --   month_start, month_end: the first seconds of the month of quota_cur and of the month after
 --                 (those of quota_prev and quota_next follow from the calendar: lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
+--   deadline      unix ms on Redis's clock (the gateway's plus the offset it measured, plus a
+--                 skew allowance: RedisClient::script_deadline_ms): past it the gateway has
+--                 answered this call failed, so a call Redis runs later (from a stopped
+--                 Redis's buffer) must take nothing: answered code 4, nothing read or written
 --   bucket_count  n, the number of buckets
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
 --                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
@@ -69,13 +73,14 @@
 --                 window_ms, shadow ("1": a full window does not refuse; it takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
--- declared months or windows. Returns {code, quota_used, month_left_s, month_len_s,
+-- declared months or windows. Returns {4} (nothing written) when Redis TIME is past deadline. Returns {code, quota_used, month_left_s, month_len_s,
 -- quota_existed, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot] [, gate, retry_after_ms
 -- [, live_leases, first_lease_ms [, pruned]]]}: what is usually the same ends the reply and is
 -- left out there, since each element costs Redis a conversion and the daemon a parse (a
 -- missing gate is "", a missing retry_after_ms 0); the caller knows which parts to expect.
 --   code 1 admitted, 0 refused (gate = the refusing gate with the longest wait), 2 the
---   request_id has a live reservation, 3 this attempt was cancelled (nothing written); gate
+--   request_id has a live reservation, 3 this attempt was cancelled (nothing written), 4 past
+--   its deadline (nothing read or written: a failure for the caller, not a refusal); gate
 --   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
 --   retry_after_ms name the shadow gate that would have refused (longest wait; "" and 0: none),
 --   shadow refusals are not reported beside a real one. gate and retry_after_ms are left out
@@ -114,6 +119,8 @@ local now_us = ts + 0
 local sec = (now_us - now_us % 1000000) / 1000000
 -- floor(now_us / 1000) in exact integer arithmetic, without a call to math.floor.
 local now_ms = (now_us - now_us % 1000) / 1000
+-- The gateway gave up on this call: whatever it would take would go to no one.
+if now_ms > ARGV[A_DEADLINE] + 0 then return {4} end
 
 local rid = ARGV[A_REQUEST_ID]
 -- The flags' characters; 49 is "1".

@@ -12,7 +12,8 @@
 -- proxy to cut the stream). A settled or unknown (expired, never admitted) reservation changes nothing.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id reservation_ttl tokens lease_s month_start month_end res_base bucket_count
+-- @argv request_id reservation_ttl tokens lease_s month_start month_end res_base deadline
+-- @argv bucket_count
 -- @argv bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev .. res_p2  as for settle.lua
@@ -21,12 +22,15 @@
 -- ARGV: request_id, reservation_ttl
 --       tokens        used since the last charge (integer >= 0)
 --       lease_s       the plan's lease length (s)
---       month_start, month_end, res_base: as for admit.lua
+--       month_start, month_end, res_base, deadline: as for admit.lua (a charge run past its
+--                     deadline was answered failed, and the proxy sends it again: adding it
+--                     then would count its tokens twice)
 --       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) as settle.lua does. Returns {code, used,
 -- month_left_s, lease_left_ms, reserved, tokens_1 .. tokens_n}: code 1 charged, 0 no live
--- reservation (nothing written), 2 already settled (nothing written); used = the quota counter
+-- reservation (nothing written), 2 already settled (nothing written), 3 past its deadline
+-- (nothing read or written: a failure, not a refusal); used = the quota counter
 -- after the charge; lease_left_ms = the renewed lease's time left, -1 when the request holds no
 -- live lease; reserved = what the request has been charged so far; tokens_i = bucket levels.
 
@@ -38,6 +42,7 @@ local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
+if now_ms > tonumber(ARGV[A_DEADLINE]) then return {3} end
 local ttl = tonumber(ARGV[A_RESERVATION_TTL])
 local rid = ARGV[A_REQUEST_ID]
 local cur_key, prev_key, _, _, w = res_windows(ttl, sec)

@@ -19,7 +19,8 @@
 -- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
 -- @keys attempt taken bucket...
--- @argv attempt_ttl taken_ttl bucket_count bucket...(gate capacity refill cost shadow warmup_s)
+-- @argv attempt_ttl taken_ttl deadline bucket_count
+-- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
 -- KEYS: attempt    "dg:{g:<kind>:<name>}:a:<attempt>" or "dg:{g:total}:a:<attempt>" (the first
@@ -33,6 +34,8 @@
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
 --       taken_ttl     seconds the taken record is kept (the plan's reservation_ttl_s: a settle
 --                     after it corrects nothing, like a settle of an expired reservation); 0: none
+--       deadline      unix ms on Redis's clock past which the gateway has answered the call
+--                     failed, as admit.lua's: later, code 4 and nothing written
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
@@ -43,7 +46,8 @@
 --
 -- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot]}:
 -- count_j the admissions in window j before the decision (as admit.lua's); code 1 admitted, 0
--- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated); tokens_i as
+-- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated), 4 past its
+-- deadline (nothing evaluated: a failure, not a refusal); tokens_i as
 -- strings, after the decision. Admitted, gate and retry_after_ms name the shadow gate that
 -- would have refused (the longest wait; "" and 0: none). snapshot (admitted): per bucket "<old
 -- tk> <old ts>" (" " when the key did not exist; "-" for an empty shadow bucket, which gave
@@ -55,6 +59,7 @@ if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
+if math.floor(now_us / 1000) > tonumber(ARGV[A_DEADLINE]) then return {4} end
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_bucket.lua

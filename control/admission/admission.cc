@@ -88,6 +88,17 @@ std::string bad_reply(const redisReply* r, std::string_view error, size_t n) {
   return {};
 }
 
+// A script that took tokens answers this when Redis ran it past the deadline it carried (it
+// changed nothing): a failure, as a timeout is, never a refusal.
+constexpr std::string_view kPastDeadline = "redis: call ran past its deadline";
+
+// A script call's deadline (RedisCalls::script_deadline_ms) as its argument: 13 digits, within
+// the string's own storage, so nothing is allocated.
+void set_deadline(std::string& out, int64_t ms) {
+  char buf[24];
+  out.assign(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, ms).ptr - buf));
+}
+
 // Positions in admit.lua's reply: {code, quota_used, month_left_s, month_len_s, quota_existed,
 // tokens_1 .. tokens_n, count_1 .. count_m (windows) [, snapshot] [, gate, retry_after_ms
 // [, live_leases, first_lease_ms [, pruned]]]}. What is usually the same ends the reply and is
@@ -323,6 +334,7 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
     return;
   }
   op->res.request_id = op->p.rid;
+  set_deadline(op->p.deadline, redis->script_deadline_ms());
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
   op->res.brake = op->p.brake;
@@ -430,6 +442,8 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     // Cancelled: only an undo of this very call does that, sent once its reply was lost, so the
     // reply cannot be read here; answered like any failure should it come all the same.
     failed(op, "redis: call cancelled");
+  } else if (code == 4) {
+    failed(op, std::string(kPastDeadline));  // nothing written
   } else if (!bad.empty()) {
     failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_admit
   } else {
@@ -467,8 +481,12 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
   AdmitOp* op = op_ptr.get();
   const auto at = static_cast<size_t>(i);
   std::string bad = bad_reply(r, error, kGatesTokens + 1);
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && as_int(elem(r, kGatesCode)) == 3) {
+  const int64_t code =
+      r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? as_int(elem(r, kGatesCode)) : -1;
+  if (code == 3) {
     failed(op, "redis: call cancelled");
+  } else if (code == 4) {
+    failed(op, std::string(kPastDeadline));  // nothing evaluated
   } else if (!bad.empty()) {
     failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_gates
   } else {
@@ -724,11 +742,14 @@ void Engine::Impl::correct(const Request& req, std::function<void(Result)> done)
                          req.api_key, req.model, op->c, view.registry().get());
   if (!err.empty()) return post_bad_request(*redis, std::move(err), std::move(op->done));
   op->pending = op->c.model ? 2 : 1;
+  if constexpr (!kSettle) set_deadline(op->c.deadline, redis->script_deadline_ms());
   auto tenant_part = [this, op](const redisReply* r, std::string_view e) {
     const size_t n = static_cast<size_t>(op->c.nb);
     std::string bad = bad_reply(r, e, 1);
     if (bad.empty()) {
       op->code = as_int(elem(r, 0));
+      // Ran past its deadline (a Redis that was stopped): nothing written, a failure.
+      if (!kSettle && op->code == 3) bad = std::string(kPastDeadline);
       const size_t need = kSettle ? (op->code == 1 ? 4 + n : 4) : (op->code == 1 ? 5 + n : 1);
       if (r->elements < need) bad = "redis: unexpected reply";
     }

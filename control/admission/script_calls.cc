@@ -559,6 +559,7 @@ AdmitCall::AdmitCall(const Prepared& p)
   args.set(s::kArgMaxStreams, t.max_streams_s);
   args.set(s::kArgLeaseS, t.lease_s);
   args.set(s::kArgFlags, p.flags);
+  args.set(s::kArgDeadline, p.deadline);
   args.set(s::kArgBucketCount, kCounts[p.nb]);
   for (int i = 0; i < p.nb; ++i)
     add_bucket(*this, p.bucket_keys[i], *p.buckets[i], kAdmitBucket, cost_of(p, *p.buckets[i]));
@@ -578,6 +579,7 @@ GatesCall::GatesCall(const Prepared& p, int i)
   keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgTakenTtl, gate.per_token ? std::string_view(p.t->res_ttl_s) : "0");
+  args.set(s::kArgDeadline, p.deadline);
   const Gate* const one[] = {&gate};
   const std::string_view key[] = {gate.key};
   if (gate.window) {
@@ -746,6 +748,7 @@ ChargeCall::ChargeCall(const Correction& c)
   args.set(s::kArgReservationTtl, c.t->res_ttl_s);
   args.set(s::kArgTokens, c.tokens_s);
   args.set(s::kArgLeaseS, c.t->lease_s);
+  args.set(s::kArgDeadline, c.deadline);
   add_corrected_buckets(*this, c, s::kArgBucketCount, kChargeBucket);
 }
 

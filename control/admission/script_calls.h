@@ -116,6 +116,10 @@ struct Tables {
                          std::string* why = nullptr) const;
 };
 
+// The deadline of a call packed outside the engine (tests, a replay by redis-benchmark): the
+// year 2286, none in effect.
+inline constexpr std::string_view kNoDeadline = "9999999999999";
+
 // The most buckets one admission goes through: tenant, user, api_key, ip and the token-rate
 // tenant_tokens, user_tokens, api_key_tokens in the tenant's admit.lua call; model,
 // model_tokens, tool and total each in its own gates.lua call (each has its own hash tag).
@@ -143,6 +147,9 @@ struct Prepared {
   // The quota months and reservation windows around the gateway's clock at the admission: its
   // admit.lua call and, should it be undone, its refund.lua call declare them.
   keys::TimeKeys time_keys;
+  // admit.lua's and gates.lua's deadline (RedisCalls::script_deadline_ms), in decimal: 13 digits,
+  // held in the string itself. The engine sets it per call.
+  std::string deadline{kNoDeadline};
   // Per global gate, keys::global_attempt of the attempt: each gate's gates.lua call leaves its
   // marker in that gate's own hash slot.
   std::array<std::string, kMaxGlobalBuckets> attempt_keys;
@@ -286,6 +293,8 @@ struct Correction {
   int nb = 0;
   const Gate* model = nullptr;  // its model_tokens gate; null: none
   keys::TimeKeys time_keys;
+  // A charge's deadline (charge.lua's; RedisCalls::script_deadline_ms), in decimal.
+  std::string deadline{kNoDeadline};
 };
 // Validates a settle's or charge's fields and fills c; an error "field: message" or empty.
 std::string prepare_correction(const Tables& tables, std::string tenant, const std::string& rid,

@@ -11,7 +11,8 @@ class OneNode final : public RedisCalls {
  public:
   OneNode(event_base* base, const config::Redis& r, std::vector<const lua::Script*> scripts,
           RedisObserver* observer)
-      : client_(base, RedisOptions::from(r), std::move(scripts), observer) {}
+      : client_(base, RedisOptions::from(r), std::move(scripts), observer),
+        timeout_ms_(RedisOptions::from(r).timeout_ms) {}
 
   void evalsha(const lua::Script& script, std::span<const std::string_view> keys,
                std::span<const std::string_view> args, Callback cb, LateReply late,
@@ -22,11 +23,13 @@ class OneNode final : public RedisCalls {
     client_.command(argv, std::move(cb));
   }
   void post(std::function<void()> fn) override { client_.post(std::move(fn)); }
+  int64_t script_deadline_ms() const override { return client_.script_deadline_ms(timeout_ms_); }
   bool up() const override { return client_.up(); }
   std::string_view state() const override { return client_.state(); }
 
  private:
   RedisClient client_;
+  int timeout_ms_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 // each call by the hash slot of its first key), chosen by the configuration.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -30,6 +31,9 @@ class RedisCalls {
                        WhenStalled stalled = WhenStalled::kFailFast) = 0;
   virtual void command(std::span<const std::string_view> argv, Callback cb) = 0;
   virtual void post(std::function<void()> fn) = 0;
+  // The deadline a script call sent now carries (lua/admit.lua's `deadline`: unix ms on Redis's
+  // clock, RedisClient::script_deadline_ms): past it this side has answered the call failed.
+  virtual int64_t script_deadline_ms() const = 0;
   // Readable from any thread.
   virtual bool up() const = 0;
   virtual std::string_view state() const = 0;

@@ -152,6 +152,14 @@ RedisCluster::Node* RedisCluster::route(int slot) {
   return nodes_.front().get();
 }
 
+int64_t RedisCluster::script_deadline_ms() const {
+  const int64_t give_up = static_cast<int64_t>(2 * opts_.max_redirects + 3) * opts_.node.timeout_ms;
+  for (const auto& n : nodes_)
+    if (n->client && n->client->clock_offset_ms() != RedisClient::kUnknownOffset)
+      return n->client->script_deadline_ms(give_up);
+  return RedisClient::deadline_for(RedisClient::kUnknownOffset, give_up);
+}
+
 std::string RedisCluster::owner_of(int slot) const {
   return slot >= 0 && slot < kClusterSlots && slots_[slot] ? slots_[slot]->addr : std::string();
 }

@@ -83,6 +83,9 @@ class RedisCluster final : public RedisCalls {
                std::span<const std::string_view> args, Callback cb, LateReply late = {},
                WhenStalled stalled = WhenStalled::kFailFast) override;
   void command(std::span<const std::string_view> argv, Callback cb) override;
+  // Past the router's own bound on a call ((2 * max_redirects + 3) timeouts, above),
+  // on the clock of the first node whose offset is known.
+  int64_t script_deadline_ms() const override;
 
   void post(std::function<void()> fn) override;
   // Every slot has an owner and every owner has a connection up. Readable from any thread.
