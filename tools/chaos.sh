@@ -2,13 +2,21 @@
 # What a hostile or broken neighbour does to dripgate, measured: the standing chaos suite. Not a
 # test (nothing here passes or fails); run it before and after a change and compare the tables.
 #
-#   tools/chaos.sh [--build DIR] [--seconds N] [--only "kill stop auth idle-tcp idle-unix outage"]
+#   tools/chaos.sh [--build DIR] [--seconds N]
+#                  [--only "kill stop stall-grpc auth idle-tcp idle-unix outage"]
 #                  [--idle-conns N] [--outage-s N]
 #
 # Scenarios, each on a fresh redis-server and daemon, one table each:
 #   kill       Redis SIGKILLed under 32 clients doing POST /v1/admit, restarted on the same port
 #              a second later (AOF, appendfsync always: every answered script survives);
 #   stop       Redis SIGSTOPped for 2 s, then SIGCONT;
+#   stall-grpc Redis SIGSTOPped for 20 s under 500 ShouldRateLimit calls a second (gRPC, open
+#              loop: rls_load --rate, from this tree's build), timeout_ms 50, a tenant bucket
+#              refilling faster than the load (capacity 1000, 600/s: a correct run never
+#              refuses): the daemon's RSS (before, peak, end), the failures' latency once the
+#              stall is seen, the most bytes queued in the kernel towards Redis (ss Send-Q), and
+#              the calls answered OVER_LIMIT after SIGCONT (each one wrong: stale calls emptied
+#              the bucket). Runs 30 s whatever --seconds says;
 #   auth       dripgate-control given a wrong Redis password for 5 s, then Redis is switched to
 #              that password (CONFIG SET requirepass): Redis connections and daemon log lines
 #              while it was wrong, and how soon the daemon recovers;
@@ -41,10 +49,10 @@ bench_defaults
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 seconds=15
-only="kill stop auth idle-tcp idle-unix"
+only="kill stop stall-grpc auth idle-tcp idle-unix"
 idle_conns=20000
 outage_s=30
-usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop auth idle-tcp idle-unix outage\"] [--idle-conns N] [--outage-s N]"
+usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop stall-grpc auth idle-tcp idle-unix outage\"] [--idle-conns N] [--outage-s N]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --seconds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
@@ -230,6 +238,59 @@ fault_auth() {
           "daemon log lines while wrong (5 s)=$lines")
 }
 
+# stall_grpc: its own daemon (gRPC front on, the bucket above), rls_load from this tree's build.
+stall_grpc() {
+  local dir="$work/stall-grpc" port grpc_port rls="$root/build/tools/bench/rls_load"
+  [[ -x "$rls" ]] || { echo -e "\n== stall-grpc skipped: build $rls first"; return; }
+  mkdir -p "$dir"
+  port=$(free_port)
+  grpc_port=$(free_port)
+  http_port=$(free_port)
+  cat >"$dir/control.yaml" <<EOF
+redis: { url: "redis://127.0.0.1:$port/0", timeout_ms: 50 }
+control:
+  listen: "127.0.0.1:$http_port"
+  grpc_listen: "127.0.0.1:$grpc_port"
+  threads: 2
+  dataplane_socket: $work/no-dataplane.sock
+plans:
+  stall:
+    gates:
+      tenant: { capacity: 1000, refill_per_s: 600 }
+tenants:
+  ws-chaos: { plan: stall }
+EOF
+  redis "$dir" "$port"
+  "$control" --config "$dir/control.yaml" 2>"$dir/control.log" &
+  control_pid=$!
+  pids+=("$control_pid")
+  wait_port "$grpc_port"
+  "$rls" --target "127.0.0.1:$grpc_port" --tenant ws-chaos --rate 500 --calls 100000 \
+    --seconds 30 --log "$dir/calls.log" >"$dir/rls.out" &
+  local load=$!
+  pids+=("$load")
+  # RSS (kB) and the bytes in the kernel's send queues towards Redis, every 100 ms.
+  (while kill -0 "$load" 2>/dev/null; do
+     echo "$(now) $(awk '/^VmRSS/ {print $2}' "/proc/$control_pid/status")" \
+       "$(ss -tnH state established "( dport = :$port )" | awk '{q += $2} END {print q + 0}')"
+     sleep 0.1
+   done) >"$dir/samples" &
+  local sampler=$!
+  sleep 3
+  echo "$(now) fault" >"$dir/events"
+  kill -STOP "$redis_pid"
+  sleep 20
+  kill -CONT "$redis_pid"
+  echo "$(now) healed" >>"$dir/events"
+  wait "$load"
+  forget "$load"
+  wait "$sampler" || true
+  python3 "$chaos/report.py" stall \
+    "Redis SIGSTOP for 20 s under 500 gRPC calls/s, timeout_ms 50" "$dir/events" "$dir/calls.log" "$dir/samples"
+  stop "$control_pid"
+  stop "$redis_pid"
+}
+
 # The daemon gets the issue's 20,000 descriptors (or the hard limit when lower); idle.py spreads
 # the clients over as many processes as their own limit requires.
 idle_tcp() {
@@ -378,6 +439,7 @@ for s in $only; do
   case "$s" in
     kill) load_scenario kill "Redis SIGKILL, restarted on the same port 1 s later" ;;
     stop) load_scenario stop "Redis SIGSTOP for 2 s, then SIGCONT" ;;
+    stall-grpc) stall_grpc ;;
     auth) load_scenario auth "wrong Redis password for 5 s, then Redis takes it" ;;
     idle-tcp) idle_tcp ;;
     idle-unix) idle_unix ;;

@@ -5,6 +5,9 @@
       LOAD.json from load.py; EVENTS holds "<unix time> fault|healed" lines written when the
       fault began and ended; CHARGE.json what Redis holds afterwards (tokens taken from the
       tenant bucket, quota used, reservations, leases). Extra rows follow as LABEL=VALUE.
+  report.py stall TITLE EVENTS CALLS SAMPLES
+      stall-grpc: EVENTS as above, CALLS the lines of rls_load --log ("<sent> <ms> ok|over|error"),
+      SAMPLES "<unix time> <daemon RSS kB> <Send-Q bytes towards Redis>" every 100 ms.
   report.py idle-tcp TITLE IDLE.json
   report.py idle-unix TITLE IDLE.json
       the figures of idle.py tcp / unix.
@@ -139,10 +142,42 @@ def idle_unix_report(title, path):
          f"{r['closed_by_peer']} (within {r['hold_s']:.0f} s)")])
 
 
+def stall_report(title, events_path, calls_path, samples_path):
+    events = {}
+    for line in open(events_path):
+        when, name = line.split()
+        events[name] = float(when)
+    fault, healed = events["fault"], events["healed"]
+    calls = [(float(t), float(ms), o) for t, ms, o in (line.split() for line in open(calls_path))]
+    samples = []
+    for line in open(samples_path):
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit():
+            samples.append((float(parts[0]), int(parts[1]) / 1024, int(parts[2])))
+    # The stall is seen within a call's timeout and a setup's (0.55 s): the failures from 1 s on.
+    fails = [ms for t, ms, o in calls if o == "error" and fault + 1 <= t < healed]
+    count = Counter(o for _, _, o in calls)
+    table(title, [
+        ("calls sent", len(calls)),
+        ("answered OK / OVER_LIMIT / error", f"{count['ok']} / {count['over']} / {count['error']}"),
+        ("daemon RSS before the stop", f"{max([r for t, r, _ in samples if t < fault] or [0]):.1f} MB"),
+        ("daemon RSS peak", f"{max([r for _, r, _ in samples] or [0]):.1f} MB"),
+        ("daemon RSS at the end", f"{samples[-1][1] if samples else 0:.1f} MB"),
+        ("failures from 1 s after the stop to SIGCONT", len(fails)),
+        ("their latency", f"p50 {pct(fails, 0.5):.1f} ms, p99 {pct(fails, 0.99):.1f} ms"),
+        ("most bytes queued towards Redis (ss Send-Q)", max([q for _, _, q in samples] or [0])),
+        ("OVER_LIMIT before the stop", sum(1 for t, _, o in calls if o == "over" and t < fault)),
+        ("OVER_LIMIT after SIGCONT (wrong)",
+         sum(1 for t, _, o in calls if o == "over" and t >= healed)),
+    ])
+
+
 if __name__ == "__main__":
     mode, title = sys.argv[1], sys.argv[2]
     if mode == "load":
         load_report(title, *sys.argv[3:6], extra_rows(sys.argv[6:]))
+    elif mode == "stall":
+        stall_report(title, *sys.argv[3:6])
     elif mode == "idle-tcp":
         idle_tcp_report(title, sys.argv[3])
     else:
