@@ -55,6 +55,8 @@ std::string_view reason_phrase(int status) {
       return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
     case 503:
       return "Service Unavailable";
     case 505:

@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -67,6 +68,97 @@ bool split_target(HttpRequest& r) {
   return true;
 }
 
+constexpr char kHeadTooLarge[] = "the request line and headers are too large";
+constexpr char kChunkedNotFinal[] =
+    "Transfer-Encoding: chunked must be the final coding (the body's length cannot be known "
+    "otherwise)";
+
+bool is_ows(char c) {
+  return c == ' ' || c == '\t';
+}
+
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// RFC 9112 5.1: no whitespace between a field name and its colon, answered with a 400. A proxy
+// in front that reads "Transfer-Encoding : chunked" otherwise than we do would frame the
+// request otherwise, and a request could hide in another's body. http-parser takes the space
+// as part of the name; `name` is the name up to it.
+std::string space_before_colon(std::string_view name) {
+  const bool known = !name.empty() && name.find('\n') == std::string_view::npos;
+  return "header " + (known ? "\"" + std::string(name) + "\"" : std::string("name")) +
+         ": whitespace between a header name and its colon is not allowed";
+}
+
+// Transfer-Encoding, the codings of every such header in order (RFC 9112 6.1). The server
+// implements one coding, chunked, once: anything else is refused before the body, since the
+// body could not be framed or read as the client meant. Returns 0, or the status with why:
+// 400 where chunked is not the final coding, is repeated, or the list is malformed (RFC 9112
+// 6.3: the body's length cannot be known); 501 where chunked comes last after codings the
+// server does not implement (gzip, deflate, ...), as RFC 9112 6.1 asks of a server that does
+// not understand a transfer coding.
+int judge_transfer_encoding(std::string_view list, std::string& why) {
+  constexpr char kField[] = "Transfer-Encoding: ";
+  const size_t last_comma = list.rfind(',');
+  const std::string_view last =
+      trim_ows(last_comma == std::string_view::npos ? list : list.substr(last_comma + 1));
+  if (!equals_ci(last, "chunked")) {
+    why = kChunkedNotFinal;
+    return 400;
+  }
+  if (last_comma == std::string_view::npos) return 0;
+  std::string_view unknown;  // the first coding before chunked
+  std::string_view rest = list.substr(0, last_comma);
+  for (;;) {
+    const size_t comma = rest.find(',');
+    const std::string_view coding = trim_ows(rest.substr(0, comma));
+    if (equals_ci(coding, "chunked")) {
+      why = std::string(kField) + "chunked is applied more than once";
+      return 400;
+    }
+    if (coding.empty() || !std::all_of(coding.begin(), coding.end(), is_tchar)) {
+      why = std::string(kField) + "a malformed list of codings; only chunked is accepted";
+      return 400;
+    }
+    if (unknown.empty()) unknown = coding;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  why = std::string(kField) + "only chunked is implemented, not \"" +
+        std::string(unknown.substr(0, 32)) + "\"";
+  return 501;
+}
+
+// http-parser's own words for some errors mislead (a chunk size beyond 64 bits is "invalid
+// character in content-length header") or name no field: these say what is wrong in the
+// request's terms. in_chunk_size: the parser was reading a chunked body's framing.
+const char* parse_error_message(http_errno e, bool in_chunk_size) {
+  switch (e) {
+    case HPE_INVALID_CONTENT_LENGTH:
+      return in_chunk_size ? "chunk size: larger than 64 bits"
+                           : "Content-Length: not a decimal number, or larger than 64 bits";
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+      return "Content-Length: given more than once, or together with Transfer-Encoding";
+    case HPE_INVALID_CHUNK_SIZE:
+      return "chunk size: not a hexadecimal number";
+    case HPE_INVALID_TRANSFER_ENCODING:
+      return kChunkedNotFinal;
+    case HPE_INVALID_CONSTANT:
+    case HPE_INVALID_VERSION:
+      return "the request line: expected HTTP/<major>.<minor> after the target";
+    case HPE_INVALID_URL:
+      return "the request target is malformed";
+    case HPE_INVALID_HEADER_TOKEN:
+      return "a header holds a character it may not (a name is a token, a value has no control "
+             "characters)";
+    default:
+      return http_errno_description(e);
+  }
+}
+
 }  // namespace
 
 HttpRequestParser::HttpRequestParser(Limits limits) : limits_(limits) {
@@ -74,9 +166,9 @@ HttpRequestParser::HttpRequestParser(Limits limits) : limits_(limits) {
   parser_.data = this;
 }
 
-int HttpRequestParser::fail(int status, const char* message) {
+int HttpRequestParser::fail(int status, std::string message) {
   error_status_ = status;
-  error_message_ = message;
+  error_message_ = std::move(message);
   return -1;  // any other value than 0, 1 and 2 is an error from on_headers_complete
 }
 
@@ -99,6 +191,9 @@ int HttpRequestParser::on_message_begin(http_parser* p) {
   self->value_ = nullptr;
   self->in_value_ = false;
   self->expect_.clear();
+  self->transfer_encoding_.clear();
+  self->has_transfer_encoding_ = false;
+  self->headers_done_ = false;
   self->head_bytes_ = 0;
   self->in_request_ = true;
   return 0;
@@ -106,17 +201,22 @@ int HttpRequestParser::on_message_begin(http_parser* p) {
 
 int HttpRequestParser::on_url(http_parser* p, const char* at, size_t n) {
   auto* self = static_cast<HttpRequestParser*>(p->data);
-  if (!self->grow_head(n)) return self->fail(431, "the request line and headers are too large");
+  if (!self->grow_head(n)) return self->fail(431, kHeadTooLarge);
   self->req_.target.append(at, n);
   return 0;
 }
 
 int HttpRequestParser::on_header_field(http_parser* p, const char* at, size_t n) {
   auto* self = static_cast<HttpRequestParser*>(p->data);
-  if (!self->grow_head(n)) return self->fail(431, "the request line and headers are too large");
+  if (!self->grow_head(n)) return self->fail(431, kHeadTooLarge);
   if (self->in_value_) {
     self->in_value_ = false;
     self->field_.clear();
+  }
+  if (const void* space = std::memchr(at, ' ', n)) {
+    std::string name = self->field_;
+    name.append(at, static_cast<const char*>(space) - at);
+    return self->fail(400, space_before_colon(name));
   }
   // A name longer than any the server reads is marked with a byte no name can hold.
   if (self->field_.size() + n <= kMaxFieldName)
@@ -128,7 +228,7 @@ int HttpRequestParser::on_header_field(http_parser* p, const char* at, size_t n)
 
 int HttpRequestParser::on_header_value(http_parser* p, const char* at, size_t n) {
   auto* self = static_cast<HttpRequestParser*>(p->data);
-  if (!self->grow_head(n)) return self->fail(431, "the request line and headers are too large");
+  if (!self->grow_head(n)) return self->fail(431, kHeadTooLarge);
   if (!self->in_value_) {
     self->in_value_ = true;
     self->value_ = nullptr;
@@ -138,6 +238,11 @@ int HttpRequestParser::on_header_value(http_parser* p, const char* at, size_t n)
       self->value_ = &r.authorization;
     } else if (equals_ci(self->field_, "expect")) {
       self->value_ = &self->expect_;
+    } else if (equals_ci(self->field_, "transfer-encoding") && !self->headers_done_) {
+      // Several headers make one list (RFC 9110 5.3).
+      if (self->has_transfer_encoding_) self->transfer_encoding_ += ',';
+      self->has_transfer_encoding_ = true;
+      self->value_ = &self->transfer_encoding_;
     }
   }
   if (self->value_) self->value_->append(at, n);
@@ -152,6 +257,16 @@ int HttpRequestParser::on_headers_complete(http_parser* p) {
   r.method = static_cast<http_method>(p->method);
   r.minor = p->http_minor;
   if (p->http_major != 1) return self->fail(505, "only HTTP/1.0 and HTTP/1.1 are served");
+  self->headers_done_ = true;
+  if (self->has_transfer_encoding_) {
+    std::string why;
+    if (int status = judge_transfer_encoding(self->transfer_encoding_, why))
+      return self->fail(status, std::move(why));
+    // http-parser frames the body: it must have read the same chunked coding (it does not, for
+    // one, after a tab behind "chunked"), or the body would be taken for the next request.
+    if ((p->flags & F_CHUNKED) == 0)
+      return self->fail(400, "Transfer-Encoding: malformed; only the coding chunked is accepted");
+  }
   const bool chunked = (p->flags & F_CHUNKED) != 0;
   const bool has_length = p->content_length != ULLONG_MAX && p->content_length > 0;
   // Refused before its first byte is read.
@@ -219,12 +334,19 @@ HttpRequestParser::Result HttpRequestParser::feed(const char* data, size_t n, si
     used += more;
     return r;
   }
-  if (e == HPE_HEADER_OVERFLOW) {
-    fail(431, "the request line and headers are too large");
-  } else {
-    fail(400, http_errno_description(e));
-  }
+  fail_parse(e);
   return Result::kError;
+}
+
+void HttpRequestParser::fail_parse(http_errno e) {
+  if (e == HPE_HEADER_OVERFLOW) {
+    fail(431, kHeadTooLarge);
+    return;
+  }
+  // A chunked body's framing, not its trailers (whose headers come after the last chunk).
+  const bool in_chunk_size =
+      headers_done_ && (parser_.flags & F_CHUNKED) != 0 && (parser_.flags & F_TRAILING) == 0;
+  fail(400, parse_error_message(e, in_chunk_size));
 }
 
 HttpRequestParser::Result HttpRequestParser::feed_unknown_method(const char* data, size_t n,
@@ -233,7 +355,7 @@ HttpRequestParser::Result HttpRequestParser::feed_unknown_method(const char* dat
   while (used < n) {
     const char c = data[used++];
     if (!grow_head(1)) {
-      fail(431, "the request line and headers are too large");
+      fail(431, kHeadTooLarge);
       return Result::kError;
     }
     if (!in_target_) {

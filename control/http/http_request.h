@@ -57,10 +57,11 @@ class HttpRequestParser {
   void next();
   // Whether the client asked for "100 Continue" before sending its body (true once per request).
   bool take_continue() { return std::exchange(want_continue_, false); }
-  // 400 (malformed), 413 (body too large), 431 (head too large), 505 (not HTTP/1.x); with a
-  // message for the answer's body.
+  // 400 (malformed), 413 (body too large), 431 (head too large), 501 (a transfer coding other
+  // than chunked), 505 (not HTTP/1.x); with a message for the answer's body that names the
+  // field at fault.
   int error_status() const { return error_status_; }
-  const char* error_message() const { return error_message_; }
+  const char* error_message() const { return error_message_.c_str(); }
   // Whether a request's first byte was seen and it is not complete.
   bool in_request() const { return in_request_; }
 
@@ -75,7 +76,9 @@ class HttpRequestParser {
   // A method http-parser refuses: reads the rest of the request line (its target) alone.
   Result feed_unknown_method(const char* data, size_t n, size_t& used);
   bool grow_head(size_t n);
-  int fail(int status, const char* message);
+  int fail(int status, std::string message);
+  // The error http-parser stopped at, said in the request's terms.
+  void fail_parse(http_errno e);
 
   Limits limits_;
   http_parser parser_{};
@@ -84,13 +87,16 @@ class HttpRequestParser {
   std::string* value_ = nullptr;  // where the current header's value goes (null: ignored)
   bool in_value_ = false;
   std::string expect_;
+  std::string transfer_encoding_;  // every Transfer-Encoding header's value, joined by ','
+  bool has_transfer_encoding_ = false;
+  bool headers_done_ = false;  // on_headers_complete passed: what follows is the body
   bool want_continue_ = false;
   bool in_request_ = false;
   bool unknown_method_ = false;  // reading an unknown method's request line
   bool in_target_ = false;       // past its method's name
   size_t head_bytes_ = 0;
   int error_status_ = 0;
-  const char* error_message_ = "";
+  std::string error_message_;
 };
 
 // A query string's parameters, percent-decoded ('+' is a space) in order; false when one has no

@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     held.erase(0, used);
     if (r == HttpRequestParser::Result::kError) {
       const int st = p.error_status();
-      if (st != 400 && st != 413 && st != 431 && st != 505) std::abort();
+      if (st != 400 && st != 413 && st != 431 && st != 501 && st != 505) std::abort();
       break;
     }
     if (r == HttpRequestParser::Result::kRequest) {

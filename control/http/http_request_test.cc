@@ -22,7 +22,8 @@ struct Got {
 
 struct Parsed {
   std::vector<Got> requests;
-  int error = 0;  // error_status() when parsing stopped at an error
+  int error = 0;        // error_status() when parsing stopped at an error
+  std::string message;  // and its error_message()
 };
 
 // Feeds `bytes` in pieces of `piece` bytes (0: all at once), collecting every request.
@@ -42,6 +43,7 @@ Parsed parse(const std::string& bytes, size_t piece = 0, HttpRequestParser::Limi
     held.erase(0, used);
     if (r == Result::kError) {
       out.error = p.error_status();
+      out.message = p.error_message();
       break;
     }
     if (r == Result::kRequest) {
@@ -171,6 +173,102 @@ TEST(HttpRequestParser, SizeLimitsAndMalformedRequests) {
   EXPECT_EQ(parse("GET / HTTP/1.1\r\nbad header\r\n\r\n").error, 400);
   EXPECT_EQ(parse("GET /a b HTTP/1.1\r\n\r\n").error, 400);
   EXPECT_EQ(parse("GET / HTTP/2.0\r\n\r\n").error, 505);
+}
+
+// RFC 9112 5.1: a proxy in front may read "Transfer-Encoding : chunked" as no header at all and
+// frame the request by its Content-Length, while http-parser honours it: a 400 naming the header.
+TEST(HttpRequestParser, WhitespaceBeforeAHeadersColonIs400NamingTheHeader) {
+  const std::string cases[] = {
+      "POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n1\r\na\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nContent-Length : 17\r\n\r\n{\"tenant\":\"t-a\"}\n",
+      "POST / HTTP/1.1\r\nTransfer-Encoding  :chunked\r\n\r\n0\r\n\r\n",
+  };
+  for (const std::string& c : cases) {
+    for (size_t piece : {size_t{0}, size_t{1}, size_t{5}}) {
+      Parsed got = parse(c, piece);
+      EXPECT_EQ(got.error, 400) << c << piece;
+      EXPECT_TRUE(got.requests.empty()) << c;
+      const std::string name = c.substr(17, c.find(' ', 17) - 17);
+      EXPECT_EQ(got.message, "header \"" + name +
+                                 "\": whitespace between a header name and its colon is not "
+                                 "allowed")
+          << c << piece;
+    }
+  }
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nX-Long-Header-Name-Beyond-Thirty-Two-Bytes : 1\r\n\r\n").error,
+            400);
+}
+
+// The one transfer coding the server implements is chunked, once (RFC 9112 6): chunked not last
+// or repeated is a 400 (the body cannot be framed), a coding before it that the server does not
+// implement a 501 (RFC 9112 6.1); every error names Transfer-Encoding.
+TEST(HttpRequestParser, OnlyTheOneCodingChunkedIsAccepted) {
+  const std::string body = "\r\n\r\n1\r\na\r\n0\r\n\r\n";
+  auto with = [&](const std::string& headers) {
+    return parse("POST / HTTP/1.1\r\n" + headers + body);
+  };
+  struct Case {
+    std::string headers;
+    int status;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"Transfer-Encoding: gzip, chunked", 501, "only chunked is implemented, not \"gzip\""},
+      {"Transfer-Encoding: x-y ,deflate, chunked", 501, "not \"x-y\""},
+      {"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked", 501, "not \"gzip\""},
+      {"Transfer-Encoding: chunked, chunked", 400, "chunked is applied more than once"},
+      {"Transfer-Encoding: chunked\r\ntransfer-encoding: chunked", 400, "more than once"},
+      {"Transfer-Encoding: chunked, gzip", 400, "chunked must be the final coding"},
+      {"Transfer-Encoding: gzip", 400, "chunked must be the final coding"},
+      {"Transfer-Encoding: ", 400, "chunked must be the final coding"},
+      {"Transfer-Encoding: chunked;ext=1", 400, "chunked must be the final coding"},
+      {"Transfer-Encoding: , chunked", 400, "malformed"},
+      {"Transfer-Encoding: gz;q=1, chunked", 400, "malformed"},
+      {"Transfer-Encoding: chunked\t", 400, "Transfer-Encoding: "},
+  };
+  for (const Case& c : cases) {
+    for (size_t piece : {size_t{0}, size_t{1}}) {
+      Parsed got = piece ? parse("POST / HTTP/1.1\r\n" + c.headers + body, piece) : with(c.headers);
+      EXPECT_EQ(got.error, c.status) << c.headers;
+      EXPECT_TRUE(got.requests.empty()) << c.headers;
+      EXPECT_EQ(got.message.rfind("Transfer-Encoding: ", 0), 0u)
+          << c.headers << ": " << got.message;
+      EXPECT_NE(got.message.find(c.says), std::string::npos) << c.headers << ": " << got.message;
+    }
+  }
+  for (const char* ok : {"Transfer-Encoding: chunked", "transfer-encoding:   ChUnKeD  "}) {
+    Parsed got = with(ok);
+    EXPECT_EQ(got.error, 0) << ok << ": " << got.message;
+    ASSERT_EQ(got.requests.size(), 1u) << ok;
+    EXPECT_EQ(got.requests[0].body, "a");
+  }
+}
+
+// http-parser reports a chunk size beyond 64 bits as "invalid character in content-length
+// header"; the answer names what is wrong.
+TEST(HttpRequestParser, FramingErrorsNameTheChunkSizeOrTheContentLength) {
+  const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  struct Case {
+    std::string bytes, says;
+  };
+  const Case cases[] = {
+      {chunked + "1ffffffffffffffff\r\n", "chunk size: larger than 64 bits"},
+      {chunked + "1\r\na\r\n10000000000000000\r\n", "chunk size: larger than 64 bits"},
+      {chunked + "zz\r\n", "chunk size: not a hexadecimal number"},
+      {"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+       "Content-Length: not a decimal number, or larger than 64 bits"},
+      {"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", "Content-Length: not a decimal"},
+      {"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+       "Content-Length: given more than once"},
+      {"GET / XTTP/1.1\r\n\r\n", "the request line: expected HTTP/"},
+  };
+  for (const Case& c : cases) {
+    for (size_t piece : {size_t{0}, size_t{1}, size_t{3}}) {
+      Parsed got = parse(c.bytes, piece);
+      EXPECT_EQ(got.error, 400) << c.bytes;
+      EXPECT_EQ(got.message.rfind(c.says, 0), 0u) << c.bytes << piece << ": " << got.message;
+    }
+  }
 }
 
 TEST(HttpRequestParser, ExpectContinueIsReportedOnceBeforeTheBody) {
