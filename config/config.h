@@ -356,6 +356,13 @@ enum class Secrets { kRead, kSkip };
 constexpr size_t kMaxConfigBytes = 16u << 20;
 
 LoadResult load_file(const std::string& path, Secrets secrets = Secrets::kRead);
+// Reads a configuration file into text: a regular file of at most kMaxConfigBytes. Anything
+// else is refused without reading it and without waiting (/dev/zero would be read for
+// gigabytes, a FIFO without a writer waited on forever): the path is stat'ed before it is
+// opened, opened non-blocking, and the descriptor fstat'ed again, since the path can change in
+// between; at most kMaxConfigBytes + 1 bytes are read, whatever the size said (a file growing
+// while read). The error, if any, names the file.
+std::optional<Error> read_config_file(const std::string& path, std::string& text);
 LoadResult load_string(const std::string& yaml, const std::string& name,
                        Secrets secrets = Secrets::kRead);
 // The default configuration compiled into the binaries (config/examples/default.yaml).

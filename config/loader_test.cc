@@ -2,13 +2,18 @@
 // reported together, the shipped examples, and a round trip of every field.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "config/config.h"
 #include "config/test_class.h"
@@ -1092,6 +1097,46 @@ TEST(Errors, YamlSyntaxWithPosition) {
   EXPECT_EQ(error_of("{}\n---\n,\n"),
             "t.yaml:2:1: more than one YAML document; a config file "
             "holds exactly one");
+}
+
+// A path that is not a regular file is refused unread: /dev/zero would otherwise be read for
+// gigabytes before the size check, a FIFO waited on forever. A FIFO's load runs on a thread
+// with a guard: should it block, the test fails and a writer releases it, instead of the test
+// hanging.
+TEST(Errors, WhatIsNotARegularFileIsRefusedUnreadWithoutBlocking) {
+  char tmpl[] = "/tmp/dg-cfgfifo-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string fifo = dir + "/control.yaml", zero = dir + "/zero.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::promise<LoadResult> done;
+  std::future<LoadResult> loaded = done.get_future();
+  std::thread loader([&] { done.set_value(load_file(fifo)); });
+  if (loaded.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "loading a FIFO blocked";
+    ::close(::open(fifo.c_str(), O_WRONLY));  // a writer that closes: the reader sees the end
+  }
+  loader.join();
+  LoadResult r = loaded.get();
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].str(),
+            fifo + ": is a FIFO, not a regular file; a configuration is read from a regular file");
+
+  std::filesystem::create_symlink("/dev/zero", zero);
+  for (const std::string& path : {std::string("/dev/zero"), zero}) {
+    r = load_file(path);
+    ASSERT_EQ(r.errors.size(), 1u) << path;
+    EXPECT_EQ(r.errors[0].str(), path +
+                                     ": is a character device, not a regular file; a "
+                                     "configuration is read from a regular file");
+  }
+  std::string text;
+  auto why = read_config_file(dir, text);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->str(), dir + ": is a directory, not a YAML file");
+  // What stat says of a file's size is not what is read: /proc's files say 0.
+  EXPECT_FALSE(read_config_file("/proc/self/status", text));
+  EXPECT_NE(text.find("Name:"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Errors, DocumentShape) {
