@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,9 @@ namespace ctl = dripgate::control;
 using cfg::Config;
 
 namespace {
+
+// How long a stopping daemon waits for a reload in progress once its requests are answered.
+constexpr std::chrono::milliseconds kReloadGrace{2000};
 
 // The command line: what overrides the file, and what to do instead of serving.
 struct Args {
@@ -225,15 +229,28 @@ int main(int argc, char** argv) {
   if (!start_rls(c, store, metrics, fallback.get(), server, rls)) return 1;
 
   int sig = 0;
-  // SIGHUP reloads the config file (reload.h) and serving goes on; the others stop.
-  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloader.reload();
-  spdlog::info("{}: stopping (finishing requests in flight)",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  if (rls) rls->stop();
-  server.stop();
-  server.join();
-  registry.stop();
-  brake.stop();
+  {
+    // SIGHUP reloads the config file (reload.h) on the reload thread, and serving goes on; the
+    // others stop, whatever a reload is doing.
+    ctl::ReloadThread reloads(reloader);
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloads.request();
+    spdlog::info("{}: stopping (finishing requests in flight)",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (rls) rls->stop();
+    server.stop();
+    server.join();
+    registry.stop();
+    brake.stop();
+    if (!reloads.stop(kReloadGrace)) {
+      // The reload reads on (a hung mount?): the requests are answered, nothing is left to
+      // keep, and waiting could be forever. The reload uses what main owns: no destructor runs.
+      spdlog::warn("a reload of {} is still running after {} s; exiting without it",
+                   args.config_file, kReloadGrace.count() / 1000);
+      spdlog::info("stopped");
+      spdlog::shutdown();
+      std::_Exit(0);
+    }
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1316,6 +1317,29 @@ TEST_F(ReloadHttpTest, ReadyzFollowsRedis) {
   EXPECT_TRUE(
       eventually([&] { return http(daemon_->port(), "GET", "/readyz").status == 200; }, 15s))
       << daemon_->log();
+}
+
+// The live file becomes a FIFO, then a link to /dev/zero: each SIGHUP's reload is refused at
+// once and counted, naming the file; serving goes on on the running configuration, and SIGTERM
+// still ends the daemon (terminate(): within 10 s).
+TEST_F(ReloadHttpTest, AFifoOrDevZeroInTheFilesPlaceIsARefusedReloadAndSigtermStillStops) {
+  start();
+  const std::string running = hash();
+  std::filesystem::remove(path());
+  ASSERT_EQ(mkfifo(path().c_str(), 0600), 0);
+  ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return reloads("error") == 1; })) << daemon_->log();
+  EXPECT_NE(daemon_->log().find(path() + ": is a FIFO, not a regular file"), std::string::npos)
+      << daemon_->log();
+  std::filesystem::remove(path());
+  std::filesystem::create_symlink("/dev/zero", path());
+  ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return reloads("error") == 2; })) << daemon_->log();
+  EXPECT_NE(daemon_->log().find(path() + ": is a character device"), std::string::npos);
+  EXPECT_EQ(hash(), running);
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})").status, 200);
+  EXPECT_EQ(reloads("ok"), 0);
+  EXPECT_EQ(daemon_->terminate(), 0) << daemon_->log();
 }
 
 // Four clients admit at a steady rate while the configuration is reloaded 20 times, by turns

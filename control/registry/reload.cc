@@ -4,8 +4,6 @@
 
 #include <malloc.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 namespace dripgate::control {
@@ -29,17 +27,14 @@ Loaded load_config(const std::string& path, const Overrides& overrides) {
     r = config::load_default();
     out.hash = config_hash(config::default_yaml());
   } else {
-    // The text is read once, so that the hash is of exactly what was loaded. What cannot be
-    // read is left to load_file, which says why.
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    if (in) text << in.rdbuf();
-    if (in && !in.bad()) {
-      std::string s = std::move(text).str();
-      out.hash = config_hash(s);
-      r = config::load_string(s, path);
+    // The text is read once, so that the hash is of exactly what was loaded; what is not a
+    // configuration file (a directory, a FIFO, a device, too large) is refused unread.
+    std::string text;
+    if (auto why = config::read_config_file(path, text)) {
+      r.errors.push_back(std::move(*why));
     } else {
-      r = config::load_file(path);
+      out.hash = config_hash(text);
+      r = config::load_string(text, path);
     }
   }
   // The parse (yaml-cpp's node tree: about 1 KB per listed tenant) is freed by now, but glibc
@@ -130,6 +125,50 @@ ReloadOutcome Reloader::reload() {
   }
   metrics_.config_reload(out.ok);
   return out;
+}
+
+ReloadThread::ReloadThread(Reloader& reloader)
+    : thread_([&reloader, state = state_] { run(reloader, state); }) {}
+
+ReloadThread::~ReloadThread() {
+  if (thread_.joinable()) stop(std::chrono::milliseconds::max());
+}
+
+void ReloadThread::request() {
+  std::lock_guard lock(state_->mu);
+  state_->pending = true;
+  state_->cv.notify_all();
+}
+
+bool ReloadThread::stop(std::chrono::milliseconds grace) {
+  std::unique_lock lock(state_->mu);
+  state_->stopping = true;
+  state_->cv.notify_all();
+  const auto idle = [this] { return !state_->busy; };
+  const bool done = grace == std::chrono::milliseconds::max()
+                        ? (state_->cv.wait(lock, idle), true)
+                        : state_->cv.wait_for(lock, grace, idle);
+  lock.unlock();
+  if (done)
+    thread_.join();
+  else
+    thread_.detach();
+  return done;
+}
+
+void ReloadThread::run(Reloader& reloader, const std::shared_ptr<State>& state) {
+  std::unique_lock lock(state->mu);
+  for (;;) {
+    state->cv.wait(lock, [&] { return state->pending || state->stopping; });
+    if (state->stopping) return;
+    state->pending = false;  // requests from here on make the next reload
+    state->busy = true;
+    lock.unlock();
+    reloader.reload();
+    lock.lock();
+    state->busy = false;
+    state->cv.notify_all();
+  }
 }
 
 }  // namespace dripgate::control

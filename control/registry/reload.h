@@ -4,11 +4,15 @@
 // snapshot (config_snapshot.h): every request that starts after reload() returns runs on it.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "config/config.h"
@@ -60,6 +64,41 @@ class Reloader {
   ConfigStore& store_;
   Metrics& metrics_;
   std::mutex mu_;
+};
+
+// The reloads SIGHUP asks for, run on a thread of their own: the thread that waits for signals
+// never waits on a reload, so SIGTERM is acted on however long one takes (a file on a hung
+// mount, a secret that does not come). SIGHUPs that arrive during a reload make one more reload
+// after it, not one each: the file may have changed since it was read, and one read of the
+// latest file serves them all. Each reload is Reloader::reload(), in force from the first
+// request after it was counted.
+class ReloadThread {
+ public:
+  // reloader outlives the thread, or the process ends first (stop() false).
+  explicit ReloadThread(Reloader& reloader);
+  ReloadThread(const ReloadThread&) = delete;
+  ReloadThread& operator=(const ReloadThread&) = delete;
+  // stop() without a time limit, unless stop() was called.
+  ~ReloadThread();
+
+  // Asks for a reload; never waits.
+  void request();
+  // Takes no more requests and waits up to `grace` for the reload in progress. false: it is
+  // still running, and the thread is left to it (it ends after it): the caller must end the
+  // process without destroying what the reloader uses.
+  bool stop(std::chrono::milliseconds grace);
+
+ private:
+  // Shared with the thread, so that a thread left to a stuck reload never outlives it.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool pending = false, stopping = false, busy = false;
+  };
+  static void run(Reloader& reloader, const std::shared_ptr<State>& state);
+
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::thread thread_;
 };
 
 }  // namespace dripgate::control

@@ -2,12 +2,18 @@
 // kept, the restart-only settings, the command-line overrides, the hash and the metrics.
 #include "control/registry/reload.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "control/admission/keys.h"
 
@@ -215,6 +221,108 @@ TEST_F(ReloadTest, CommandLineOverridesApplyToEveryLoad) {
   ReloadOutcome out = r.reload();
   EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
   EXPECT_EQ(store_->current()->cfg.control.listen, "127.0.0.1:9999");
+}
+
+// The file in place of the configuration becomes a FIFO or a link to /dev/zero: the reload is
+// refused at once, naming the file, and the running configuration stays.
+TEST_F(ReloadTest, AFifoOrADeviceInTheFilesPlaceIsRefusedAtOnce) {
+  Reloader& r = start(kA);
+  std::shared_ptr<const Snapshot> before = store_->current();
+  std::filesystem::remove(path_);
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  ReloadThread thread(r);
+  thread.request();
+  // Waited for with a guard: a reload that blocks fails the test instead of hanging it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metrics_.config_reloads().value({"error"}) == 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!thread.stop(std::chrono::seconds(0))) {
+    ::close(::open(path_.c_str(), O_WRONLY));  // releases a reader blocked on the FIFO
+    FAIL() << "the reload blocked on a FIFO";
+  }
+  EXPECT_EQ(metrics_.config_reloads().value({"error"}), 1u);
+  std::filesystem::remove(path_);
+  std::filesystem::create_symlink("/dev/zero", path_);
+  ReloadOutcome out = r.reload();
+  EXPECT_FALSE(out.ok);
+  EXPECT_EQ(out.errors,
+            (std::vector<std::string>{path_ + ": is a character device, not a regular file; a "
+                                              "configuration is read from a regular file"}));
+  EXPECT_EQ(store_->current(), before);
+}
+
+// A reload held inside (by an override that waits, standing for a slow file): asking for more
+// never waits, the requests made during it make one more reload, and stop() gives up on a
+// reload that does not end within its grace.
+class HeldReloadTest : public ReloadTest {
+ protected:
+  Reloader& start_held() {
+    return start(kA, [this](config::Config&) -> std::optional<config::Error> {
+      std::unique_lock lock(mu_);
+      ++entered_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !hold_; });
+      return std::nullopt;
+    });
+  }
+  void hold(bool on) {
+    std::lock_guard lock(mu_);
+    hold_ = on;
+    cv_.notify_all();
+  }
+  // Asks `thread` for a reload and holds it: true once it is held inside.
+  bool request_held(ReloadThread& thread) {
+    hold(true);
+    thread.request();
+    return entered(2);
+  }
+  // Whether n loads have begun (the first is the start's), within a guard of 10 s.
+  bool entered(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return entered_ >= n; });
+  }
+  // Whether n reloads were counted, within a guard of 10 s.
+  bool counted(uint64_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (metrics_.config_reloads().value({"ok"}) < n) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  int entered_ = 0;
+};
+
+TEST_F(HeldReloadTest, RequestsDuringAReloadMakeOneMoreAndNeverWait) {
+  Reloader& r = start_held();
+  ReloadThread thread(r);
+  ASSERT_TRUE(request_held(thread));
+  for (int i = 0; i < 3; ++i) thread.request();  // returns while the reload is held
+  EXPECT_EQ(metrics_.config_reloads().value({"ok"}), 0u);
+  hold(false);
+  ASSERT_TRUE(counted(2));
+  EXPECT_TRUE(thread.stop(std::chrono::seconds(10)));
+  EXPECT_EQ(metrics_.config_reloads().value({"ok"}), 2u) << "three requests, one reload";
+  EXPECT_EQ(entered_, 3);
+}
+
+TEST_F(HeldReloadTest, StopGivesUpOnAReloadThatDoesNotEnd) {
+  Reloader& r = start_held();
+  {
+    ReloadThread thread(r);
+    ASSERT_TRUE(request_held(thread));
+    EXPECT_FALSE(thread.stop(std::chrono::milliseconds(50)));
+  }
+  // The thread left to it finishes the reload once released, and ends.
+  hold(false);
+  EXPECT_TRUE(counted(1));
+  // One more, here: the reloader's lock is free again before the fixture goes.
+  EXPECT_TRUE(r.reload().ok);
 }
 
 }  // namespace
