@@ -1172,6 +1172,34 @@ TEST_F(HttpTest, MalformedRequestIs400AndClosed) {
   EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
 }
 
+// What could frame a request otherwise behind a proxy is refused before the body, naming the
+// field: whitespace before a header's colon, chunked repeated (400); a coding before chunked
+// that the server does not implement (501).
+TEST_F(HttpTest, FramingOutsideTheRulesIsRefusedNamingTheField) {
+  start();
+  struct Case {
+    std::string header;
+    int status;
+    std::string error;
+  };
+  for (const Case& k :
+       {Case{"Transfer-Encoding : chunked", 400, "header \"Transfer-Encoding\": whitespace"},
+        Case{"Transfer-Encoding: chunked, chunked", 400,
+             "Transfer-Encoding: chunked is applied more than once"},
+        Case{"Transfer-Encoding: gzip, chunked", 501,
+             "Transfer-Encoding: only chunked is implemented, not \"gzip\""}}) {
+    RawConn c(daemon_->port());
+    ASSERT_TRUE(c.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\n" + k.header +
+                       "\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+    RawConn::Answer a = c.next();
+    EXPECT_EQ(a.status, k.status) << k.header << "\n" << a.head;
+    EXPECT_EQ(json::parse(a.body, nullptr, false).value("error", "").rfind(k.error, 0), 0u)
+        << a.body;
+    EXPECT_TRUE(c.closed_within(5s)) << k.header;
+  }
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+}
+
 // A stopping daemon answers the request in flight on a kept-alive connection with
 // Connection: close, so that such clients do not hold the drain.
 TEST_F(HttpTest, SigtermClosesAKeptAliveConnectionAfterItsAnswer) {
