@@ -1370,6 +1370,27 @@ TEST_F(ReloadHttpTest, AFifoOrDevZeroInTheFilesPlaceIsARefusedReloadAndSigtermSt
   EXPECT_EQ(daemon_->terminate(), 0) << daemon_->log();
 }
 
+// A reload that does not end (its file names a token file that is a FIFO nobody writes: reading
+// it waits for a writer) holds neither serving nor SIGTERM: the daemon answers meanwhile, and
+// on SIGTERM waits 2 s for the reload, then exits 0 without it (terminate(): within 10 s).
+TEST_F(ReloadHttpTest, AReloadThatDoesNotEndHoldsNeitherServingNorSigterm) {
+  start();
+  const std::string token = dir_.path() + "/token";
+  ASSERT_EQ(mkfifo(token.c_str(), 0600), 0);
+  write(test_config(dp_socket_, {.control_extra = ", auth_token_file: \"" + token + "\""}));
+  ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] {
+    return daemon_->log().find("SIGHUP: reloading") != std::string::npos;
+  })) << daemon_->log();
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})").status, 200) << "the running configuration serves";
+  EXPECT_EQ(reloads("ok") + reloads("error"), 0);
+  EXPECT_EQ(daemon_->terminate(), 0) << daemon_->log();
+  EXPECT_NE(daemon_->log().find("is still running after 2 s; exiting without it"),
+            std::string::npos)
+      << daemon_->log();
+}
+
 // Four clients admit at a steady rate while the configuration is reloaded 20 times, by turns
 // over HTTP and by SIGHUP, between two files: not one request fails, and every reload is in
 // force from the first request after it returned (HTTP) or was counted (SIGHUP).

@@ -164,6 +164,7 @@ void ReloadThread::run(Reloader& reloader, const std::shared_ptr<State>& state) 
     state->pending = false;  // requests from here on make the next reload
     state->busy = true;
     lock.unlock();
+    spdlog::debug("SIGHUP: reloading the configuration");
     reloader.reload();
     lock.lock();
     state->busy = false;
