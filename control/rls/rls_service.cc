@@ -15,6 +15,7 @@
 #include "control/gateway/gateway.h"
 #include "control/http/api.h"
 #include "control/rls/rls_mapping.h"
+#include "control/rls/wire_decode.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 
 namespace dripgate::control {
@@ -144,22 +145,34 @@ struct RlsServer::Loop {
   }
 };
 
-class RlsServer::Service final : public pb::RateLimitService::CallbackService {
+// Its one method is registered raw (its request and answer are bytes), so that a request that
+// is not a message is answered INVALID_ARGUMENT saying why (wire_decode.h), not UNIMPLEMENTED by
+// gRPC's typed handler. A method added to the service is to be registered raw as well.
+class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMethod_ShouldRateLimit<
+                                     pb::RateLimitService::Service> {
  public:
   explicit Service(RlsServer& server) : server_(server) {}
 
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
-                                            const pb::RateLimitRequest* req,
-                                            pb::RateLimitResponse* resp) override {
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     const std::shared_ptr<const Snapshot> snap = server_.store_.current();
+    Metrics& metrics = server_.metrics_;
+    // The mapping is read again when the decision comes back, after the posted task is gone.
+    auto mapped = std::make_shared<rls::Mapped>();
     if (auto denied = check_token(*ctx, snap->cfg.control.auth_token)) {
       reactor->Finish(*denied);
       return reactor;
     }
-    rls::Mapped m;
-    if (auto p = rls::map_request(snap->cfg.control.rls_domains, from_message(*req), m)) {
-      server_.metrics_.admission("", "", "bad_request", "grpc");
+    pb::RateLimitRequest req;
+    if (grpc::Status bad = wire::decode(*in, req); !bad.ok()) {
+      metrics.admission("", "", "bad_request", "grpc");
+      reactor->Finish(bad);
+      return reactor;
+    }
+    if (auto p = rls::map_request(snap->cfg.control.rls_domains, from_message(req), *mapped)) {
+      metrics.admission("", "", "bad_request", "grpc");
       // An unknown domain or key is an error, not an UNKNOWN code: Envoy reads every code but
       // OVER_LIMIT as OK (and asserts it never gets UNKNOWN), while an error goes through its
       // failure_mode_deny and error counter.
@@ -170,14 +183,14 @@ class RlsServer::Service final : public pb::RateLimitService::CallbackService {
     }
     size_t n = server_.loops_.size();
     Loop& loop = *server_.loops_[next_.fetch_add(1, std::memory_order_relaxed) % n];
-    // The mapping is read again when the decision comes back, after the posted task is gone.
-    auto mapped = std::make_shared<rls::Mapped>(std::move(m));
-    loop.post([reactor, resp, mapped](Gateway& g) {
-      g.admit(mapped->admit, [reactor, resp, mapped](const AdmitDecision& d) {
+    loop.post([reactor, out, mapped](Gateway& g) {
+      g.admit(mapped->admit, [reactor, out, mapped](const AdmitDecision& d) {
         const AdmitResult& r = d.result;
         if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
           return reactor->Finish(error_status(r));
-        fill(*mapped, r, *resp);
+        pb::RateLimitResponse resp;
+        fill(*mapped, r, resp);
+        wire::encode(resp, *out);
         reactor->Finish(grpc::Status::OK);
       });
     });

@@ -1,6 +1,7 @@
 // Envoy's rate-limit service end to end: a gRPC client built from the same .proto (and one that
 // builds its bytes by hand from Envoy's field numbers) against the service on a real socket,
 // deciding against a real redis-server.
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +37,7 @@ namespace {
 
 namespace pb = envoy::service::ratelimit::v3;
 using namespace std::chrono_literals;
+const std::string kShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 using Entries = std::vector<std::pair<std::string, std::string>>;
 using Response = pb::RateLimitResponse;
 
@@ -62,6 +65,25 @@ struct Answer {
     return "(none)";
   }
 };
+
+// A call with hand-made request bytes, to `method` ("/package.Service/Method"); the answer's
+// bytes in `out`.
+grpc::Status raw_call(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                      const std::string& request, std::string* out = nullptr) {
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), answer;
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &answer,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status status = done.get_future().get();
+  std::vector<grpc::Slice> slices;
+  if (out && status.ok() && answer.Dump(&slices).ok())
+    for (const auto& sl : slices) out->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return status;
+}
 
 class RlsTest : public ::testing::Test {
  protected:
@@ -517,19 +539,9 @@ TEST_F(RlsTest, WireBytesByEnvoysFieldNumbers) {
   std::string entry = len_field(1, "tenant") + len_field(2, "ws-acme");
   std::string request =
       len_field(1, "dripgate") + len_field(2, len_field(1, entry)) + varint_field(3, 250);
-  grpc::Slice slice(request);
-  grpc::ByteBuffer in(&slice, 1), out;
-  grpc::GenericStub stub(channel_);
-  grpc::ClientContext ctx;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-                 grpc::StubOptions(), &in, &out, [&](grpc::Status s) { done.set_value(s); });
-  grpc::Status status = done.get_future().get();
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(out.Dump(&slices).ok());
   std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  grpc::Status status = raw_call(channel_, kShouldRateLimit, request, &bytes);
+  ASSERT_TRUE(status.ok()) << status.error_message();
 
   // RateLimitResponse{overall_code=1, statuses=2, response_headers_to_add=3,
   // request_headers_to_add=4}; OK is 1.
@@ -565,6 +577,58 @@ TEST_F(RlsTest, WireBytesByEnvoysFieldNumbers) {
   }
   EXPECT_EQ(upstream["dripgate-class"], "gold");
   EXPECT_EQ(upstream["dripgate-request-id"].rfind("ws-acme.", 0), 0u);
+}
+
+// Bytes that are not a request, each way protobuf's parser refuses them, for every method the
+// service has: INVALID_ARGUMENT saying what and where, never the bytes; the service goes on.
+TEST_F(RlsTest, UndecodableRequestsAreInvalidArgumentSayingWhat) {
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{5, 1}));
+  start();
+  std::mt19937 gen(7);
+  std::string noise(48, '\0');
+  for (char& c : noise) c = static_cast<char>(gen());
+  ASSERT_FALSE(pb::RateLimitRequest().ParseFromString(noise)) << "the noise must not parse";
+  struct Case {
+    const char* name;
+    std::string bytes;
+    std::string why;  // after "malformed <type>: "; empty: any
+  };
+  const std::vector<Case> cases = {
+      // domain (1) says 100 bytes follow; 6 do.
+      {"truncated length", "\x0a\x64s3cret",
+       "domain: length 100 runs past the end (6 bytes left) at byte 1"},
+      {"wire type 7", std::string("\x0f", 1) + "s3cret", "domain: invalid wire type 7 at byte 0"},
+      {"random bytes", noise, ""},
+      // hits_addend (3) as a varint of 11 bytes.
+      {"varint overflow", "\x18" + std::string(10, '\xff') + "\x01",
+       "hits_addend: varint longer than 10 bytes at byte 1"},
+      // A start-group tag of field 5, a field inside, and no end-group tag.
+      {"unterminated group", "\x2b\x30\x01", "field 5: group without its end-group tag at byte 0"},
+      {"invalid UTF-8", len_field(2, len_field(1, len_field(1, "\xc3\x28s3cret"))),
+       "descriptors[0].entries[0].key: invalid UTF-8 in a string field at byte 6"},
+  };
+  const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      pb::RateLimitService::service_full_name());
+  ASSERT_NE(service, nullptr);
+  ASSERT_GE(service->method_count(), 1);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const auto* method = service->method(i);
+    const std::string path = "/" + service->full_name() + "/" + method->name();
+    const std::string prefix = "malformed " + method->input_type()->full_name() + ": ";
+    for (const Case& c : cases) {
+      SCOPED_TRACE(path + ": " + c.name);
+      grpc::Status st = raw_call(channel_, path, c.bytes);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_EQ(st.error_message().rfind(prefix, 0), 0u) << st.error_message();
+      if (!c.why.empty() && path == kShouldRateLimit) {
+        EXPECT_EQ(st.error_message(), prefix + c.why);
+      }
+      EXPECT_EQ(st.error_message().find("s3cret"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(metrics_.admissions().value({"", "", "bad_request", "grpc"}),
+            cases.size() * service->method_count());
+  EXPECT_EQ(call("dripgate", {{{"tenant", "ws-acme"}}}).resp.overall_code(), Response::OK);
 }
 
 // The daemon: control.grpc_listen starts the service beside the HTTP API, both count in one
