@@ -22,6 +22,7 @@
 #include "control/registry/brake_sync.h"
 #include "control/registry/reload.h"
 #include "control/registry/tenant_registry.h"
+#include "control/rls/protobuf_log.h"
 #include "control/rls/rls_service.h"
 
 namespace cfg = dripgate::config;
@@ -210,6 +211,8 @@ int main(int argc, char** argv) {
   opts.fallback = fallback.get();
   ctl::ConfigStore store(std::make_shared<const ctl::Snapshot>(c, loaded.hash));
   ctl::Metrics metrics;
+  // Before any thread may use protobuf, and destroyed after the gRPC front has stopped.
+  ctl::ProtobufLog protobuf_log(metrics);
   ctl::Reloader reloader(args.config_file, overrides, store, metrics);
   ctl::BrakeSync brake(store, c.redis, [&metrics](double f) { metrics.brake_factor(f); });
   ctl::RegistrySync registry(store, c.redis);

@@ -190,6 +190,11 @@ Metrics::Metrics()
                "taken as away: requests decided as their on_failure says, unasked), half_open "
                "(probing), closed (Redis answers).",
                {"to"}),
+      protobuf_log_("dripgate_protobuf_log_messages_total",
+                    "Messages libprotobuf logged (one per bad request for some inputs, such as "
+                    "invalid UTF-8 in a string field), by level; the log shows the first of a "
+                    "kind and then one line with a count per interval.",
+                    {"level"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
@@ -199,6 +204,7 @@ Metrics::Metrics()
         "reply", "late", "lost", "late_lost", "undo_wait", "moved", "ask", "redirects", "tryagain"})
     redis_errors_.inc({kind}, 0);
   for (const char* result : {"ok", "error"}) config_reloads_.inc({result}, 0);
+  for (const char* level : {"warning", "error"}) protobuf_log_.inc({level}, 0);
 }
 
 void Metrics::admission(std::string_view tenant, std::string_view gate, std::string_view result,
@@ -231,6 +237,7 @@ std::string Metrics::render() const {
   degraded_.render(out);
   reconciled_.render(out);
   breaker_.render(out);
+  protobuf_log_.render(out);
   auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
     header(out, name, help, type);
     out += std::string(name) + ' ' + std::to_string(v) + '\n';

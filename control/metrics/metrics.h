@@ -77,6 +77,10 @@ class Metrics : public RedisObserver {
   void http_connection_evicted() { http_evicted_.fetch_add(1, std::memory_order_relaxed); }
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // A message libprotobuf logged (protobuf_log.h), by level ("info" | "warning" | "error" |
+  // "fatal"): every one, whether written or held back.
+  void protobuf_log(std::string_view level) { protobuf_log_.inc({level}); }
+  const CounterFamily& protobuf_log_messages() const { return protobuf_log_; }
   // op: "tag" | "untag"; result: "ok" | "error" | "unavailable" | "timeout".
   // n: the flows of one line with that result.
   void dataplane(std::string_view op, std::string_view result, uint64_t n = 1);
@@ -138,6 +142,7 @@ class Metrics : public RedisObserver {
   CounterFamily reconciled_;
   CounterFamily breaker_;
   std::atomic<int64_t> breaker_open_{0};
+  CounterFamily protobuf_log_;
   std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
   Histogram redis_rtt_;

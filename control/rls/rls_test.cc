@@ -18,6 +18,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "control/outage/fallback.h"
 #include "control/rls/rls_service.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "tests/control_daemon.h"
 #include "tests/http_client.h"
 #include "tests/redis_server.h"
 
@@ -685,6 +687,50 @@ TEST(RlsDaemon, GrpcListenServesBesideHttpAndStopsOnSigterm) {
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
   std::system(("rm -rf " + dir).c_str());
+}
+
+// Invalid UTF-8 in a string field, 2,000 times against the daemon: each call is
+// INVALID_ARGUMENT naming the field, libprotobuf's message (one per call) is counted 2,000 times
+// in /metrics, and its log holds the first and at most one more per 10 s of the run.
+TEST(RlsDaemon, InvalidUtf8IsInvalidArgumentAndItsLogLinesAreBounded) {
+  testing::RedisServer redis;
+  const int grpc_port = testing::free_port();
+  testing::ControlDaemon daemon(
+      DRIPGATE_CONTROL_BIN,
+      "control: { grpc_listen: \"127.0.0.1:" + std::to_string(grpc_port) +
+          "\", dataplane_socket: /nonexistent/dg.sock }\n"
+          "plans: { p: { class: gold, gates: { tenant: { capacity: 5, refill_per_s: 1 } } } }\n"
+          "tenants: { ws-acme: { plan: p } }\n",
+      {"--redis", redis.url(), "--log-level", "warn"});
+  ASSERT_TRUE(daemon.ready()) << daemon.log();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + 10s));
+  const std::string request = len_field(1, "dripgate\xff");
+  constexpr int kCalls = 2000;
+  int invalid = 0;
+  const auto began = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    grpc::Status st = raw_call(channel, kShouldRateLimit, request);
+    invalid += st.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+               st.error_message() ==
+                   "malformed envoy.service.ratelimit.v3.RateLimitRequest: domain: invalid UTF-8 "
+                   "in a string field at byte 2";
+  }
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - began);
+  EXPECT_EQ(invalid, kCalls);
+  std::string metrics = testing::http(daemon.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("dripgate_protobuf_log_messages_total{level=\"error\"} " +
+                         std::to_string(kCalls) + "\n"),
+            std::string::npos)
+      << metrics;
+  std::istringstream log(daemon.log());
+  int lines = 0;
+  for (std::string line; std::getline(log, line);)
+    lines += line.find("invalid UTF-8") != std::string::npos;
+  EXPECT_GE(lines, 1);
+  EXPECT_LE(lines, 2 + seconds.count() / 10) << daemon.log().substr(0, 4000);
 }
 
 }  // namespace
