@@ -172,6 +172,7 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
     out << YAML::EndMap;
   }
   out << YAML::Key << "grpc_listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.grpc_listen;
+  kv(out, "grpc_max_inflight", int64_t{cfg.control.grpc_max_inflight});
   out << YAML::Key << "rls" << YAML::Value << YAML::BeginMap << YAML::Key << "domains"
       << YAML::Value << YAML::BeginMap;
   for (const auto& [domain, keys] : cfg.control.rls_domains) {

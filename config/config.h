@@ -209,6 +209,12 @@ struct Control {
   DecisionLog decision_log;
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
+  // gRPC calls in flight at most (arrived and not yet answered); beyond it a call is answered
+  // RESOURCE_EXHAUSTED at once, before it costs a Redis call. 2048: about twice what one Redis
+  // process answers within redis.timeout_ms's default (25,000 admissions/s x 50 ms = 1,250), so
+  // a healthy daemon never meets it, while calls piling up behind a stalled Redis (each held up to
+  // its timeout) stop at 2048 x 64 KiB (the largest request) = 128 MiB of requests. Read per call.
+  int grpc_max_inflight = 2048;
   // Per rate-limit domain, Envoy's descriptor key -> the gate it names (tenant, user, api_key,
   // ip, model, tool). Configured domains replace these as a whole. Envoy's remote_address
   // action names its descriptor key "remote_address"; "client_ip" is the HTTP API's name.

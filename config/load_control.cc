@@ -96,10 +96,11 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
            {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
             "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-            "request_timeout_s", "decision_log", "grpc_listen", "rls"});
+            "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
+  set_int(ctx, f, "grpc_max_inflight", c.grpc_max_inflight, 1, 1000000);
   if (const Entry* e = f.find("rls")) load_rls(ctx, e->value, f.path("rls"), c.rls_domains);
   set_int(ctx, f, "threads", c.threads, 1, 1024);
   load_token(ctx, f, "auth_token", c.auth_token, c.auth_token_file, c.auth_token_env);

@@ -214,7 +214,7 @@ plans:
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
             "dataplane_socket, max_connections, "
-            "request_timeout_s, decision_log, grpc_listen, rls)");
+            "request_timeout_s, decision_log, grpc_listen, grpc_max_inflight, rls)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -1033,6 +1033,13 @@ TEST(Errors, GrpcListenAndRlsDomains) {
   EXPECT_EQ(d.control.rls_domains.at("dripgate").at("api_key"), "api_key");
   EXPECT_EQ(load_ok("control: { grpc_listen: \"\" }").control.grpc_listen, "");
   EXPECT_EQ(load_ok("control: { grpc_listen: \"[::1]:0\" }").control.grpc_listen, "[::1]:0");
+  EXPECT_EQ(d.control.grpc_max_inflight, 2048);
+  EXPECT_EQ(load_ok("control: { grpc_max_inflight: 1 }").control.grpc_max_inflight, 1);
+  EXPECT_EQ(load_ok("control: { grpc_max_inflight: 1000000 }").control.grpc_max_inflight, 1000000);
+  EXPECT_EQ(error_of("control: { grpc_max_inflight: 0 }"),
+            "t.yaml:1:31: control.grpc_max_inflight: must be between 1 and 1000000, got 0");
+  EXPECT_EQ(error_of("control: {\n  grpc_max_inflight: many }"),
+            "t.yaml:2:22: control.grpc_max_inflight: expected an integer, got 'many'");
   EXPECT_EQ(error_of("control: { grpc_listen: \"127.0.0.1\" }"),
             "t.yaml:1:25: control.grpc_listen: bad listen address '127.0.0.1': missing ':port'; "
             "expected host:port or [v6-address]:port");
@@ -1434,7 +1441,8 @@ dataplane:
       "t.yaml:2:37: control.threads: must be between 1 and 1024, got 0",
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
-      "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, rls)",
+      "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
+      "grpc_max_inflight, rls)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -1473,6 +1481,7 @@ control:
   dataplane_socket: /tmp/dp.sock
   decision_log: { path: /tmp/decisions.jsonl, sample: 0.25 }
   grpc_listen: "127.0.0.1:8081"
+  grpc_max_inflight: 512
   rls: { domains: { edge: { x-tenant-id: tenant, x-model: model, tenant: tenant } } }
 plans:
   pro:
@@ -1537,6 +1546,7 @@ dataplane:
   EXPECT_EQ(c.control.admin_token, "adm in");
   EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
   EXPECT_EQ(c.control.grpc_listen, "127.0.0.1:8081");
+  EXPECT_EQ(c.control.grpc_max_inflight, 512);
   using KeyMap = std::map<std::string, std::string>;
   EXPECT_EQ(c.control.rls_domains,
             (std::map<std::string, KeyMap>{

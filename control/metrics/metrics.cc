@@ -257,6 +257,13 @@ std::string Metrics::render() const {
   scalar("dripgate_http_accept_errors_total",
          "Failed accept() calls (mostly: out of file descriptors).", "counter",
          load(http_accept_errors_));
+  scalar("dripgate_grpc_calls_in_flight",
+         "gRPC calls arrived and not yet answered (capped by control.grpc_max_inflight).", "gauge",
+         load(grpc_in_flight_));
+  scalar("dripgate_grpc_calls_refused_total",
+         "gRPC calls answered RESOURCE_EXHAUSTED at once because control.grpc_max_inflight "
+         "calls were in flight (nothing asked of Redis, nothing charged).",
+         "counter", load(grpc_refused_));
   scalar("dripgate_journal_pending",
          "Local decisions (redis.on_failure: local) journaled and not yet in Redis.", "gauge",
          load(journal_pending_));

@@ -77,6 +77,14 @@ class Metrics : public RedisObserver {
   void http_connection_evicted() { http_evicted_.fetch_add(1, std::memory_order_relaxed); }
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // The gRPC front's calls in flight: a call begins (returns how many are in flight with it)
+  // and ends; refused: answered RESOURCE_EXHAUSTED at control.grpc_max_inflight. One gRPC
+  // server counts in one Metrics, so this count is its cap's count too.
+  int64_t grpc_call_begin() { return grpc_in_flight_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  void grpc_call_end() { grpc_in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  void grpc_call_refused() { grpc_refused_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t grpc_calls_in_flight() const { return grpc_in_flight_.load(std::memory_order_relaxed); }
+  uint64_t grpc_calls_refused() const { return grpc_refused_.load(std::memory_order_relaxed); }
   // A message libprotobuf logged (protobuf_log.h), by level ("info" | "warning" | "error" |
   // "fatal"): every one, whether written or held back.
   void protobuf_log(std::string_view level) { protobuf_log_.inc({level}); }
@@ -148,6 +156,8 @@ class Metrics : public RedisObserver {
   Histogram redis_rtt_;
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};
+  std::atomic<int64_t> grpc_in_flight_{0};
+  std::atomic<uint64_t> grpc_refused_{0};
   std::atomic<uint64_t> http_refused_{0}, http_evicted_{0}, http_timeouts_{0},
       http_accept_errors_{0};
 };

@@ -79,8 +79,8 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.decision_log != d.decision_log, "control.decision_log");
   differs(c.grpc_listen != d.grpc_listen, "control.grpc_listen");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
-  // here as reloadable: the tokens, the rate-limit service's domains and the outage policy
-  // (redis.on_failure, redis.local_share) are read per request.
+  // here as reloadable: the tokens, the rate-limit service's domains and its cap on calls in
+  // flight, and the outage policy (redis.on_failure, redis.local_share) are read per request.
   if (out.empty()) {
     config::Redis rr = r, rn = n;
     for (config::Redis* x : {&rr, &rn}) {
@@ -92,6 +92,7 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
       x->auth_token = x->auth_token_file = x->auth_token_env = "";
       x->admin_token = x->admin_token_file = x->admin_token_env = "";
       x->rls_domains.clear();
+      x->grpc_max_inflight = 0;
     }
     differs(!(rr == rn), "redis");
     differs(!(cr == cn), "control");

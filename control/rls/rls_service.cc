@@ -104,6 +104,18 @@ grpc::Status error_status(const AdmitResult& r) {
   }
 }
 
+// A call from its arrival until the last of its tasks is gone (answered, or dropped unanswered
+// at shutdown): its place among the calls in flight (control.grpc_max_inflight) and its mapping.
+struct InFlightCall {
+  explicit InFlightCall(Metrics& m) : metrics(m) {}
+  ~InFlightCall() { metrics.grpc_call_end(); }
+  InFlightCall(const InFlightCall&) = delete;
+  InFlightCall& operator=(const InFlightCall&) = delete;
+
+  Metrics& metrics;
+  rls::Mapped mapped;
+};
+
 }  // namespace
 
 // One event loop and its Gateway; calls are posted to it from gRPC's threads.
@@ -159,8 +171,17 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     const std::shared_ptr<const Snapshot> snap = server_.store_.current();
     Metrics& metrics = server_.metrics_;
-    // The mapping is read again when the decision comes back, after the posted task is gone.
-    auto mapped = std::make_shared<rls::Mapped>();
+    // Over the cap a call is answered before it costs anything: not decoded, no Redis call.
+    if (const int cap = snap->cfg.control.grpc_max_inflight; metrics.grpc_call_begin() > cap) {
+      metrics.grpc_call_end();
+      metrics.grpc_call_refused();
+      reactor->Finish(
+          {grpc::StatusCode::RESOURCE_EXHAUSTED,
+           "too many calls in flight (control.grpc_max_inflight: " + std::to_string(cap) + ")"});
+      return reactor;
+    }
+    // Shared by the posted task and the decision's callback, which comes after the task is gone.
+    auto call = std::make_shared<InFlightCall>(metrics);
     if (auto denied = check_token(*ctx, snap->cfg.control.auth_token)) {
       reactor->Finish(*denied);
       return reactor;
@@ -171,7 +192,7 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
       reactor->Finish(bad);
       return reactor;
     }
-    if (auto p = rls::map_request(snap->cfg.control.rls_domains, from_message(req), *mapped)) {
+    if (auto p = rls::map_request(snap->cfg.control.rls_domains, from_message(req), call->mapped)) {
       metrics.admission("", "", "bad_request", "grpc");
       // An unknown domain or key is an error, not an UNKNOWN code: Envoy reads every code but
       // OVER_LIMIT as OK (and asserts it never gets UNKNOWN), while an error goes through its
@@ -183,13 +204,13 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     }
     size_t n = server_.loops_.size();
     Loop& loop = *server_.loops_[next_.fetch_add(1, std::memory_order_relaxed) % n];
-    loop.post([reactor, out, mapped](Gateway& g) {
-      g.admit(mapped->admit, [reactor, out, mapped](const AdmitDecision& d) {
+    loop.post([reactor, out, call](Gateway& g) {
+      g.admit(call->mapped.admit, [reactor, out, call](const AdmitDecision& d) {
         const AdmitResult& r = d.result;
         if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
           return reactor->Finish(error_status(r));
         pb::RateLimitResponse resp;
-        fill(*mapped, r, resp);
+        fill(call->mapped, r, resp);
         wire::encode(resp, *out);
         reactor->Finish(grpc::Status::OK);
       });

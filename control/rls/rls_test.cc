@@ -633,6 +633,44 @@ TEST_F(RlsTest, UndecodableRequestsAreInvalidArgumentSayingWhat) {
   EXPECT_EQ(call("dripgate", {{{"tenant", "ws-acme"}}}).resp.overall_code(), Response::OK);
 }
 
+// control.grpc_max_inflight: with a Redis that answers nothing (SIGSTOP), the cap's calls stay
+// in flight and the next is RESOURCE_EXHAUSTED at once, counted, and charged nothing: once Redis
+// runs again, the held calls are admitted and the bucket shows theirs and no more.
+TEST_F(RlsTest, CallsBeyondTheInflightCapAreResourceExhausted) {
+  constexpr int kCap = 4;
+  cfg_.control.grpc_max_inflight = kCap;
+  cfg_.redis.timeout_ms = 60000;  // held calls wait for Redis, not for a timeout
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{10, 0.001}));
+  start();
+  redis_.pause();
+  std::vector<std::future<Answer>> held;
+  for (int i = 0; i < kCap; ++i)
+    held.push_back(std::async(std::launch::async, [this] {
+      return call("dripgate", {{{"tenant", "ws-acme"}}});
+    }));
+  for (int i = 0; i < 2000 && metrics_.grpc_calls_in_flight() < kCap; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(metrics_.grpc_calls_in_flight(), kCap);
+  Answer over = call("dripgate", {{{"tenant", "ws-acme"}}});
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(over.status.error_message(), "too many calls in flight (control.grpc_max_inflight: 4)");
+  EXPECT_EQ(metrics_.grpc_calls_refused(), 1u);
+  EXPECT_NE(metrics_.render().find("\ndripgate_grpc_calls_refused_total 1\n"), std::string::npos);
+  redis_.resume();
+  for (auto& f : held) {
+    Answer a = f.get();
+    EXPECT_TRUE(a.status.ok()) << a.status.error_message();
+    EXPECT_EQ(a.resp.overall_code(), Response::OK);
+  }
+  // A call leaves the count when the last of its tasks is gone, just after its answer.
+  for (int i = 0; i < 2000 && metrics_.grpc_calls_in_flight() > 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(metrics_.grpc_calls_in_flight(), 0);
+  Answer next = call("dripgate", {{{"tenant", "ws-acme"}}});
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.resp.statuses(0).limit_remaining(), 10u - kCap - 1);
+}
+
 // The daemon: control.grpc_listen starts the service beside the HTTP API, both count in one
 // /metrics, and SIGTERM stops both and exits 0.
 TEST(RlsDaemon, GrpcListenServesBesideHttpAndStopsOnSigterm) {
