@@ -190,6 +190,13 @@ TEST_F(ReloadTest, RestartOnlySettingsAreRefusedByName) {
   out = r.reload();
   EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
   EXPECT_EQ(store_->current()->cfg.control.rls_domains.count("edge"), 1u);
+  // So is the cap on its calls in flight.
+  std::string cap = kA;
+  cap.replace(cap.find("8080\" }"), 7, "8080\", grpc_max_inflight: 16 }");
+  write(cap);
+  out = r.reload();
+  EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  EXPECT_EQ(store_->current()->cfg.control.grpc_max_inflight, 16);
   // The tokens are read per request: they may change.
   write(std::string(kA).replace(0, 10, "control: { admin_token: a1, auth_token: t1,"));
   out = r.reload();
