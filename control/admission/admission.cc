@@ -325,8 +325,8 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
-  std::string err =
-      prepare(op->snap->tables, req, rng, op->p, view.registry().get(), view.brake().get());
+  std::string err = prepare(op->snap->tables, req, rng, op->p, view.registry().get(),
+                            view.brake().get(), redis->clock_offset_ms());
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
@@ -737,9 +737,9 @@ void Engine::Impl::correct(const Request& req, std::function<void(Result)> done)
   std::shared_ptr<const Snapshot> snap = view.get();
   auto op = std::make_shared<CorrectOp<Result>>();
   op->done = std::move(done);
-  std::string err =
-      prepare_correction(snap->tables, req.tenant, req.request_id, req.tokens, req.user,
-                         req.api_key, req.model, op->c, view.registry().get());
+  std::string err = prepare_correction(snap->tables, req.tenant, req.request_id, req.tokens,
+                                       req.user, req.api_key, req.model, op->c,
+                                       view.registry().get(), redis->clock_offset_ms());
   if (!err.empty()) return post_bad_request(*redis, std::move(err), std::move(op->done));
   op->pending = op->c.model ? 2 : 1;
   if constexpr (!kSettle) set_deadline(op->c.deadline, redis->script_deadline_ms());

@@ -28,6 +28,7 @@
 #include "control/admission/script_calls.h"
 #include "control/redis/redis_client.h"
 #include "control/redis/slot.h"
+#include "control/redis/wall_clock.h"
 #include "lua/lua_scripts.h"
 #include "tests/admission_test_support.h"
 #include "tests/event_loop.h"
@@ -1642,6 +1643,37 @@ TEST_F(AdmissionTest, RedisTimePicksAmongTheDeclaredMonthsAndWindows) {
   // One window off either way is within reach.
   EXPECT_EQ(code_of(admit_with(now + 600, now)), 1);
   EXPECT_EQ(code_of(admit_with(now - 600, now)), 1);
+}
+
+// Redis's clock and the daemon's may be up to a minute apart, whatever reservation_ttl_s is: a
+// call names its quota month and reservation windows by Redis's clock (the daemon's plus the
+// offset measured at connect), not the daemon's. With a 5 s reservation TTL the declared windows
+// reach only 10 s around the clock they are built on; the daemon here runs 59 s off Redis either
+// way, and admits, charges and settles.
+TEST_F(AdmissionTest, ClocksAMinuteApartWhateverTheReservationTtl) {
+  struct Skew {
+    explicit Skew(int64_t ms) { wall_skew_ms = ms; }
+    ~Skew() { wall_skew_ms = 0; }
+  };
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 5};
+  add_tenant(cfg, "ws-acme", plan);
+  for (int64_t skew : {int64_t{-59000}, int64_t{59000}}) {
+    SCOPED_TRACE("daemon clock off by " + std::to_string(skew) + " ms");
+    Skew off(skew);
+    Harness h(cfg);
+    AdmitResult a = h.admit(req("ws-acme", 100));
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+    ChargeResult c = h.charge(ChargeRequest{"ws-acme", a.request_id, 10, {}, {}, {}});
+    ASSERT_EQ(c.outcome, Outcome::kAllowed) << c.error;
+    SettleResult st = h.settle("ws-acme", a.request_id, 40);
+    ASSERT_EQ(st.outcome, Outcome::kAllowed) << st.error;
+    EXPECT_TRUE(st.settled) << st.detail;
+  }
+  const std::time_t now = Sync(redis_.port()).time_s();
+  EXPECT_EQ(Sync(redis_.port()).str({"GET", keys::quota("ws-acme", keys::month_of(now).name)}),
+            "80");
 }
 
 // The months the gateway declares, checked against plain year/month arithmetic over 1970..2200:

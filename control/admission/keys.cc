@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "control/redis/wall_clock.h"
+
 namespace dripgate::control::keys {
 
 namespace {
@@ -134,13 +136,14 @@ Months months_around(int64_t unix_s) {
   return m;
 }
 
-const Months& current_months() {
+const Months& current_months(int64_t now_s) {
   thread_local Months m;
-  auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
-  if (now >= m.cur.end || now < m.cur.start) m = months_around(now);
+  if (now_s >= m.cur.end || now_s < m.cur.start) m = months_around(now_s);
   return m;
+}
+
+const Months& current_months() {
+  return current_months(wall_s());
 }
 
 void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,

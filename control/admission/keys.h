@@ -35,7 +35,9 @@ struct Months {
   Month prev, cur, next;
 };
 Months months_around(int64_t unix_s);
-// Those of the system clock, kept per thread until the month ends (no formatting per request).
+// Those around unix second now_s, kept per thread until its month ends (no formatting per
+// request); without now_s, those of the daemon's clock (wall_clock.h).
+const Months& current_months(int64_t now_s);
 const Months& current_months();
 // "dg:{t:<tenant>}:r:": the reservation windows' prefix; a window is "<prefix><ttl>:<w>"
 // (TimeKeys, lua/lib_reservation.lua).

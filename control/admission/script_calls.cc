@@ -10,6 +10,7 @@
 #include "common/address.h"
 #include "common/id.h"
 #include "control/admission/keys.h"
+#include "control/redis/wall_clock.h"
 #include "lua/lua_scripts.h"
 
 namespace dripgate::control {
@@ -269,7 +270,8 @@ std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow)
 }  // namespace
 
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
-                    Prepared& p, const TenantDirectory* registry, const Brake* brake) {
+                    Prepared& p, const TenantDirectory* registry, const Brake* brake,
+                    int64_t redis_offset_ms) {
   if (req.tenant.empty()) return "tenant: required";
   if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
   std::string why;
@@ -308,7 +310,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   append_hex(p.attempt, rng());
   p.flags.assign(admit_flags(p.fresh, t.quota_shadow_s == "1", t.streams_shadow_s == "1"))
       .append(p.attempt);
-  t.time_keys(p.time_keys);
+  t.time_keys(p.time_keys, redis_offset_ms);
   p.tokens = req.tokens;
   p.tokens_s = std::to_string(req.tokens);
   // A request gate is a bucket or a window (its own list, after the buckets in the call).
@@ -535,11 +537,9 @@ void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
 
 }  // namespace
 
-void TenantInfo::time_keys(keys::TimeKeys& out) const {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now, keys::current_months());
+void TenantInfo::time_keys(keys::TimeKeys& out, int64_t redis_offset_ms) const {
+  const int64_t now = (wall_ms() + redis_offset_ms) / 1000;
+  out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now, keys::current_months(now));
 }
 
 AdmitCall::AdmitCall(const Prepared& p)
@@ -676,7 +676,7 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
 std::string prepare_correction(const Tables& tables, std::string tenant, const std::string& rid,
                                int64_t tokens, const std::string& user, const std::string& api_key,
                                const std::string& model, Correction& c,
-                               const TenantDirectory* registry) {
+                               const TenantDirectory* registry, int64_t redis_offset_ms) {
   std::string err = resolve(tables, tenant, rid, &c.t, c.unlisted, registry);
   if (err.empty()) err = check_tokens(tokens);
   if (!err.empty()) return err;
@@ -689,7 +689,7 @@ std::string prepare_correction(const Tables& tables, std::string tenant, const s
   c.rid = rid;
   c.tokens = tokens;
   c.tokens_s = std::to_string(tokens);
-  t.time_keys(c.time_keys);
+  t.time_keys(c.time_keys, redis_offset_ms);
   if (t.tenant_tokens) {
     c.buckets[c.nb] = t.tenant_tokens;
     c.bucket_keys[c.nb++] = t.tenant_tokens_key;

@@ -82,8 +82,9 @@ struct TenantInfo {
   // "1": the quota (and reservations) / concurrency gate is in shadow mode.
   std::string_view quota_shadow_s = "0", streams_shadow_s = "0";
   int64_t res_ttl = 600;  // reservation_ttl_s
-  // The time-named keys (quota months, reservation windows) of a call made now.
-  void time_keys(keys::TimeKeys& out) const;
+  // The time-named keys (quota months, reservation windows) of a call made now, on Redis's
+  // clock: this daemon's plus redis_offset_ms (RedisCalls::clock_offset_ms).
+  void time_keys(keys::TimeKeys& out, int64_t redis_offset_ms = 0) const;
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
 };
 
@@ -181,10 +182,10 @@ struct Prepared {
 // Validates req and fills p (generating a request id when req has none); returns an error
 // "field: message" or an empty string.
 // registry: the tenant registry's copy in force (null: none); brake: the brake in force (null:
-// none).
+// none); redis_offset_ms: Redis's clock minus this daemon's (TenantInfo::time_keys).
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p, const TenantDirectory* registry = nullptr,
-                    const Brake* brake = nullptr);
+                    const Brake* brake = nullptr, int64_t redis_offset_ms = 0);
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
@@ -300,7 +301,8 @@ struct Correction {
 std::string prepare_correction(const Tables& tables, std::string tenant, const std::string& rid,
                                int64_t tokens, const std::string& user, const std::string& api_key,
                                const std::string& model, Correction& c,
-                               const TenantDirectory* registry = nullptr);
+                               const TenantDirectory* registry = nullptr,
+                               int64_t redis_offset_ms = 0);
 
 // settle.lua: replaces request_id's reservation with the actual token count, and corrects the
 // tenant-slot token-rate buckets.

@@ -13,18 +13,13 @@
 
 #include "control/admission/keys.h"
 #include "control/admission/script_calls.h"
+#include "control/redis/wall_clock.h"
 
 namespace dripgate::control {
 
 namespace {
 
 constexpr char kJournalUnwritable[] = "redis: unavailable, and the local journal cannot be written";
-
-int64_t system_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // A reservation without a quota gate still lives this long (settle answers for it).
 constexpr int64_t kDefaultReservationTtlMs = 600 * 1000;
@@ -148,7 +143,7 @@ std::unique_ptr<Fallback> Fallback::open(const std::string& path, std::string* e
     spdlog::info("journal {}: {} local decision(s) to reconcile into Redis", path,
                  j->pending_count());
   return std::unique_ptr<Fallback>(new Fallback(
-      std::move(j), std::move(records), now ? std::move(now) : system_ms, std::move(options)));
+      std::move(j), std::move(records), now ? std::move(now) : wall_ms, std::move(options)));
 }
 
 Fallback::Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> records, Clock now,

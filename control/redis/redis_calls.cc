@@ -24,6 +24,10 @@ class OneNode final : public RedisCalls {
   }
   void post(std::function<void()> fn) override { client_.post(std::move(fn)); }
   int64_t script_deadline_ms() const override { return client_.script_deadline_ms(timeout_ms_); }
+  int64_t clock_offset_ms() const override {
+    const int64_t o = client_.clock_offset_ms();
+    return o == RedisClient::kUnknownOffset ? 0 : o;
+  }
   bool up() const override { return client_.up(); }
   std::string_view state() const override { return client_.state(); }
 

@@ -34,6 +34,10 @@ class RedisCalls {
   // The deadline a script call sent now carries (lua/admit.lua's `deadline`: unix ms on Redis's
   // clock, RedisClient::script_deadline_ms): past it this side has answered the call failed.
   virtual int64_t script_deadline_ms() const = 0;
+  // Redis's clock minus this daemon's (wall_ms), in ms, as last measured (a cluster: its first
+  // node measured); 0 until then. The time-named keys of a call are built on this daemon's
+  // clock plus it, so that they are Redis TIME's whatever the two clocks' skew.
+  virtual int64_t clock_offset_ms() const = 0;
   // Readable from any thread.
   virtual bool up() const = 0;
   virtual std::string_view state() const = 0;

@@ -16,6 +16,7 @@
 
 #include "control/redis/hiredis_shim.h"
 #include "control/redis/reply_arena.h"
+#include "control/redis/wall_clock.h"
 #include "lua/lua_scripts.h"
 
 namespace dripgate::control {
@@ -454,16 +455,11 @@ void RedisClient::on_time(const redisReply* r) {
     return;  // refused (an ACL): the unmeasured allowance stays
   const int64_t redis_ms =
       std::atoll(r->element[0]->str) * 1000 + std::atoll(r->element[1]->str) / 1000;
-  const int64_t local_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-  clock_offset_ms_.store(redis_ms - local_ms, std::memory_order_relaxed);
+  clock_offset_ms_.store(redis_ms - wall_ms(), std::memory_order_relaxed);
 }
 
 int64_t RedisClient::deadline_for(int64_t offset, int64_t give_up_ms) {
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ms = wall_ms();
   if (offset == kUnknownOffset) return now_ms + give_up_ms + kUnmeasuredSkewMs;
   return now_ms + offset + give_up_ms + kSkewAllowanceMs;
 }

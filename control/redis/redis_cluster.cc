@@ -152,12 +152,21 @@ RedisCluster::Node* RedisCluster::route(int slot) {
   return nodes_.front().get();
 }
 
-int64_t RedisCluster::script_deadline_ms() const {
-  const int64_t give_up = static_cast<int64_t>(2 * opts_.max_redirects + 3) * opts_.node.timeout_ms;
+int64_t RedisCluster::measured_offset_ms() const {
   for (const auto& n : nodes_)
     if (n->client && n->client->clock_offset_ms() != RedisClient::kUnknownOffset)
-      return n->client->script_deadline_ms(give_up);
-  return RedisClient::deadline_for(RedisClient::kUnknownOffset, give_up);
+      return n->client->clock_offset_ms();
+  return RedisClient::kUnknownOffset;
+}
+
+int64_t RedisCluster::script_deadline_ms() const {
+  const int64_t give_up = static_cast<int64_t>(2 * opts_.max_redirects + 3) * opts_.node.timeout_ms;
+  return RedisClient::deadline_for(measured_offset_ms(), give_up);
+}
+
+int64_t RedisCluster::clock_offset_ms() const {
+  const int64_t o = measured_offset_ms();
+  return o == RedisClient::kUnknownOffset ? 0 : o;
 }
 
 std::string RedisCluster::owner_of(int slot) const {

@@ -86,6 +86,7 @@ class RedisCluster final : public RedisCalls {
   // Past the router's own bound on a call ((2 * max_redirects + 3) timeouts, above),
   // on the clock of the first node whose offset is known.
   int64_t script_deadline_ms() const override;
+  int64_t clock_offset_ms() const override;
 
   void post(std::function<void()> fn) override;
   // Every slot has an owner and every owner has a connection up. Readable from any thread.
@@ -104,6 +105,8 @@ class RedisCluster final : public RedisCalls {
   // The node at `where`, its client made on first sight; nullptr for a malformed address.
   Node* node_at(std::string_view where);
   Node* route(int slot);
+  // The first measured node's clock offset (RedisClient::kUnknownOffset: none yet).
+  int64_t measured_offset_ms() const;
   void send(std::shared_ptr<Call> call, Node* node, bool asking);
   void on_reply(const std::shared_ptr<Call>& call, const redisReply* r, std::string_view error);
   bool redirect(const std::shared_ptr<Call>& call, std::string_view err);
