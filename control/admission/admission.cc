@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "control/admission/config_snapshot.h"
+#include "control/admission/refusal_hints.h"
 #include "control/admission/script_calls.h"
 #include "control/redis/redis_calls.h"
 #include "lua/lua_scripts.h"
@@ -169,6 +170,12 @@ void post_bad_request(RedisCalls& redis, std::string error, std::function<void(R
   });
 }
 
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 std::string charge_not_found_error(const std::string& request_id) {
@@ -199,6 +206,9 @@ struct Engine::Impl {
   RedisObserver* observer;
   // One node or a Redis Cluster, as cfg.redis says.
   std::unique_ptr<RedisCalls> redis;
+  // Tenants whose own gates refuse for now: their admissions ask the global gates only after
+  // the tenant's slot admitted (refusal_hints.h).
+  std::unique_ptr<RefusalHints> hints = std::make_unique<RefusalHints>();
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
   event_base* base;
@@ -242,7 +252,9 @@ struct Engine::Impl {
     AdmitResult res;  // gate/retry_after_ms: the refusal with the longest wait so far
     std::shared_ptr<const Snapshot> snap;  // what p points into, until the last callback
     Prepared p;
-    int pending = 0;        // calls not answered yet
+    int pending = 0;  // calls not answered yet
+    // The global gates are asked once the tenant's slot admitted, not with it (RefusalHints).
+    bool globals_after = false;
     std::string error;      // the first failure: the request is answered 503
     bool conflict = false;  // the request_id has a live reservation: 409
     // From the tenant-slot call, for the response and a refund.
@@ -268,6 +280,8 @@ struct Engine::Impl {
   }
   void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
              std::shared_ptr<const Snapshot> snap);
+  void send_gates(const Op& op);
+  void learn(const AdmitOp& op, int64_t retry_after_ms);
   void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
   bool decode_undo(AdmitOp* op, const redisReply* r);
   void on_gates_reply(const Op& op, int i, const redisReply* r, std::string_view error);
@@ -338,16 +352,41 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
   op->res.brake = op->p.brake;
-  op->pending = 1 + op->p.ng;
+  op->globals_after = op->p.ng > 0 && hints->refusing(op->p.t->name, steady_ms());
+  op->pending = 1;
   send(
       AdmitCall(op->p),
       [this, op](const redisReply* r, std::string_view e) { on_admit_reply(op, r, e); },
       [this, op](const redisReply* r) { on_late_admit(op, r); });
+  if (!op->globals_after) send_gates(op);
+}
+
+void Engine::Impl::send_gates(const Op& op) {
+  op->pending += op->p.ng;
   for (int i = 0; i < op->p.ng; ++i)
     send(
         GatesCall(op->p, i),
         [this, op, i](const redisReply* r, std::string_view e) { on_gates_reply(op, i, r, e); },
         [this, op, i](const redisReply* r) { on_late_gates(op, i, r); });
+}
+
+// What the tenant's slot said of the tenant's gates, for the next admissions (RefusalHints):
+// refused, they refuse until its retry_after; admitted, until the tenant bucket (the gate every
+// request of the tenant takes one from) holds a whole token again.
+void Engine::Impl::learn(const AdmitOp& op, int64_t retry_after_ms) {
+  const Prepared& p = op.p;
+  if (p.ng == 0) return;  // nothing to order
+  const int64_t now = steady_ms();
+  if (op.tenant_part == Part::kRefused) return hints->note(p.t->name, now, now + retry_after_ms);
+  int64_t until = now;
+  for (int i = 0; i < p.nb; ++i) {
+    const Gate& g = *p.buckets[i];
+    const double level = op.tokens_after[static_cast<size_t>(i)];
+    // By name: under a brake the gate is the plan's braked copy.
+    if (g.name != "tenant" || g.shadow == "1" || level >= 1 || g.refill <= 0) continue;
+    until = now + static_cast<int64_t>(std::ceil((1 - level) / g.refill * 1000));
+  }
+  hints->note(p.t->name, now, until);
 }
 
 void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
@@ -392,6 +431,7 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
 void Engine::Impl::add_global_remaining(AdmitOp* op) {
   for (int i = 0; i < op->p.ng; ++i) {
     const auto at = static_cast<size_t>(i);
+    if (op->global_parts[at] == Part::kPending) continue;  // not asked: the tenant refused
     double v = op->global_tokens[at];
     if (op->p.globals[i]->window) {
       op->res.remaining.push_back(window_remaining(
@@ -460,6 +500,7 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
     for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
     for (size_t j = 0; j < nw; ++j) op->window_counts[j] = as_int(elem(r, kTokens + nb + j));
     op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
+    learn(*op, code == 1 ? 0 : as_int(elem(r, tail + kRetryAfterMs)));
     if (code != 1) {
       refused_by(op, as_str(elem(r, tail + kGate)), as_int(elem(r, tail + kRetryAfterMs)));
     } else {
@@ -473,6 +514,8 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
       }
     }
   }
+  if (op->globals_after && op->tenant_part == Part::kAdmitted && op->error.empty())
+    send_gates(op_ptr);
   part_done(op_ptr);
 }
 

@@ -1077,6 +1077,45 @@ TEST_F(AdmissionTest, TotalGateLimitsAcrossTenantsAndRefusesAllOrNothing) {
   EXPECT_EQ(s.str({"EXISTS", keys::total_bucket()}), "1");
 }
 
+// A request its tenant's own bucket refuses costs a global gate's slot (shared by every tenant)
+// nothing once the engine knows that bucket is empty (refusal_hints.h): the admissions that
+// empty it ask the model gate, the refused ones that follow do not, where each would leave a
+// call, its undo and a 60 s marker there. The answers are the same: refused by "tenant". Another
+// tenant's requests still go to both slots at once.
+TEST_F(AdmissionTest, ARequestItsTenantRefusesCostsTheGlobalGatesNothing) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(2, 0.01);
+  add_tenant(cfg, "ws-acme", plan);
+  add_tenant(cfg, "ws-globex", plan);
+  cfg.global_gates.model["m-hot"] = bucket(100, 0.001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+  auto with_model = [](const std::string& tenant) {
+    AdmitRequest r = req(tenant);
+    r.model = "m-hot";
+    return r;
+  };
+  for (int i = 0; i < 2; ++i) {
+    AdmitResult a = h.admit(with_model("ws-acme"));
+    ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  }
+  for (int i = 0; i < 5; ++i) {
+    AdmitResult a = h.admit(with_model("ws-acme"));
+    ASSERT_EQ(a.outcome, Outcome::kRefused) << a.error;
+    EXPECT_EQ(a.gate, "tenant");
+    EXPECT_GT(a.retry_after_ms, 0);
+    EXPECT_EQ(find_gate(a, "model"), nullptr);  // not asked
+  }
+  const std::string markers = "dg:{g:model:m-hot}:a:*";
+  EXPECT_EQ(s.keys(markers).size(), 2u);
+  EXPECT_NEAR(std::stod(s.str({"HGET", keys::global_bucket("model", "m-hot"), "tk"})), 98, 0.1);
+  AdmitResult other = h.admit(with_model("ws-globex"));
+  ASSERT_EQ(other.outcome, Outcome::kAllowed) << other.error;
+  EXPECT_NEAR(rem(other, "model"), 97, 0.1);
+  EXPECT_EQ(s.keys(markers).size(), 3u);
+}
+
 TEST_F(AdmissionTest, LongTenantGeneratedRequestIdRoundTrips) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
