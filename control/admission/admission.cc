@@ -822,6 +822,7 @@ void Engine::Impl::correct(const Request& req, std::function<void(Result)> done)
   send(CorrectGatesCall(op->c, kSettle), [this, op](const redisReply* r, std::string_view e) {
     // {code, delta, tokens_1}
     std::string bad = bad_reply(r, e, 2);
+    if (bad.empty() && as_int(elem(r, 0)) == 3) bad = std::string(kPastDeadline);  // a charge's
     if (!bad.empty()) {
       if (op->error.empty()) op->error = std::move(bad);
     } else if (as_int(elem(r, 0)) == 1 && r->elements >= 3) {

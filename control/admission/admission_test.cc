@@ -1512,6 +1512,43 @@ TEST_F(AdmissionTest, ACallPastItsDeadlineChangesNothing) {
   EXPECT_NE(s.dump(), before);
 }
 
+// The model_tokens part of a stream charge (correct_gates.lua) past its deadline changes nothing
+// either (code 3): run late, after the proxy sent the charge again, it would take its tokens
+// twice. A settle carries no deadline (it is safe to run again) and corrects as usual.
+TEST_F(AdmissionTest, AModelTokensChargePastItsDeadlineChangesNothing) {
+  config::Config cfg = AcmeCalls::config(redis_.port());
+  cfg.global_gates.model_tokens["m1"] = bucket(1000, 0);
+  Tables tables(cfg);
+  std::mt19937_64 rng(7);
+  Sync s(redis_.port());
+  AdmitRequest r = req("ws-acme", 30);
+  r.model = "m1";
+  r.request_id = "rq-1";
+  Prepared p;
+  ASSERT_EQ(prepare(tables, r, rng, p), "");
+  EXPECT_EQ(code_of(run_call(s, AdmitCall(p))), 1);
+  for (int i = 0; i < p.ng; ++i) EXPECT_EQ(code_of(run_call(s, GatesCall(p, i))), 1);
+  const std::string taken = keys::global_taken("model_tokens", "m1", "rq-1");
+  ASSERT_EQ(s.str({"GET", taken}), "30");
+  const int64_t now_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  Correction c;
+  ASSERT_EQ(prepare_correction(tables, "ws-acme", "rq-1", 5, "", "", "m1", c), "");
+  ASSERT_NE(c.model, nullptr);
+  const auto before = s.dump();
+  c.deadline = std::to_string(now_ms - 1000);
+  EXPECT_EQ(code_of(run_call(s, CorrectGatesCall(c, false))), 3);
+  EXPECT_EQ(s.dump(), before);
+  c.deadline = std::to_string(now_ms + 1000);
+  EXPECT_EQ(code_of(run_call(s, CorrectGatesCall(c, false))), 1);
+  EXPECT_EQ(s.str({"GET", taken}), "35");
+  Correction settle;
+  ASSERT_EQ(prepare_correction(tables, "ws-acme", "rq-1", 40, "", "", "m1", settle), "");
+  EXPECT_EQ(code_of(run_call(s, CorrectGatesCall(settle, true))), 1);
+  EXPECT_EQ(s.str({"EXISTS", taken}), "0");
+}
+
 // The undo of a call whose reply was lost learns from Redis whether the call ran: if it did,
 // everything it took goes back (once, however often the undo is sent); if not, the call is
 // cancelled and refuses when it runs later, writing nothing.

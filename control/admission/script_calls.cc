@@ -761,6 +761,7 @@ CorrectGatesCall::CorrectGatesCall(const Correction& c, bool final)
   keys.set(s::kKeyTaken, c.taken_key);
   args.set(s::kArgTokens, c.tokens_s);
   args.set(s::kArgFinal, final ? "1" : "0");
+  args.set(s::kArgDeadline, c.deadline);
   args.set(s::kArgBucketCount, kCounts[1]);
   add_bucket(*this, c.model->key, *c.model, kCorrectGatesBucket);
 }

@@ -294,7 +294,8 @@ struct Correction {
   int nb = 0;
   const Gate* model = nullptr;  // its model_tokens gate; null: none
   keys::TimeKeys time_keys;
-  // A charge's deadline (charge.lua's; RedisCalls::script_deadline_ms), in decimal.
+  // A charge's deadline (charge.lua's and correct_gates.lua's; RedisCalls::script_deadline_ms),
+  // in decimal; a settle runs whenever it does.
   std::string deadline{kNoDeadline};
 };
 // Validates a settle's or charge's fields and fills c; an error "field: message" or empty.
