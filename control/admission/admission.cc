@@ -948,10 +948,12 @@ void Engine::release(std::string tenant, std::string request_id,
 
 // No LateReply: reconcile.lua is idempotent by record id, so a charge whose reply was late or
 // lost is simply sent again by the reconciler.
-void Engine::reconcile(const ReconcileRecord& c, std::function<void(std::string error)> done) {
-  impl_->send(ReconcileCall(c), [done = std::move(done)](const redisReply* r, std::string_view e) {
-    done(bad_reply(r, e, 0));
-  });
+void Engine::reconcile(std::span<const ReconcileRecord> records,
+                       std::function<void(std::string error)> done) {
+  impl_->send(ReconcileCall(records),
+              [done = std::move(done)](const redisReply* r, std::string_view e) {
+                done(bad_reply(r, e, 0));
+              });
 }
 
 }  // namespace dripgate::control

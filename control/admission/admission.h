@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -209,9 +210,11 @@ class Engine {
   void settle(SettleRequest req, std::function<void(SettleResult)> done);
   void charge(ChargeRequest req, std::function<void(ChargeResult)> done);
   void release(std::string tenant, std::string request_id, std::function<void(ReleaseResult)> done);
-  // Applies c (reconcile.lua); done(error) with an empty error once it is in Redis, now or by an
-  // earlier call.
-  void reconcile(const ReconcileRecord& c, std::function<void(std::string error)> done);
+  // Applies records (reconcile.lua, one call), which share their applied_key (one journal's
+  // records in one slot), in their order; done(error) with an empty error once all are in
+  // Redis, now or by an earlier call.
+  void reconcile(std::span<const ReconcileRecord> records,
+                 std::function<void(std::string error)> done);
 
   bool redis_up() const;
   // "up", "down" or "auth_failed" (see RedisClient::state()).

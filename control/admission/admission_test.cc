@@ -2248,7 +2248,7 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
   auto charge = [&](const ReconcileRecord& c) {
-    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
+    return h.run<std::string>([&](auto done) { h.engine().reconcile({&c, 1}, done); });
   };
   const std::string quota = keys::quota("t", "2026-12"), tb = keys::bucket("t", "tenant");
   const std::string applied = keys::applied("t", "0123456789abcdef");
@@ -2298,13 +2298,65 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   EXPECT_EQ(s.str({"GET", quota}), "360");
 }
 
+// One reconcile.lua call carries many records of one applied set, in sequence order, each with
+// its own buckets and month: applied as the same records sent one by one would be (an admission
+// down to empty, a settle's refund after it), those applied already skipped, and the call sent
+// again changes nothing.
+TEST_F(AdmissionTest, OneCallAppliesManyRecordsInOrderAndEachOnce) {
+  Harness h(base_config(redis_.port()));
+  Sync s(redis_.port());
+  auto charge = [&](const std::vector<ReconcileRecord>& cs) {
+    return h.run<std::string>([&](auto done) { h.engine().reconcile(cs, done); });
+  };
+  const std::string applied = keys::applied("t", "0123456789abcdef");
+  const std::string dec = keys::quota("t", "2026-12"), jan = keys::quota("t", "2027-01");
+  const std::string tb = keys::bucket("t", "tenant"), ub = keys::bucket("t", "user", "u");
+  const std::string tt = keys::bucket("t", "tenant_tokens");
+  auto record = [&](std::string seq, const std::string& quota, int64_t tokens, bool exact,
+                    std::vector<ReconcileRecord::Bucket> buckets) {
+    ReconcileRecord c;
+    c.seq = std::move(seq);
+    c.applied_key = applied;
+    c.quota_key = quota;
+    c.month_end = quota == dec ? "1798761600" : "1801440000";
+    c.tokens = tokens;
+    c.exact = exact;
+    c.buckets = std::move(buckets);
+    return c;
+  };
+  std::vector<ReconcileRecord> batch = {
+      record("1", dec, 100, false, {{tb, "2", "0"}, {tt, "1000", "0", "100"}}),
+      record("2", dec, 100, false, {{tb, "2", "0"}, {ub, "5", "0"}}),
+      record("3", dec, 100, false, {{tb, "2", "0"}}),           // the bucket is empty: stays at 0
+      record("4", jan, -40, true, {{tt, "1000", "0", "-40"}}),  // a settle below its estimate
+  };
+  EXPECT_EQ(charge({batch[0]}), "");  // record 1 was applied before
+  EXPECT_EQ(charge(batch), "");
+  EXPECT_EQ(s.str({"GET", dec}), "300");
+  EXPECT_EQ(s.str({"GET", jan}), "-40");
+  EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");
+  EXPECT_EQ(s.str({"HGET", ub, "tk"}), "4");
+  EXPECT_EQ(s.str({"HGET", tt, "tk"}), "940");
+  EXPECT_EQ(s.str({"ZCARD", applied}), "4");
+  const auto before = s.dump();
+  EXPECT_EQ(charge(batch), "");
+  EXPECT_EQ(s.dump(), before);
+  // The watermark sent with a later batch trims the set to what lies above it.
+  std::vector<ReconcileRecord> later = {record("5", dec, 1, false, {})};
+  later[0].watermark = "4";
+  EXPECT_EQ(charge(later), "");
+  EXPECT_EQ(s.str({"ZCARD", applied}), "2");  // the watermark and 5
+  EXPECT_EQ(s.str({"ZSCORE", applied, "w"}), "4");
+  EXPECT_EQ(s.str({"GET", dec}), "301");
+}
+
 // The watermark a call carries (every record of the journal up to it is in Redis) trims the
 // applied set to the sequences above it, and a record at or below it is known as applied.
 TEST_F(AdmissionTest, TheWatermarkTrimsTheAppliedSet) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
   auto charge = [&](const ReconcileRecord& c) {
-    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
+    return h.run<std::string>([&](auto done) { h.engine().reconcile({&c, 1}, done); });
   };
   const std::string quota = keys::quota("t", "2026-12");
   const std::string applied = keys::applied("t", "0123456789abcdef");
@@ -2341,7 +2393,7 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   Harness h(base_config(redis_.port()));
   Sync s(redis_.port());
   auto charge = [&](const ReconcileRecord& c) {
-    return h.run<std::string>([&](auto done) { h.engine().reconcile(c, done); });
+    return h.run<std::string>([&](auto done) { h.engine().reconcile({&c, 1}, done); });
   };
   const std::string tb = keys::bucket("t", "tenant_tokens");
   ReconcileRecord c;

@@ -774,29 +774,52 @@ ReleaseCall::ReleaseCall(const TenantInfo& t, const std::string& request_id)
   args.set(s::kArgRequestId, request_id);
 }
 
-ReconcileCall::ReconcileCall(const ReconcileRecord& c)
+namespace {
+
+size_t bucket_count(std::span<const ReconcileRecord> records) {
+  size_t n = 0;
+  for (const ReconcileRecord& c : records) n += c.buckets.size();
+  return n;
+}
+
+}  // namespace
+
+ReconcileCall::ReconcileCall(std::span<const ReconcileRecord> records)
     : Call(lua::kReconcile, lua::reconcile::kKeysFixed,
-           lua::reconcile::kKeysFixed + c.buckets.size(), lua::reconcile::kArgsFixed,
-           lua::reconcile::kArgsFixed + c.buckets.size() * lua::reconcile::kArgBucketStride),
-      tokens_s(std::to_string(c.tokens)) {
+           lua::reconcile::kKeysFixed + records.size() + bucket_count(records),
+           lua::reconcile::kArgsFixed,
+           lua::reconcile::kArgsFixed + records.size() * lua::reconcile::kArgRecordStride +
+               bucket_count(records) * lua::reconcile::kArgBucketStride) {
   namespace s = lua::reconcile;
   static const std::string kTtl = std::to_string(kAppliedTtlS);
-  keys.set(s::kKeyApplied, c.applied_key);
-  keys.set(s::kKeyQuota, c.quota_key);
-  args.set(s::kArgSeq, c.seq);
-  args.set(s::kArgWatermark, c.watermark);
+  assert(!records.empty());
+  keys.set(s::kKeyApplied, records.front().applied_key);
+  args.set(s::kArgWatermark, records.front().watermark);
   args.set(s::kArgAppliedTtl, kTtl);
-  args.set(s::kArgMonthEnd, c.month_end);
-  args.set(s::kArgTokens, tokens_s);
-  args.set(s::kArgExact, c.exact ? "1" : "0");
-  for (const ReconcileRecord::Bucket& b : c.buckets) {
-    keys.add(b.key);
-    std::array<std::string_view, s::kArgBucketStride> g;
-    g[s::kArgBucketCapacity] = b.capacity;
-    g[s::kArgBucketRefill] = b.refill;
-    g[s::kArgBucketCost] = b.cost;
-    args.add(g);
+  // Reserved in full first: the views into them stay valid.
+  text.reserve(2 * records.size() + 1);
+  text.push_back(std::to_string(records.size()));
+  args.set(s::kArgRecordCount, text.back());
+  for (const ReconcileRecord& c : records) {
+    assert(c.applied_key == records.front().applied_key);
+    keys.add(c.quota_key);
+    std::array<std::string_view, s::kArgRecordStride> r;
+    r[s::kArgRecordSeq] = c.seq;
+    r[s::kArgRecordMonthEnd] = c.month_end;
+    r[s::kArgRecordTokens] = text.emplace_back(std::to_string(c.tokens));
+    r[s::kArgRecordExact] = c.exact ? "1" : "0";
+    r[s::kArgRecordBucketCount] = text.emplace_back(std::to_string(c.buckets.size()));
+    args.add(r);
+    for (const ReconcileRecord::Bucket& b : c.buckets) keys.add(b.key);
   }
+  for (const ReconcileRecord& c : records)
+    for (const ReconcileRecord::Bucket& b : c.buckets) {
+      std::array<std::string_view, s::kArgBucketStride> g;
+      g[s::kArgBucketCapacity] = b.capacity;
+      g[s::kArgBucketRefill] = b.refill;
+      g[s::kArgBucketCost] = b.cost;
+      args.add(g);
+    }
 }
 
 const std::string& admit_script_text() {

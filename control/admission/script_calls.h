@@ -331,10 +331,12 @@ struct ReleaseCall : Call {
 // next start.
 inline constexpr int kAppliedTtlS = 7 * 86400;
 
-// reconcile.lua: charges one journaled local decision's part in one slot.
+// reconcile.lua: charges journaled local decisions' parts in one slot (records sharing their
+// applied_key), in their order.
 struct ReconcileCall : Call {
-  explicit ReconcileCall(const ReconcileRecord& c);
-  std::string tokens_s;
+  explicit ReconcileCall(std::span<const ReconcileRecord> records);
+  // The numbers formatted for ARGV, which holds views into them.
+  std::vector<std::string> text;
 };
 
 // ---- for benchmarks and tools: the exact Redis call an admission makes ----

@@ -172,30 +172,38 @@ void Gateway::reconcile_some() {
     int64_t start_us = 0;
     size_t retry = 0, lost = 0;
     std::string lost_example;
+    std::vector<uint64_t> done;  // the records Redis holds (or can never take)
   };
   auto run = std::make_shared<Run>();
   run->left = batch.size();
   run->start_us = steady_us();
-  for (const JournalRecord& r : batch)
-    reconcile(engine_, fallback_->journal_id(), watermark, r,
-              [this, run, seq = r.seq, rid = r.request_id](Reconciled result, std::string why) {
-                if (result != Reconciled::kRetry) fallback_->reconciled(seq);
-                metrics_.reconciled(reconciled_name(result));
-                if (result == Reconciled::kRetry) ++run->retry;
-                if (result == Reconciled::kLost && run->lost++ == 0)
-                  run->lost_example = rid + " (" + why + ")";
-                if (--run->left > 0) return;
-                fallback_->end_batch();
-                // One line a batch, however many it lost: a long outage must not flood the log.
-                if (run->lost)
-                  spdlog::warn(
-                      "reconcile: {} journaled record(s) Redis can no longer take, their tokens "
-                      "stay as Redis has them; e.g. {}",
-                      run->lost, run->lost_example);
-                if (run->retry) return;  // Redis is failing: the next tick tries again
-                pace_.answered(steady_us() - run->start_us);
-                post([this] { reconcile_some(); });
-              });
+  run->done.reserve(batch.size());
+  auto seqs = std::make_shared<std::vector<std::pair<uint64_t, std::string>>>();
+  seqs->reserve(batch.size());
+  for (const JournalRecord& r : batch) seqs->emplace_back(r.seq, r.request_id);
+  reconcile(engine_, fallback_->journal_id(), watermark, batch,
+            [this, run, seqs](size_t i, Reconciled result, std::string why) {
+              const auto& [seq, rid] = (*seqs)[i];
+              if (result != Reconciled::kRetry) run->done.push_back(seq);
+              metrics_.reconciled(reconciled_name(result));
+              if (result == Reconciled::kRetry) ++run->retry;
+              if (result == Reconciled::kLost && run->lost++ == 0)
+                run->lost_example = rid + " (" + why + ")";
+              if (--run->left > 0) return;
+              // Said in one write when the batch is answered: a crash before it sends the
+              // batch again, which Redis charges once (reconcile.lua's applied sets).
+              fallback_->reconciled(run->done);
+              fallback_->end_batch();
+              // One line a batch, however many it lost: a long outage must not flood the log.
+              if (run->lost)
+                spdlog::warn(
+                    "reconcile: {} journaled record(s) Redis can no longer take, their tokens "
+                    "stay as Redis has them; e.g. {}",
+                    run->lost, run->lost_example);
+              if (run->retry) return;  // Redis is failing: the next tick tries again
+              pace_.answered(steady_us() - run->start_us);
+              post([this] { reconcile_some(); });
+            });
 }
 
 void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,

@@ -570,9 +570,9 @@ std::vector<JournalRecord> Fallback::claim(size_t max, uint64_t* watermark) {
   return out;
 }
 
-void Fallback::reconciled(uint64_t seq) {
+void Fallback::reconciled(std::span<const uint64_t> seqs) {
   std::lock_guard lock(mu_);
-  journal_->applied(seq);
+  journal_->applied(seqs);
   counts();
 }
 

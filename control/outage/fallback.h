@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,10 +93,11 @@ class Fallback {
 
   // Reconciliation, by one worker at a time: up to max records not yet in Redis (empty when
   // another worker holds the claim or nothing is pending), and in *watermark the sequence up to
-  // which every record is in Redis; each record then reconciled() or not, and end_batch()
-  // releases the claim. Segments no longer needed are trimmed here.
+  // which every record is in Redis; the records then reconciled() (all of a batch at once) or not,
+  // and end_batch() releases the claim. Segments no longer needed are trimmed here.
   std::vector<JournalRecord> claim(size_t max, uint64_t* watermark = nullptr);
-  void reconciled(uint64_t seq);
+  void reconciled(std::span<const uint64_t> seqs);
+  void reconciled(uint64_t seq) { reconciled({&seq, 1}); }
   void end_batch();
   // Periodic work off the request path: the journal's interval flush.
   void tick();

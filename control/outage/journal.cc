@@ -348,12 +348,16 @@ Journal::Segment* Journal::segment_of(uint64_t seq) {
   return nullptr;
 }
 
-void Journal::applied(uint64_t seq) {
-  auto it = pending_.find(seq);
-  if (it == pending_.end()) return;
-  pending_.erase(it);
-  if (Segment* s = segment_of(seq)) --s->pending;
-  write_line(json({{"applied", seq}}).dump() + "\n");
+void Journal::applied(std::span<const uint64_t> seqs) {
+  std::string lines;
+  for (uint64_t seq : seqs) {
+    auto it = pending_.find(seq);
+    if (it == pending_.end()) continue;
+    pending_.erase(it);
+    if (Segment* s = segment_of(seq)) --s->pending;
+    lines.append("{\"applied\":").append(std::to_string(seq)).append("}\n");
+  }
+  if (!lines.empty()) write_line(lines);
 }
 
 void Journal::trim(uint64_t keep_from) {

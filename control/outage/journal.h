@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,9 @@ class Journal {
   // Assigns r.seq and writes it (and, under Sync::kAlways, flushes it to the disk); false when
   // the write failed (the decision must then not be made: it could not be charged later).
   bool append(JournalRecord& r);
-  // r is in Redis.
-  void applied(uint64_t seq);
+  // These records are in Redis: one write for all their lines.
+  void applied(std::span<const uint64_t> seqs);
+  void applied(uint64_t seq) { applied({&seq, 1}); }
   // Where a record not yet in Redis is: its segment and its line's place in that file. The
   // index holds only this (kIndexBytes a record), the records themselves are read back from
   // their segment when they are sent, so memory does not grow with a record's size.

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <string_view>
+#include <unordered_map>
 
 #include "control/admission/keys.h"
 
@@ -40,25 +43,11 @@ ReconcileRecord global_record(const std::string& journal_id, const std::string& 
   return c;
 }
 
-}  // namespace
-
-std::string_view reconciled_name(Reconciled r) {
-  switch (r) {
-    case Reconciled::kApplied:
-      return "ok";
-    case Reconciled::kRetry:
-      return "retry";
-    case Reconciled::kLost:
-      return "lost";
-  }
-  return "unknown";
-}
-
-void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark,
-               const JournalRecord& r, std::function<void(Reconciled, std::string)> done) {
+// A record that is not a charge: a release needs nothing (a local release freed local state
+// only), a settle or release Redis missed is sent as it was asked.
+void resend(Engine& engine, const JournalRecord& r,
+            std::function<void(Reconciled, std::string)> done) {
   switch (r.op) {
-    case JournalRecord::Op::kRelease:
-      return done(Reconciled::kApplied, {});
     case JournalRecord::Op::kResettle:
       return engine.settle(
           SettleRequest{r.tenant, r.request_id, r.tokens, r.user, r.api_key, r.model},
@@ -76,27 +65,78 @@ void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark
         if (s.outcome == Outcome::kBadRequest) return done(Reconciled::kLost, s.error);
         done(Reconciled::kApplied, {});
       });
-    case JournalRecord::Op::kAdmit:
-    case JournalRecord::Op::kSettle:
-    case JournalRecord::Op::kCharge:
-      break;
+    default:
+      return done(Reconciled::kApplied, {});
   }
-  const std::string w = std::to_string(watermark);
-  std::vector<ReconcileRecord> parts{tenant_record(journal_id, w, r)};
-  for (const JournalRecord::Global& g : r.globals)
-    parts.push_back(global_record(journal_id, w, r, g));
-  // All parts answer before done: applied only when every one is in Redis.
+}
+
+}  // namespace
+
+std::string_view reconciled_name(Reconciled r) {
+  switch (r) {
+    case Reconciled::kApplied:
+      return "ok";
+    case Reconciled::kRetry:
+      return "retry";
+    case Reconciled::kLost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark,
+               const std::vector<JournalRecord>& batch,
+               std::function<void(size_t, Reconciled, std::string)> done) {
+  // Per record, its parts not answered yet and whether every answered one is in Redis.
   struct Join {
-    size_t left;
+    size_t left = 0;
     bool ok = true;
-    std::function<void(Reconciled, std::string)> done;
   };
-  auto join = std::make_shared<Join>(Join{parts.size(), true, std::move(done)});
-  for (const ReconcileRecord& c : parts)
-    engine.reconcile(c, [join](std::string error) {
-      if (!error.empty()) join->ok = false;
-      if (--join->left == 0) join->done(join->ok ? Reconciled::kApplied : Reconciled::kRetry, {});
-    });
+  auto joins = std::make_shared<std::vector<Join>>(batch.size());
+  auto part_done = [joins, done](size_t i, bool ok) {
+    Join& j = (*joins)[i];
+    j.ok = j.ok && ok;
+    if (--j.left == 0) done(i, j.ok ? Reconciled::kApplied : Reconciled::kRetry, {});
+  };
+  // The parts by applied set (a slot), each in the batch's order: sequence order.
+  struct Group {
+    std::vector<ReconcileRecord> parts;
+    std::vector<size_t> of;  // the record each part is of
+  };
+  std::vector<Group> groups;
+  std::unordered_map<std::string, size_t> group_of;
+  auto add = [&](size_t i, ReconcileRecord part) {
+    auto [it, fresh] = group_of.try_emplace(part.applied_key, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].parts.push_back(std::move(part));
+    groups[it->second].of.push_back(i);
+  };
+  const std::string w = std::to_string(watermark);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const JournalRecord& r = batch[i];
+    switch (r.op) {
+      case JournalRecord::Op::kAdmit:
+      case JournalRecord::Op::kSettle:
+      case JournalRecord::Op::kCharge:
+        (*joins)[i].left = 1 + r.globals.size();
+        add(i, tenant_record(journal_id, w, r));
+        for (const JournalRecord::Global& g : r.globals) add(i, global_record(journal_id, w, r, g));
+        break;
+      default:
+        resend(engine, r,
+               [done, i](Reconciled result, std::string why) { done(i, result, std::move(why)); });
+    }
+  }
+  for (const Group& g : groups)
+    for (size_t at = 0; at < g.parts.size(); at += kRecordsPerCall) {
+      const size_t n = std::min(kRecordsPerCall, g.parts.size() - at);
+      std::vector<size_t> of(g.of.begin() + static_cast<std::ptrdiff_t>(at),
+                             g.of.begin() + static_cast<std::ptrdiff_t>(at + n));
+      engine.reconcile(std::span(g.parts).subspan(at, n),
+                       [part_done, of = std::move(of)](std::string error) {
+                         for (size_t i : of) part_done(i, error.empty());
+                       });
+    }
 }
 
 }  // namespace dripgate::control

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "control/admission/admission.h"
 #include "control/outage/journal.h"
@@ -50,10 +51,18 @@ enum class Reconciled {
 };
 std::string_view reconciled_name(Reconciled r);
 
-// Sends r through engine; done once with what became of it (and, for kLost, why). watermark:
-// every record of the journal up to it is in Redis (Journal::watermark), for reconcile.lua to
-// trim its applied sets. Runs on the engine's loop.
+// The most records one reconcile.lua call carries: Redis runs a script alone, so a call of
+// kRecordsPerCall records (~20 us each) holds the admissions behind it about a millisecond.
+inline constexpr size_t kRecordsPerCall = 64;
+
+// Sends batch (one claim's records, in sequence order) through engine: the admissions', settles'
+// and stream charges' parts grouped into one reconcile.lua call per slot (one tenant's, or one
+// global gate's) and kRecordsPerCall records, a missed settle or release as it was asked.
+// done(i, result, why) once for each batch[i], with what became of it (why: for kLost).
+// watermark: every record of the journal up to it is in Redis (Journal::watermark), for
+// reconcile.lua to trim its applied sets. Runs on the engine's loop.
 void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark,
-               const JournalRecord& r, std::function<void(Reconciled, std::string why)> done);
+               const std::vector<JournalRecord>& batch,
+               std::function<void(size_t i, Reconciled, std::string why)> done);
 
 }  // namespace dripgate::control
