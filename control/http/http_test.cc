@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "tests/http_client.h"
+#include "tests/hung_mount.h"
 #include "tests/line_peer.h"
 #include "tests/redis_server.h"
 
@@ -45,6 +46,7 @@ using json = nlohmann::json;
 using dripgate::testing::free_port;
 using dripgate::testing::http;
 using dripgate::testing::HttpResponse;
+using dripgate::testing::HungMount;
 using dripgate::testing::RedisServer;
 using namespace std::chrono_literals;
 
@@ -1243,6 +1245,11 @@ class ReloadHttpTest : public HttpTest {
     std::ofstream(path() + ".new") << text;
     std::filesystem::rename(path() + ".new", path());
   }
+  // The file becomes a link to `target` (one on a hung mount), renamed over it the same way.
+  void link_to(const std::string& target) {
+    std::filesystem::create_symlink(target, path() + ".new");
+    std::filesystem::rename(path() + ".new", path());
+  }
   HttpResponse reload(const std::vector<std::string>& extra = {"Authorization: Bearer adm1n"}) {
     return http(daemon_->port(), "POST", "/v1/admin/reload", "", extra);
   }
@@ -1370,25 +1377,31 @@ TEST_F(ReloadHttpTest, AFifoOrDevZeroInTheFilesPlaceIsARefusedReloadAndSigtermSt
   EXPECT_EQ(daemon_->terminate(), 0) << daemon_->log();
 }
 
-// A reload that does not end (its file names a token file that is a FIFO nobody writes: reading
-// it waits for a writer) holds neither serving nor SIGTERM: the daemon answers meanwhile, and
-// on SIGTERM waits 2 s for the reload, then exits 0 without it (terminate(): within 10 s).
+// A reload that does not end (its file is on a hung mount: the stat waits in the kernel) holds
+// neither serving nor SIGTERM: the daemon answers meanwhile, and on SIGTERM waits 2 s for the
+// reload, then exits 0 without it. The kernel keeps a thread waiting on a FUSE answer, whatever
+// the signal (a hard NFS mount does the same), so the process is gone only once the test answers
+// the lookup, which it does once the daemon has said it exits (terminate(): within 10 s).
 TEST_F(ReloadHttpTest, AReloadThatDoesNotEndHoldsNeitherServingNorSigterm) {
   start();
-  const std::string token = dir_.path() + "/token";
-  ASSERT_EQ(mkfifo(token.c_str(), 0600), 0);
-  write(test_config(dp_socket_, {.control_extra = ", auth_token_file: \"" + token + "\""}));
+  HungMount hung;
+  ASSERT_EQ(hung.error(), "");
+  link_to(hung.path() + "/control.yaml");
   ASSERT_EQ(kill(daemon_->pid(), SIGHUP), 0);
-  ASSERT_TRUE(eventually([&] {
-    return daemon_->log().find("SIGHUP: reloading") != std::string::npos;
-  })) << daemon_->log();
+  ASSERT_TRUE(hung.lookups_reached(1)) << daemon_->log();
   EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
   EXPECT_EQ(admit(R"({"tenant":"t-big"})").status, 200) << "the running configuration serves";
   EXPECT_EQ(reloads("ok") + reloads("error"), 0);
-  EXPECT_EQ(daemon_->terminate(), 0) << daemon_->log();
-  EXPECT_NE(daemon_->log().find("is still running after 2 s; exiting without it"),
-            std::string::npos)
-      << daemon_->log();
+  int rc = -2;
+  std::thread stop([&] { rc = daemon_->terminate(); });
+  const bool gave_up = eventually([&] {
+    return daemon_->log().find("is still running after 2 s; exiting without it") !=
+           std::string::npos;
+  });
+  hung.release();
+  stop.join();
+  EXPECT_TRUE(gave_up) << daemon_->log();
+  EXPECT_EQ(rc, 0) << daemon_->log();
 }
 
 // Four clients admit at a steady rate while the configuration is reloaded 20 times, by turns
