@@ -360,14 +360,15 @@ enum class Secrets { kRead, kSkip };
 // A configuration is a few KiB; a larger file is refused before it is parsed, so a wrong path
 // (a log, a core dump) cannot take minutes and gigabytes to report.
 constexpr size_t kMaxConfigBytes = 16u << 20;
+// A secret file (a *_file key: redis.password_file, control.auth_token_file, …) holds a
+// password or a token on its first line, far below this: a larger file is a wrong path, refused
+// unread.
+constexpr size_t kMaxSecretBytes = 64u << 10;
 
 LoadResult load_file(const std::string& path, Secrets secrets = Secrets::kRead);
-// Reads a configuration file into text: a regular file of at most kMaxConfigBytes. Anything
-// else is refused without reading it and without waiting (/dev/zero would be read for
-// gigabytes, a FIFO without a writer waited on forever): the path is stat'ed before it is
-// opened, opened non-blocking, and the descriptor fstat'ed again, since the path can change in
-// between; at most kMaxConfigBytes + 1 bytes are read, whatever the size said (a file growing
-// while read). The error, if any, names the file.
+// Reads a configuration file into text: a regular file of at most kMaxConfigBytes, read by
+// read_regular_file (regular_file.h), which refuses anything else unread and without waiting.
+// The error, if any, names the file.
 std::optional<Error> read_config_file(const std::string& path, std::string& text);
 LoadResult load_string(const std::string& yaml, const std::string& name,
                        Secrets secrets = Secrets::kRead);

@@ -3,18 +3,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <tuple>
 #include <type_traits>
 
 #include "common/address.h"
 #include "common/error.h"
 #include "common/id.h"
+#include "config/regular_file.h"
 
 namespace dripgate::config::loader {
 
@@ -340,27 +339,26 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
 
 bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::string& file,
                       std::string& out) {
-  errno = 0;
   const Entry* e = f.find(key);
   if (!e) return false;
   auto path = get_string(ctx, e->value, f.path(key));
   if (!path) return false;
   file = *path;
   if (!ctx.read_secrets()) return true;
-  std::ifstream in(*path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    ctx.error(
-        e->value, f.path(key),
-        "cannot read " + quote(*path) + (errno ? std::string(": ") + std::strerror(errno) : ""));
+  static constexpr FileRule kRule{kMaxSecretBytes, "a secret", "a secret file"};
+  std::string text;
+  if (auto why = read_regular_file(*path, kRule, text)) {
+    ctx.error(e->value, f.path(key), quote(*path) + ": " + *why);
     return false;
   }
-  if (!line.empty() && line.back() == '\r') line.pop_back();
+  std::string_view line(text);
+  line = line.substr(0, line.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.empty()) {
     ctx.error(e->value, f.path(key), "the first line of " + quote(*path) + " is empty");
     return false;
   }
-  out = std::move(line);
+  out = line;
   return true;
 }
 

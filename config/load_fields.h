@@ -157,8 +157,10 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
 // ---- secrets ----
 
 // A secret kept out of the YAML: `key_file: PATH` names a file whose first line is the secret
-// (systemd's LoadCredential= puts such files under /run/credentials/<unit>/). Sets `file` and
-// `out`; the secret itself never reaches a message.
+// (systemd's LoadCredential= puts such files under /run/credentials/<unit>/): a regular file of
+// at most kMaxSecretBytes, read as the configuration is (regular_file.h), so a wrong path is
+// refused unread and without waiting. Sets `file` and `out`; the secret itself never reaches a
+// message.
 bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::string& file,
                       std::string& out);
 

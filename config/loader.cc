@@ -3,14 +3,6 @@
 // load_fields.h. Every problem is collected as `file:line:col: path.to.field: message` instead
 // of stopping at the first one, so a user fixes a file in one pass. Nothing here throws to the
 // caller: any input gives a result.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdint>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -22,6 +14,7 @@
 
 #include "config/config.h"
 #include "config/load_sections.h"
+#include "config/regular_file.h"
 
 namespace dripgate::config {
 
@@ -139,40 +132,6 @@ void load_root(Ctx& ctx, const YAML::Node& root, Config& cfg) {
   }
 }
 
-// A file descriptor, closed when it goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Why what st describes is not read as a configuration ("" when it is: a regular file within
-// the limit).
-std::string not_a_config_file(const struct stat& st) {
-  if (S_ISDIR(st.st_mode)) return "is a directory, not a YAML file";
-  if (!S_ISREG(st.st_mode)) {
-    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a file";
-    return std::string("is ") + kind +
-           ", not a regular file; a configuration is read from a regular file";
-  }
-  if (static_cast<uintmax_t>(st.st_size) > kMaxConfigBytes)
-    return "the file has " + std::to_string(st.st_size) + " bytes; a configuration is at most " +
-           std::to_string(kMaxConfigBytes >> 20) + " MiB";
-  return "";
-}
-
 }  // namespace
 
 LoadResult load_string(const std::string& yaml, const std::string& name, Secrets secrets) {
@@ -180,7 +139,7 @@ LoadResult load_string(const std::string& yaml, const std::string& name, Secrets
   if (yaml.size() > kMaxConfigBytes) {
     ctx.add(YAML::Mark::null_mark(), "",
             "the configuration has " + std::to_string(yaml.size()) + " bytes; it is at most " +
-                std::to_string(kMaxConfigBytes >> 20) + " MiB");
+                size_text(kMaxConfigBytes));
     return LoadResult{std::nullopt, ctx.take()};
   }
   Config cfg;
@@ -206,38 +165,8 @@ LoadResult load_string(const std::string& yaml, const std::string& name, Secrets
 }
 
 std::optional<Error> read_config_file(const std::string& path, std::string& text) {
-  auto refuse = [&](std::string why) { return Error{path, 0, 0, "", std::move(why)}; };
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return refuse(std::string("cannot open: ") + std::strerror(errno));
-  if (std::string why = not_a_config_file(st); !why.empty()) return refuse(std::move(why));
-  // O_NONBLOCK: a FIFO put in the file's place since the stat opens at once instead of waiting
-  // for a writer (and is then refused by its fstat); a regular file reads the same with it.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (fd.get() < 0) return refuse(std::string("cannot open: ") + std::strerror(errno));
-  if (::fstat(fd.get(), &st) != 0)
-    return refuse(std::string("cannot read: ") + std::strerror(errno));
-  if (std::string why = not_a_config_file(st); !why.empty()) return refuse(std::move(why));
-  text.clear();
-  // One more byte than allowed tells a file that grew past the limit from one at it.
-  const size_t cap = kMaxConfigBytes + 1;
-  text.resize(std::min(static_cast<size_t>(st.st_size), kMaxConfigBytes) + 1);
-  size_t got = 0;
-  for (;;) {
-    if (got == text.size()) {
-      if (text.size() == cap) break;
-      text.resize(std::min(cap, text.size() * 2));
-    }
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return refuse(std::string("cannot read: ") + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
-  if (got > kMaxConfigBytes)
-    return refuse("the file grew past " + std::to_string(kMaxConfigBytes >> 20) +
-                  " MiB while it was read; a configuration is at most that");
+  static constexpr FileRule kRule{kMaxConfigBytes, "a configuration", "a YAML file"};
+  if (auto why = read_regular_file(path, kRule, text)) return Error{path, 0, 0, "", *why};
   return std::nullopt;
 }
 

@@ -184,8 +184,14 @@ TEST(Examples, ApplianceLoadsWithItsSecretsOrWithout) {
   std::vector<std::string> errs;
   for (const auto& e : load_file(kExamples + "/appliance.yaml").errors) errs.push_back(e.str());
   ASSERT_EQ(errs.size(), 2u);
-  EXPECT_NE(errs[0].find("redis.password_file: cannot read"), std::string::npos) << errs[0];
-  EXPECT_NE(errs[1].find("control.auth_token_file: cannot read"), std::string::npos) << errs[1];
+  EXPECT_NE(errs[0].find("redis.password_file: '/run/credentials/dripgate-control.service/"
+                         "redis-password': cannot open"),
+            std::string::npos)
+      << errs[0];
+  EXPECT_NE(errs[1].find("control.auth_token_file: '/run/credentials/dripgate-control.service/"
+                         "auth-token': cannot open"),
+            std::string::npos)
+      << errs[1];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -944,8 +950,8 @@ TEST(Redis, PasswordAndTokenFromFiles) {
   EXPECT_EQ(load_ok(y), c);
 
   EXPECT_EQ(error_of("redis: { password_file: \"" + dir + "/missing\" }"),
-            "t.yaml:1:25: redis.password_file: cannot read '" + dir +
-                "/missing': No such file or directory");
+            "t.yaml:1:25: redis.password_file: '" + dir +
+                "/missing': cannot open: No such file or directory");
   EXPECT_EQ(error_of("redis: { password_file: \"" + empty + "\" }"),
             "t.yaml:1:25: redis.password_file: the first line of '" + empty + "' is empty");
   EXPECT_EQ(error_of("redis: { url: \"redis://:x@h\", password_file: \"" + pw + "\" }"),
@@ -959,6 +965,41 @@ TEST(Redis, PasswordAndTokenFromFiles) {
   EXPECT_EQ(error_of("control: { auth_token: x, auth_token_file: \"" + tok + "\" }"),
             "t.yaml:1:44: control.auth_token_file: auth_token is set too; give the token in one "
             "place");
+  std::filesystem::remove_all(dir);
+}
+
+// A secret file is read as the configuration file is: anything but a regular file of at most
+// 64 KiB is refused unread, at its key, naming the file. Before, each was read through an
+// ifstream: a FIFO without a writer blocked the load in open() for good, /dev/zero was read
+// into memory until it ran out, and a large file was read whole as the secret.
+TEST(Redis, ASecretFileIsARegularFileOfAtMost64KiBReadWithoutWaiting) {
+  char tmpl[] = "/tmp/dg-secretfile-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string fifo = dir + "/token", big = dir + "/big", at_limit = dir + "/at-limit";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string a_fifo =
+      "': is a FIFO, not a regular file; a secret is read from a regular file";
+  EXPECT_EQ(error_of("redis: { password_file: \"" + fifo + "\" }"),
+            "t.yaml:1:25: redis.password_file: '" + fifo + a_fifo);
+  EXPECT_EQ(error_of("control: { auth_token_file: \"" + fifo + "\" }"),
+            "t.yaml:1:29: control.auth_token_file: '" + fifo + a_fifo);
+  EXPECT_EQ(error_of("control: { admin_token_file: \"" + fifo + "\" }"),
+            "t.yaml:1:30: control.admin_token_file: '" + fifo + a_fifo);
+  EXPECT_EQ(error_of("redis: { password_file: /dev/zero }"),
+            "t.yaml:1:25: redis.password_file: '/dev/zero': is a character device, not a "
+            "regular file; a secret is read from a regular file");
+  EXPECT_EQ(
+      error_of("control: { admin_token_file: \"" + dir + "\" }"),
+      "t.yaml:1:30: control.admin_token_file: '" + dir + "': is a directory, not a secret file");
+  // Refused by its size, unread: its first line, which could be the secret, is never shown.
+  std::ofstream(big) << "s3cret\n" << std::string(64 * 1024, 'x');
+  const std::string too_big = error_of("control: { auth_token_file: \"" + big + "\" }");
+  EXPECT_EQ(too_big, "t.yaml:1:29: control.auth_token_file: '" + big +
+                         "': the file has 65543 bytes; a secret is at most 64 KiB");
+  EXPECT_EQ(too_big.find("s3cret"), std::string::npos);
+  // At the limit it is read, and its first line is the secret.
+  std::ofstream(at_limit) << "s3cret\r\n" << std::string(64 * 1024 - 8, 'x');
+  EXPECT_EQ(load_ok("redis: { password_file: \"" + at_limit + "\" }").redis.password, "s3cret");
   std::filesystem::remove_all(dir);
 }
 
