@@ -214,10 +214,12 @@ int main(int argc, char** argv) {
   // Before any thread may use protobuf, and destroyed after the gRPC front has stopped.
   ctl::ProtobufLog protobuf_log(metrics);
   ctl::Reloader reloader(args.config_file, overrides, store, metrics);
+  // SIGHUP's reloads and POST /v1/admin/reload's run here, one at a time (reload.h).
+  ctl::ReloadThread reloads(reloader);
   ctl::BrakeSync brake(store, c.redis, [&metrics](double f) { metrics.brake_factor(f); });
   ctl::RegistrySync registry(store, c.redis);
   if (!start_pollers(brake, registry)) return 1;
-  ctl::HttpServer server(store, metrics, opts, &reloader);
+  ctl::HttpServer server(store, metrics, opts, &reloads);
   std::string err;
   if (!server.start(err)) {
     spdlog::critical("{}", err);
@@ -232,27 +234,24 @@ int main(int argc, char** argv) {
   if (!start_rls(c, store, metrics, fallback.get(), server, rls)) return 1;
 
   int sig = 0;
-  {
-    // SIGHUP reloads the config file (reload.h) on the reload thread, and serving goes on; the
-    // others stop, whatever a reload is doing.
-    ctl::ReloadThread reloads(reloader);
-    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloads.request();
-    spdlog::info("{}: stopping (finishing requests in flight)",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    if (rls) rls->stop();
-    server.stop();
-    server.join();
-    registry.stop();
-    brake.stop();
-    if (!reloads.stop(kReloadGrace)) {
-      // The reload reads on (a hung mount?): the requests are answered, nothing is left to
-      // keep, and waiting could be forever. The reload uses what main owns: no destructor runs.
-      spdlog::warn("a reload of {} is still running after {} s; exiting without it",
-                   args.config_file, kReloadGrace.count() / 1000);
-      spdlog::info("stopped");
-      spdlog::shutdown();
-      std::_Exit(0);
-    }
+  // SIGHUP reloads the config file (reload.h) on the reload thread, and serving goes on; the
+  // others stop, whatever a reload is doing.
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloads.request();
+  spdlog::info("{}: stopping (finishing requests in flight)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (rls) rls->stop();
+  server.stop();
+  server.join();
+  registry.stop();
+  brake.stop();
+  if (!reloads.stop(kReloadGrace)) {
+    // The reload reads on (a hung mount?): the requests are answered, nothing is left to keep,
+    // and waiting could be forever. The reload uses what main owns: no destructor runs.
+    spdlog::warn("a reload of {} is still running after {} s; exiting without it", args.config_file,
+                 kReloadGrace.count() / 1000);
+    spdlog::info("stopped");
+    spdlog::shutdown();
+    std::_Exit(0);
   }
   spdlog::info("stopped");
   return 0;

@@ -119,6 +119,7 @@ void Connection::enter_queue(IdleQueue& q) {
 
 Worker::~Worker() {
   stopped = true;
+  inbox->close();  // its event is on base, freed below; a late post is dropped
   gateway.reset();
   drop_all();
   for (event* ev : {listen_ev, stop_ev, drain_ev, resume_ev, read_ev, send_ev})
@@ -607,6 +608,7 @@ void Worker::on_drain(evutil_socket_t, short, void* arg) {
   event_del(w->drain_ev);
   // Closes idle keep-alive connections too.
   w->stopped = true;
+  w->inbox->close();  // an answer that comes now has no connection to go to
   for (auto& c : w->conns)
     if (c->fd >= 0) w->metrics->http_connection_closed();
   w->drop_all();

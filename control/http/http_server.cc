@@ -66,8 +66,8 @@ int make_listener(const std::string& listen, int& port, std::string& error) {
 }  // namespace
 
 HttpServer::HttpServer(const ConfigStore& store, Metrics& metrics, ServerOptions opts,
-                       Reloader* reloader)
-    : store_(store), opts_(std::move(opts)), metrics_(metrics), reloader_(reloader) {}
+                       ReloadThread* reloads)
+    : store_(store), opts_(std::move(opts)), metrics_(metrics), reloads_(reloads) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -96,7 +96,7 @@ bool HttpServer::start(std::string& error) {
     w->server = this;
     w->store = &store_;
     w->metrics = &metrics_;
-    w->reloader = reloader_;
+    w->reloads = reloads_;
     w->index = i;
     // Split as evenly as it goes; a worker holds at least one.
     w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));
@@ -130,6 +130,10 @@ bool HttpServer::start(std::string& error) {
     w->gateway =
         std::make_unique<Gateway>(store_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms,
                                   decisions_.get(), "http", opts_.fallback);
+    if (!w->inbox->open(w->base)) {
+      error = "cannot create an event loop";
+      return false;
+    }
     w->stop_ev = event_new(w->base, -1, 0, &Worker::on_stop, w.get());
     w->drain_ev = event_new(w->base, -1, EV_PERSIST, &Worker::on_drain, w.get());
     w->resume_ev = evtimer_new(w->base, &Worker::on_resume, w.get());
@@ -153,6 +157,41 @@ bool HttpServer::start(std::string& error) {
   }
   return true;
 }
+
+namespace http {
+
+bool Inbox::open(event_base* base) {
+  std::lock_guard lock(mu_);
+  wake_ = event_new(base, -1, 0, &Inbox::on_wake, this);
+  return wake_ != nullptr;
+}
+
+void Inbox::post(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  if (!wake_) return;
+  tasks_.push_back(std::move(task));
+  // Thread-safe: the loop was made after evthread_use_pthreads(), so it is woken.
+  event_active(wake_, EV_TIMEOUT, 0);
+}
+
+void Inbox::close() {
+  std::lock_guard lock(mu_);
+  if (wake_) event_free(wake_);
+  wake_ = nullptr;
+  tasks_.clear();
+}
+
+void Inbox::on_wake(evutil_socket_t, short, void* arg) {
+  auto* inbox = static_cast<Inbox*>(arg);
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard lock(inbox->mu_);
+    tasks.swap(inbox->tasks_);
+  }
+  for (auto& task : tasks) task();
+}
+
+}  // namespace http
 
 void HttpServer::run_worker(Worker* w) {
   event_base_dispatch(w->base);

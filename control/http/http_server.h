@@ -43,14 +43,15 @@ struct ServerOptions {
   bool io_uring = true;
 };
 
-class Reloader;
+class ReloadThread;
 
 class HttpServer {
  public:
-  // store, metrics and reloader outlive the server. Requests run on the store's snapshot in
-  // force when they arrive. reloader: what POST /v1/admin/reload runs (null: 404).
+  // store, metrics and reloads outlive the server. Requests run on the store's snapshot in
+  // force when they arrive. reloads: the thread that runs POST /v1/admin/reload's reloads
+  // (null: 404).
   HttpServer(const ConfigStore& store, Metrics& metrics, ServerOptions opts,
-             Reloader* reloader = nullptr);
+             ReloadThread* reloads = nullptr);
   ~HttpServer();  // stops and joins if still running
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -76,7 +77,7 @@ class HttpServer {
   const ConfigStore& store_;
   ServerOptions opts_;
   Metrics& metrics_;
-  Reloader* reloader_;
+  ReloadThread* reloads_;
   AdmittedFlows flows_;
   std::unique_ptr<DecisionLogFile> decisions_;  // control.decision_log, opened by start()
   std::mutex accept_log_mu_;

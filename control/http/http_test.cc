@@ -1404,6 +1404,52 @@ TEST_F(ReloadHttpTest, AReloadThatDoesNotEndHoldsNeitherServingNorSigterm) {
   EXPECT_EQ(rc, 0) << daemon_->log();
 }
 
+// POST /v1/admin/reload runs on the reload thread, not on the worker's loop. The daemon has one
+// worker, so every connection is that worker's; the reload waits on a hung mount (its file is a
+// link into it) while the worker answers /healthz and an admission. Two reloads asked meanwhile
+// wait for one more reload after it, which waits in turn: one at a time, the three answered
+// by two. Each is refused, naming the file, once its lookup is answered (no such file). When the
+// reload ran on the worker's loop, the worker answered nothing until the reload ended.
+TEST_F(ReloadHttpTest, AnAdminReloadRunsOffTheWorkersLoopOneAtATime) {
+  DaemonSetup setup{.control_extra = ", admin_token: \"adm1n\"", .threads = 1};
+  start(setup);
+  const std::string running = hash();
+  HungMount hung;
+  ASSERT_EQ(hung.error(), "");
+  link_to(hung.path() + "/control.yaml");
+  const std::string post =
+      "POST /v1/admin/reload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm1n\r\n"
+      "Content-Length: 0\r\n\r\n";
+  RawConn first(daemon_->port()), second(daemon_->port()), third(daemon_->port());
+  ASSERT_TRUE(first.send(post));
+  ASSERT_TRUE(hung.lookups_reached(1)) << daemon_->log();
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})").status, 200) << "the running configuration serves";
+  ASSERT_TRUE(second.send(post));
+  ASSERT_TRUE(third.send(post));
+  // Answered after both were sent (and so read first: they were readable before it connected),
+  // while the first reload still waits: none started a reload of its own.
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(hung.lookups(), 1);
+  const std::string refused = path() + ": cannot open: No such file or directory";
+  hung.release();
+  RawConn::Answer a = first.next();
+  ASSERT_EQ(a.status, 400) << a.head << a.body;
+  EXPECT_EQ(json::parse(a.body)["errors"], json::array({refused})) << a.body;
+  EXPECT_EQ(json::parse(a.body)["config_hash"], running) << a.body;
+  ASSERT_TRUE(hung.lookups_reached(2)) << daemon_->log();
+  EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
+  hung.release();
+  for (RawConn* c : {&second, &third}) {
+    a = c->next();
+    ASSERT_EQ(a.status, 400) << a.head << a.body;
+    EXPECT_EQ(json::parse(a.body)["errors"], json::array({refused})) << a.body;
+  }
+  EXPECT_EQ(hung.lookups(), 2);
+  EXPECT_EQ(reloads("error"), 2);
+  EXPECT_EQ(hash(), running);
+}
+
 // Four clients admit at a steady rate while the configuration is reloaded 20 times, by turns
 // over HTTP and by SIGHUP, between two files: not one request fails, and every reload is in
 // force from the first request after it returned (HTTP) or was counted (SIGHUP).

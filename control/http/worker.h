@@ -8,7 +8,9 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,7 +83,8 @@ struct Connection {
 // What a handler gets: its connection's current request (one at a time per connection). It
 // stays valid until answered, the connection being kept (or, closed meanwhile, orphaned) until
 // then. A handler answers exactly once: at once with answer(), or after defer() with finish()
-// from a callback. Two pointers, copied into the callbacks that answer it.
+// from a callback on the worker's loop (another thread's goes there through the worker's Inbox).
+// Two pointers, copied into the callbacks that answer it.
 class Request {
  public:
   Request(Worker* w, Connection* c) : worker_(w), conn_(c) {}
@@ -100,6 +103,27 @@ class Request {
   Connection* conn_;  // not read by finish() once the worker stopped: it may be gone
 };
 
+// Tasks other threads hand to a worker's loop (a reload's answer, from the reload thread): run
+// there, in the order posted. Held by whoever may post (shared_ptr), so that a task posted after
+// the worker stopped finds the inbox closed and is dropped, instead of reaching a freed loop.
+class Inbox {
+ public:
+  // On the loop's thread, before anything is posted; false when the event cannot be made.
+  bool open(event_base* base);
+  // Any thread; wakes the loop. Dropped once closed.
+  void post(std::function<void()> task);
+  // On the loop's thread, before its event_base goes: no task runs after it, and those waiting
+  // are dropped.
+  void close();
+
+ private:
+  static void on_wake(evutil_socket_t, short, void* arg);
+
+  std::mutex mu_;
+  event* wake_ = nullptr;  // null: closed (or never opened)
+  std::vector<std::function<void()>> tasks_;
+};
+
 struct Worker {
   Worker() = default;
   ~Worker();
@@ -109,7 +133,8 @@ struct Worker {
   HttpServer* server = nullptr;
   const ConfigStore* store = nullptr;
   Metrics* metrics = nullptr;
-  Reloader* reloader = nullptr;  // what POST /v1/admin/reload runs (null: 404)
+  ReloadThread* reloads = nullptr;  // where POST /v1/admin/reload asks (null: 404)
+  std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();  // answers from other threads
   int index = 0;
   event_base* base = nullptr;
   int listen_fd = -1;  // this worker's copy of the listening socket, in its own epoll set

@@ -135,9 +135,11 @@ ReloadThread::~ReloadThread() {
   if (thread_.joinable()) stop(std::chrono::milliseconds::max());
 }
 
-void ReloadThread::request() {
+void ReloadThread::request(Done done) {
   std::lock_guard lock(state_->mu);
+  if (state_->stopping) return;
   state_->pending = true;
+  if (done) state_->waiting.push_back(std::move(done));
   state_->cv.notify_all();
 }
 
@@ -163,10 +165,13 @@ void ReloadThread::run(Reloader& reloader, const std::shared_ptr<State>& state) 
     state->cv.wait(lock, [&] { return state->pending || state->stopping; });
     if (state->stopping) return;
     state->pending = false;  // requests from here on make the next reload
+    std::vector<Done> askers;
+    askers.swap(state->waiting);
     state->busy = true;
     lock.unlock();
-    spdlog::debug("SIGHUP: reloading the configuration");
-    reloader.reload();
+    spdlog::debug("reloading the configuration ({} waiting for the outcome)", askers.size());
+    const ReloadOutcome out = reloader.reload();
+    for (Done& done : askers) done(out);
     lock.lock();
     state->busy = false;
     state->cv.notify_all();

@@ -66,14 +66,18 @@ class Reloader {
   std::mutex mu_;
 };
 
-// The reloads SIGHUP asks for, run on a thread of their own: the thread that waits for signals
-// never waits on a reload, so SIGTERM is acted on however long one takes (a file on a hung
-// mount, a secret that does not come). SIGHUPs that arrive during a reload make one more reload
-// after it, not one each: the file may have changed since it was read, and one read of the
-// latest file serves them all. Each reload is Reloader::reload(), in force from the first
-// request after it was counted.
+// The reloads SIGHUP and POST /v1/admin/reload ask for, run on a thread of their own, one at a
+// time: neither the thread that waits for signals nor an HTTP worker's loop ever waits on a
+// reload, so SIGTERM is acted on, and every connection is served, however long one takes (a
+// file on a hung mount). Requests that arrive during a reload make one more reload after it,
+// not one each: the file may have changed since it was read, and one read of the latest file
+// serves them all. Each reload is Reloader::reload(), in force from the first request after it
+// was counted.
 class ReloadThread {
  public:
+  // Gets a reload's outcome, on the reload thread.
+  using Done = std::function<void(const ReloadOutcome&)>;
+
   // reloader outlives the thread, or the process ends first (stop() false).
   explicit ReloadThread(Reloader& reloader);
   ReloadThread(const ReloadThread&) = delete;
@@ -81,8 +85,10 @@ class ReloadThread {
   // stop() without a time limit, unless stop() was called.
   ~ReloadThread();
 
-  // Asks for a reload; never waits.
-  void request();
+  // Asks for a reload; never waits. done, if any, gets the outcome of the first reload that
+  // begins after this call (one in progress read the file before it). After stop(), or when
+  // the thread stops before that reload begins, done is dropped uncalled.
+  void request(Done done = {});
   // Takes no more requests and waits up to `grace` for the reload in progress. false: it is
   // still running, and the thread is left to it (it ends after it): the caller must end the
   // process without destroying what the reloader uses.
@@ -94,6 +100,7 @@ class ReloadThread {
     std::mutex mu;
     std::condition_variable cv;
     bool pending = false, stopping = false, busy = false;
+    std::vector<Done> waiting;  // the next reload's askers
   };
   static void run(Reloader& reloader, const std::shared_ptr<State>& state);
 

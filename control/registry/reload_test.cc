@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "control/admission/keys.h"
 
@@ -316,6 +318,47 @@ TEST_F(HeldReloadTest, RequestsDuringAReloadMakeOneMoreAndNeverWait) {
   EXPECT_TRUE(thread.stop(std::chrono::seconds(10)));
   EXPECT_EQ(metrics_.config_reloads().value({"ok"}), 2u) << "three requests, one reload";
   EXPECT_EQ(entered_, 3);
+}
+
+// What POST /v1/admin/reload relies on: each asker gets the outcome of a reload that began after
+// it asked, on the reload thread; those that ask during a reload share the one after it.
+TEST_F(HeldReloadTest, AskersGetTheOutcomeOfAReloadThatBeganAfterTheyAsked) {
+  Reloader& r = start_held();
+  ReloadThread thread(r);
+  std::mutex got_mu;
+  std::condition_variable got_cv;
+  std::vector<std::pair<int, std::thread::id>> got;  // asker, the thread that told it
+  auto asker = [&](int n) {
+    return [&, n](const ReloadOutcome& out) {
+      EXPECT_TRUE(out.ok);
+      EXPECT_EQ(out.hash, store_->current()->hash);
+      std::lock_guard lock(got_mu);
+      got.emplace_back(n, std::this_thread::get_id());
+      got_cv.notify_all();
+    };
+  };
+  hold(true);
+  thread.request(asker(1));
+  ASSERT_TRUE(entered(2));  // held inside asker 1's reload
+  thread.request(asker(2));
+  thread.request(asker(3));
+  {
+    std::lock_guard lock(got_mu);
+    EXPECT_TRUE(got.empty());
+  }
+  hold(false);
+  std::unique_lock lock(got_mu);
+  ASSERT_TRUE(got_cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() == 3; }));
+  EXPECT_EQ(got[0].first, 1);
+  EXPECT_EQ(got[1].first, 2);
+  EXPECT_EQ(got[2].first, 3);
+  EXPECT_NE(got[0].second, std::this_thread::get_id());
+  EXPECT_EQ(entered_, 3) << "three askers, two reloads";
+  lock.unlock();
+  EXPECT_TRUE(thread.stop(std::chrono::seconds(10)));
+  // Stopped: asking does nothing, and the asker is not told.
+  thread.request(asker(4));
+  EXPECT_EQ(metrics_.config_reloads().value({"ok"}), 2u);
 }
 
 TEST_F(HeldReloadTest, StopGivesUpOnAReloadThatDoesNotEnd) {
