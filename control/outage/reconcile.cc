@@ -65,8 +65,12 @@ void resend(Engine& engine, const JournalRecord& r,
         if (s.outcome == Outcome::kBadRequest) return done(Reconciled::kLost, s.error);
         done(Reconciled::kApplied, {});
       });
-    default:
+    case JournalRecord::Op::kRelease:
       return done(Reconciled::kApplied, {});
+    case JournalRecord::Op::kAdmit:
+    case JournalRecord::Op::kSettle:
+    case JournalRecord::Op::kCharge:
+      break;  // charges: reconcile.lua's (reconcile() below)
   }
 }
 
@@ -122,7 +126,9 @@ void reconcile(Engine& engine, const std::string& journal_id, uint64_t watermark
         add(i, tenant_record(journal_id, w, r));
         for (const JournalRecord::Global& g : r.globals) add(i, global_record(journal_id, w, r, g));
         break;
-      default:
+      case JournalRecord::Op::kRelease:
+      case JournalRecord::Op::kResettle:
+      case JournalRecord::Op::kRerelease:
         resend(engine, r,
                [done, i](Reconciled result, std::string why) { done(i, result, std::move(why)); });
     }
