@@ -7,7 +7,7 @@ PKGS=(
   build-essential pkg-config meson ninja-build clang llvm lld
   libdpdk-dev dpdk dpdk-dev
   libhiredis-dev libevent-dev liburing-dev libhttp-parser-dev libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libsimdjson-dev
-  libcli11-dev libgtest-dev libpcap-dev libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc
+  libcli11-dev libgtest-dev libpcap-dev libssl-dev libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
   iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 ethtool systemd

@@ -163,7 +163,7 @@ void Gateway::on_tick(int, short, void* arg) {
 // connections wait at most about one batch's answer time behind it.
 void Gateway::reconcile_some() {
   metrics_.journal_pending(fallback_->pending(), fallback_->pending_bytes());
-  if ((fallback_->pending() == 0 && !fallback_->any_open()) || !engine_.redis_up()) return;
+  if ((fallback_->pending() == 0 && !fallback_->any_local()) || !engine_.redis_up()) return;
   uint64_t watermark = 0;
   std::vector<JournalRecord> batch = fallback_->claim(pace_.size(), &watermark);
   if (batch.empty()) return;
@@ -178,17 +178,16 @@ void Gateway::reconcile_some() {
   run->left = batch.size();
   run->start_us = steady_us();
   run->done.reserve(batch.size());
-  auto seqs = std::make_shared<std::vector<std::pair<uint64_t, std::string>>>();
-  seqs->reserve(batch.size());
-  for (const JournalRecord& r : batch) seqs->emplace_back(r.seq, r.request_id);
-  reconcile(engine_, fallback_->journal_id(), watermark, batch,
-            [this, run, seqs](size_t i, Reconciled result, std::string why) {
-              const auto& [seq, rid] = (*seqs)[i];
-              if (result != Reconciled::kRetry) run->done.push_back(seq);
+  // The records stay with the answers, which name them by index.
+  auto records = std::make_shared<const std::vector<JournalRecord>>(std::move(batch));
+  reconcile(engine_, fallback_->journal_id(), watermark, *records,
+            [this, run, records](size_t i, Reconciled result, std::string why) {
+              const JournalRecord& r = (*records)[i];
+              if (result != Reconciled::kRetry) run->done.push_back(r.seq);
               metrics_.reconciled(reconciled_name(result));
               if (result == Reconciled::kRetry) ++run->retry;
               if (result == Reconciled::kLost && run->lost++ == 0)
-                run->lost_example = rid + " (" + why + ")";
+                run->lost_example = r.request_id + " (" + why + ")";
               if (--run->left > 0) return;
               // Said in one write when the batch is answered: a crash before it sends the
               // batch again, which Redis charges once (reconcile.lua's applied sets).
@@ -349,7 +348,7 @@ std::string tenant_of(const std::string& tenant, const std::string& request_id) 
 
 // A local reservation is settled here, before and after Redis is back: Redis never held it.
 void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) {
-  if (fallback_ && fallback_->any_open())
+  if (fallback_ && fallback_->any_local())
     if (auto local = fallback_->settle(req.request_id, req.tokens)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));
       return later(std::move(done), std::move(*local));
@@ -397,7 +396,7 @@ void Gateway::charge(ChargeRequest req, std::function<void(ChargeDecision)> done
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   std::string tenant(
       snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
-  if (fallback_ && fallback_->any_open() && check_tokens(req.tokens).empty())
+  if (fallback_ && fallback_->any_local() && check_tokens(req.tokens).empty())
     if (auto local = fallback_->charge(req.request_id, req.tokens)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));
       metrics_.charge(tenant, result_label(local->outcome));
@@ -434,7 +433,7 @@ void Gateway::charged(const std::string& request_id, ChargeResult r,
 
 void Gateway::release(ReleaseRequest req, std::function<void(ReleaseDecision)> done) {
   std::string rid = req.request_id;
-  if (fallback_ && fallback_->any_open())
+  if (fallback_ && fallback_->any_local())
     if (auto local = fallback_->release(rid)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));
       std::optional<Flow> flow = flows_.take(rid);

@@ -164,7 +164,8 @@ Fallback::Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> 
       case JournalRecord::Op::kRelease:
         limiter_.restore_release(r.request_id);
         break;
-      default:
+      case JournalRecord::Op::kResettle:  // Redis's reservations: nothing local to restore
+      case JournalRecord::Op::kRerelease:
         break;
     }
   }
@@ -173,7 +174,7 @@ Fallback::Fallback(std::unique_ptr<Journal> journal, std::vector<JournalRecord> 
 }
 
 void Fallback::counts() {
-  open_.store(limiter_.open(), std::memory_order_relaxed);
+  local_.store(limiter_.open() + limiter_.settled(), std::memory_order_relaxed);
   pending_.store(journal_->pending_count(), std::memory_order_relaxed);
   pending_bytes_.store(journal_->pending_bytes() + limiter_.bytes(), std::memory_order_relaxed);
 }
@@ -556,12 +557,12 @@ std::vector<JournalRecord> Fallback::claim(size_t max, uint64_t* watermark) {
   if (out.empty()) {
     // The drain is over, or the last local reservation expired: what they held goes back to
     // the system, not only to this process's allocator.
-    const bool none_open = limiter_.open() == 0;
-    if (journal_->pending_count() == 0 && (!drained_ || (none_open && !none_open_))) {
+    const bool none_local = limiter_.open() + limiter_.settled() == 0;
+    if (journal_->pending_count() == 0 && (!drained_ || (none_local && !none_local_))) {
       drained_ = true;
       ::malloc_trim(0);
     }
-    none_open_ = none_open;
+    none_local_ = none_local;
     counts();
     return out;
   }

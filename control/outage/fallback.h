@@ -47,8 +47,9 @@ AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt199
 struct FallbackOptions {
   JournalOptions journal;
   // The memory an outage's local decisions may take: the index of the records not yet in Redis
-  // (Journal::kIndexBytes each) and the local reservations and leases open
-  // (LocalLimiter::kEntryBytes each, kept reservation_ttl_s); 0: no bound. Past it a new local
+  // (Journal::kIndexBytes each), the local reservations and leases open
+  // (LocalLimiter::kEntryBytes each) and the settled ones (kSettledBytes each, kept until
+  // reservation_ttl_s after their admission); 0: no bound. Past it a new local
   // admission is decided as `full_mode` says (closed: 503; open: admitted without gates),
   // while settles, stream charges and releases are still journaled (they correct decisions
   // already made, and their number is bounded by those).
@@ -88,8 +89,9 @@ class Fallback {
   // Redis reported the tenant's quota left (an admission or a settle): the base of the tenant's
   // allowance in the next outage.
   void quota_left(const std::string& tenant, int64_t left);
-  // Whether any local reservation or lease is open (a settle or release must look here first).
-  bool any_open() const { return open_.load(std::memory_order_relaxed) > 0; }
+  // Whether any local reservation (open, or settled and not yet past its time) or lease is
+  // here: a settle, stream charge or release must look here first.
+  bool any_local() const { return local_.load(std::memory_order_relaxed) > 0; }
 
   // Reconciliation, by one worker at a time: up to max records not yet in Redis (empty when
   // another worker holds the claim or nothing is pending), and in *watermark the sequence up to
@@ -115,7 +117,7 @@ class Fallback {
            FallbackOptions options);
   // Whether the pending records are past max_bytes (logged on each change).
   bool full();
-  void counts();  // refreshes open_ and pending_ (under mu_)
+  void counts();  // refreshes local_ and pending_ (under mu_)
   // Journals a settle or release Redis missed (stamped now), for reconciliation to replay; false
   // when the journal cannot be written.
   bool journal_deferred(JournalRecord& rec);
@@ -130,11 +132,11 @@ class Fallback {
   std::unordered_map<std::string, int64_t> known_left_;  // quota left per Redis, by tenant
   bool claimed_ = false;
   bool full_ = false;
-  bool drained_ = true;    // nothing pending since the memory was last given back
-  bool none_open_ = true;  // no local reservation or lease at the last claim
+  bool drained_ = true;     // nothing pending since the memory was last given back
+  bool none_local_ = true;  // no local reservation or lease at the last claim
   Clock now_;
   FallbackOptions options_;
-  std::atomic<size_t> open_{0}, pending_{0}, pending_bytes_{0};
+  std::atomic<size_t> local_{0}, pending_{0}, pending_bytes_{0};
 };
 
 }  // namespace dripgate::control

@@ -105,6 +105,61 @@ TEST(LocalLimiter, QuotaIsChargedAgainstTheAllowanceAndSettleMovesIt) {
   EXPECT_EQ(s->charged, 60);
 }
 
+// A settled reservation keeps what a repeated settle and a later charge are answered from, in
+// a few bytes, until its time; then nothing is left of it.
+TEST(LocalLimiter, ASettledReservationShrinksAndGoesAtItsTime) {
+  LocalLimiter l;
+  int64_t now = 5'000;
+  LocalAdmit r = request("t.0123456789abcdef", 60);
+  r.allowance = 100;
+  ASSERT_TRUE(l.admit(r, now).allowed);
+  EXPECT_EQ(l.bytes(), LocalLimiter::kEntryBytes);
+  ASSERT_TRUE(l.settle(r.request_id, 30, now));
+  EXPECT_EQ(l.open(), 0u);
+  EXPECT_EQ(l.settled(), 1u);
+  EXPECT_EQ(l.bytes(), LocalLimiter::kSettledBytes);
+  EXPECT_EQ(l.oldest_unsettled(), UINT64_MAX);
+  std::optional<LocalSettle> s = l.settle(r.request_id, 99, now + 59'999);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->first);
+  EXPECT_EQ(s->charged, 30);
+  EXPECT_EQ(s->remaining, 70);
+  std::optional<LocalCharge> c = l.charge(r.request_id, 5, now + 59'999);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->code, LocalCharge::Code::kSettled);
+  EXPECT_TRUE(l.is_local(r.request_id));
+  EXPECT_FALSE(l.is_local("t.0123456789abcdeg"));
+  EXPECT_FALSE(l.settle("t.0123456789abcdeg", 1, now));
+  l.sweep(now + 59'999);
+  EXPECT_EQ(l.settled(), 1u);
+  l.sweep(now + 60'000);
+  EXPECT_EQ(l.settled(), 0u);
+  EXPECT_EQ(l.bytes(), 0u);
+  EXPECT_FALSE(l.is_local(r.request_id));
+  EXPECT_FALSE(l.settle(r.request_id, 1, now + 60'000));
+  // A settle played back after a restart leaves the same.
+  LocalLimiter back;
+  back.restore_admit(r, now, now);
+  back.restore_settle(r.request_id, -30);
+  EXPECT_EQ(back.bytes(), LocalLimiter::kSettledBytes);
+  s = back.settle(r.request_id, 1, now);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->first);
+  EXPECT_EQ(s->charged, 30);
+}
+
+// The same id hashes the same each time (the MAC is initialised afresh per call); another
+// process's key, another hash.
+TEST(KeyedHash, StableUnderOneKeyDifferentUnderAnother) {
+  KeyedHash a, b;
+  const uint64_t first = a("t.0123456789abcdef");
+  a("something else");
+  EXPECT_EQ(a("t.0123456789abcdef"), first);
+  EXPECT_NE(a("t.0123456789abcdeg"), first);
+  EXPECT_NE(b("t.0123456789abcdef"), first);
+  EXPECT_NE(a(""), b(""));
+}
+
 TEST(LocalLimiter, LeasesCapStreamsUntilReleasedOrExpired) {
   LocalLimiter l;
   int64_t now = 0;
@@ -241,7 +296,7 @@ TEST_F(FallbackTest, ARestartedDaemonKeepsItsReservationsAndPendingRecords) {
   auto f = open();
   EXPECT_EQ(f->journal_id(), journal_id);
   EXPECT_EQ(f->pending(), 2u);
-  EXPECT_TRUE(f->any_open());
+  EXPECT_TRUE(f->any_local());
   // The reservation came back: its settle is still local, and the allowance still holds the
   // 240 reserved before the restart.
   std::optional<SettleResult> s = f->settle(rid, 150);
@@ -271,7 +326,7 @@ TEST_F(FallbackTest, ARestartedDaemonKeepsItsReservationsAndPendingRecords) {
   EXPECT_NE(file().find(rid), std::string::npos);
   now_ += 601'000;
   EXPECT_TRUE(f->claim(10).empty());
-  EXPECT_FALSE(f->any_open());
+  EXPECT_FALSE(f->any_local());
   EXPECT_EQ(file(), "{\"journal\":\"" + journal_id + "\",\"next\":4}\n");
   // After a compaction, ids go on from where they were.
   ASSERT_EQ(admit(*f, 1).outcome, Outcome::kAllowed);
@@ -343,9 +398,10 @@ TEST_F(FallbackTest, SegmentsRotateAndGoOnceReconciled) {
   for (const std::string& rid : rids) ASSERT_TRUE(f->settle(rid, 1));
   drain(*f);
   EXPECT_EQ(f->pending(), 0u);
-  EXPECT_EQ(f->pending_bytes(), 12 * LocalLimiter::kEntryBytes);
-  // Settled reservations stay open (a repeated settle is answered) but hold no segment.
-  EXPECT_TRUE(f->any_open());
+  EXPECT_EQ(f->pending_bytes(), 12 * LocalLimiter::kSettledBytes);
+  // Settled reservations stay, compact, until their time (a repeated settle is answered) but
+  // hold no segment.
+  EXPECT_TRUE(f->any_local());
   EXPECT_TRUE(f->claim(8).empty());
   EXPECT_EQ(f->segments(), 1u);
   EXPECT_LE(later_segments(), 1u);
@@ -400,8 +456,11 @@ TEST_F(FallbackTest, PastItsBoundTheJournalTakesNoNewAdmission) {
   EXPECT_EQ(s->outcome, Outcome::kAllowed);
   EXPECT_EQ(f->pending(), 2u);
   f.reset();
+  // Restarted with a bound its two records and the settled reservation fill.
+  o.max_bytes = 2 * Journal::kIndexBytes + LocalLimiter::kSettledBytes;
   o.full_mode = config::OnFailure::kOpen;
   f = open(o);
+  EXPECT_EQ(f->pending_bytes(), o.max_bytes);
   AdmitResult open_admitted = admit(*f, 5);
   EXPECT_EQ(open_admitted.outcome, Outcome::kAllowed);
   EXPECT_EQ(open_admitted.degraded, "open");

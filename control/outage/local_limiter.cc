@@ -126,9 +126,9 @@ void LocalLimiter::take(const LocalAdmit& a, const std::vector<double>& taken, i
 
 void LocalLimiter::reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms) {
   LocalReservation& r = reservations_[a.request_id];
-  if (r.seq && !r.settled) unsettled_.erase(r.seq);
-  r = LocalReservation{a.tenant, a.tokens,    std::nullopt, at_ms + a.reservation_ttl_ms,
-                       a.month,  a.month_end, {},           a.seq};
+  if (r.seq) unsettled_.erase(r.seq);
+  r = LocalReservation{a.tenant, a.tokens, at_ms + a.reservation_ttl_ms, a.month, a.month_end,
+                       {},       a.seq};
   if (a.seq) unsettled_.insert(a.seq);
   expiry_.emplace(r.expires_ms, a.request_id);
   // Only the token-rate gates that took the estimate are corrected later: a shadow one that
@@ -140,44 +140,70 @@ void LocalLimiter::reserve(const LocalAdmit& a, const std::vector<double>* taken
   }
 }
 
+int64_t LocalLimiter::remaining(const std::string& tenant) const {
+  auto q = quota_.find(tenant);
+  return q == quota_.end() ? -1 : std::max<int64_t>(0, q->second.limit - q->second.spent);
+}
+
+LocalReservation LocalLimiter::bury(std::unordered_map<std::string, LocalReservation>::iterator it,
+                                    int64_t charged) {
+  LocalReservation& r = it->second;
+  unsettled_.erase(r.seq);
+  for (auto [e, end] = expiry_.equal_range(r.expires_ms); e != end; ++e)
+    if (e->second == it->first) {
+      expiry_.erase(e);
+      break;
+    }
+  auto [t, added] = tenant_index_.try_emplace(r.tenant, static_cast<uint32_t>(tenants_.size()));
+  if (added) tenants_.push_back(r.tenant);
+  const uint64_t h = hash_(it->first);
+  settled_[h] = Settled{charged, r.expires_ms, t->second};
+  settled_expiry_.emplace(r.expires_ms, h);
+  LocalReservation out = std::move(r);
+  reservations_.erase(it);
+  return out;
+}
+
 std::optional<LocalSettle> LocalLimiter::settle(const std::string& request_id, int64_t tokens,
                                                 int64_t now_ms) {
-  auto it = reservations_.find(request_id);
-  if (it == reservations_.end()) return std::nullopt;
-  LocalReservation& r = it->second;
   LocalSettle s;
+  auto it = reservations_.find(request_id);
+  if (it == reservations_.end()) {
+    auto t = settled_.find(hash_(request_id));
+    if (t == settled_.end()) return std::nullopt;
+    s.charged = t->second.charged;
+    s.remaining = remaining(tenants_[t->second.tenant]);
+    return s;
+  }
+  LocalReservation& r = it->second;
   // Past its time a reservation is no longer open: its estimate stays charged, as in Redis.
-  if (!r.settled && r.expires_ms > now_ms) {
-    s.first = true;
-    s.delta = tokens - r.reserved;
-    r.settled = tokens;
-    auto q = quota_.find(r.tenant);
-    if (q != quota_.end()) q->second.spent += s.delta;
-    for (const LocalBucket& b : r.token_gates)
-      if (b.capacity >= 0) correct(b, static_cast<double>(s.delta), now_ms);
+  if (r.expires_ms <= now_ms) {
+    s.charged = r.reserved;
+    s.remaining = remaining(r.tenant);
+    return s;
   }
-  s.charged = r.settled.value_or(r.reserved);
+  s.first = true;
+  s.delta = tokens - r.reserved;
+  s.charged = tokens;
   auto q = quota_.find(r.tenant);
-  if (q != quota_.end()) s.remaining = std::max<int64_t>(0, q->second.limit - q->second.spent);
-  s.reservation = r;
-  if (s.first) {
-    // Settled: what is kept is for a repeated settle's answer; the gates are not needed again.
-    unsettled_.erase(r.seq);
-    std::vector<LocalBucket>().swap(r.token_gates);
-  }
+  if (q != quota_.end()) q->second.spent += s.delta;
+  for (const LocalBucket& b : r.token_gates)
+    if (b.capacity >= 0) correct(b, static_cast<double>(s.delta), now_ms);
+  s.remaining = remaining(r.tenant);
+  s.reservation = bury(it, tokens);
   return s;
 }
 
 std::optional<LocalCharge> LocalLimiter::charge(const std::string& request_id, int64_t tokens,
                                                 int64_t now_ms) {
-  auto it = reservations_.find(request_id);
-  if (it == reservations_.end()) return std::nullopt;
-  LocalReservation& r = it->second;
   LocalCharge c;
-  if (r.settled) {
+  auto it = reservations_.find(request_id);
+  if (it == reservations_.end()) {
+    if (!settled_.count(hash_(request_id))) return std::nullopt;
     c.code = LocalCharge::Code::kSettled;
     return c;
   }
+  LocalReservation& r = it->second;
   if (r.expires_ms <= now_ms) {
     c.code = LocalCharge::Code::kExpired;
     return c;
@@ -218,8 +244,22 @@ void LocalLimiter::sweep(int64_t now_ms) {
   for (auto e = expiry_.begin(); e != expiry_.end() && e->first <= now_ms; e = expiry_.erase(e)) {
     auto r = reservations_.find(e->second);
     if (r == reservations_.end() || r->second.expires_ms != e->first) continue;
-    if (!r->second.settled) unsettled_.erase(r->second.seq);
+    unsettled_.erase(r->second.seq);
     reservations_.erase(r);
+  }
+  for (; !settled_expiry_.empty() && settled_expiry_.top().first <= now_ms; settled_expiry_.pop()) {
+    auto t = settled_.find(settled_expiry_.top().second);
+    if (t != settled_.end() && t->second.expires_ms == settled_expiry_.top().first)
+      settled_.erase(t);
+  }
+  // A hash table keeps its buckets and a heap its capacity when emptied: an outage's are given
+  // back once few of its reservations are left.
+  if (reservations_.bucket_count() > 1024 &&
+      reservations_.size() * 8 < reservations_.bucket_count())
+    reservations_.rehash(0);
+  if (settled_.empty() && settled_.capacity() > 1024) {
+    settled_ = {};
+    settled_expiry_ = {};
   }
   // A lease's end moves with each charge, so leases are walked, but not on every call.
   if (now_ms - leases_swept_ms_ < 1000) return;
@@ -256,17 +296,15 @@ void LocalLimiter::restore_admit(const LocalAdmit& a, int64_t at_ms, int64_t now
 
 void LocalLimiter::restore_settle(const std::string& request_id, int64_t delta) {
   auto it = reservations_.find(request_id);
-  if (it == reservations_.end() || it->second.settled) return;
-  it->second.settled = it->second.reserved + delta;
-  unsettled_.erase(it->second.seq);
-  std::vector<LocalBucket>().swap(it->second.token_gates);
+  if (it == reservations_.end()) return;
   auto q = quota_.find(it->second.tenant);
   if (q != quota_.end()) q->second.spent += delta;
+  bury(it, it->second.reserved + delta);
 }
 
 void LocalLimiter::restore_charge(const std::string& request_id, int64_t tokens) {
   auto it = reservations_.find(request_id);
-  if (it == reservations_.end() || it->second.settled) return;
+  if (it == reservations_.end()) return;
   it->second.reserved += tokens;
   auto q = quota_.find(it->second.tenant);
   if (q != quota_.end()) q->second.spent += tokens;

@@ -7,14 +7,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include <absl/container/flat_hash_map.h>
+
 #include "control/admission/admission.h"
+#include "control/outage/keyed_hash.h"
 
 namespace dripgate::control {
 
@@ -69,13 +74,11 @@ struct LocalVerdict {
 // A local reservation, open until settled or expired (then its estimate stays charged).
 struct LocalReservation {
   std::string tenant;
-  int64_t reserved = 0;            // the estimate plus the stream charges so far
-  std::optional<int64_t> settled;  // the actual count once settled
+  int64_t reserved = 0;  // the estimate plus the stream charges so far
   int64_t expires_ms = 0;
   std::string month;
   int64_t month_end = 0;
-  // The token-rate gates that took the estimate: settle and stream charges correct them (let go
-  // once settled).
+  // The token-rate gates that took the estimate: settle and stream charges correct them.
   std::vector<LocalBucket> token_gates;
   uint64_t seq = 0;  // the admission's journal record
 };
@@ -84,8 +87,8 @@ struct LocalSettle {
   bool first = false;  // false: settled before (nothing more is charged)
   int64_t delta = 0;   // what the quota counter takes now: actual - reserved
   int64_t charged = 0;
-  int64_t remaining = -1;  // of the local allowance; -1: no quota
-  LocalReservation reservation;
+  int64_t remaining = -1;        // of the local allowance; -1: no quota
+  LocalReservation reservation;  // first only: what the settle corrects
 };
 
 // A stream charge of a local reservation (charge.lua's semantics).
@@ -116,20 +119,33 @@ class LocalLimiter {
   std::optional<LocalCharge> charge(const std::string& request_id, int64_t tokens, int64_t now_ms);
   // nullopt: request_id holds no local lease; true: a live one ended.
   std::optional<bool> release(const std::string& request_id, int64_t now_ms);
-  bool is_local(const std::string& request_id) const { return reservations_.count(request_id); }
+  // Whether request_id is a local reservation, open or settled (until its time).
+  bool is_local(const std::string& request_id) {
+    return reservations_.count(request_id) || settled_.count(hash_(request_id));
+  }
 
   // Redis decided for the tenant again: the next outage starts from what Redis reports.
   void forget_quota(const std::string& tenant) { quota_.erase(tenant); }
-  // Drops expired reservations (by an index of their expiry: what did not expire is not
-  // walked, however many are open) and, at most once a second, expired leases.
+  // Drops expired reservations, open or settled (by indexes of their expiry: what did not
+  // expire is not walked, however many there are) and, at most once a second, expired leases.
   void sweep(int64_t now_ms);
   // Reservations and leases still open here.
   size_t open() const { return reservations_.size() + leases_.size(); }
+  // Reservations settled here whose time has not come: kept so that a repeated settle is
+  // answered "already settled" and a charge "settled", as by the scripts.
+  size_t settled() const { return settled_.size(); }
   // The memory one open reservation or lease is counted for: a hash node with the
   // reservation and its request_id, the expiry index's node with its copy of the id, and the
   // allocator's headers (a lease takes less; counted the same).
   static constexpr size_t kEntryBytes = 384;
-  size_t bytes() const { return open() * kEntryBytes; }
+  // A settled one keeps only its count, expiry and tenant under a keyed hash of its id, in a
+  // flat table (a 32 B slot and a control byte, the table 7/16 to 7/8 full) and an expiry heap
+  // (a 16 B entry, up to twice that with the heap's spare capacity): 53-107 B, counted 88. Both
+  // are single blocks apart from the heap's small objects (which an outage's open reservations
+  // and journal index fill), so that what those leave when they go can be given back to the
+  // system while settled reservations are still kept.
+  static constexpr size_t kSettledBytes = 88;
+  size_t bytes() const { return open() * kEntryBytes + settled() * kSettledBytes; }
   // The journal record of the oldest reservation still to be settled here (UINT64_MAX: none):
   // the journal keeps it and every later one, which a restart needs to settle it exactly.
   uint64_t oldest_unsettled() const {
@@ -166,18 +182,34 @@ class LocalLimiter {
   void put_lease(const std::string& request_id, Lease lease);
   std::map<std::string, Lease>::iterator drop_lease(std::map<std::string, Lease>::iterator it);
   void drop_count(const std::string& tenant);
+  struct Settled {
+    int64_t charged = 0;  // what the settle charged in all
+    int64_t expires_ms = 0;
+    uint32_t tenant = 0;  // in tenants_
+  };
+  using Expiry = std::pair<int64_t, uint64_t>;  // a settled reservation's expiry and hash
   void take(const LocalAdmit& a, const std::vector<double>& taken, int64_t now_ms);
   void reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms);
+  // Settles it (charged in all): the open reservation becomes a Settled one; returned.
+  LocalReservation bury(std::unordered_map<std::string, LocalReservation>::iterator it,
+                        int64_t charged);
+  int64_t remaining(const std::string& tenant) const;  // of the allowance; -1: none
 
   std::unordered_map<std::string, Level> buckets_;
-  std::unordered_map<std::string, Allowance> quota_;  // by tenant
-  std::unordered_map<std::string, LocalReservation> reservations_;
-  std::map<std::string, Lease> leases_;           // by request_id
+  std::unordered_map<std::string, Allowance> quota_;                // by tenant
+  std::unordered_map<std::string, LocalReservation> reservations_;  // open: not settled
+  std::map<std::string, Lease> leases_;                             // by request_id
   std::unordered_map<std::string, size_t> held_;  // the leases in leases_, by tenant
-  std::set<uint64_t> unsettled_;                  // the seq of each open, unsettled reservation
-  // Each reservation's expiry and request_id, in order of expiry (an entry whose reservation
-  // was replaced or is gone is skipped).
+  std::set<uint64_t> unsettled_;                  // the seq of each open reservation
+  // Each open reservation's expiry and request_id, in order of expiry (an entry whose
+  // reservation was replaced or is gone is skipped; a settle erases its own).
   std::multimap<int64_t, std::string> expiry_;
+  KeyedHash hash_;
+  absl::flat_hash_map<uint64_t, Settled> settled_;  // by hash_ of the request_id
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> settled_expiry_;
+  // The tenants of settled reservations, by index (a few names, kept for the daemon's life).
+  std::vector<std::string> tenants_;
+  std::unordered_map<std::string, uint32_t> tenant_index_;
   int64_t leases_swept_ms_ = 0;
 };
 
