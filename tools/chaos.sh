@@ -399,7 +399,7 @@ EOF
   wait_port "$http_port"
   (while kill -0 "$control_pid" 2>/dev/null; do
      echo "$(awk '/^VmRSS/ {print $2}' "/proc/$control_pid/status" 2>/dev/null || echo 0)" \
-       "$(cat "$dir"/journal* 2>/dev/null | wc -c)"
+       "$(stat -c %s "$dir"/journal* 2>/dev/null | awk '{s += $1} END {print s + 0}')"
      sleep 0.5
    done) >"$dir/samples" &
   sampler=$!

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <simdjson.h>
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
@@ -27,17 +28,23 @@ json bucket_json(const JournalRecord::Bucket& b) {
 }
 
 // [key, capacity, refill, cost, gate]; the old layout [key, capacity, refill] took 1 from every
-// bucket.
-JournalRecord::Bucket bucket_of(const json& j) {
+// bucket. (A line is read with simdjson: a drain reads every record back, and nlohmann's tree
+// was most of its cost. A wrong type or a missing field throws simdjson_error.)
+JournalRecord::Bucket bucket_of(simdjson::dom::array a) {
   JournalRecord::Bucket b;
-  b.key = j.at(0).get<std::string>();
-  b.capacity = j.at(1).get<std::string>();
-  b.refill = j.at(2).get<std::string>();
-  if (j.size() >= 5) {
-    b.cost = j.at(3).get<std::string>();
-    b.gate = j.at(4).get<std::string>();
+  b.key = std::string_view(a.at(0));
+  b.capacity = std::string_view(a.at(1));
+  b.refill = std::string_view(a.at(2));
+  if (a.size() >= 5) {
+    b.cost = std::string_view(a.at(3));
+    b.gate = std::string_view(a.at(4));
   }
   return b;
+}
+
+std::string optional_string(simdjson::dom::object j, std::string_view key) {
+  simdjson::simdjson_result<simdjson::dom::element> v = j[key];
+  return v.error() == simdjson::NO_SUCH_FIELD ? std::string() : std::string(std::string_view(v));
 }
 
 std::string to_line(const JournalRecord& r) {
@@ -70,10 +77,10 @@ std::string to_line(const JournalRecord& r) {
   return j.dump() + "\n";
 }
 
-JournalRecord from_json(const json& j) {
+JournalRecord from_json(simdjson::dom::object j) {
   JournalRecord r;
-  r.seq = j.at("seq").get<uint64_t>();
-  std::string op = j.at("op").get<std::string>();
+  r.seq = uint64_t(j["seq"]);
+  const std::string_view op = j["op"];
   bool known = false;
   for (int i = 0; i < static_cast<int>(std::size(kOps)); ++i)
     if (op == kOps[i]) {
@@ -81,29 +88,32 @@ JournalRecord from_json(const json& j) {
       known = true;
     }
   if (!known) throw std::runtime_error("unknown op");
-  r.tenant = j.at("tenant").get<std::string>();
-  r.request_id = j.at("request_id").get<std::string>();
-  r.tokens = j.at("tokens").get<int64_t>();
-  r.at_ms = j.at("at_ms").get<int64_t>();
-  r.user = j.value("user", "");
-  r.api_key = j.value("api_key", "");
-  r.model = j.value("model", "");
-  if (j.contains("month")) {
-    r.month = j.at("month").get<std::string>();
-    r.month_end = j.at("month_end").get<int64_t>();
+  r.tenant = std::string_view(j["tenant"]);
+  r.request_id = std::string_view(j["request_id"]);
+  r.tokens = int64_t(j["tokens"]);
+  r.at_ms = int64_t(j["at_ms"]);
+  r.user = optional_string(j, "user");
+  r.api_key = optional_string(j, "api_key");
+  r.model = optional_string(j, "model");
+  if (j["month"].error() != simdjson::NO_SUCH_FIELD) {
+    r.month = std::string_view(j["month"]);
+    r.month_end = int64_t(j["month_end"]);
   }
   if (r.op == JournalRecord::Op::kAdmit) {
-    r.reservation_ttl_ms = j.at("reservation_ttl_ms").get<int64_t>();
-    r.lease_ms = j.at("lease_ms").get<int64_t>();
-    r.max_streams = j.at("max_streams").get<int64_t>();
-    if (j.contains("allowance")) r.allowance = j.at("allowance").get<int64_t>();
+    r.reservation_ttl_ms = int64_t(j["reservation_ttl_ms"]);
+    r.lease_ms = int64_t(j["lease_ms"]);
+    r.max_streams = int64_t(j["max_streams"]);
+    if (j["allowance"].error() != simdjson::NO_SUCH_FIELD) r.allowance = int64_t(j["allowance"]);
   }
   // A settle written before settles corrected token-rate buckets has none.
-  if (r.op == JournalRecord::Op::kAdmit || (r.exact() && j.contains("buckets"))) {
-    for (const auto& b : j.at("buckets")) r.buckets.push_back(bucket_of(b));
-    for (const auto& g : j.at("globals"))
-      r.globals.push_back(
-          {g.at(0).get<std::string>(), g.at(1).get<std::string>(), bucket_of(g.at(2))});
+  if (r.op == JournalRecord::Op::kAdmit ||
+      (r.exact() && j["buckets"].error() != simdjson::NO_SUCH_FIELD)) {
+    for (simdjson::dom::array b : simdjson::dom::array(j["buckets"]))
+      r.buckets.push_back(bucket_of(b));
+    for (simdjson::dom::array g : simdjson::dom::array(j["globals"]))
+      r.globals.push_back({std::string(std::string_view(g.at(0))),
+                           std::string(std::string_view(g.at(1))),
+                           bucket_of(simdjson::dom::array(g.at(2)))});
   }
   return r;
 }
@@ -134,12 +144,12 @@ void Journal::read_segment(Segment& seg, std::vector<JournalRecord>& records,
     seg.bytes += line.size() + 1;
     if (line.empty()) continue;
     try {
-      json v = json::parse(line);
-      if (v.contains("journal")) {
-        id_ = v.at("journal").get<std::string>();
-        next_ = std::max(next_, v.at("next").get<uint64_t>());
-      } else if (v.contains("applied")) {
-        applied.push_back(v.at("applied").get<uint64_t>());
+      simdjson::dom::object v = parser_->parse(line);
+      if (v["journal"].error() != simdjson::NO_SUCH_FIELD) {
+        id_ = std::string_view(v["journal"]);
+        next_ = std::max(next_, uint64_t(v["next"]));
+      } else if (v["applied"].error() != simdjson::NO_SUCH_FIELD) {
+        applied.push_back(uint64_t(v["applied"]));
       } else {
         JournalRecord r = from_json(v);
         next_ = std::max(next_, r.seq + 1);
@@ -235,6 +245,12 @@ std::unique_ptr<Journal> Journal::open(const std::string& path, const JournalOpt
   return j;
 }
 
+Journal::Journal(std::string path, int lock_fd, const JournalOptions& options)
+    : path_(std::move(path)),
+      lock_fd_(lock_fd),
+      options_(options),
+      parser_(std::make_unique<simdjson::dom::parser>()) {}
+
 Journal::~Journal() {
   if (fd_ >= 0 && options_.sync != JournalOptions::Sync::kNever) flush();
   if (fd_ >= 0 && fd_ != lock_fd_) ::close(fd_);
@@ -245,24 +261,35 @@ Journal::~Journal() {
 void Journal::close_segment(Segment& seg) {
   if (seg.rfd >= 0) ::close(seg.rfd);
   seg.rfd = -1;
+  if (ahead_.segment == seg.n) ahead_.segment = SIZE_MAX;
 }
 
-std::optional<JournalRecord> Journal::read(const Loc& loc) const {
+std::optional<JournalRecord> Journal::read(const Loc& loc) {
   const Segment* seg = nullptr;
   for (const Segment& s : segments_)
     if (s.n == loc.segment) seg = &s;
   if (!seg || seg->rfd < 0) return std::nullopt;
-  std::string line(loc.length, '\0');
-  size_t got = 0;
-  while (got < line.size()) {
-    ssize_t n = ::pread(seg->rfd, line.data() + got, line.size() - got,
-                        static_cast<off_t>(loc.offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    got += static_cast<size_t>(n);
+  const bool held = ahead_.segment == loc.segment && loc.offset >= ahead_.offset &&
+                    loc.offset + loc.length <= ahead_.offset + ahead_.bytes.size();
+  if (!held) {
+    // One pread for this record and those after it in the file, which a claim reads next.
+    ahead_.segment = SIZE_MAX;
+    ahead_.bytes.resize(std::max<size_t>(kReadAhead, loc.length));
+    size_t got = 0;
+    while (got < loc.length) {
+      ssize_t n = ::pread(seg->rfd, ahead_.bytes.data() + got, ahead_.bytes.size() - got,
+                          static_cast<off_t>(loc.offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::nullopt;
+      got += static_cast<size_t>(n);
+    }
+    ahead_.bytes.resize(got);
+    ahead_.segment = loc.segment;
+    ahead_.offset = loc.offset;
   }
   try {
-    return from_json(json::parse(line));
+    return from_json(
+        parser_->parse(ahead_.bytes.data() + (loc.offset - ahead_.offset), loc.length));
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -377,6 +404,7 @@ void Journal::trim(uint64_t keep_from) {
   if (segments_.size() > 1 || last.pending > 0 || last.last < last.first || last.last >= keep_from)
     return;
   // Everything written is in Redis and no longer needed: back to a header.
+  if (ahead_.segment == last.n) ahead_.segment = SIZE_MAX;  // its offsets are written again
   if (::ftruncate(fd_, 0) != 0) return;
   last.bytes = 0;
   last.first = next_;

@@ -31,6 +31,10 @@
 
 #include "control/admission/admission.h"
 
+namespace simdjson::dom {
+class parser;
+}
+
 namespace dripgate::control {
 
 struct JournalRecord {
@@ -128,7 +132,7 @@ class Journal {
   size_t pending_bytes() const { return pending_.size() * kIndexBytes; }
   // A pending record read back from its segment; nullopt when it cannot be (its file changed
   // under the daemon: logged by the caller).
-  std::optional<JournalRecord> read(const Loc& loc) const;
+  std::optional<JournalRecord> read(const Loc& loc);
   // Every record up to this sequence is in Redis (or never was for Redis).
   uint64_t watermark() const { return pending_.empty() ? next_ - 1 : pending_.begin()->first - 1; }
   // Drops the oldest segments whose records are all in Redis and below keep_from (the oldest
@@ -151,8 +155,7 @@ class Journal {
     size_t pending = 0;            // its records not yet in Redis
     uint64_t bytes = 0;
   };
-  Journal(std::string path, int lock_fd, const JournalOptions& options)
-      : path_(std::move(path)), lock_fd_(lock_fd), options_(options) {}
+  Journal(std::string path, int lock_fd, const JournalOptions& options);
   std::string segment_file(size_t n) const;
   void read_segment(Segment& seg, std::vector<JournalRecord>& records, std::vector<Loc>& locs,
                     std::vector<uint64_t>& applied, bool* ends_line);
@@ -173,6 +176,16 @@ class Journal {
   bool dirty_ = false;
   int64_t synced_ms_ = 0;
   size_t unreadable_ = 0;
+  // read()'s read-ahead: a claim reads the pending records in file order, so one pread serves
+  // those of kReadAhead bytes. Dropped when its segment is closed or truncated (its offsets
+  // are then written again); lines once written do not change.
+  static constexpr size_t kReadAhead = 256 << 10;
+  struct Ahead {
+    size_t segment = SIZE_MAX;  // Segment::n of bytes; SIZE_MAX: none
+    uint64_t offset = 0;
+    std::string bytes;
+  } ahead_;
+  std::unique_ptr<simdjson::dom::parser> parser_;  // reused: no allocation once warm
 };
 
 }  // namespace dripgate::control
