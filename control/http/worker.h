@@ -10,7 +10,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +19,7 @@
 #include "control/http/api.h"
 #include "control/http/http_request.h"
 #include "control/http/http_server.h"
+#include "control/http/inbox.h"
 #include "control/http/io_batch.h"
 
 namespace dripgate::control::http {
@@ -101,27 +101,6 @@ class Request {
  private:
   Worker* worker_;
   Connection* conn_;  // not read by finish() once the worker stopped: it may be gone
-};
-
-// Tasks other threads hand to a worker's loop (a reload's answer, from the reload thread): run
-// there, in the order posted. Held by whoever may post (shared_ptr), so that a task posted after
-// the worker stopped finds the inbox closed and is dropped, instead of reaching a freed loop.
-class Inbox {
- public:
-  // On the loop's thread, before anything is posted; false when the event cannot be made.
-  bool open(event_base* base);
-  // Any thread; wakes the loop. Dropped once closed.
-  void post(std::function<void()> task);
-  // On the loop's thread, before its event_base goes: no task runs after it, and those waiting
-  // are dropped.
-  void close();
-
- private:
-  static void on_wake(evutil_socket_t, short, void* arg);
-
-  std::mutex mu_;
-  event* wake_ = nullptr;  // null: closed (or never opened)
-  std::vector<std::function<void()>> tasks_;
 };
 
 struct Worker {

@@ -14,6 +14,7 @@
 
 #include "control/gateway/gateway.h"
 #include "control/http/api.h"
+#include "control/http/inbox.h"
 #include "control/rls/rls_mapping.h"
 #include "control/rls/wire_decode.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -121,33 +122,17 @@ struct InFlightCall {
 // One event loop and its Gateway; calls are posted to it from gRPC's threads.
 struct RlsServer::Loop {
   event_base* base = nullptr;
-  event* wake = nullptr;
+  Inbox inbox;  // the calls gRPC's threads hand to this loop
   std::unique_ptr<Gateway> gateway;
-  std::mutex mu;
-  std::vector<std::function<void(Gateway&)>> queue;
   std::thread thread;
 
   ~Loop() {
-    if (wake) event_free(wake);
+    inbox.close();
     if (base) event_base_free(base);
   }
 
   void post(std::function<void(Gateway&)> fn) {
-    {
-      std::lock_guard lock(mu);
-      queue.push_back(std::move(fn));
-    }
-    event_active(wake, EV_TIMEOUT, 0);
-  }
-
-  static void on_wake(evutil_socket_t, short, void* arg) {
-    auto* l = static_cast<Loop*>(arg);
-    std::vector<std::function<void(Gateway&)>> batch;
-    {
-      std::lock_guard lock(l->mu);
-      batch.swap(l->queue);
-    }
-    for (auto& fn : batch) fn(*l->gateway);
+    inbox.post([this, fn = std::move(fn)] { fn(*gateway); });
   }
 
   void run() {
@@ -255,8 +240,7 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
   for (int i = 0; i < threads_; ++i) {
     auto l = std::make_unique<Loop>();
     l->base = event_base_new();
-    l->wake = l->base ? event_new(l->base, -1, 0, &Loop::on_wake, l.get()) : nullptr;
-    if (!l->wake) {
+    if (!l->base || !l->inbox.open(l->base)) {
       error = "grpc: cannot create an event loop";
       return false;
     }
