@@ -886,6 +886,10 @@ bool Engine::redis_up() const {
   return impl_->redis->up();
 }
 
+int Engine::redis_connected() const {
+  return impl_->redis->connected();
+}
+
 std::string_view Engine::redis_state() const {
   return impl_->redis->state();
 }

@@ -217,6 +217,7 @@ class Engine {
                  std::function<void(std::string error)> done);
 
   bool redis_up() const;
+  int redis_connected() const;  // RedisCalls::connected(); on the loop
   // "up", "down" or "auth_failed" (see RedisClient::state()).
   std::string_view redis_state() const;
 

@@ -76,6 +76,7 @@ class Gateway {
   void release(ReleaseRequest req, std::function<void(ReleaseDecision)> done);
 
   bool redis_up() const { return engine_.redis_up(); }
+  int redis_connected() const { return engine_.redis_connected(); }
   // Since when (steady clock, ms) this worker's Redis has not answered: its connections are
   // down, or its calls fail (the last within 2 s: a worker without requests since does not
   // stay in an outage that is over); 0 while it answers.

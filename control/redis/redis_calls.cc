@@ -29,6 +29,7 @@ class OneNode final : public RedisCalls {
     return o == RedisClient::kUnknownOffset ? 0 : o;
   }
   bool up() const override { return client_.up(); }
+  int connected() const override { return client_.connected(); }
   std::string_view state() const override { return client_.state(); }
 
  private:

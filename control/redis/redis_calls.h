@@ -40,6 +40,10 @@ class RedisCalls {
   virtual int64_t clock_offset_ms() const = 0;
   // Readable from any thread.
   virtual bool up() const = 0;
+  // The connections established now (a cluster: to every node); read on the loop. A test that
+  // stops Redis waits for the whole pool first: otherwise which connection a call fails on, and
+  // so whether the breaker sees a slow call or a lost connection, depends on the machine's speed.
+  virtual int connected() const = 0;
   virtual std::string_view state() const = 0;
 };
 

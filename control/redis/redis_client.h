@@ -128,6 +128,8 @@ class RedisClient {
 
   // At least one connection is established. Readable from any thread.
   bool up() const { return connected_count_.load(std::memory_order_relaxed) > 0; }
+  // The connections of the pool established now. Readable from any thread.
+  int connected() const { return connected_count_.load(std::memory_order_relaxed); }
   // "up", "down", or "auth_failed" while down because AUTH or SELECT was refused. Readable from
   // any thread.
   std::string_view state() const {

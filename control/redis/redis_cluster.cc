@@ -46,6 +46,12 @@ struct RedisCluster::Node {
   bool master = false;  // owns slots in the current map
 };
 
+int RedisCluster::connected() const {
+  int n = 0;
+  for (const auto& node : nodes_) n += node->client ? node->client->connected() : 0;
+  return n;
+}
+
 // One call, owned until answered: a redirect sends it again, after the caller's spans are gone.
 struct RedisCluster::Call {
   const lua::Script* script = nullptr;  // EVALSHA; a plain command when null

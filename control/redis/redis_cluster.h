@@ -92,6 +92,7 @@ class RedisCluster final : public RedisCalls {
   // Every slot has an owner and every owner has a connection up. Readable from any thread.
   bool up() const override { return up_.load(std::memory_order_relaxed); }
   std::string_view state() const override { return up() ? "up" : "down"; }
+  int connected() const override;
   event_base* base() const { return base_; }
   const Stats& stats() const { return stats_; }
   // The node ("host:port") the map gives for slot; empty when none. For tests.
