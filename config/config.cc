@@ -173,6 +173,10 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   }
   out << YAML::Key << "grpc_listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.grpc_listen;
   kv(out, "grpc_max_inflight", int64_t{cfg.control.grpc_max_inflight});
+  out << YAML::Key << "queue" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  kv(out, "max_waiters", cfg.control.queue.max_waiters);
+  kv(out, "max_waiters_per_tenant", cfg.control.queue.max_waiters_per_tenant);
+  out << YAML::EndMap;
   out << YAML::Key << "rls" << YAML::Value << YAML::BeginMap << YAML::Key << "domains"
       << YAML::Value << YAML::BeginMap;
   for (const auto& [domain, keys] : cfg.control.rls_domains) {
@@ -221,6 +225,12 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     out << YAML::Key << "degrade" << YAML::Value << YAML::Flow << YAML::BeginMap;
     if (!plan.degrade->model.empty()) kv(out, "model", plan.degrade->model);
     if (!plan.degrade->upgrade_url.empty()) kv(out, "upgrade_url", plan.degrade->upgrade_url);
+    out << YAML::EndMap;
+  }
+  if (plan.queue) {
+    out << YAML::Key << "queue" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    kv(out, "max_wait_ms", plan.queue->max_wait_ms);
+    kv(out, "priority", int64_t{plan.queue->priority});
     out << YAML::EndMap;
   }
   if (plan.on_failure) kv(out, "on_failure", std::string(on_failure_name(*plan.on_failure)));

@@ -83,6 +83,20 @@ struct Degrade {
   bool operator==(const Degrade&) const = default;
 };
 
+// A plan's waiting room: a request a rate gate refuses may wait in dripgate-control, up to
+// max_wait_ms, to be admitted when the gate allows (control/gateway/wait_queue.h) rather than be
+// answered 429 at once. max_wait_ms is the default of a request that does not ask and the most
+// one may ask for; priority is the band it waits in (0 first, up to WaitQueue::kBands - 1).
+struct PlanQueue {
+  int64_t max_wait_ms = 0;
+  int priority = 0;
+
+  bool operator==(const PlanQueue&) const = default;
+};
+// The longest a request may wait (ms): a client's own timeout is seconds, not minutes.
+inline constexpr int64_t kMaxWaitMs = 300000;
+inline constexpr int kQueueBands = 8;
+
 // What dripgate-control decides while Redis does not answer (redis.on_failure, or a plan's own
 // on_failure): refuse (503), admit without any gate, or decide locally on a share of each limit
 // and reconcile into Redis when it is back.
@@ -103,6 +117,8 @@ struct Plan {
   std::optional<Quota> quota;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
+  // Unset: its requests never wait (a request's max_wait_ms is capped at 0).
+  std::optional<PlanQueue> queue;
   // Overrides redis.on_failure for this plan's tenants; unset: redis.on_failure.
   std::optional<OnFailure> on_failure;
   // kShadow: every gate of the plan (buckets, quota, reservations, concurrency) is in shadow
@@ -207,6 +223,14 @@ struct Control {
   // previous answer, or it is closed (slow or idle clients cannot hold a connection).
   int request_timeout_s = 10;
   DecisionLog decision_log;
+  // The requests waiting for a gate (plans' `queue`), at most, in the whole daemon and of one
+  // tenant; a request beyond either is answered 429 at once (reason "queue_full").
+  struct Queue {
+    int64_t max_waiters = 100000;
+    int64_t max_waiters_per_tenant = 10000;
+    bool operator==(const Queue&) const = default;
+  };
+  Queue queue;
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
   // gRPC calls in flight at most (arrived and not yet answered); beyond it a call is answered

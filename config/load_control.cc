@@ -93,10 +93,11 @@ void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
 }  // namespace
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
-  Fields f(ctx, n, "control",
-           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
-            "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-            "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls"});
+  Fields f(
+      ctx, n, "control",
+      {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
+       "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
+       "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls", "queue"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
@@ -110,6 +111,13 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
   if (const Entry* e = f.find("decision_log"))
     load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
+  if (const Entry* e = f.find("queue")) {
+    Fields q(ctx, e->value, f.path("queue"), {"max_waiters", "max_waiters_per_tenant"});
+    if (q.ok()) {
+      set_int(ctx, q, "max_waiters", c.queue.max_waiters, 0, 10000000);
+      set_int(ctx, q, "max_waiters_per_tenant", c.queue.max_waiters_per_tenant, 0, 10000000);
+    }
+  }
 }
 
 }  // namespace dripgate::config::loader

@@ -68,7 +68,7 @@ void load_degrade(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& 
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, LocalModeUse& local) {
   Fields f(ctx, pe.value, path,
-           {"class", "gates", "quota", "concurrency", "degrade", "on_failure", "mode"});
+           {"class", "gates", "quota", "concurrency", "degrade", "on_failure", "mode", "queue"});
   if (!f.ok()) return;
   set_gate_mode(ctx, f, p.mode);
   p.on_failure = get_on_failure(ctx, f);
@@ -119,6 +119,16 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
     }
   }
   if (const Entry* e = f.find("degrade")) load_degrade(ctx, e->value, f.path("degrade"), p);
+  if (const Entry* e = f.find("queue")) {
+    Fields q(ctx, e->value, f.path("queue"), {"max_wait_ms", "priority"});
+    if (q.ok()) {
+      PlanQueue queue;
+      bool ok = q.require("max_wait_ms") != nullptr;
+      set_int(ctx, q, "max_wait_ms", queue.max_wait_ms, 0, kMaxWaitMs);
+      set_int(ctx, q, "priority", queue.priority, 0, kQueueBands - 1);
+      if (ok) p.queue = queue;
+    }
+  }
 }
 
 }  // namespace

@@ -220,7 +220,7 @@ plans:
             "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
             "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
             "dataplane_socket, max_connections, "
-            "request_timeout_s, decision_log, grpc_listen, grpc_max_inflight, rls)");
+            "request_timeout_s, decision_log, grpc_listen, grpc_max_inflight, rls, queue)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -245,6 +245,29 @@ TEST(Errors, Degrade) {
   EXPECT_EQ(error_of("plans: { pro: { degrade: { upgrade_url: \"https:///x\" } } }\n"),
             "t.yaml:1:41: plans.pro.degrade.upgrade_url: expected an http:// or https:// URL "
             "(printable, no spaces or quotes, at most 2048 bytes)");
+}
+
+// A plan's waiting room and the daemon's bounds on it.
+TEST(Errors, Queue) {
+  Config c = load_ok(
+      "plans: { pro: { queue: { max_wait_ms: 2000, priority: 1 } }, free: {} }\n"
+      "control: { queue: { max_waiters: 500, max_waiters_per_tenant: 20 } }\n");
+  EXPECT_EQ(c.plans.at("pro").queue, (PlanQueue{2000, 1}));
+  EXPECT_FALSE(c.plans.at("free").queue);
+  EXPECT_EQ(c.control.queue, (Control::Queue{500, 20}));
+  EXPECT_EQ(load_ok("plans: { pro: { queue: { max_wait_ms: 0 } } }\n").plans.at("pro").queue,
+            (PlanQueue{0, 0}));
+  EXPECT_EQ(error_of("plans: { pro: { queue: { priority: 1 } } }\n"),
+            "t.yaml:1:24: plans.pro.queue.max_wait_ms: required field is missing");
+  EXPECT_EQ(error_of("plans: { pro: { queue: { max_wait_ms: 300001 } } }\n"),
+            "t.yaml:1:39: plans.pro.queue.max_wait_ms: must be between 0 and 300000, got 300001");
+  EXPECT_EQ(error_of("plans: { pro: { queue: { max_wait_ms: 10, priority: 8 } } }\n"),
+            "t.yaml:1:53: plans.pro.queue.priority: must be between 0 and 7, got 8");
+  EXPECT_EQ(error_of("control: { queue: { max_waiters: -1 } }\n"),
+            "t.yaml:1:34: control.queue.max_waiters: must be between 0 and 10000000, got -1");
+  EXPECT_EQ(error_of("control: { queue: { wait: 1 } }\n"),
+            "t.yaml:1:21: control.queue.wait: unknown key 'wait' (allowed: max_waiters, "
+            "max_waiters_per_tenant)");
 }
 
 TEST(Errors, WrongTypes) {
@@ -1483,7 +1506,7 @@ dataplane:
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
       "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
-      "grpc_max_inflight, rls)",
+      "grpc_max_inflight, rls, queue)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -1524,9 +1547,11 @@ control:
   grpc_listen: "127.0.0.1:8081"
   grpc_max_inflight: 512
   rls: { domains: { edge: { x-tenant-id: tenant, x-model: model, tenant: tenant } } }
+  queue: { max_waiters: 5000, max_waiters_per_tenant: 50 }
 plans:
   pro:
     class: gold
+    queue: { max_wait_ms: 1500, priority: 3 }
     gates:
       tenant:  { capacity: 21, refill_per_s: 5.5 }
       user:    { capacity: 7, refill_per_s: 2.25 }
@@ -1588,6 +1613,8 @@ dataplane:
   EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
   EXPECT_EQ(c.control.grpc_listen, "127.0.0.1:8081");
   EXPECT_EQ(c.control.grpc_max_inflight, 512);
+  EXPECT_EQ(c.control.queue, (Control::Queue{5000, 50}));
+  EXPECT_EQ(c.plans.at("pro").queue, (PlanQueue{1500, 3}));
   using KeyMap = std::map<std::string, std::string>;
   EXPECT_EQ(c.control.rls_domains,
             (std::map<std::string, KeyMap>{

@@ -166,11 +166,11 @@ bool start_pollers(ctl::BrakeSync& brake, ctl::RegistrySync& registry) {
 // Envoy's rate-limit service, beside the HTTP API and counted in the same metrics, when
 // control.grpc_listen is set. False when it cannot listen.
 bool start_rls(const Config& c, const ctl::ConfigStore& store, ctl::Metrics& metrics,
-               ctl::Fallback* fallback, ctl::HttpServer& server,
+               ctl::Fallback* fallback, ctl::WaitBudget* waits, ctl::HttpServer& server,
                std::optional<ctl::RlsServer>& rls) {
   if (c.control.grpc_listen.empty()) return true;
   std::string err;
-  rls.emplace(store, metrics, c.control.threads, fallback, server.decisions());
+  rls.emplace(store, metrics, c.control.threads, fallback, server.decisions(), waits);
   if (!rls->start(c.control.grpc_listen, err)) {
     spdlog::critical("{}", err);
     return false;
@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<ctl::Fallback> fallback;
   if (!open_fallback(c, fallback)) return 1;
   opts.fallback = fallback.get();
+  // control.queue bounds the requests waiting for a gate in the whole daemon, both fronts.
+  ctl::WaitBudget waits;
+  opts.waits = &waits;
   ctl::ConfigStore store(std::make_shared<const ctl::Snapshot>(c, loaded.hash));
   ctl::Metrics metrics;
   // Before any thread may use protobuf, and destroyed after the gRPC front has stopped.
@@ -231,7 +234,7 @@ int main(int argc, char** argv) {
                                        : "cluster (seed " + c.redis.cluster.front() + ")",
                c.source, loaded.hash);
   std::optional<ctl::RlsServer> rls;
-  if (!start_rls(c, store, metrics, fallback.get(), server, rls)) return 1;
+  if (!start_rls(c, store, metrics, fallback.get(), &waits, server, rls)) return 1;
 
   int sig = 0;
   // SIGHUP reloads the config file (reload.h) on the reload thread, and serving goes on; the

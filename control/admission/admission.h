@@ -48,6 +48,9 @@ struct AdmitRequest {
   std::string client_ip;
   int64_t tokens = 0;  // estimate reserved against the quota
   std::optional<Flow> flow;
+  // How long the request may wait for a rate gate that refuses it (the gateway's queue); unset:
+  // its plan's queue.max_wait_ms, which also caps it.
+  std::optional<int64_t> max_wait_ms;
 };
 
 struct SettleRequest {
@@ -101,7 +104,8 @@ struct AdmitResult {
   std::string cls;      // the tenant plan's dataplane class
   int64_t lease_s = 0;  // the concurrency lease an admission takes (s); 0: the plan has none
   std::string gate;     // refusing gate
-  std::string reason;   // "rate" | "quota" | "concurrency" | "reservations"
+  // "rate" | "quota" | "concurrency" | "reservations" | "queue_full" (the gateway's queue)
+  std::string reason;
   int64_t retry_after_ms = 0;
   // Admitted only: the shadow-mode gate that would have refused (the one with the longest wait,
   // as gate for a refusal), and that wait; empty when none would have.
@@ -117,6 +121,9 @@ struct AdmitResult {
   std::string degrade_model, upgrade_url;
   // Decided without Redis (redis.on_failure): "open" or "local"; empty: by Redis.
   std::string degraded;
+  // How long the request waited in the gateway's queue (ms); -1: it could not wait (no
+  // max_wait_ms), so the answer does not say.
+  int64_t waited_ms = -1;
 };
 
 struct SettleResult {

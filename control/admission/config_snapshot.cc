@@ -17,6 +17,19 @@ std::string_view Snapshot::tenant_label(const std::string& tenant,
   return {};
 }
 
+const config::Plan* plan_of(const config::Config& cfg, const std::string& tenant,
+                            const TenantDirectory* registry) {
+  const std::string* plan = registry ? registry->plan_of(tenant) : nullptr;
+  if (!plan) {
+    auto t = cfg.tenants.find(tenant);
+    if (t == cfg.tenants.end()) t = cfg.tenants.find(std::string(config::kAnyTenant));
+    if (t != cfg.tenants.end()) plan = &t->second.plan;
+  }
+  if (!plan) return nullptr;
+  auto p = cfg.plans.find(*plan);
+  return p == cfg.plans.end() ? nullptr : &p->second;
+}
+
 ConfigStore::ConfigStore(std::shared_ptr<const Snapshot> first) : snap_(std::move(first)) {}
 
 ConfigStore::ConfigStore(config::Config cfg)

@@ -35,6 +35,11 @@ struct Snapshot {
                                 const TenantDirectory* registry = nullptr) const;
 };
 
+// The tenant's plan: the registry's when it names the tenant, else the file's entry, else the
+// default plan's ("*"); null when none (or the registry names a plan the file lacks).
+const config::Plan* plan_of(const config::Config& cfg, const std::string& tenant,
+                            const TenantDirectory* registry = nullptr);
+
 // A value one thread publishes and every worker reads: a reader checks the generation (one
 // atomic load) and takes the lock only after a change (PublishedView).
 template <class T>

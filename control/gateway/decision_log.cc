@@ -85,6 +85,8 @@ void DecisionLog::record(const DecisionWho& who, const AdmitResult& r, std::stri
   }
   // The factor the brake cut this request's enforced rates to (absent: not braked).
   if (r.brake < 1) w.key("brake").number(r.brake);
+  // How long it waited for its gate (absent: it could not wait).
+  if (r.waited_ms >= 0) w.key("waited_ms").integer(r.waited_ms);
   w.key("remaining").begin_object();
   for (const auto& g : r.remaining) w.key(g.gate).number(g.value);
   w.end_object();

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "control/admission/keys.h"
@@ -64,13 +65,15 @@ void Gateway::Watch::up(bool is_up) {
 
 Gateway::Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flows, Metrics& metrics,
                  int dataplane_timeout_ms, const DecisionLogFile* decisions, std::string front,
-                 Fallback* fallback)
+                 Fallback* fallback, WaitBudget* budget)
     : base_(base),
       flows_(flows),
       metrics_(metrics),
       front_(std::move(front)),
       fallback_(fallback),
       watch_(metrics),
+      own_budget_(budget ? nullptr : std::make_unique<WaitBudget>()),
+      budget_(budget ? budget : own_budget_.get()),
       engine_(store, base, &watch_),
       dp_(base, store.current()->cfg.control.dataplane_socket, &metrics, dataplane_timeout_ms) {
   if (decisions)
@@ -80,10 +83,14 @@ Gateway::Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flow
     tick_ = event_new(base, -1, EV_PERSIST, &Gateway::on_tick, this);
     evtimer_add(tick_, &kReconcileTick);
   }
+  deadline_ev_ = evtimer_new(base, &Gateway::on_deadline, this);
 }
 
 Gateway::~Gateway() {
+  // The waiters not with Redis are answered now; those that are, by the engine's last callbacks.
+  drain_waiters();
   if (tick_) event_free(tick_);
+  if (deadline_ev_) event_free(deadline_ev_);
 }
 
 int64_t Gateway::outage_since_ms() const {
@@ -223,8 +230,11 @@ config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapsh
     modes_of_ = snap;
     const config::Redis::Breaker& b = snap->cfg.redis.breaker;
     breaker_.set_options({b.failures, b.open_ms, b.probes});
-    plan_modes_ = false;
-    for (const auto& [name, plan] : snap->cfg.plans) plan_modes_ |= plan.on_failure.has_value();
+    plan_modes_ = plan_queues_ = false;
+    for (const auto& [name, plan] : snap->cfg.plans) {
+      plan_modes_ |= plan.on_failure.has_value();
+      plan_queues_ |= plan.queue && plan.queue->max_wait_ms > 0;
+    }
   }
   if (!plan_modes_) return snap->cfg.redis.on_failure;
   return failure_mode(snap->cfg, tenant, engine_.registry().get());
@@ -237,12 +247,66 @@ struct Gateway::Admission {
   std::string tenant;  // the metrics label
   std::string id;      // the tenant as the request names it: the flow's tenant in the dataplane
   std::optional<Flow> flow;
-  std::optional<DecisionWho> who;
+  std::unique_ptr<DecisionWho> who;  // sampled for the decision log only
   config::OnFailure mode = config::OnFailure::kClosed;
-  bool sent = true;  // sent to Redis (false: the breaker decided without it)
-  std::optional<AdmitRequest> again;
+  bool sent = true;                   // sent to Redis (false: the breaker decided without it)
+  std::optional<AdmitRequest> again;  // kept also to send again while waiting
   std::shared_ptr<const Snapshot> snap;
   std::function<void(AdmitDecision)> done;
+  // Waiting (handle != 0: the request may wait, max_wait_ms > 0).
+  uint64_t handle = 0;
+  int64_t max_wait_ms = 0;
+  int64_t arrived_ms = 0;  // its deadline runs from here
+  int64_t queued_ms = 0;   // when it first joined a queue; 0: never
+  uint8_t band = 0;
+  uint64_t waiter = 0;     // its id in the queue; 0: in none
+  bool retrying = false;   // its gate sent it to Redis again: the answer is to come
+  bool abandoned = false;  // its client went away
+  std::string gate, kind;  // the gate it waits on, and that gate's name ("model", ...)
+  // Of its last refusal, what the 429 at its deadline says beyond its gate and reason (a rate
+  // refusal's); not the whole AdmitResult, which would double a waiter's memory.
+  struct Refusal {
+    std::vector<Remaining> remaining;
+    std::string degrade_model, upgrade_url;
+    double brake = 1;
+  } refusal;
+  void keep(AdmitResult&& r) {
+    refusal.remaining = std::move(r.remaining);
+    refusal.degrade_model = std::move(r.degrade_model);
+    refusal.upgrade_url = std::move(r.upgrade_url);
+    refusal.brake = r.brake;
+  }
+  // The 429 of its deadline: its last refusal, retry_after_ms from now.
+  AdmitResult refused(int64_t retry_after_ms) {
+    AdmitResult r;
+    r.outcome = Outcome::kRefused;
+    r.gate = kind;
+    r.reason = "rate";
+    r.retry_after_ms = retry_after_ms;
+    r.remaining = std::move(refusal.remaining);
+    r.degrade_model = std::move(refusal.degrade_model);
+    r.upgrade_url = std::move(refusal.upgrade_url);
+    r.brake = refusal.brake;
+    return r;
+  }
+};
+
+// A gate requests wait on: the one timer that sends its first waiter to Redis again when a token
+// can exist for it (the refusal's retry_after, the admission's remaining), so a waiter costs
+// Redis nothing until then, and one call at a time per gate.
+struct Gateway::GateWait {
+  GateWait(Gateway* g, std::string k, std::string_view n)
+      : gateway(g), key(std::move(k)), kind(n) {}
+  ~GateWait() {
+    if (timer) event_free(timer);
+  }
+  GateWait(const GateWait&) = delete;
+  GateWait& operator=(const GateWait&) = delete;
+  Gateway* gateway;
+  std::string key, kind;
+  event* timer = nullptr;
+  int64_t due_ms = 0;     // the timer's time; 0: not armed
+  bool retrying = false;  // its first waiter is with Redis
 };
 
 Gateway::Admission* Gateway::take_admission() {
@@ -260,10 +324,15 @@ void Gateway::give_back(Admission* a) {
   a->again.reset();
   a->snap.reset();
   a->done = nullptr;
+  a->handle = 0;
+  a->queued_ms = 0;
+  a->waiter = 0;
+  a->retrying = a->abandoned = false;
+  a->refusal = Admission::Refusal{};
   spare_admissions_.push_back(std::move(owned));
 }
 
-void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
+uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   Admission* a = take_admission();
@@ -271,12 +340,47 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   a->id.assign(req.tenant);
   a->flow = req.flow;
   if (decisions_ && decisions_->sampled())
-    a->who = DecisionWho{req.tenant, req.user, req.model, req.tool};
+    a->who = std::make_unique<DecisionWho>(DecisionWho{req.tenant, req.user, req.model, req.tool});
   // What the request is decided by should Redis not answer: kept only when not `closed`.
   a->mode = admit_failure_mode(snap, req.tenant);
   if (a->mode != config::OnFailure::kClosed) a->again = req;
   a->snap = snap;
   a->done = std::move(done);
+  a->arrived_ms = steady_ms();
+  a->max_wait_ms = 0;
+  a->band = 0;
+  if (plan_queues_ && !no_wait_ && req.max_wait_ms.value_or(1) > 0)
+    if (const config::Plan* plan = plan_of(snap->cfg, req.tenant, engine_.registry().get());
+        plan && plan->queue) {
+      a->max_wait_ms =
+          std::min(req.max_wait_ms.value_or(plan->queue->max_wait_ms), plan->queue->max_wait_ms);
+      a->band = static_cast<uint8_t>(plan->queue->priority);
+    }
+  if (a->max_wait_ms > 0) {
+    a->handle = ++last_handle_;
+    waiting_.emplace(a->handle, a);
+    if (!a->again) a->again = req;
+    // No overtaking: the gate's waiters here are served first, this one after them.
+    if (auto [gate, kind] = waited_gate(req); !gate.empty()) {
+      AdmitResult r;
+      r.outcome = Outcome::kRefused;
+      r.request_id = req.request_id;
+      r.gate = kind;
+      r.reason = "rate";
+      if (join(a, std::move(gate), kind, a->arrived_ms, r)) {
+        arm_deadline();
+      } else {
+        post([this, a, r = std::move(r)]() mutable { answer(a, r); });
+      }
+      return a->handle;
+    }
+  }
+  const uint64_t handle = a->handle;
+  send(a, req);
+  return handle;
+}
+
+void Gateway::send(Admission* a, const AdmitRequest& req) {
   const int64_t now = steady_ms();
   const Breaker::State before = breaker_.state();
   a->sent = breaker_.allow(now);
@@ -294,7 +398,7 @@ void Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
     return;
   }
   engine_.admit(
-      std::move(req), [this, a](AdmitResult&& r) { admitted(a, r); }, std::move(snap));
+      req, [this, a](AdmitResult&& r) { admitted(a, r); }, a->snap);
 }
 
 void Gateway::admitted(Admission* a, AdmitResult& r) {
@@ -310,6 +414,36 @@ void Gateway::admitted(Admission* a, AdmitResult& r) {
       for (const Remaining& q : r.remaining)
         if (q.gate == "quota")
           fallback_->quota_left(a->again->tenant, static_cast<int64_t>(q.value));
+  }
+  if (a->handle && wait(a, r)) return;
+  answer(a, r);
+}
+
+namespace {
+
+// How a request that could wait ended, for dripgate_queue_requests_total.
+std::string_view wait_result(const AdmitResult& r, bool abandoned) {
+  if (abandoned) return "abandoned";
+  switch (r.outcome) {
+    case Outcome::kAllowed:
+      return "admitted";
+    case Outcome::kRefused:
+      return r.reason == "queue_full" ? "queue_full" : r.reason == "rate" ? "timed_out" : "refused";
+    default:
+      return "failed";
+  }
+}
+
+}  // namespace
+
+void Gateway::answer(Admission* a, AdmitResult& r) {
+  if (a->handle) {
+    const int64_t now = steady_ms();
+    r.waited_ms = a->queued_ms ? now - a->queued_ms : 0;
+    metrics_.waited(a->band, wait_result(r, a->abandoned),
+                    a->queued_ms ? std::optional<double>(r.waited_ms / 1000.0) : std::nullopt);
+    waiting_.erase(a->handle);
+    if (a->abandoned) return abandoned(a, r);
   }
   // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
   const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
@@ -335,6 +469,274 @@ void Gateway::admitted(Admission* a, AdmitResult& r) {
             done(AdmitDecision{std::move(r), tag});
           });
   give_back(a);
+}
+
+void Gateway::abandoned(Admission* a, const AdmitResult& r) {
+  if (r.outcome == Outcome::kAllowed && !r.request_id.empty()) {
+    // Admitted by a call that was with Redis when the client went: nothing kept. The estimate
+    // goes back to the quota (a settle of 0) and the lease, if any, is released; the rate
+    // gates keep the token the call took, as for any admission the client does not use.
+    engine_.settle(SettleRequest{a->id, r.request_id, 0}, [](SettleResult) {});
+    engine_.release(a->id, r.request_id, [](ReleaseResult) {});
+  }
+  auto done = std::move(a->done);
+  give_back(a);
+  AdmitResult gone;
+  gone.outcome = Outcome::kUnavailable;
+  gone.error = "abandoned: the client went away";
+  done(AdmitDecision{std::move(gone), {}});
+}
+
+// ---- the queue ----
+
+namespace {
+
+// The name of the gate a refusal names, as the queue knows it: the bucket's Redis key (keys.h),
+// so a tenant's gate and a model's are told apart however their requests differ otherwise.
+std::string gate_key(const AdmitRequest& req, std::string_view gate) {
+  if (gate == "model" || gate == "model_tokens") return keys::global_bucket(gate, req.model);
+  if (gate == "tool") return keys::global_bucket(gate, req.tool);
+  if (gate == "total") return keys::total_bucket();
+  if (gate == "user" || gate == "user_tokens") return keys::bucket(req.tenant, gate, req.user);
+  if (gate == "api_key" || gate == "api_key_tokens")
+    return keys::bucket(req.tenant, gate, req.api_key);
+  if (gate == "ip") return keys::bucket(req.tenant, gate, req.client_ip);
+  return keys::bucket(req.tenant, gate);
+}
+
+// Whether the request passes through a gate of this name at all.
+bool has_gate(const AdmitRequest& req, std::string_view gate) {
+  if (gate.starts_with("model")) return !req.model.empty();
+  if (gate == "tool") return !req.tool.empty();
+  if (gate.starts_with("user")) return !req.user.empty();
+  if (gate.starts_with("api_key")) return !req.api_key.empty();
+  if (gate == "ip") return !req.client_ip.empty();
+  return gate != "other";
+}
+
+// When a token-bucket gate holds cost again after an admission left it at its remaining: now
+// when that is unknown (the next call's refusal then says).
+int64_t refill_ms(const std::vector<Remaining>& remaining, std::string_view gate, double cost) {
+  for (const Remaining& q : remaining) {
+    if (q.gate != gate) continue;
+    if (q.value >= cost || q.limit <= 0 || q.window_s <= 0) return 0;
+    const double per_ms = q.limit / q.window_s / 1000;
+    return static_cast<int64_t>(std::ceil((cost - q.value) / per_ms));
+  }
+  return 0;
+}
+
+size_t kind_index(std::string_view kind) {
+  for (size_t i = 0; i + 1 < Metrics::kWaitGates.size(); ++i)
+    if (Metrics::kWaitGates[i] == kind) return i;
+  return Metrics::kWaitGates.size() - 1;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest& req) const {
+  if (queue_.size() == 0) return {};
+  for (size_t i = 0; i < kinds_waiting_.size(); ++i) {
+    const std::string_view kind = Metrics::kWaitGates[i];
+    if (kinds_waiting_[i] == 0 || !has_gate(req, kind)) continue;
+    std::string key = gate_key(req, kind);
+    if (queue_.size(key) > 0) return {std::move(key), kind};
+  }
+  return {};
+}
+
+bool Gateway::wait(Admission* a, AdmitResult& r) {
+  const int64_t now = steady_ms();
+  GateWait* from = nullptr;
+  if (a->retrying) {
+    a->retrying = false;
+    from = find_gate_wait(a->gate);
+    if (from) from->retrying = false;
+  }
+  const int64_t deadline = a->arrived_ms + a->max_wait_ms;
+  // Waiting helps a rate gate only (a quota does not refill within a wait), and only when the
+  // gate can hold a token for the request before its deadline.
+  if (!a->abandoned && !no_wait_ && r.outcome == Outcome::kRefused && r.reason == "rate" &&
+      now + r.retry_after_ms < deadline) {
+    std::string gate = gate_key(*a->again, r.gate);
+    const int64_t due = now + std::max<int64_t>(r.retry_after_ms, 1);
+    if (a->waiter && from && gate == a->gate) {  // still first on its gate
+      a->keep(std::move(r));
+      schedule(*from, due);
+      return true;
+    }
+    leave_queue(a);
+    if (from) schedule(*from, now);  // its turn passes to the next
+    std::string kind = r.gate;
+    if (join(a, std::move(gate), kind, now, r)) {
+      a->keep(std::move(r));
+      schedule(gate_wait(a->gate, kind), due);
+      arm_deadline();
+      return true;
+    }
+    return false;  // r says queue_full
+  }
+  leave_queue(a, from != nullptr);
+  if (from) next_after(*from, r, now);
+  return false;
+}
+
+bool Gateway::join(Admission* a, std::string gate, std::string_view kind, int64_t now_ms,
+                   AdmitResult& r) {
+  const config::Control::Queue& bounds = a->snap->cfg.control.queue;
+  WaitQueue::Pushed p;
+  if (budget_->take(a->id, bounds.max_waiters, bounds.max_waiters_per_tenant) ==
+      WaitBudget::Taken::kYes) {
+    p = queue_.push(gate, a->id, a->band, a->arrived_ms + a->max_wait_ms, now_ms, a->handle);
+    if (!p.id) budget_->give(a->id);
+  }
+  if (!p.id) {
+    r.reason = "queue_full";
+    return false;
+  }
+  a->waiter = p.id;
+  a->gate = std::move(gate);
+  a->kind.assign(kind);
+  if (!a->queued_ms) a->queued_ms = now_ms;
+  ++kinds_waiting_[kind_index(kind)];
+  metrics_.waiting(a->band, kind, 1);
+  return true;
+}
+
+void Gateway::leave_queue(Admission* a, bool served) {
+  if (!a->waiter) return;
+  // Served, it was its gate's next (its turn passes on in the rotation); otherwise it leaves
+  // wherever it is, and the turn stays. false: expired() took it out already.
+  if (const WaitQueue::Waiter* next = served ? queue_.next(a->gate) : nullptr;
+      next && next->id == a->waiter)
+    queue_.pop(a->gate);
+  else
+    queue_.cancel(a->waiter);
+  a->waiter = 0;
+  budget_->give(a->id);
+  --kinds_waiting_[kind_index(a->kind)];
+  metrics_.waiting(a->band, a->kind, -1);
+}
+
+Gateway::GateWait* Gateway::find_gate_wait(const std::string& gate) {
+  auto it = gate_waits_.find(gate);
+  return it == gate_waits_.end() ? nullptr : it->second.get();
+}
+
+Gateway::GateWait& Gateway::gate_wait(const std::string& gate, std::string_view kind) {
+  auto& g = gate_waits_[gate];
+  if (!g) {
+    g = std::make_unique<GateWait>(this, gate, kind);
+    g->timer = evtimer_new(base_, &Gateway::on_gate_due, g.get());
+  }
+  return *g;
+}
+
+void Gateway::schedule(GateWait& g, int64_t at_ms) {
+  if (g.retrying || no_wait_ || (g.due_ms != 0 && g.due_ms <= at_ms)) return;
+  g.due_ms = at_ms;
+  const int64_t in = std::max<int64_t>(at_ms - steady_ms(), 0);
+  const timeval tv{static_cast<time_t>(in / 1000), static_cast<suseconds_t>(in % 1000 * 1000)};
+  evtimer_add(g.timer, &tv);
+}
+
+void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_ms) {
+  const WaitQueue::Waiter* w = queue_.next(g.key);
+  if (!w) return schedule(g, now_ms);  // retry() lets the gate go
+  // Admitted: the next can pass once the gate holds its cost again; refused by this gate: once it
+  // holds a token; otherwise now.
+  int64_t in = 0;
+  if (r.outcome == Outcome::kRefused && r.reason == "rate" && r.gate == g.kind) {
+    in = r.retry_after_ms;
+  } else if (r.outcome == Outcome::kAllowed) {
+    const Admission* next = waiting_.at(w->cookie);
+    const double cost =
+        g.kind.ends_with("_tokens") ? static_cast<double>(next->again->tokens) : 1.0;
+    in = refill_ms(r.remaining, g.kind, cost);
+  }
+  schedule(g, now_ms + in);
+}
+
+void Gateway::on_gate_due(int, short, void* arg) {
+  auto* g = static_cast<GateWait*>(arg);
+  g->due_ms = 0;
+  g->gateway->retry(*g);
+}
+
+void Gateway::retry(GateWait& g) {
+  const WaitQueue::Waiter* w = queue_.next(g.key);
+  if (!w) {
+    gate_waits_.erase(g.key);  // g is gone
+    return;
+  }
+  Admission* a = waiting_.at(w->cookie);
+  g.retrying = a->retrying = true;
+  send(a, *a->again);
+}
+
+void Gateway::arm_deadline() {
+  const std::optional<int64_t> at = queue_.earliest_deadline();
+  if (!at || (deadline_at_ != 0 && deadline_at_ <= *at)) return;
+  deadline_at_ = *at;
+  const int64_t in = std::max<int64_t>(*at - steady_ms(), 0);
+  const timeval tv{static_cast<time_t>(in / 1000), static_cast<suseconds_t>(in % 1000 * 1000)};
+  evtimer_add(deadline_ev_, &tv);
+}
+
+void Gateway::on_deadline(int, short, void* arg) {
+  auto* g = static_cast<Gateway*>(arg);
+  g->deadline_at_ = 0;
+  g->expire();
+  g->arm_deadline();
+}
+
+// The waiters whose deadline came are answered their last refusal, with how long until their
+// gate is tried next; one with Redis at that moment is answered by Redis.
+void Gateway::expire() {
+  std::vector<WaitQueue::Waiter> out;
+  const int64_t now = steady_ms();
+  queue_.expired(now, out);
+  for (const WaitQueue::Waiter& w : out) {
+    Admission* a = waiting_.at(w.cookie);
+    const GateWait* g = find_gate_wait(a->gate);
+    leave_queue(a);
+    if (a->retrying) continue;
+    AdmitResult r = a->refused(g && g->due_ms > now ? g->due_ms - now : 1);
+    answer(a, r);
+  }
+}
+
+void Gateway::abandon(uint64_t handle) {
+  auto it = waiting_.find(handle);
+  if (it == waiting_.end() || it->second->abandoned) return;
+  Admission* a = it->second;
+  a->abandoned = true;
+  // Its place goes to the next, at the time its gate's timer already has.
+  const bool queued = a->waiter != 0;
+  leave_queue(a);
+  // A call with Redis (its first, or its gate's retry) is answered to abandoned() by Redis.
+  if (!queued || a->retrying) return;
+  post([this, a] {
+    AdmitResult r;
+    r.outcome = Outcome::kUnavailable;
+    answer(a, r);
+  });
+}
+
+void Gateway::drain_waiters() {
+  no_wait_ = true;
+  std::vector<WaitQueue::Waiter> out;
+  queue_.expired(INT64_MAX, out);
+  for (const WaitQueue::Waiter& w : out) {
+    Admission* a = waiting_.at(w.cookie);
+    leave_queue(a);
+    if (a->retrying) continue;
+    const GateWait* g = find_gate_wait(a->gate);
+    const int64_t now = steady_ms();
+    AdmitResult r = a->refused(g && g->due_ms > now ? g->due_ms - now : 1);
+    answer(a, r);
+  }
+  gate_waits_.clear();
 }
 
 namespace {

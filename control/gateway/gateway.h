@@ -9,6 +9,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <absl/container/flat_hash_map.h>
 
 #include "config/config.h"
 #include "control/admission/admission.h"
@@ -16,6 +20,8 @@
 #include "control/dataplane_client/dataplane_client.h"
 #include "control/gateway/breaker.h"
 #include "control/gateway/decision_log.h"
+#include "control/gateway/wait_budget.h"
+#include "control/gateway/wait_queue.h"
 #include "control/metrics/metrics.h"
 #include "control/outage/fallback.h"
 #include "control/outage/reconcile.h"
@@ -55,9 +61,11 @@ class Gateway {
   // front: the metrics' label for the API this gateway serves ("http", "grpc").
   // fallback: the process's local decisions (redis.on_failure: local), shared by every gateway;
   // null: `local` answers as `closed`.
+  // budget: the daemon's count of waiting requests (control.queue), shared by every gateway;
+  // null: this gateway's own.
   Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flows, Metrics& metrics,
           int dataplane_timeout_ms, const DecisionLogFile* decisions = nullptr,
-          std::string front = "http", Fallback* fallback = nullptr);
+          std::string front = "http", Fallback* fallback = nullptr, WaitBudget* budget = nullptr);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -65,7 +73,28 @@ class Gateway {
   // Each calls done exactly once, on the loop. An admitted request with a flow is answered
   // after the dataplane answered the tag (bounded by its timeout), so a caller that starts
   // sending right after the answer finds its flow already in its class.
-  void admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
+  //
+  // A request a rate gate refuses may wait, up to its max_wait_ms (capped by its plan's
+  // queue.max_wait_ms, which is also its default), in this gateway's queue for that gate
+  // (wait_queue.h: by its plan's priority band, then round robin across tenants, FIFO within
+  // one), and is answered the moment the gate admits it, or 429 at its deadline; the answer
+  // says how long it waited (waited_ms). A request that may wait and meets a gate others already
+  // wait on here joins them without asking Redis: it cannot overtake them. Returns the
+  // request's handle while it may wait, else 0.
+  uint64_t admit(AdmitRequest req, std::function<void(AdmitDecision)> done);
+  // The client of a waiting request went away: it leaves the queue at once and its place goes to
+  // the next. It is charged nothing (admitted meanwhile by a call already in Redis, its
+  // reservation and lease are given back). Its done is still called once, later, with
+  // kUnavailable. A handle already answered does nothing.
+  void abandon(uint64_t handle);
+  // Shutting down: every waiting request is answered now (429, as at its deadline), and those
+  // that come later do not wait.
+  void drain_waiters();
+  size_t waiters() const { return queue_.size(); }
+  // The memory a waiting request takes in the gateway, at most, beside its client's connection:
+  // its admission (the request kept to be sent again, its last refusal), its place in the
+  // queue (WaitQueue::kBytesPerWaiter) and in the handle index. gateway_wait_test measures it.
+  static constexpr size_t kBytesPerWaiter = 1024;
   void settle(SettleRequest req, std::function<void(SettleResult)> done);
   // One charge of a stream (POST /v1/charge). An allowed charge of a request admitted with a
   // flow on this daemon tags the flow again, for the lease it renewed (the plan's lease, or
@@ -101,11 +130,39 @@ class Gateway {
     std::atomic<int64_t> down_since_ms{0};
   };
   struct Admission;
+  struct GateWait;
   Admission* take_admission();
   void give_back(Admission* a);
+  // Asks Redis for a (or, with the breaker open, decides without it).
+  void send(Admission* a, const AdmitRequest& req);
   // An admission's answer from the engine (the callback's own, moved on from there): the
-  // metrics, the decision log, the flow's tag.
+  // outage bookkeeping, then the queue (wait()) or the answer.
   void admitted(Admission* a, AdmitResult& r);
+  // The answer: the metrics, the decision log, the flow's tag, done.
+  void answer(Admission* a, AdmitResult& r);
+  // ---- the queue (wait_queue.h) ----
+  // Whether a, just answered r, waits on; if not, it has left the queue (r is its answer).
+  bool wait(Admission* a, AdmitResult& r);
+  // a takes a place on gate (kind: the refusing gate's name); false (r says queue_full): none.
+  bool join(Admission* a, std::string gate, std::string_view kind, int64_t now_ms, AdmitResult& r);
+  // served: its gate answered it (the turn passes on), rather than it going.
+  void leave_queue(Admission* a, bool served = false);
+  // The gate's retry runs at at_ms (or earlier, already set), unless one is with Redis.
+  void schedule(GateWait& g, int64_t at_ms);
+  // The gate's first waiter is sent to Redis; a gate nobody waits on any more goes.
+  void retry(GateWait& g);
+  // The gate whose first waiter was just answered r: when to try the next.
+  void next_after(GateWait& g, const AdmitResult& r, int64_t now_ms);
+  GateWait& gate_wait(const std::string& gate, std::string_view kind);
+  GateWait* find_gate_wait(const std::string& gate);
+  // A gate a request that may wait shares with waiters here (empty: none).
+  std::pair<std::string, std::string_view> waited_gate(const AdmitRequest& req) const;
+  void expire();
+  void arm_deadline();
+  static void on_gate_due(int, short, void* arg);
+  static void on_deadline(int, short, void* arg);
+  // The waiter answered without a client: what it took given back, done called.
+  void abandoned(Admission* a, const AdmitResult& r);
   // A decision Redis could not make, under the tenant's redis.on_failure.
   void degraded_admit(config::OnFailure mode, const Snapshot& snap, const AdmitRequest& req,
                       AdmitResult& r);
@@ -139,9 +196,10 @@ class Gateway {
   std::atomic<int64_t> failing_since_ms_{0}, last_failure_ms_{0};
   std::mt19937_64 rng_{std::random_device{}()};
   // The snapshot admit_failure_mode last saw (held, so that its address cannot come back as
-  // another's) and whether one of its plans has an on_failure.
+  // another's) and whether one of its plans has an on_failure, or a queue.
   std::shared_ptr<const Snapshot> modes_of_;
   bool plan_modes_ = false;
+  bool plan_queues_ = false;
   event* tick_ = nullptr;
   ReconcilePace pace_;
   Breaker breaker_;
@@ -149,7 +207,19 @@ class Gateway {
   // Before the engine: destroyed after it, whose last callbacks still give theirs back.
   static constexpr size_t kSpareAdmissions = 256;
   std::vector<std::unique_ptr<Admission>> spare_admissions_;
-  AdmittedFlow renewal_;  // charged()'s copy of a flow to tag again, reused
+  // The waiting requests and their gates, before the engine too (its last callbacks answer
+  // theirs).
+  WaitQueue queue_{{SIZE_MAX, SIZE_MAX}};  // bounded by the budget, across workers
+  std::unique_ptr<WaitBudget> own_budget_;
+  WaitBudget* budget_;
+  uint64_t last_handle_ = 0;
+  absl::flat_hash_map<uint64_t, Admission*> waiting_;  // by handle, until answered
+  std::unordered_map<std::string, std::unique_ptr<GateWait>> gate_waits_;
+  std::array<size_t, Metrics::kWaitGates.size()> kinds_waiting_{};
+  event* deadline_ev_ = nullptr;
+  int64_t deadline_at_ = 0;  // deadline_ev_'s time; 0: not armed
+  bool no_wait_ = false;     // draining or destroyed: nothing waits any more
+  AdmittedFlow renewal_;     // charged()'s copy of a flow to tag again, reused
   Engine engine_;
   std::unique_ptr<DecisionLog> decisions_;
   // Declared after the engine, so destroyed before it: the engine's last callbacks

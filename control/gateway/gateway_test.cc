@@ -65,8 +65,8 @@ class GatewayTest : public ::testing::Test {
     }
     return *gateway_;
   }
-  template <class R, class Req>
-  R run(void (Gateway::*call)(Req, std::function<void(R)>), Req req) {
+  template <class R, class Req, class Returns>
+  R run(Returns (Gateway::*call)(Req, std::function<void(R)>), Req req) {
     auto out = loop_.await<R>([&](auto done) { (gateway().*call)(std::move(req), done); }, 5000ms);
     EXPECT_TRUE(out) << "no answer within 5 s";
     return out.value_or(R{});

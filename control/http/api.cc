@@ -84,29 +84,35 @@ std::optional<FieldError> get_id(const JsonReader& j, int obj, const char* name,
   return std::nullopt;
 }
 
-std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t& out) {
-  const Value* v = present(j, JsonReader::kBody, "tokens");
+// A non-negative integer field of at most max (a float written with no fraction is one).
+std::optional<FieldError> get_count(const JsonReader& j, const char* field, bool required,
+                                    int64_t max, int64_t& out) {
+  const Value* v = present(j, JsonReader::kBody, field);
   if (!v) {
-    if (required) return FieldError{"tokens", "required"};
+    if (required) return FieldError{field, "required"};
     return std::nullopt;
   }
   const char* msg = "must be a non-negative integer";
   if (v->kind == Kind::kUnsigned) {
-    if (v->unsigned_ > static_cast<uint64_t>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    if (v->unsigned_ > static_cast<uint64_t>(max)) return FieldError{field, "too large"};
     out = static_cast<int64_t>(v->unsigned_);
   } else if (v->kind == Kind::kInteger) {  // a minus sign: below zero, or -0
-    if (v->integer < 0) return FieldError{"tokens", msg};
+    if (v->integer < 0) return FieldError{field, msg};
     out = 0;
   } else if (v->kind == Kind::kFloat) {
     // 300.0 is an integer written by a careless serializer; 300.5 is not.
     double d = v->number;
-    if (!std::isfinite(d) || d < 0 || std::floor(d) != d) return FieldError{"tokens", msg};
-    if (d > static_cast<double>(kMaxTokens)) return FieldError{"tokens", "too large"};
+    if (!std::isfinite(d) || d < 0 || std::floor(d) != d) return FieldError{field, msg};
+    if (d > static_cast<double>(max)) return FieldError{field, "too large"};
     out = static_cast<int64_t>(d);
   } else {
-    return FieldError{"tokens", msg};
+    return FieldError{field, msg};
   }
   return std::nullopt;
+}
+
+std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t& out) {
+  return get_count(j, "tokens", required, kMaxTokens, out);
 }
 
 // An address with a ':' can only be IPv6 and one without only IPv4: one inet_pton, not two.
@@ -260,7 +266,7 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
   constexpr int o = JsonReader::kBody;
   if (auto e = reject_unknown(j, o,
                               {"tenant", "user", "api_key", "model", "tool", "tokens", "request_id",
-                               "flow", "client_ip"}))
+                               "flow", "client_ip", "max_wait_ms"}))
     return e;
   AdmitRequest r;
   if (auto e = get_id(j, o, "tenant", true, r.tenant)) return e;
@@ -272,6 +278,11 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
   if (auto e = get_tokens(j, false, r.tokens)) return e;
   if (auto e = get_flow(j, r.flow)) return e;
   if (auto e = get_client_ip(j, r.client_ip)) return e;
+  if (present(j, o, "max_wait_ms")) {
+    int64_t ms = 0;
+    if (auto e = get_count(j, "max_wait_ms", true, config::kMaxWaitMs, ms)) return e;
+    r.max_wait_ms = ms;
+  }
   out = std::move(r);
   return std::nullopt;
 }
@@ -620,6 +631,7 @@ void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now
       w.key("allowed").boolean(false).key("gate").string(r.gate).key("reason").string(r.reason);
       w.key("retry_after_ms").integer(r.retry_after_ms);
     }
+    if (r.waited_ms >= 0) w.key("waited_ms").integer(r.waited_ms);
     write_remaining(w, r.remaining);
     if (!r.degraded.empty()) w.key("degraded").string(r.degraded);
     if (status == 429) guidance::write(w, r, now_s);

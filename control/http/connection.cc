@@ -230,6 +230,8 @@ bool Worker::close_conn(Connection* c) {
     }
     close(c->fd);
     c->fd = -1;
+    // A request waiting for a gate leaves the queue now; its answer (later) frees c.
+    if (const uint64_t waiter = std::exchange(c->waiter, 0)) gateway->abandon(waiter);
     return false;
   }
   destroy(c);
@@ -355,7 +357,9 @@ void Worker::pause_reading(Connection* c) {
 void Worker::peer_closed(Connection* c) {
   c->peer_closed = true;
   pause_reading(c);  // an EOF stays readable
-  if (!c->busy && !c->output_waits() && c->pending.empty()) close_conn(c);
+  // A client that goes while its request waits for a gate no longer wants it (a proxy gives up
+  // on its upstream call this way), and its place goes to the next.
+  if ((!c->busy || c->waiter) && !c->output_waits() && c->pending.empty()) close_conn(c);
 }
 
 // Parses data[0, n) for c (no request in progress), answering what it can at once; what is left
@@ -579,6 +583,7 @@ void Worker::reply(Connection* c, const api::Response& r, std::string_view conte
 void Worker::finish(Connection* c, const api::Response& r) {
   --inflight;
   if (stopped) return;
+  c->waiter = 0;
   if (c->orphan) return destroy(c);
   reply(c, r, "application/json");
 }
@@ -590,6 +595,7 @@ void Worker::on_stop(evutil_socket_t, short, void* arg) {
   if (w->draining) return;
   w->draining = true;
   w->drain_deadline = Clock::now() + kDrainLimit;
+  w->gateway->drain_waiters();
   event_del(w->listen_ev);
   evtimer_del(w->resume_ev);
   timeval tv{0, 5000};

@@ -12,11 +12,13 @@ void handle_admit(Request req) {
   Worker& w = req.worker();
   if (!read_body(req, api::parse_admit, ar)) return w.metrics->admission("", "", "bad_request");
   req.defer();
-  w.gateway->admit(std::move(ar), [req](const AdmitDecision& d) {
+  const uint64_t waiter = w.gateway->admit(std::move(ar), [req](const AdmitDecision& d) {
     api::Response& answer = req.worker().admit_answer;
     api::render_admit(d.result, d.flow_tag, 0, answer);
     req.finish(answer);
   });
+  // A request that may wait leaves the queue when its connection goes (Worker::close_conn).
+  req.waiting(waiter);
 }
 
 void handle_settle(Request req) {

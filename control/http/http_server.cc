@@ -127,9 +127,9 @@ bool HttpServer::start(std::string& error) {
       error = "cannot accept on " + opts_.listen;
       return false;
     }
-    w->gateway =
-        std::make_unique<Gateway>(store_, w->base, flows_, metrics_, opts_.dataplane_timeout_ms,
-                                  decisions_.get(), "http", opts_.fallback);
+    w->gateway = std::make_unique<Gateway>(store_, w->base, flows_, metrics_,
+                                           opts_.dataplane_timeout_ms, decisions_.get(), "http",
+                                           opts_.fallback, opts_.waits ? opts_.waits : &waits_);
     if (!w->inbox->open(w->base)) {
       error = "cannot create an event loop";
       return false;

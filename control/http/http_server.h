@@ -17,6 +17,7 @@
 #include "control/admission/config_snapshot.h"
 #include "control/dataplane_client/dataplane_client.h"
 #include "control/gateway/decision_log.h"
+#include "control/gateway/wait_budget.h"
 #include "control/metrics/metrics.h"
 
 namespace dripgate::control {
@@ -38,6 +39,9 @@ struct ServerOptions {
   // The process's local decisions (redis.on_failure: local), shared with the gRPC front; null:
   // none (redis.journal unset).
   Fallback* fallback = nullptr;
+  // The daemon's count of waiting requests (control.queue), shared with the gRPC front; null:
+  // the server's own, shared by its workers.
+  WaitBudget* waits = nullptr;
   // The answers of one loop pass written in one io_uring submission (io_batch.h); false, or a
   // kernel that refuses io_uring: a send() each.
   bool io_uring = true;
@@ -79,6 +83,7 @@ class HttpServer {
   Metrics& metrics_;
   ReloadThread* reloads_;
   AdmittedFlows flows_;
+  WaitBudget waits_;                            // ServerOptions::waits when that is null
   std::unique_ptr<DecisionLogFile> decisions_;  // control.decision_log, opened by start()
   std::mutex accept_log_mu_;
   std::chrono::steady_clock::time_point accept_logged_at_{};

@@ -228,6 +228,9 @@ TEST_F(HttpTest, BadInputIs400NamingTheFieldAndTheDaemonKeepsServing) {
       {R"({"tenant":"no-such-tenant"})", "tenant"},
       {R"({"tenant":"t-big","colour":"red"})", "colour"},
       {R"({"tenant":"t-big","tenant":"t-small"})", "tenant: duplicate key"},
+      {R"({"tenant":"t-big","max_wait_ms":-1})", "max_wait_ms"},
+      {R"({"tenant":"t-big","max_wait_ms":300001})", "max_wait_ms: too large"},
+      {R"({"tenant":"t-big","max_wait_ms":"1s"})", "max_wait_ms"},
   };
   for (const auto& c : cases) {
     auto r = admit(c.body);
@@ -792,6 +795,41 @@ int64_t metric_on(RawConn& c, const std::string& name) {
   if (!c.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")) return -1;
   auto a = c.next();
   return a.status == 200 ? metric_in(a.body, name) : -1;
+}
+
+// A plan's queue over HTTP: a refused request waits on its open connection and its answer says
+// how long; a client that closes its connection while waiting leaves the queue at once.
+TEST_F(HttpTest, ARequestWaitsOnItsConnectionAndLeavesWhenTheClientCloses) {
+  std::string yaml = test_config(dp_socket_);
+  yaml.replace(yaml.find("tenants:\n"), 9,
+               "  waits: { gates: { tenant: { capacity: 1, refill_per_s: 0.5 } },\n"
+               "           queue: { max_wait_ms: 5000 } }\n"
+               "tenants:\n  t-wait: { plan: waits }\n");
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, yaml);
+  auto first = admit(R"({"tenant":"t-wait"})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.body_json()["waited_ms"], 0);
+  const std::string waiters = "dripgate_queue_waiters{band=\"0\",gate=\"tenant\"}";
+  {
+    RawConn gone(daemon_->port());
+    ASSERT_TRUE(gone.connected());
+    const std::string body = R"({"tenant":"t-wait"})";
+    ASSERT_TRUE(gone.send("POST /v1/admit HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body));
+    ASSERT_TRUE(eventually([&] { return metric(waiters) == 1; }, 2s)) << metrics();
+  }  // closed while it waits
+  ASSERT_TRUE(eventually([&] { return metric(waiters) == 0; }, 1s)) << metrics();
+  EXPECT_EQ(metric("dripgate_queue_requests_total{band=\"0\",result=\"abandoned\"}"), 1);
+  // The next one waits for the token the first left (one every 2 s), not for two.
+  auto next = admit(R"({"tenant":"t-wait","max_wait_ms":4000})");
+  ASSERT_EQ(next.status, 200) << next.body;
+  EXPECT_GT(next.body_json()["waited_ms"].get<int64_t>(), 100) << next.body;
+  EXPECT_LT(next.body_json()["waited_ms"].get<int64_t>(), 3000) << next.body;
+  EXPECT_EQ(metric("dripgate_queue_requests_total{band=\"0\",result=\"admitted\"}"), 2);
+  // One that asks not to wait is told at once, as without a queue.
+  auto now = admit(R"({"tenant":"t-wait","max_wait_ms":0})");
+  EXPECT_EQ(now.status, 429) << now.body;
+  EXPECT_FALSE(now.body_json().contains("waited_ms")) << now.body;
 }
 
 // At the cap, a newcomer takes the place of the connection idle longest that never completed a

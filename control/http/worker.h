@@ -70,6 +70,9 @@ struct Connection {
   bool orphan = false;       // closed while busy: freed when its answer comes
   bool queued_read = false;  // in worker->to_read
   bool queued_send = false;  // in worker->to_send
+  // The gateway's handle of the request in progress while it may wait for a gate (0: none): a
+  // connection closed meanwhile abandons it.
+  uint64_t waiter = 0;
   // While idle: the worker's unused or kept queue and the neighbours in it.
   IdleQueue* queue = nullptr;
   Connection* prev = nullptr;
@@ -97,6 +100,8 @@ class Request {
   // The answer comes later (from a Redis reply): the worker counts it in flight until finish().
   void defer() const;
   void finish(const api::Response& r) const;
+  // The deferred request may wait in the gateway's queue under this handle (0: it may not).
+  void waiting(uint64_t handle) const { conn_->waiter = handle; }
 
  private:
   Worker* worker_;
@@ -119,6 +124,7 @@ struct Worker {
   int listen_fd = -1;  // this worker's copy of the listening socket, in its own epoll set
   event* listen_ev = nullptr;
   std::unique_ptr<Gateway> gateway;
+  WaitBudget* waits = nullptr;  // the daemon's, shared with the other workers and the gRPC front
   event* stop_ev = nullptr;
   event* drain_ev = nullptr;
   event* resume_ev = nullptr;  // accepting again after an accept() error

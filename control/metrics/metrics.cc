@@ -197,7 +197,20 @@ Metrics::Metrics()
                     {"level"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
-          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
+      wait_results_("dripgate_queue_requests_total",
+                    "Requests that could wait for a gate (a plan's queue), by priority band and "
+                    "how they were answered: admitted (at once or after waiting), timed_out (the "
+                    "deadline came first: 429), abandoned (the client went away: charged "
+                    "nothing), queue_full (control.queue's bounds: 429 at once), refused (by "
+                    "what waiting cannot help: quota, concurrency), failed (Redis did not "
+                    "answer).",
+                    {"band", "result"}),
+      wait_seconds_(
+          "dripgate_queue_wait_seconds",
+          "How long requests waited for a gate before their answer (only those that "
+          "waited).",
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind :
        {"connect", "disconnect", "timeout", "stall", "fail_fast", "auth", "script_load", "noscript",
@@ -210,6 +223,36 @@ Metrics::Metrics()
 void Metrics::admission(std::string_view tenant, std::string_view gate, std::string_view result,
                         std::string_view front) {
   admissions_.inc({tenant, gate, result, front});
+}
+
+namespace {
+
+size_t wait_gate_index(std::string_view kind) {
+  for (size_t i = 0; i + 1 < Metrics::kWaitGates.size(); ++i)
+    if (Metrics::kWaitGates[i] == kind) return i;
+  return Metrics::kWaitGates.size() - 1;
+}
+
+const char* band_label(uint8_t band) {
+  static constexpr const char* kBands[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+  return kBands[band & 7];
+}
+
+}  // namespace
+
+void Metrics::waiting(uint8_t band, std::string_view gate_kind, int delta) {
+  const size_t g = wait_gate_index(gate_kind);
+  waiters_[band & 7][g].fetch_add(delta, std::memory_order_relaxed);
+  waiters_seen_[band & 7][g].store(true, std::memory_order_relaxed);
+}
+
+int64_t Metrics::waiting(uint8_t band, std::string_view gate_kind) const {
+  return waiters_[band & 7][wait_gate_index(gate_kind)].load(std::memory_order_relaxed);
+}
+
+void Metrics::waited(uint8_t band, std::string_view result, std::optional<double> waited_s) {
+  wait_results_.inc({band_label(band), result});
+  if (waited_s) wait_seconds_.observe(*waited_s);
 }
 
 void Metrics::http_request(int code) {
@@ -238,6 +281,18 @@ std::string Metrics::render() const {
   reconciled_.render(out);
   breaker_.render(out);
   protobuf_log_.render(out);
+  wait_results_.render(out);
+  wait_seconds_.render(out);
+  header(out, "dripgate_queue_waiters",
+         "Requests waiting for a gate now, by priority band and the kind of gate that holds "
+         "them back.",
+         "gauge");
+  for (size_t b = 0; b < waiters_.size(); ++b)
+    for (size_t g = 0; g < kWaitGates.size(); ++g)
+      if (waiters_seen_[b][g].load(std::memory_order_relaxed))
+        out += "dripgate_queue_waiters{band=\"" + std::to_string(b) + "\",gate=\"" +
+               std::string(kWaitGates[g]) + "\"} " +
+               std::to_string(waiters_[b][g].load(std::memory_order_relaxed)) + '\n';
   auto scalar = [&out](const char* name, const char* help, const char* type, int64_t v) {
     header(out, name, help, type);
     out += std::string(name) + ' ' + std::to_string(v) + '\n';

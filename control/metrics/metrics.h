@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -118,6 +119,22 @@ class Metrics : public RedisObserver {
     journal_pending_bytes_.store(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   }
 
+  // The gateway's queue (control/gateway/wait_queue.h). A waiter of band (0..7) joined
+  // (delta +1) or left (-1) the queue of a gate of kind gate_kind ("tenant", "model", ...,
+  // kWaitGates); an unknown kind is counted as "other".
+  static constexpr std::array<std::string_view, 12> kWaitGates = {
+      "tenant", "tenant_tokens", "user",         "user_tokens", "api_key", "api_key_tokens",
+      "ip",     "model",         "model_tokens", "tool",        "total",   "other"};
+  void waiting(uint8_t band, std::string_view gate_kind, int delta);
+  int64_t waiting(uint8_t band, std::string_view gate_kind) const;
+  // A request that could wait is answered: result "admitted" (at once or after waiting),
+  // "timed_out" (its deadline came first), "abandoned" (its client went away), "queue_full"
+  // (control.queue's bounds), "refused" (by what waiting cannot help: quota, concurrency),
+  // "failed" (Redis did not answer); waited_s: how long it waited (only for those that did).
+  void waited(uint8_t band, std::string_view result, std::optional<double> waited_s);
+  const CounterFamily& wait_results() const { return wait_results_; }
+  const Histogram& wait_seconds() const { return wait_seconds_; }
+
   // RedisObserver
   void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
   void error(const std::string& kind) override { redis_errors_.inc({kind}); }
@@ -154,6 +171,10 @@ class Metrics : public RedisObserver {
   std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
   Histogram redis_rtt_;
+  CounterFamily wait_results_;
+  Histogram wait_seconds_;
+  std::array<std::array<std::atomic<int64_t>, kWaitGates.size()>, 8> waiters_{};
+  std::array<std::array<std::atomic<bool>, kWaitGates.size()>, 8> waiters_seen_{};
   std::atomic<int> redis_up_{0};
   std::atomic<int64_t> http_open_{0};
   std::atomic<int64_t> grpc_in_flight_{0};

@@ -82,17 +82,8 @@ void journal_buckets(JournalRecord& rec, const std::vector<LocalBucket>& buckets
 
 config::OnFailure failure_mode(const config::Config& cfg, const std::string& tenant,
                                const TenantDirectory* registry) {
-  const std::string* plan = registry ? registry->plan_of(tenant) : nullptr;
-  if (!plan) {
-    auto t = cfg.tenants.find(tenant);
-    if (t == cfg.tenants.end()) t = cfg.tenants.find(std::string(config::kAnyTenant));
-    if (t != cfg.tenants.end()) plan = &t->second.plan;
-  }
-  if (plan) {
-    auto p = cfg.plans.find(*plan);
-    if (p != cfg.plans.end() && p->second.on_failure) return *p->second.on_failure;
-  }
-  return cfg.redis.on_failure;
+  const config::Plan* plan = plan_of(cfg, tenant, registry);
+  return plan && plan->on_failure ? *plan->on_failure : cfg.redis.on_failure;
 }
 
 AdmitResult open_admit(const Snapshot& snap, const AdmitRequest& req, std::mt19937_64& rng) {

@@ -117,6 +117,55 @@ struct InFlightCall {
   rls::Mapped mapped;
 };
 
+// The margin a call's answer keeps before its deadline: a request waits for a gate at most until
+// then, so that Envoy reads its answer rather than its own timeout.
+constexpr std::chrono::milliseconds kDeadlineMargin{5};
+
+// How long a call may wait for a gate: until shortly before its gRPC deadline (Envoy's
+// ratelimit filter sets it from its `timeout`), within its plan's queue.max_wait_ms; unset
+// without a deadline (the plan's alone).
+std::optional<int64_t> wait_budget_ms(const grpc::CallbackServerContext& ctx) {
+  const auto left = ctx.deadline() - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24)) return std::nullopt;  // none, or one beyond any wait
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left - kDeadlineMargin);
+  return std::max<int64_t>(ms.count(), 0);
+}
+
+// A call's reactor: a call cancelled (Envoy gave up, its client went) while its request waits
+// for a gate leaves the queue at once, as a closed HTTP connection does.
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  // What the cancel and the loop that decides the call share; the loop's side runs on its
+  // thread, the cancel on gRPC's.
+  struct Waiting {
+    std::mutex mu;
+    std::function<void(uint64_t)> abandon;  // posts Gateway::abandon to the call's loop
+    uint64_t handle = 0;                    // the gateway's, once the loop admitted the call
+    bool cancelled = false;
+  };
+  CallReactor() : waiting_(std::make_shared<Waiting>()) {}
+  const std::shared_ptr<Waiting>& waiting() const { return waiting_; }
+
+  // Called on the loop once the gateway took the call: handle 0 means it cannot wait.
+  static void admitted(const std::shared_ptr<Waiting>& w, uint64_t handle,
+                       std::function<void(uint64_t)> abandon) {
+    std::lock_guard lock(w->mu);
+    if (w->cancelled && handle) return abandon(handle);
+    w->handle = handle;
+    w->abandon = std::move(abandon);
+  }
+
+  void OnCancel() override {
+    std::lock_guard lock(waiting_->mu);
+    waiting_->cancelled = true;
+    if (waiting_->handle) waiting_->abandon(std::exchange(waiting_->handle, 0));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<Waiting> waiting_;
+};
+
 }  // namespace
 
 // One event loop and its Gateway; calls are posted to it from gRPC's threads.
@@ -153,7 +202,7 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto* reactor = new CallReactor;
     const std::shared_ptr<const Snapshot> snap = server_.store_.current();
     Metrics& metrics = server_.metrics_;
     // Over the cap a call is answered before it costs anything: not decoded, no Redis call.
@@ -187,18 +236,24 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
                        p->str()});
       return reactor;
     }
+    call->mapped.admit.max_wait_ms = wait_budget_ms(*ctx);
     size_t n = server_.loops_.size();
     Loop& loop = *server_.loops_[next_.fetch_add(1, std::memory_order_relaxed) % n];
-    loop.post([reactor, out, call](Gateway& g) {
-      g.admit(call->mapped.admit, [reactor, out, call](const AdmitDecision& d) {
-        const AdmitResult& r = d.result;
-        if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
-          return reactor->Finish(error_status(r));
-        pb::RateLimitResponse resp;
-        fill(call->mapped, r, resp);
-        wire::encode(resp, *out);
-        reactor->Finish(grpc::Status::OK);
-      });
+    loop.post([&loop, reactor, out, call, waiting = reactor->waiting()](Gateway& g) {
+      const uint64_t handle =
+          g.admit(call->mapped.admit, [reactor, out, call](const AdmitDecision& d) {
+            const AdmitResult& r = d.result;
+            if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
+              return reactor->Finish(error_status(r));
+            pb::RateLimitResponse resp;
+            fill(call->mapped, r, resp);
+            wire::encode(resp, *out);
+            reactor->Finish(grpc::Status::OK);
+          });
+      if (handle)
+        CallReactor::admitted(waiting, handle, [&loop](uint64_t h) {
+          loop.post([h](Gateway& gw) { gw.abandon(h); });
+        });
     });
     return reactor;
   }
@@ -223,12 +278,13 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
 };
 
 RlsServer::RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback,
-                     const DecisionLogFile* decisions)
+                     const DecisionLogFile* decisions, WaitBudget* waits)
     : store_(store),
       metrics_(metrics),
       threads_(std::max(1, threads)),
       fallback_(fallback),
-      decisions_(decisions) {}
+      decisions_(decisions),
+      waits_(waits) {}
 
 RlsServer::~RlsServer() {
   stop();
@@ -245,7 +301,7 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
       return false;
     }
     l->gateway = std::make_unique<Gateway>(store_, l->base, flows_, metrics_, 100, decisions_,
-                                           "grpc", fallback_);
+                                           "grpc", fallback_, waits_ ? waits_ : &own_waits_);
     loops_.push_back(std::move(l));
   }
   service_ = std::make_unique<Service>(*this);
@@ -265,7 +321,10 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
 }
 
 void RlsServer::stop() {
-  // Calls in flight finish from the loops, so the loops run until the server has shut down.
+  // Calls in flight finish from the loops, so the loops run until the server has shut down; those
+  // waiting for a gate are answered now.
+  for (auto& l : loops_)
+    if (l->thread.joinable()) l->post([](Gateway& g) { g.drain_waiters(); });
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + kDrainLimit);
   for (auto& l : loops_) {
     if (!l->thread.joinable()) continue;

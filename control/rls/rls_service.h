@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "control/admission/config_snapshot.h"
 #include "control/dataplane_client/dataplane_client.h"
+#include "control/gateway/wait_budget.h"
 #include "control/metrics/metrics.h"
 
 namespace grpc {
@@ -33,9 +34,14 @@ class RlsServer {
   // Every call runs on the store's configuration in force when it arrives (a reload applies).
   // fallback: the process's local decisions (redis.on_failure: local), shared with the HTTP
   // front; null: none. decisions: the decision log's file (control.decision_log), shared with
-  // the HTTP front, which opens it; null: no log.
+  // the HTTP front, which opens it; null: no log. waits: the daemon's count of requests waiting
+  // for a gate (control.queue), shared with the HTTP front; null: the server's own.
+  //
+  // A call may wait for a gate (Gateway::admit) until shortly before its gRPC deadline (Envoy's
+  // ratelimit filter `timeout`), within its plan's queue.max_wait_ms; a call cancelled
+  // meanwhile leaves the queue at once.
   RlsServer(const ConfigStore& store, Metrics& metrics, int threads, Fallback* fallback = nullptr,
-            const DecisionLogFile* decisions = nullptr);
+            const DecisionLogFile* decisions = nullptr, WaitBudget* waits = nullptr);
   ~RlsServer();  // stops if still running
   RlsServer(const RlsServer&) = delete;
   RlsServer& operator=(const RlsServer&) = delete;
@@ -56,6 +62,8 @@ class RlsServer {
   int threads_;
   Fallback* fallback_;
   const DecisionLogFile* decisions_;
+  WaitBudget* waits_;
+  WaitBudget own_waits_;
   AdmittedFlows flows_;  // the gateways need one; a ShouldRateLimit call carries no flow
   std::vector<std::unique_ptr<Loop>> loops_;
   std::unique_ptr<Service> service_;

@@ -189,6 +189,53 @@ TEST_F(RlsTest, TokenBucketTable) {
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "http"}), 0u);
 }
 
+// A plan's queue over gRPC: a call waits for its gate until shortly before its deadline (Envoy's
+// ratelimit filter `timeout`), and a cancelled call leaves the queue at once.
+TEST_F(RlsTest, ACallWaitsWithinItsDeadlineAndACancelledOneLeaves) {
+  config::Plan p = plan(config::Bucket{1, 2});  // a token every 500 ms
+  p.queue = config::PlanQueue{5000, 0};
+  add_tenant(cfg_, "ws-wait", p);
+  start();
+  pb::RateLimitRequest req;
+  req.set_domain("dripgate");
+  auto* e = req.add_descriptors()->add_entries();
+  e->set_key("tenant");
+  e->set_value("ws-wait");
+  auto call_within = [&](std::chrono::milliseconds deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    Answer a;
+    a.status = stub_->ShouldRateLimit(&ctx, req, &a.resp);
+    return a;
+  };
+  ASSERT_EQ(call_within(3s).resp.overall_code(), Response::OK);
+  // 300 ms left: no token within it, so the answer comes at once, before Envoy's timeout.
+  Answer shortly = call_within(300ms);
+  ASSERT_TRUE(shortly.status.ok()) << shortly.status.error_message();
+  EXPECT_EQ(shortly.resp.overall_code(), Response::OVER_LIMIT);
+  // 3 s left: it waits for the token.
+  const auto t0 = std::chrono::steady_clock::now();
+  Answer waited = call_within(3s);
+  ASSERT_TRUE(waited.status.ok()) << waited.status.error_message();
+  EXPECT_EQ(waited.resp.overall_code(), Response::OK);
+  EXPECT_GT(std::chrono::steady_clock::now() - t0, 100ms);
+  // Cancelled while it waits: it leaves at once, charged nothing.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  Response resp;
+  std::promise<grpc::Status> done;
+  stub_->async()->ShouldRateLimit(&ctx, &req, &resp, [&](grpc::Status s) { done.set_value(s); });
+  auto until = [](auto cond) {
+    for (int i = 0; i < 200 && !cond(); ++i) std::this_thread::sleep_for(10ms);
+    return cond();
+  };
+  ASSERT_TRUE(until([&] { return metrics_.waiting(0, "tenant") == 1; }));
+  ctx.TryCancel();
+  EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(until([&] { return metrics_.waiting(0, "tenant") == 0; }));
+  EXPECT_TRUE(until([&] { return metrics_.wait_results().value({"0", "abandoned"}) == 1; }));
+}
+
 // Shadow mode as Envoy's own rate-limit service has it: a shadow gate that would refuse leaves
 // the descriptor's status and the overall code OK (the request goes upstream with its id), and
 // the response names the gate in Dripgate-Shadow-Refused; an enforcing gate refuses as ever.

@@ -1,0 +1,352 @@
+// Requests that wait for a gate instead of a 429 (Gateway::admit with a plan's queue), against a
+// real redis-server on a real libevent loop: admitted when the gate refills, 429 at the deadline,
+// served by band and then round robin across tenants, leaving at once when abandoned, bounded,
+// and costing Redis a call only when a token can exist for the first waiter. The queue's order
+// alone, on an injected clock, is wait_queue_test's.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <malloc.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "control/gateway/gateway.h"
+#include "tests/event_loop.h"
+#include "tests/redis_server.h"
+
+namespace dripgate::control {
+namespace {
+
+using namespace std::chrono_literals;
+
+class GatewayWaitTest : public ::testing::Test {
+ protected:
+  GatewayWaitTest() {
+    cfg_.redis.host = "127.0.0.1";
+    cfg_.redis.port = redis_.port();
+    cfg_.redis.timeout_ms = 2000;
+    cfg_.control.dataplane_socket = "/nonexistent/dripgate-gateway-wait-test.sock";
+    // A tenant bucket of 1 refilled 20 times a second: one admission per 50 ms.
+    plan("gold", config::Bucket{1, 20}, config::PlanQueue{2000, 0});
+    plan("free", config::Bucket{1, 20}, config::PlanQueue{2000, 1});
+    plan("nowait", config::Bucket{1, 20}, std::nullopt);
+  }
+  void plan(const std::string& name, std::optional<config::Bucket> tenant,
+            std::optional<config::PlanQueue> queue) {
+    config::Plan p;
+    p.name = name;
+    p.tenant = tenant;
+    p.queue = queue;
+    cfg_.plans[name] = p;
+  }
+  void tenant(const std::string& name, const std::string& plan) {
+    cfg_.tenants[name] = config::Tenant{name, plan};
+  }
+  Gateway& gateway() {
+    if (!gateway_) {
+      store_.emplace(cfg_);
+      gateway_.emplace(*store_, loop_.base(), flows_, metrics_, 100, decisions_.get());
+      EXPECT_TRUE(loop_.wait_until([&] { return gateway_->redis_up(); }, 3000ms));
+    }
+    return *gateway_;
+  }
+
+  // Admissions whose answers are collected in the order they come.
+  struct Answer {
+    std::string name;
+    AdmitResult r;
+  };
+  uint64_t start(const std::string& name, AdmitRequest req) {
+    return gateway().admit(std::move(req), [this, name](AdmitDecision d) {
+      answers_.push_back({name, std::move(d.result)});
+    });
+  }
+  uint64_t start(const std::string& name, const std::string& tenant,
+                 std::optional<int64_t> max_wait_ms = std::nullopt, std::string model = {}) {
+    AdmitRequest req;
+    req.tenant = tenant;
+    req.model = std::move(model);
+    req.max_wait_ms = max_wait_ms;
+    return start(name, std::move(req));
+  }
+  static AdmitRequest estimate(const std::string& tenant, int64_t tokens) {
+    AdmitRequest req;
+    req.tenant = tenant;
+    req.tokens = tokens;
+    return req;
+  }
+  bool answered(size_t n, std::chrono::milliseconds limit = 5000ms) {
+    return loop_.wait_until([&] { return answers_.size() >= n; }, limit);
+  }
+  const Answer* answer_of(const std::string& name) const {
+    for (const Answer& a : answers_)
+      if (a.name == name) return &a;
+    return nullptr;
+  }
+  std::vector<std::string> order() const {
+    std::vector<std::string> out;
+    for (const Answer& a : answers_) out.push_back(a.name);
+    return out;
+  }
+  // The scripts Redis ran so far (INFO commandstats: EVALSHA and EVAL), whoever sent them.
+  uint64_t redis_calls() const {
+    redisContext* c = redisConnect("127.0.0.1", redis_.port());
+    auto* r = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
+    uint64_t calls = 0;
+    for (const char* cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="})
+      if (r && r->type == REDIS_REPLY_STRING)
+        if (const char* at = std::strstr(r->str, cmd))
+          calls += std::strtoull(at + std::strlen(cmd), nullptr, 10);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return calls;
+  }
+  uint64_t waits(const char* band, const char* result) const {
+    return metrics_.wait_results().value({band, result});
+  }
+
+  testing::RedisServer redis_;
+  config::Config cfg_;
+  testing::EventLoop loop_;
+  AdmittedFlows flows_;
+  Metrics metrics_;
+  std::unique_ptr<DecisionLogFile> decisions_;
+  std::optional<ConfigStore> store_;
+  std::optional<Gateway> gateway_;
+  std::vector<Answer> answers_;
+};
+
+TEST_F(GatewayWaitTest, ARefusedRequestWaitsAndIsAdmittedWhenItsGateRefills) {
+  tenant("t", "gold");
+  char tmpl[] = "/tmp/dripgate-gateway-wait-test-XXXXXX";
+  const std::string log = std::string(mkdtemp(tmpl)) + "/decisions.jsonl";
+  cfg_.control.decision_log = config::DecisionLog{log, 1.0};
+  std::string error;
+  decisions_ = DecisionLogFile::open(log, error);
+  ASSERT_TRUE(decisions_) << error;
+  start("first", "t");
+  start("second", "t");
+  ASSERT_TRUE(answered(2));
+  EXPECT_EQ(order(), (std::vector<std::string>{"first", "second"}));
+  const AdmitResult& first = answers_[0].r;
+  const AdmitResult& second = answers_[1].r;
+  EXPECT_EQ(first.outcome, Outcome::kAllowed);
+  EXPECT_EQ(first.waited_ms, 0);  // could wait, did not
+  ASSERT_EQ(second.outcome, Outcome::kAllowed) << second.reason;
+  // The bucket holds a token again 50 ms after the first took it; the loop's 5 ms slices and a
+  // loaded machine add to that, never take from it.
+  EXPECT_GE(second.waited_ms, 30);
+  EXPECT_LT(second.waited_ms, 1500);
+  EXPECT_EQ(waits("0", "admitted"), 2u);
+  EXPECT_EQ(metrics_.wait_seconds().count(), 1u);
+  EXPECT_EQ(gateway().waiters(), 0u);
+  // The decision log says how long each waited, once per request (not per call to Redis).
+  gateway_.reset();  // flushes the log
+  std::ifstream in(log);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["waited_ms"], 0);
+  EXPECT_EQ(lines[1]["waited_ms"], second.waited_ms);
+  EXPECT_EQ(lines[1]["result"], "allowed");
+  std::filesystem::remove_all(std::filesystem::path(log).parent_path());
+}
+
+TEST_F(GatewayWaitTest, WithoutABudgetARefusalIsAnsweredAtOnce) {
+  tenant("t", "gold");
+  tenant("n", "nowait");
+  start("t1", "t");
+  start("t2", "t", 0);  // the request asks not to wait
+  start("n1", "n");
+  start("n2", "n", 1000);  // its plan has no queue: capped at 0
+  ASSERT_TRUE(answered(4));
+  EXPECT_EQ(answer_of("t2")->r.outcome, Outcome::kRefused);
+  EXPECT_EQ(answer_of("t2")->r.waited_ms, -1);  // could not wait: the answer does not say
+  EXPECT_EQ(answer_of("n2")->r.outcome, Outcome::kRefused);
+  EXPECT_EQ(answer_of("n2")->r.waited_ms, -1);
+}
+
+TEST_F(GatewayWaitTest, AWaiterTheGateCannotServeBeforeItsDeadlineIsAnswered429) {
+  // One admission per 500 ms; each waits at most 700 ms: the second is admitted after 500 ms,
+  // the third would need 1000 ms and is answered 429 at its deadline with how long it waited.
+  plan("slow", config::Bucket{1, 2}, config::PlanQueue{700, 0});
+  tenant("s", "slow");
+  start("a", "s");
+  start("b", "s");
+  start("c", "s");
+  ASSERT_TRUE(answered(3));
+  EXPECT_EQ(order(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(answer_of("b")->r.outcome, Outcome::kAllowed);
+  const AdmitResult& c = answer_of("c")->r;
+  EXPECT_EQ(c.outcome, Outcome::kRefused);
+  EXPECT_EQ(c.reason, "rate");
+  EXPECT_EQ(c.gate, "tenant");
+  EXPECT_GE(c.waited_ms, 650);
+  EXPECT_LT(c.waited_ms, 3000);
+  EXPECT_GT(c.retry_after_ms, 0);
+  EXPECT_EQ(waits("0", "timed_out"), 1u);
+  // A request whose gate holds no token for it within its whole wait is answered at once.
+  plan("glacial", config::Bucket{1, 0.1}, config::PlanQueue{700, 0});
+  tenant("g", "glacial");
+  gateway_.reset();
+  answers_.clear();
+  start("g1", "g");
+  start("g2", "g");
+  ASSERT_TRUE(answered(2));
+  EXPECT_EQ(answer_of("g2")->r.outcome, Outcome::kRefused);
+  EXPECT_EQ(answer_of("g2")->r.waited_ms, 0);
+}
+
+TEST_F(GatewayWaitTest, AHigherBandIsServedFirstAndTenantsTakeTurns) {
+  // One model gate shared by every tenant, 5 admissions a second (a loaded machine's delays stay
+  // well within a refill); tenants' own buckets never refuse.
+  cfg_.global_gates.model["m"] = config::Bucket{1, 5};
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  tenant("busy", "free");
+  tenant("quiet", "free");
+  tenant("vip", "gold");
+  start("busy0", "busy", std::nullopt, "m");  // takes the token
+  for (int i = 1; i <= 4; ++i) start("busy" + std::to_string(i), "busy", std::nullopt, "m");
+  ASSERT_TRUE(loop_.wait_until([&] { return gateway().waiters() == 4; }, 3000ms));
+  start("quiet1", "quiet", std::nullopt, "m");
+  start("vip1", "vip", std::nullopt, "m");
+  ASSERT_TRUE(answered(7));
+  for (const Answer& a : answers_) EXPECT_EQ(a.r.outcome, Outcome::kAllowed) << a.name;
+  // vip (band 0) before every band-1 waiter that was still waiting; quiet's one waiter gets the
+  // turn after busy's first rather than after all four.
+  EXPECT_EQ(order(), (std::vector<std::string>{"busy0", "vip1", "busy1", "quiet1", "busy2", "busy3",
+                                               "busy4"}));
+}
+
+TEST_F(GatewayWaitTest, AnAbandonedWaiterLeavesAtOnceAndIsChargedNothing) {
+  plan("slow", config::Bucket{1, 2}, config::PlanQueue{2000, 0});
+  cfg_.plans["slow"].quota = config::Quota{1000};
+  tenant("s", "slow");
+  const AdmitRequest est = estimate("s", 100);
+  start("a", est);
+  const uint64_t b = start("b", est);
+  start("c", est);
+  ASSERT_TRUE(loop_.wait_until([&] { return gateway().waiters() == 2; }, 3000ms));
+  ASSERT_NE(b, 0u);
+  gateway().abandon(b);
+  EXPECT_EQ(gateway().waiters(), 1u);  // at once, not at its deadline
+  ASSERT_TRUE(answered(3));
+  EXPECT_EQ(order(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(answer_of("b")->r.outcome, Outcome::kUnavailable);
+  EXPECT_EQ(answer_of("c")->r.outcome, Outcome::kAllowed);
+  // c took b's place: admitted one refill (500 ms) after a, not two.
+  EXPECT_LT(answer_of("c")->r.waited_ms, 900);
+  EXPECT_EQ(waits("0", "abandoned"), 1u);
+  // Only a and c reserved their estimate.
+  const Remaining* quota = nullptr;
+  for (const Remaining& q : answer_of("c")->r.remaining)
+    if (q.gate == "quota") quota = &q;
+  ASSERT_NE(quota, nullptr);
+  EXPECT_EQ(quota->value, 800);
+  gateway().abandon(b);  // answered already: nothing happens
+}
+
+TEST_F(GatewayWaitTest, BeyondTheBoundsARequestIsAnsweredQueueFullAtOnce) {
+  cfg_.control.queue.max_waiters_per_tenant = 2;
+  cfg_.control.queue.max_waiters = 3;
+  plan("slow", config::Bucket{1, 2}, config::PlanQueue{2000, 0});
+  tenant("a", "slow");
+  tenant("b", "slow");
+  start("a0", "a");
+  start("a1", "a");
+  start("a2", "a");
+  start("a3", "a");  // the tenant's third waiter
+  ASSERT_TRUE(answered(2));
+  EXPECT_EQ(answers_[1].name, "a3");
+  EXPECT_EQ(answers_[1].r.outcome, Outcome::kRefused);
+  EXPECT_EQ(answers_[1].r.reason, "queue_full");
+  start("b0", "b");
+  start("b1", "b");
+  start("b2", "b");  // the daemon's fourth waiter
+  ASSERT_TRUE(answered(4));
+  EXPECT_EQ(answers_[3].name, "b2");
+  EXPECT_EQ(answers_[3].r.reason, "queue_full");
+  EXPECT_EQ(waits("0", "queue_full"), 2u);
+  EXPECT_EQ(gateway().waiters(), 3u);
+  gateway().drain_waiters();  // shutting down: each answered now
+  ASSERT_TRUE(answered(7));
+  EXPECT_EQ(gateway().waiters(), 0u);
+}
+
+TEST_F(GatewayWaitTest, QuotaRefusalsNeverWait) {
+  plan("tiny", config::Bucket{100, 100}, config::PlanQueue{2000, 0});
+  cfg_.plans["tiny"].quota = config::Quota{50};
+  tenant("q", "tiny");
+  start("q1", estimate("q", 100));
+  ASSERT_TRUE(answered(1, 2000ms));
+  EXPECT_EQ(answers_[0].r.outcome, Outcome::kRefused);
+  EXPECT_EQ(answers_[0].r.reason, "quota");
+  EXPECT_EQ(answers_[0].r.waited_ms, 0);
+  EXPECT_EQ(waits("0", "refused"), 1u);
+}
+
+// A waiter costs Redis nothing until a token can exist for it: ten requests on a gate of 20 a
+// second are admitted over half a second with about one call each after the refusal that queued
+// them, not one call per loop pass or per waiter per refill.
+TEST_F(GatewayWaitTest, WaitersCostOneCallWhenATokenCanExistForThem) {
+  tenant("t", "gold");
+  const uint64_t before = redis_calls();
+  for (int i = 0; i < 10; ++i) start("r" + std::to_string(i), "t");
+  ASSERT_TRUE(answered(10));
+  for (const Answer& a : answers_) EXPECT_EQ(a.r.outcome, Outcome::kAllowed) << a.name;
+  const uint64_t calls = redis_calls() - before;
+  // 10 first calls (9 refused), 9 admitting retries, and a few retries that a loaded machine's
+  // late timers or the bucket's rounding made come a little early.
+  EXPECT_GE(calls, 19u);
+  EXPECT_LE(calls, 24u) << "calls: " << calls;
+}
+
+// 100,000 requests of 1,000 tenants wait in one gateway on one model gate: they cost Redis two
+// calls (the first refusal; the others join the gate's waiters without asking), each takes what
+// Gateway::kBytesPerWaiter says at most beside its client's connection, and a drain answers them
+// all and gives the memory back.
+TEST_F(GatewayWaitTest, AHundredThousandWaiters) {
+  cfg_.global_gates.model["m"] = config::Bucket{1, 0.2};
+  plan("any", config::Bucket{1e9, 1e9}, config::PlanQueue{60000, 2});
+  tenant("*", "any");
+  gateway();
+  start("first", "t0", std::nullopt, "m");
+  start("second", "t0", std::nullopt, "m");
+  ASSERT_TRUE(loop_.wait_until([&] { return gateway().waiters() == 1; }, 3000ms));
+  const uint64_t calls = redis_calls();
+  answers_.reserve(100001);
+  AdmitRequest req;
+  req.model = "m";
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 1; i < 100000; ++i) {
+    req.tenant = "tenant-" + std::to_string(i % 1000);
+    ASSERT_NE(gateway().admit(req,
+                              [this](AdmitDecision d) {
+                                answers_.push_back({"", std::move(d.result)});
+                              }),
+              0u);
+  }
+  const size_t used = mallinfo2().uordblks - before;
+  EXPECT_EQ(gateway().waiters(), 100000u);
+  EXPECT_EQ(metrics_.waiting(2, "model"), 100000);
+  EXPECT_EQ(redis_calls(), calls);
+  const size_t per_waiter = used / 99999;
+  std::printf("memory per waiter: %zu B (100,000 waiters, 1,000 tenants, one gate)\n", per_waiter);
+  EXPECT_LE(per_waiter, Gateway::kBytesPerWaiter);
+  gateway().drain_waiters();
+  EXPECT_EQ(gateway().waiters(), 0u);
+  ASSERT_TRUE(answered(100001, 10000ms));
+  for (size_t i = 1; i < answers_.size(); ++i)
+    ASSERT_EQ(answers_[i].r.outcome, Outcome::kRefused) << i;
+  EXPECT_EQ(metrics_.waiting(2, "model"), 0);
+  EXPECT_EQ(waits("2", "timed_out"), 100000u);
+}
+
+}  // namespace
+}  // namespace dripgate::control
