@@ -93,6 +93,23 @@ void bucket(YAML::Emitter& out, const Bucket& b) {
         << YAML::Value << num(b.refill_per_s);
   if (b.warmup_s > 0) kv(out, "warmup_s", num(b.warmup_s));
   mode(out, b.mode);
+  if (const auto& s = b.saturation) {
+    out << YAML::Key << "saturation" << YAML::Value << YAML::BeginMap << YAML::Key << "url"
+        << YAML::Value << YAML::DoubleQuoted << s->url << YAML::Key << "metric" << YAML::Value
+        << YAML::DoubleQuoted << s->metric;
+    kv(out, "aggregate", std::string(common::prom_aggregate_name(s->aggregate)));
+    for (auto [key, v] : {std::pair<const char*, double>{"target", s->target},
+                          {"min_share", s->min_share},
+                          {"max_share", s->max_share},
+                          {"increase", s->increase},
+                          {"decrease", s->decrease}})
+      kv(out, key, num(v));
+    for (auto [key, v] : {std::pair<const char*, int64_t>{"interval_ms", s->interval_ms},
+                          {"timeout_ms", s->timeout_ms},
+                          {"failures", s->failures}})
+      kv(out, key, std::to_string(v));
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 }
 void kv(YAML::Emitter& out, const char* key, double value) {

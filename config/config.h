@@ -12,6 +12,7 @@
 
 #include "common/address.h"
 #include "common/error.h"
+#include "common/prom_text.h"
 #include "common/redis_url.h"
 
 namespace dripgate::config {
@@ -38,6 +39,29 @@ inline constexpr int64_t kMaxWindowLimit = 100000;
 // The longest window (s): 31 days.
 inline constexpr double kMaxWindowS = 31 * 86400;
 
+// A model gate's hold-back on its inference backends' own saturation signal
+// (control/admission/saturation.h): every interval_ms the control daemon scrapes `url`
+// (Prometheus text), reads `metric` and moves the gate's share of its configured rate (capacity
+// and refill, or a window's limit): times `decrease` when the signal is above `target`, plus
+// `increase` when it is at or below it, within [min_share, max_share]. After `failures` failed
+// scrapes in a row the share drifts back toward the configured rate (1) by `increase` an
+// interval. Only on global_gates.model and global_gates.model_tokens.
+struct Saturation {
+  std::string url;     // http://host[:port][/path] (common/http_url.h)
+  std::string metric;  // name{label="value",...} (common/prom_text.h)
+  common::PromAggregate aggregate = common::PromAggregate::kMax;  // over the matching series
+  double target = 0;
+  double min_share = 0.1;
+  double max_share = 1;
+  double increase = 0.05;  // share per interval
+  double decrease = 0.7;   // factor, at most once per interval
+  int64_t interval_ms = 1000;
+  int64_t timeout_ms = 1000;  // a scrape's whole deadline; absent: min(1000, interval_ms)
+  int64_t failures = 3;
+
+  bool operator==(const Saturation&) const = default;
+};
+
 struct Bucket {
   double capacity = 0;
   double refill_per_s = 0;
@@ -50,6 +74,8 @@ struct Bucket {
   // at a third of capacity and refill and ramps linearly to all of them over warmup_s
   // (lua/lib_bucket.lua).
   double warmup_s = 0;
+  // global_gates.model / model_tokens only.
+  std::optional<Saturation> saturation = std::nullopt;
 
   bool operator==(const Bucket&) const = default;
 };

@@ -134,9 +134,13 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
 }  // namespace
 
 std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path,
-                                  bool tokens) {
-  Fields f(ctx, n, path,
-           {"capacity", "refill_per_s", "warmup_s", "mode", "algorithm", "limit", "window_s"});
+                                  bool tokens, bool saturation) {
+  Fields f = saturation ? Fields(ctx, n, path,
+                                 {"capacity", "refill_per_s", "warmup_s", "mode", "algorithm",
+                                  "limit", "window_s", "saturation"})
+                        : Fields(ctx, n, path,
+                                 {"capacity", "refill_per_s", "warmup_s", "mode", "algorithm",
+                                  "limit", "window_s"});
   if (!f.ok()) return std::nullopt;
   Bucket b;
   bool ok = true;
@@ -210,6 +214,8 @@ std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::stri
       ok = false;
   }
   set_gate_mode(ctx, f, b.mode);
+  if (const Entry* e = ok ? f.find("saturation") : nullptr)
+    ok = load_saturation(ctx, e->value, f.path("saturation"), b, tokens);
   if (!ok) return std::nullopt;
   return b;
 }

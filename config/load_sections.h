@@ -39,10 +39,16 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c);
 
 // A gate's limit: a token bucket (capacity, refill_per_s, warmup_s) or, on a request gate, a
 // sliding window (algorithm: sliding_window, limit, window_s). `tokens`: a token-rate gate (its
-// cost is a token estimate), which only a bucket can meter. Used by plans and by global_gates
-// (load_plans.cc).
+// cost is a token estimate), which only a bucket can meter. `saturation`: the gate may follow
+// its backends' saturation (a global model or model_tokens gate); elsewhere the key is unknown.
+// Used by plans and by global_gates (load_plans.cc).
 std::optional<Bucket> load_bucket(Ctx& ctx, const YAML::Node& n, const std::string& path,
-                                  bool tokens = false);
+                                  bool tokens = false, bool saturation = false);
+
+// A model gate's `saturation` (load_global_gates.cc) into b.saturation, checked against b's
+// limit; false when it has errors.
+bool load_saturation(Ctx& ctx, const YAML::Node& n, const std::string& path, Bucket& b,
+                     bool tokens);
 
 // plans (load_plans.cc). `names` gets every plan whose name is an id, also those with bad
 // contents, so tenants naming them do not fail as well; `refs` gets the class each one uses.

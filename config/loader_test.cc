@@ -404,6 +404,125 @@ TEST(Errors, WarmupIsSecondsUpToADay) {
   EXPECT_EQ(c.plans.at("p").user->warmup_s, 0);
 }
 
+// saturation: on global model and model_tokens gates only; url, metric and target required,
+// the rest defaulted; every bad value an error naming file, line, column and field; it
+// survives to_yaml.
+TEST(Saturation, ModelGatesFollowTheirBackends) {
+  Config c = load_ok(Y(R"(
+global_gates:
+  model:
+    llama:
+      capacity: 20
+      refill_per_s: 10
+      saturation:
+        url: http://10.0.0.5:8000/metrics
+        metric: 'vllm:num_requests_waiting{model_name="llama"}'
+        target: 8
+  model_tokens:
+    llama:
+      capacity: 90000
+      refill_per_s: 900
+      saturation: { url: "http://vllm:8000/metrics", metric: "vllm:gpu_cache_usage_perc",
+                    aggregate: sum, target: 0.9, min_share: 0.05, max_share: 1.5,
+                    increase: 0.1, decrease: 0.5, interval_ms: 250, timeout_ms: 200,
+                    failures: 5 }
+)"));
+  const Saturation& m = *c.global_gates.model.at("llama").saturation;
+  EXPECT_EQ(m, (Saturation{"http://10.0.0.5:8000/metrics",
+                           "vllm:num_requests_waiting{model_name=\"llama\"}",
+                           common::PromAggregate::kMax, 8, 0.1, 1, 0.05, 0.7, 1000, 1000, 3}));
+  EXPECT_EQ(*c.global_gates.model_tokens.at("llama").saturation,
+            (Saturation{"http://vllm:8000/metrics", "vllm:gpu_cache_usage_perc",
+                        common::PromAggregate::kSum, 0.9, 0.05, 1.5, 0.1, 0.5, 250, 200, 5}));
+  // The timeout defaults to the interval when that is shorter than a second.
+  Config d = load_ok(
+      "global_gates: { model: { m: { capacity: 20, refill_per_s: 1, saturation: { url: "
+      "'http://h/', metric: m, target: 1, interval_ms: 300 } } } }");
+  EXPECT_EQ(d.global_gates.model.at("m").saturation->timeout_ms, 300);
+  LoadResult back = load_string(to_yaml(c), "back.yaml");
+  ASSERT_TRUE(back.config) << (back.errors.empty() ? "" : back.errors[0].str());
+  EXPECT_EQ(back.config->global_gates, c.global_gates);
+}
+
+TEST(Saturation, BadValuesAreNamed) {
+  auto model = [](const std::string& sat) {
+    return error_of("global_gates: { model: { m: { capacity: 20, refill_per_s: 1, saturation: { " +
+                    sat + " } } } }");
+  };
+  const std::string ok = "url: 'http://h:9/m', metric: m, target: 1";
+  EXPECT_EQ(model("metric: m, target: 1"),
+            "t.yaml:1:74: global_gates.model.m.saturation.url: required field is missing");
+  EXPECT_EQ(model("url: 'https://h/m', metric: m, target: 1"),
+            "t.yaml:1:81: global_gates.model.m.saturation.url: https is not supported: the "
+            "endpoint is scraped over plain http://");
+  EXPECT_EQ(model("url: 'http://h:x/m', metric: m, target: 1"),
+            "t.yaml:1:81: global_gates.model.m.saturation.url: bad port 'x' (0 to 65535)");
+  EXPECT_EQ(model("url: 'http://h/', metric: 'm{a=1}', target: 1"),
+            "t.yaml:1:102: global_gates.model.m.saturation.metric: expected '\"' to open a label "
+            "value");
+  EXPECT_EQ(model("url: 'http://h/', metric: m"),
+            "t.yaml:1:74: global_gates.model.m.saturation.target: required field is missing");
+  EXPECT_EQ(model("url: 'http://h/', metric: m, target: -1"),
+            "t.yaml:1:113: global_gates.model.m.saturation.target: must be >= 0, got -1");
+  EXPECT_EQ(model(ok + ", aggregate: avg"),
+            "t.yaml:1:130: global_gates.model.m.saturation.aggregate: expected max or sum, got "
+            "'avg'");
+  EXPECT_EQ(model(ok + ", min_share: 0"),
+            "t.yaml:1:130: global_gates.model.m.saturation.min_share: must be > 0, got 0");
+  EXPECT_EQ(model(ok + ", min_share: 1.5"),
+            "t.yaml:1:130: global_gates.model.m.saturation.min_share: must be <= 1, got 1.5 (the "
+            "configured rate)");
+  EXPECT_EQ(model(ok + ", max_share: 11"),
+            "t.yaml:1:130: global_gates.model.m.saturation.max_share: must be <= 10, got 11 (ten "
+            "times the configured rate)");
+  EXPECT_EQ(model(ok + ", min_share: 0.5, max_share: 0.25"),
+            "t.yaml:1:146: global_gates.model.m.saturation.max_share: must be >= min_share (0.5)");
+  EXPECT_EQ(model(ok + ", decrease: 1"),
+            "t.yaml:1:129: global_gates.model.m.saturation.decrease: must be < 1 (the factor the "
+            "share is multiplied by), got 1");
+  EXPECT_EQ(model(ok + ", increase: 0"),
+            "t.yaml:1:129: global_gates.model.m.saturation.increase: must be > 0, got 0");
+  EXPECT_EQ(model(ok + ", interval_ms: 50"),
+            "t.yaml:1:132: global_gates.model.m.saturation.interval_ms: must be between 100 and "
+            "3600000, got 50");
+  EXPECT_EQ(model(ok + ", interval_ms: 500, timeout_ms: 600"),
+            "t.yaml:1:149: global_gates.model.m.saturation.timeout_ms: must be <= interval_ms "
+            "(500)");
+  EXPECT_EQ(model(ok + ", failures: 0"),
+            "t.yaml:1:129: global_gates.model.m.saturation.failures: must be between 1 and 1000, "
+            "got 0");
+  EXPECT_EQ(model(ok + ", every: 1"),
+            "t.yaml:1:119: global_gates.model.m.saturation.every: unknown key 'every' (allowed: "
+            "url, metric, aggregate, target, min_share, max_share, increase, decrease, "
+            "interval_ms, timeout_ms, failures)");
+  // A floor that would refuse every request of a model gate; a token-rate gate has none.
+  EXPECT_EQ(model(ok + ", min_share: 0.01"),
+            "t.yaml:1:130: global_gates.model.m.saturation.min_share: min_share x capacity is "
+            "0.2: below 1, the floor would refuse every request");
+  EXPECT_EQ(error_of("global_gates: { model: { m: { algorithm: sliding_window, limit: 5, "
+                     "window_s: 1, saturation: { " +
+                     ok + " } } } }"),
+            "t.yaml:1:93: global_gates.model.m.saturation.min_share: min_share x limit is 0: "
+            "below 1, the floor would refuse every request");
+  load_ok("global_gates: { model_tokens: { m: { capacity: 5, refill_per_s: 1, saturation: { " + ok +
+          ", min_share: 0.01 } } } }");
+}
+
+TEST(Saturation, OnlyOnGlobalModelGates) {
+  const std::string sat = "saturation: { url: 'http://h/', metric: m, target: 1 }";
+  EXPECT_EQ(
+      error_of("global_gates: { tool: { t: { capacity: 5, refill_per_s: 1, " + sat + " } } }"),
+      "t.yaml:1:60: global_gates.tool.t.saturation: unknown key 'saturation' (allowed: "
+      "capacity, refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
+  EXPECT_EQ(error_of("global_gates: { total: { capacity: 5, refill_per_s: 1, " + sat + " } }"),
+            "t.yaml:1:56: global_gates.total.saturation: unknown key 'saturation' (allowed: "
+            "capacity, refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
+  EXPECT_EQ(error_of("plans: { p: { gates: { tenant: { capacity: 5, refill_per_s: 1, " + sat +
+                     " } } } }"),
+            "t.yaml:1:64: plans.p.gates.tenant.saturation: unknown key 'saturation' (allowed: "
+            "capacity, refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
+}
+
 // The ip gate (per plan) and the total gate (global) are buckets like the others, checked alike.
 TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
   EXPECT_EQ(error_of("plans: { p: { gates: { ip: { capacity: 0, refill_per_s: 1 } } } }"),
