@@ -340,7 +340,7 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
   std::string err = prepare(op->snap->tables, req, rng, op->p, view.registry().get(),
-                            view.brake().get(), redis->clock_offset_ms());
+                            view.brake().get(), redis->clock_offset_ms(), view.saturation().get());
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);

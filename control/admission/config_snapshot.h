@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "control/admission/brake.h"
+#include "control/admission/saturation.h"
 #include "control/admission/script_calls.h"
 #include "control/admission/tenant_directory.h"
 
@@ -118,12 +119,21 @@ class ConfigStore {
   std::shared_ptr<const Brake> brake() const { return brake_.get(); }
   const Published<Brake>& published_brake() const { return brake_; }
 
+  // The model gates' saturation shares in force (saturation.h), published by their scraper
+  // (saturation_sync.h); null while every share is 1.
+  void publish_saturation(std::shared_ptr<const SaturationShares> next) {
+    saturation_.publish(std::move(next));
+  }
+  std::shared_ptr<const SaturationShares> saturation() const { return saturation_.get(); }
+  const Published<SaturationShares>& published_saturation() const { return saturation_; }
+
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> snap_;
   std::atomic<uint64_t> generation_{0};
   Published<TenantDirectory> registry_;
   Published<Brake> brake_;
+  Published<SaturationShares> saturation_;
   std::atomic<bool> registry_expected_{false};
 };
 
@@ -131,7 +141,10 @@ class ConfigStore {
 class SnapshotView {
  public:
   explicit SnapshotView(const ConfigStore& store)
-      : store_(store), registry_(store.published_registry()), brake_(store.published_brake()) {}
+      : store_(store),
+        registry_(store.published_registry()),
+        brake_(store.published_brake()),
+        saturation_(store.published_saturation()) {}
   const std::shared_ptr<const Snapshot>& get() {
     uint64_t g = store_.generation();
     if (g != generation_ || !snap_) {
@@ -144,6 +157,8 @@ class SnapshotView {
   const std::shared_ptr<const TenantDirectory>& registry() { return registry_.get(); }
   // The brake in force, the same way; null when none is.
   const std::shared_ptr<const Brake>& brake() { return brake_.get(); }
+  // The saturation shares, the same way; null while every share is 1.
+  const std::shared_ptr<const SaturationShares>& saturation() { return saturation_.get(); }
 
  private:
   const ConfigStore& store_;
@@ -151,6 +166,7 @@ class SnapshotView {
   std::shared_ptr<const Snapshot> snap_;
   PublishedView<TenantDirectory> registry_;
   PublishedView<Brake> brake_;
+  PublishedView<SaturationShares> saturation_;
 };
 
 }  // namespace dripgate::control

@@ -10,6 +10,7 @@
 #include "common/address.h"
 #include "common/id.h"
 #include "control/admission/keys.h"
+#include "control/admission/saturation.h"
 #include "control/redis/wall_clock.h"
 #include "lua/lua_scripts.h"
 
@@ -244,18 +245,25 @@ const TenantInfo* Tables::find(const std::string& name, std::shared_ptr<const Te
 
 namespace {
 
-// Points p's enforced gates at copies with the brake's rates (shadow gates keep theirs: they
-// show what the configured limit would do).
-void apply_brake(Prepared& p, const Brake& brake) {
+// Points p's gates at copies with their rates scaled: an enforced gate's by the brake (null:
+// none applies; shadow gates keep their rates: they show what the configured limit would do),
+// a model gate's by its saturation share (shadow ones too: the share is part of that gate's own
+// limit, which its answers show); a gate with both gets the product.
+void apply_brake(Prepared& p, const Brake* brake, const SaturationShares* saturation) {
   size_t next = 0;
-  auto scale = [&](const Gate*& g) {
-    if (g->shadow == "1") return;
-    g = &p.braked[next++].emplace(*g, brake.factor);
+  bool braked = false;
+  auto scale = [&](const Gate*& g, double factor) {
+    if (brake && g->shadow != "1") {
+      factor *= brake->factor;
+      braked = true;
+    }
+    if (factor != 1) g = &p.braked[next++].emplace(*g, factor);
   };
-  for (int i = 0; i < p.nb; ++i) scale(p.buckets[i]);
-  for (int i = 0; i < p.nw; ++i) scale(p.windows[i]);
-  for (int i = 0; i < p.ng; ++i) scale(p.globals[i]);
-  if (next > 0) p.brake = brake.factor;
+  for (int i = 0; i < p.nb; ++i) scale(p.buckets[i], 1);
+  for (int i = 0; i < p.nw; ++i) scale(p.windows[i], 1);
+  for (int i = 0; i < p.ng; ++i)
+    scale(p.globals[i], saturation ? saturation->of(p.globals[i]->name, p.globals[i]->id) : 1);
+  if (braked) p.brake = brake->factor;
 }
 
 // admit.lua's flags, a character each: fresh, snapshot (asked for on every call: any admission
@@ -271,7 +279,7 @@ std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow)
 
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p, const TenantDirectory* registry, const Brake* brake,
-                    int64_t redis_offset_ms) {
+                    int64_t redis_offset_ms, const SaturationShares* saturation) {
   if (req.tenant.empty()) return "tenant: required";
   if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
   std::string why;
@@ -383,8 +391,10 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     if (auto e = too_big(*p.buckets[i]); !e.empty()) return e;
   for (int i = 0; i < p.ng; ++i)
     if (auto e = too_big(*p.globals[i]); !e.empty()) return e;
-  // The brake after the capacity check: an estimate the plan's capacity holds waits out a brake.
-  if (brake && brake->applies_to(t.plan->name)) apply_brake(p, *brake);
+  // The brake and the saturation after the capacity check: an estimate the configured capacity
+  // holds waits them out.
+  if (brake && !brake->applies_to(t.plan->name)) brake = nullptr;
+  if (brake || saturation) apply_brake(p, brake, saturation);
   return {};
 }
 

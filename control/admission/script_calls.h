@@ -31,6 +31,8 @@ struct Script;
 
 namespace dripgate::control {
 
+struct SaturationShares;
+
 // One configured token bucket or sliding window with its ARGV strings formatted once.
 struct Gate {
   // "tenant", "user", "api_key", "ip", "model", "tool", "total"; the token-rate gates
@@ -172,20 +174,23 @@ struct Prepared {
   // Its global gates, each a bucket or a window (Gate::window), each in its own gates.lua call.
   std::array<const Gate*, kMaxGlobalBuckets> globals{};
   int ng = 0;
-  // Under a brake (brake.h): the enforced gates of this request with their rates scaled, which
-  // its calls and their undos carry. Empty otherwise, so that a request pays nothing for it.
-  // (A tenant gate is a bucket or a window, never both: seven at most either way.)
+  // Under a brake (brake.h) or a model gate's saturation (saturation.h): the gates of this
+  // request with their rates scaled, which its calls and their undos carry. Empty otherwise,
+  // so that a request pays nothing for it. (A tenant gate is a bucket or a window, never both:
+  // seven at most either way.)
   std::array<std::optional<Gate>, kMaxTenantBuckets + kMaxGlobalBuckets> braked;
-  double brake = 1;  // the factor applied
+  double brake = 1;  // the brake's factor applied (saturation shares not included)
 };
 
 // Validates req and fills p (generating a request id when req has none); returns an error
 // "field: message" or an empty string.
 // registry: the tenant registry's copy in force (null: none); brake: the brake in force (null:
-// none); redis_offset_ms: Redis's clock minus this daemon's (TenantInfo::time_keys).
+// none); redis_offset_ms: Redis's clock minus this daemon's (TenantInfo::time_keys);
+// saturation: the model gates' saturation shares in force (null: all at 1).
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p, const TenantDirectory* registry = nullptr,
-                    const Brake* brake = nullptr, int64_t redis_offset_ms = 0);
+                    const Brake* brake = nullptr, int64_t redis_offset_ms = 0,
+                    const SaturationShares* saturation = nullptr);
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,
