@@ -20,6 +20,7 @@
 #include "control/http/http_server.h"
 #include "control/outage/fallback.h"
 #include "control/registry/brake_sync.h"
+#include "control/registry/saturation_sync.h"
 #include "control/registry/reload.h"
 #include "control/registry/tenant_registry.h"
 #include "control/rls/protobuf_log.h"
@@ -222,6 +223,9 @@ int main(int argc, char** argv) {
   ctl::BrakeSync brake(store, c.redis, [&metrics](double f) { metrics.brake_factor(f); });
   ctl::RegistrySync registry(store, c.redis);
   if (!start_pollers(brake, registry)) return 1;
+  // Model gates following their backends' saturation start at their configured rate.
+  ctl::SaturationSync saturation(store, &metrics);
+  saturation.start();
   ctl::HttpServer server(store, metrics, opts, &reloads);
   std::string err;
   if (!server.start(err)) {
@@ -247,6 +251,7 @@ int main(int argc, char** argv) {
   server.join();
   registry.stop();
   brake.stop();
+  saturation.stop();
   if (!reloads.stop(kReloadGrace)) {
     // The reload reads on (a hung mount?): the requests are answered, nothing is left to keep,
     // and waiting could be forever. The reload uses what main owns: no destructor runs.

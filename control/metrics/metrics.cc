@@ -195,6 +195,13 @@ Metrics::Metrics()
                     "invalid UTF-8 in a string field), by level; the log shows the first of a "
                     "kind and then one line with a count per interval.",
                     {"level"}),
+      saturation_failures_("dripgate_saturation_scrape_failures_total",
+                           "A model gate's saturation scrapes that gave no signal, by gate, "
+                           "model and cause: connect (not resolved, refused, reset), timeout, "
+                           "http (not a 200 answer), too_large (a body over 4 MiB), parse (not "
+                           "the Prometheus text format), absent (no series matches the metric), "
+                           "nan (every matching series is NaN).",
+                           {"gate", "model", "cause"}),
       redis_rtt_(
           "dripgate_redis_round_trip_seconds", "Redis round-trip time of one script call.",
           {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
@@ -334,7 +341,46 @@ std::string Metrics::render() const {
          "brake.",
          "gauge");
   out += "dripgate_brake_factor " + format_double(brake_factor()) + '\n';
+  render_saturation(out);
   return out;
+}
+
+void Metrics::saturation_share(std::string_view gate, std::string_view model, double share) {
+  std::lock_guard lock(saturation_mu_);
+  saturation_.try_emplace({std::string(gate), std::string(model)}, share, NAN).first->second.first =
+      share;
+}
+
+void Metrics::saturation_signal(std::string_view gate, std::string_view model, double signal) {
+  std::lock_guard lock(saturation_mu_);
+  saturation_.try_emplace({std::string(gate), std::string(model)}, 1.0, signal)
+      .first->second.second = signal;
+}
+
+void Metrics::saturation_gone(std::string_view gate, std::string_view model) {
+  std::lock_guard lock(saturation_mu_);
+  saturation_.erase({std::string(gate), std::string(model)});
+}
+
+void Metrics::render_saturation(std::string& out) const {
+  saturation_failures_.render(out);
+  std::lock_guard lock(saturation_mu_);
+  if (saturation_.empty()) return;
+  auto labels = [](const std::pair<std::string, std::string>& k) {
+    return "{gate=\"" + escape_label(k.first) + "\",model=\"" + escape_label(k.second) + "\"} ";
+  };
+  header(out, "dripgate_saturation_share",
+         "A model gate's share of its configured rate (capacity and refill, or a window's "
+         "limit) in force, moved by its backends' saturation signal.",
+         "gauge");
+  for (const auto& [k, v] : saturation_)
+    out += "dripgate_saturation_share" + labels(k) + format_double(v.first) + '\n';
+  header(out, "dripgate_saturation_signal",
+         "The saturation signal a model gate's scrape read last (absent until one was read).",
+         "gauge");
+  for (const auto& [k, v] : saturation_)
+    if (!std::isnan(v.second))
+      out += "dripgate_saturation_signal" + labels(k) + format_double(v.second) + '\n';
 }
 
 }  // namespace dripgate::control

@@ -10,9 +10,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "control/redis/redis_client.h"
@@ -105,6 +107,17 @@ class Metrics : public RedisObserver {
   // The service-wide brake's factor in force on this daemon (1: no brake).
   void brake_factor(double f) { brake_factor_.store(f, std::memory_order_relaxed); }
   double brake_factor() const { return brake_factor_.load(std::memory_order_relaxed); }
+  // A model gate's saturation (registry/saturation_sync.h), gate "model" | "model_tokens": its
+  // share of the configured rate in force and the signal read last (none until one is); gone:
+  // forgotten (its saturation left the configuration). A failed scrape by cause: "connect",
+  // "timeout", "http", "too_large", "parse", "absent", "nan".
+  void saturation_share(std::string_view gate, std::string_view model, double share);
+  void saturation_signal(std::string_view gate, std::string_view model, double signal);
+  void saturation_gone(std::string_view gate, std::string_view model);
+  void saturation_failure(std::string_view gate, std::string_view model, std::string_view cause) {
+    saturation_failures_.inc({gate, model, cause});
+  }
+  const CounterFamily& saturation_failures() const { return saturation_failures_; }
   // A worker's circuit breaker moved to `to` ("open" | "half_open" | "closed"); left_closed /
   // closed_again: it left or came back to closed (the gauge of workers not closed).
   void breaker(std::string_view to, bool left_closed, bool closed_again) {
@@ -156,6 +169,8 @@ class Metrics : public RedisObserver {
   std::string render() const;
 
  private:
+  void render_saturation(std::string& out) const;
+
   CounterFamily admissions_;
   CounterFamily http_requests_;
   CounterFamily redis_errors_;
@@ -170,6 +185,10 @@ class Metrics : public RedisObserver {
   CounterFamily protobuf_log_;
   std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
+  CounterFamily saturation_failures_;
+  mutable std::mutex saturation_mu_;  // the scraper writes once an interval, /metrics reads
+  // gate, model -> share, signal (NaN: none read yet)
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> saturation_;
   Histogram redis_rtt_;
   CounterFamily wait_results_;
   Histogram wait_seconds_;
