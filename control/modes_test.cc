@@ -2,7 +2,6 @@
 // redis-server, over HTTP (/v1/admit, POST/GET/DELETE /v1/admin/brake, /healthz, /metrics).
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -10,12 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/admit_load.h"
 #include "tests/control_daemon.h"
 #include "tests/http_client.h"
 #include "tests/redis_server.h"
 
 namespace {
 
+using dripgate::testing::AdmitLoad;
 using dripgate::testing::ControlDaemon;
 using dripgate::testing::http;
 using dripgate::testing::HttpResponse;
@@ -177,35 +178,15 @@ TEST(Brake, HalvesThroughputOnTwoDaemonsWithinASecond) {
   ControlDaemon b(DRIPGATE_CONTROL_BIN, config(redis.port(), 10, kRefill));
   ASSERT_TRUE(a.ready()) << a.log();
   ASSERT_TRUE(b.ready()) << b.log();
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0}, answered{0};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 8; ++c)
-    clients.emplace_back([&, c] {
-      const int port = c % 2 ? a.port() : b.port();
-      while (!stop.load()) {
-        int s = http(port, "POST", "/v1/admit", R"({"tenant":"hot"})").status;
-        ok += s == 200;
-        answered += s == 200 || s == 429;
-      }
-    });
-  // Admitted per second over a window.
-  auto rate = [&](std::chrono::milliseconds window) {
-    const int before = ok.load();
-    const auto t0 = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(window);
-    return (ok.load() - before) /
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  AdmitLoad load({b.port(), a.port()}, R"({"tenant":"hot"})", 8);
   std::this_thread::sleep_for(1s);  // past the initial burst
-  const double before = rate(2s);
-  const int answered_before = answered.load();
+  const double before = load.rate(2s);
+  const int answered_before = load.answered();
   ASSERT_EQ(post_brake(a.port(), R"({"factor":0.5,"ttl_s":60})").status, 200);
   std::this_thread::sleep_for(1s);  // within one second both daemons have it
-  const double after = rate(2s);
-  const int demand = answered.load() - answered_before;
-  stop = true;
-  for (auto& t : clients) t.join();
+  const double after = load.rate(2s);
+  const int demand = load.answered() - answered_before;
+  load.stop();
   std::printf("brake: admitted %.1f/s before, %.1f/s after factor 0.5 (%d answers meanwhile)\n",
               before, after, demand);
   // The clients ask for more than the bucket gives, so the refill binds before and after.

@@ -43,7 +43,7 @@ bool wait_ready(int fd, short events, Clock::time_point deadline, const std::ato
                 const char*& why) {
   for (;;) {
     if (cancel && cancel->load(std::memory_order_relaxed)) return why = "cancelled", false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return why = "timed out", false;
     pollfd p{fd, events, 0};
     int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 50)));
