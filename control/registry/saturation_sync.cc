@@ -155,13 +155,18 @@ void SaturationSync::note_share(Gate& g, double before) {
   const double share = g.law.share();
   if (share == before) return;
   if (metrics_) metrics_->saturation_share(g.kind, g.model, share);
-  const bool held = share != configured(g.law.config());
-  if (held && !g.held)
+  const double rate = configured(g.law.config());
+  const int side = share < rate ? -1 : share > rate ? 1 : 0;
+  if (side == g.side) return;
+  if (side < 0)
     spdlog::warn("saturation: {} gate '{}' held back: at {} of its configured rate", g.kind,
                  g.model, share);
-  else if (!held && g.held)
+  else if (side > 0)
+    spdlog::info("saturation: {} gate '{}' above its configured rate: at {} of it", g.kind, g.model,
+                 share);
+  else
     spdlog::info("saturation: {} gate '{}' back at its configured rate", g.kind, g.model);
-  g.held = held;
+  g.side = side;
 }
 
 void SaturationSync::publish() {

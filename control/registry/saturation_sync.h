@@ -10,8 +10,8 @@
 // removed ones are forgotten.
 //
 // Logs one line per change of state, never per scrape: a gate's scrapes start failing (with
-// the cause) or answer again, a gate is held back (its share left its configured rate) or is
-// back at it.
+// the cause) or answer again, a gate is held back (its share below its configured rate), above
+// it (max_share > 1) or back at it.
 #pragma once
 
 #include <atomic>
@@ -49,7 +49,7 @@ class SaturationSync {
     SaturationLaw law;
     Clock::time_point due;
     bool failing = false;
-    bool held = false;  // the share is not at the configured rate
+    int side = 0;  // the share against the configured rate: -1 below, 0 at, 1 above
   };
   using Key = std::pair<std::string, std::string>;  // kind, model
 
