@@ -127,6 +127,9 @@ void MetricsServer::serve(int fd) {
                stop_);
       return;
     }
+    case Mode::kRaw:
+      send_all(fd, body, stop_);
+      return;
     case Mode::kHugeLength:
       send_all(fd, "HTTP/1.0 200 OK\r\nContent-Length: 100000000000\r\n\r\nm 1\n", stop_);
       return;

@@ -1,8 +1,9 @@
 // A backend's metrics endpoint for tests (a model gate's saturation scrape): a listening
 // socket on 127.0.0.1 and a thread per connection that answers each GET with the body set
 // last, as Prometheus text, or misbehaves as told: silent (reads the request, never answers),
-// endless (200 without a length and a body that never ends), a 500, a chunked answer, or an
-// announced Content-Length far over any cap. Threads and socket end on destruction.
+// endless (200 without a length and a body that never ends), a 500, a chunked answer, an
+// announced Content-Length far over any cap, or the body as the whole answer (raw: bytes no
+// HTTP server would send). Threads and socket end on destruction.
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,7 @@ namespace dripgate::testing {
 
 class MetricsServer {
  public:
-  enum class Mode { kServe, kSilent, kEndless, kStatus500, kChunked, kHugeLength };
+  enum class Mode { kServe, kSilent, kEndless, kStatus500, kChunked, kHugeLength, kRaw };
 
   MetricsServer();
   ~MetricsServer();

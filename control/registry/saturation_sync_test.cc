@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include "control/registry/saturation_sync.h"
@@ -89,6 +90,37 @@ TEST(Scrape, SilentAndEndlessEndpointsAreBounded) {
   stopper.join();
   EXPECT_NE(r.failure, scrape::Failure::kNone);
   EXPECT_LT(Clock::now() - t0, milliseconds(2000));
+}
+
+// Answers no HTTP server would send: each an error with its cause, never a body; random
+// bytes alike.
+TEST(Scrape, MalformedAnswersAreHttpFailures) {
+  MetricsServer s;
+  s.set_mode(MetricsServer::Mode::kRaw);
+  auto get = [&](std::string raw) {
+    s.set_body(std::move(raw));
+    return scrape::http_get(url_of(s), milliseconds(2000));
+  };
+  for (const char* raw : {"", "SSH-2.0-OpenSSH\r\n", "HTTP/1.1 2x0 OK\r\n\r\nm 1\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nm 1\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nm 1\n",
+                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n"}) {
+    scrape::Result r = get(raw);
+    EXPECT_EQ(r.failure, scrape::Failure::kHttp) << raw << ": " << r.error;
+    EXPECT_TRUE(r.body.empty());
+  }
+  EXPECT_EQ(get("HTTP/1.1 200 OK\r\nX: a:b\r\ncontent-length:  4 \r\n\r\nm 1\nmore").body, "m 1\n");
+  EXPECT_EQ(get("HTTP/1.1 200 OK\r\n\r\nm 1\n").body, "m 1\n");  // ends at the close
+  EXPECT_EQ(get("HTTP/1.0 200\r\n" + std::string(20000, 'x')).failure, scrape::Failure::kHttp);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 50; ++i) {
+    std::string raw = "HTTP/1.1 200 OK\r\n";
+    raw.resize(raw.size() + rng() % 300);
+    for (size_t k = 17; k < raw.size(); ++k) raw[k] = static_cast<char>(rng());
+    scrape::Result r = get(raw);
+    EXPECT_TRUE(r.failure != scrape::Failure::kNone || r.body.size() < raw.size());
+  }
 }
 
 TEST(Scrape, Dechunk) {
