@@ -249,7 +249,7 @@ namespace {
 // none applies; shadow gates keep their rates: they show what the configured limit would do),
 // a model gate's by its saturation share (shadow ones too: the share is part of that gate's own
 // limit, which its answers show); a gate with both gets the product.
-void apply_brake(Prepared& p, const Brake* brake, const SaturationShares* saturation) {
+void scale_gates(Prepared& p, const Brake* brake, const SaturationShares* saturation) {
   size_t next = 0;
   bool braked = false;
   auto scale = [&](const Gate*& g, double factor) {
@@ -394,7 +394,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
   // The brake and the saturation after the capacity check: an estimate the configured capacity
   // holds waits them out.
   if (brake && !brake->applies_to(t.plan->name)) brake = nullptr;
-  if (brake || saturation) apply_brake(p, brake, saturation);
+  if (brake || saturation) scale_gates(p, brake, saturation);
   return {};
 }
 
