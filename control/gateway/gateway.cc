@@ -262,31 +262,33 @@ struct Gateway::Admission {
   uint64_t waiter = 0;     // its id in the queue; 0: in none
   bool retrying = false;   // its gate sent it to Redis again: the answer is to come
   bool abandoned = false;  // its client went away
-  std::string gate, kind;  // the gate it waits on, and that gate's name ("model", ...)
+  std::string gate;        // the gate it waits on
+  uint8_t kind = 0;        // that gate's name ("model", ...): its index in Metrics::kWaitGates
   // Of its last refusal, what the 429 at its deadline says beyond its gate and reason (a rate
-  // refusal's); not the whole AdmitResult, which would double a waiter's memory.
+  // refusal's); not the whole AdmitResult, which would double a waiter's memory (the plan's
+  // degrade, which a model gate's refusal offers, is read again from the plan).
   struct Refusal {
     std::vector<Remaining> remaining;
-    std::string degrade_model, upgrade_url;
     double brake = 1;
   } refusal;
   void keep(AdmitResult&& r) {
     refusal.remaining = std::move(r.remaining);
-    refusal.degrade_model = std::move(r.degrade_model);
-    refusal.upgrade_url = std::move(r.upgrade_url);
     refusal.brake = r.brake;
   }
   // The 429 of its deadline: its last refusal, retry_after_ms from now.
-  AdmitResult refused(int64_t retry_after_ms) {
+  AdmitResult refused(int64_t retry_after_ms, const TenantDirectory* registry) {
     AdmitResult r;
     r.outcome = Outcome::kRefused;
-    r.gate = kind;
+    r.gate = Metrics::kWaitGates[kind];
     r.reason = "rate";
     r.retry_after_ms = retry_after_ms;
     r.remaining = std::move(refusal.remaining);
-    r.degrade_model = std::move(refusal.degrade_model);
-    r.upgrade_url = std::move(refusal.upgrade_url);
     r.brake = refusal.brake;
+    if (r.gate == "model")
+      if (const config::Plan* plan = plan_of(snap->cfg, id, registry); plan && plan->degrade) {
+        r.degrade_model = plan->degrade->model;
+        r.upgrade_url = plan->degrade->upgrade_url;
+      }
     return r;
   }
 };
@@ -596,9 +598,9 @@ bool Gateway::join(Admission* a, std::string gate, std::string_view kind, int64_
   }
   a->waiter = p.id;
   a->gate = std::move(gate);
-  a->kind.assign(kind);
+  a->kind = static_cast<uint8_t>(kind_index(kind));
   if (!a->queued_ms) a->queued_ms = now_ms;
-  ++kinds_waiting_[kind_index(kind)];
+  ++kinds_waiting_[a->kind];
   metrics_.waiting(a->band, kind, 1);
   return true;
 }
@@ -614,8 +616,8 @@ void Gateway::leave_queue(Admission* a, bool served) {
     queue_.cancel(a->waiter);
   a->waiter = 0;
   budget_->give(a->id);
-  --kinds_waiting_[kind_index(a->kind)];
-  metrics_.waiting(a->band, a->kind, -1);
+  --kinds_waiting_[a->kind];
+  metrics_.waiting(a->band, Metrics::kWaitGates[a->kind], -1);
 }
 
 Gateway::GateWait* Gateway::find_gate_wait(const std::string& gate) {
@@ -690,18 +692,25 @@ void Gateway::on_deadline(int, short, void* arg) {
   g->arm_deadline();
 }
 
-// The waiters whose deadline came are answered their last refusal, with how long until their
-// gate is tried next; one with Redis at that moment is answered by Redis.
+// The waiters whose deadline came are answered their last refusal (expire_before()).
 void Gateway::expire() {
+  expire_before(steady_ms());
+}
+
+// Each waiter whose deadline is at or before until_ms leaves the queue and is answered its last
+// refusal, with how long until its gate is tried next; one with Redis at that moment is answered
+// by Redis.
+void Gateway::expire_before(int64_t until_ms) {
   std::vector<WaitQueue::Waiter> out;
+  queue_.expired(until_ms, out);
   const int64_t now = steady_ms();
-  queue_.expired(now, out);
   for (const WaitQueue::Waiter& w : out) {
     Admission* a = waiting_.at(w.cookie);
-    const GateWait* g = find_gate_wait(a->gate);
     leave_queue(a);
     if (a->retrying) continue;
-    AdmitResult r = a->refused(g && g->due_ms > now ? g->due_ms - now : 1);
+    const GateWait* g = find_gate_wait(a->gate);
+    AdmitResult r =
+        a->refused(g && g->due_ms > now ? g->due_ms - now : 1, engine_.registry().get());
     answer(a, r);
   }
 }
@@ -725,17 +734,7 @@ void Gateway::abandon(uint64_t handle) {
 
 void Gateway::drain_waiters() {
   no_wait_ = true;
-  std::vector<WaitQueue::Waiter> out;
-  queue_.expired(INT64_MAX, out);
-  for (const WaitQueue::Waiter& w : out) {
-    Admission* a = waiting_.at(w.cookie);
-    leave_queue(a);
-    if (a->retrying) continue;
-    const GateWait* g = find_gate_wait(a->gate);
-    const int64_t now = steady_ms();
-    AdmitResult r = a->refused(g && g->due_ms > now ? g->due_ms - now : 1);
-    answer(a, r);
-  }
+  expire_before(INT64_MAX);
   gate_waits_.clear();
 }
 

@@ -158,6 +158,7 @@ class Gateway {
   // A gate a request that may wait shares with waiters here (empty: none).
   std::pair<std::string, std::string_view> waited_gate(const AdmitRequest& req) const;
   void expire();
+  void expire_before(int64_t until_ms);
   void arm_deadline();
   static void on_gate_due(int, short, void* arg);
   static void on_deadline(int, short, void* arg);
