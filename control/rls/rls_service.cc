@@ -87,6 +87,10 @@ void fill(const rls::Mapped& m, const AdmitResult& r, pb::RateLimitResponse& out
   }
   for (const auto& [k, v] : api::ratelimit_headers(r))
     add_header(out.mutable_response_headers_to_add(), k, v);
+  // How long the call waited for its gate (the HTTP answer's waited_ms), for the client.
+  if (r.waited_ms >= 0)
+    add_header(out.mutable_response_headers_to_add(), "Dripgate-Waited-Ms",
+               std::to_string(r.waited_ms));
   if (refused) return;
   add_header(out.mutable_request_headers_to_add(), "dripgate-request-id", r.request_id);
   add_header(out.mutable_request_headers_to_add(), "dripgate-class", r.cls);

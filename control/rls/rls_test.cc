@@ -219,6 +219,8 @@ TEST_F(RlsTest, ACallWaitsWithinItsDeadlineAndACancelledOneLeaves) {
   ASSERT_TRUE(waited.status.ok()) << waited.status.error_message();
   EXPECT_EQ(waited.resp.overall_code(), Response::OK);
   EXPECT_GT(std::chrono::steady_clock::now() - t0, 100ms);
+  EXPECT_GT(std::stoi(waited.header("Dripgate-Waited-Ms")), 100);
+  EXPECT_EQ(shortly.header("Dripgate-Waited-Ms"), "0");
   // Cancelled while it waits: it leaves at once, charged nothing.
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
