@@ -260,6 +260,7 @@ struct Gateway::Admission {
   int64_t queued_ms = 0;   // when it first joined a queue; 0: never
   uint8_t band = 0;
   uint64_t waiter = 0;     // its id in the queue; 0: in none
+  int64_t sent_us = 0;     // when its last call went to Redis (steady clock, µs)
   bool retrying = false;   // its gate sent it to Redis again: the answer is to come
   bool abandoned = false;  // its client went away
   std::string gate;        // the gate it waits on
@@ -307,7 +308,7 @@ struct Gateway::GateWait {
   Gateway* gateway;
   std::string key, kind;
   event* timer = nullptr;
-  int64_t due_ms = 0;     // the timer's time; 0: not armed
+  int64_t due_us = 0;     // the timer's time (steady clock, µs); 0: not armed
   bool retrying = false;  // its first waiter is with Redis
 };
 
@@ -383,7 +384,8 @@ uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> don
 }
 
 void Gateway::send(Admission* a, const AdmitRequest& req) {
-  const int64_t now = steady_ms();
+  a->sent_us = steady_us();
+  const int64_t now = a->sent_us / 1000;
   const Breaker::State before = breaker_.state();
   a->sent = breaker_.allow(now);
   breaker_moved(before);
@@ -516,16 +518,25 @@ bool has_gate(const AdmitRequest& req, std::string_view gate) {
   return gate != "other";
 }
 
-// When a token-bucket gate holds cost again after an admission left it at its remaining: now
-// when that is unknown (the next call's refusal then says).
-int64_t refill_ms(const std::vector<Remaining>& remaining, std::string_view gate, double cost) {
+// How long after Redis ran a call the gate it names holds cost again (µs), from the bucket's
+// remaining in the answer (fractional tokens); 0 when it does already or the answer does not say
+// (the next call's refusal then does).
+int64_t refill_us(const std::vector<Remaining>& remaining, std::string_view gate, double cost) {
   for (const Remaining& q : remaining) {
     if (q.gate != gate) continue;
     if (q.value >= cost || q.limit <= 0 || q.window_s <= 0) return 0;
-    const double per_ms = q.limit / q.window_s / 1000;
-    return static_cast<int64_t>(std::ceil((cost - q.value) / per_ms));
+    const double per_us = q.limit / q.window_s / 1e6;
+    return static_cast<int64_t>(std::ceil((cost - q.value) / per_us));
   }
   return 0;
+}
+
+// When to send a gate's next call (µs) so that it reaches Redis as the gate holds a token: `in`
+// after Redis ran the last call, whose answer took its round trip rtt_us (half of it back to us,
+// half for the next call to reach Redis). A timer fires at or after its time (libevent rounds
+// up), never early: a call that came too early would cost a refusal and a retry_after later.
+int64_t try_at(int64_t now_us, int64_t in_us, int64_t rtt_us) {
+  return now_us + std::max<int64_t>(in_us - rtt_us, 0);
 }
 
 size_t kind_index(std::string_view kind) {
@@ -548,7 +559,8 @@ std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest
 }
 
 bool Gateway::wait(Admission* a, AdmitResult& r) {
-  const int64_t now = steady_ms();
+  const int64_t now_us = steady_us(), now = now_us / 1000;
+  const int64_t rtt_us = now_us - a->sent_us;
   GateWait* from = nullptr;
   if (a->retrying) {
     a->retrying = false;
@@ -561,14 +573,14 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
   if (!a->abandoned && !no_wait_ && r.outcome == Outcome::kRefused && r.reason == "rate" &&
       now + r.retry_after_ms < deadline) {
     std::string gate = gate_key(*a->again, r.gate);
-    const int64_t due = now + std::max<int64_t>(r.retry_after_ms, 1);
+    const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000, rtt_us);
     if (a->waiter && from && gate == a->gate) {  // still first on its gate
       a->keep(std::move(r));
       schedule(*from, due);
       return true;
     }
     leave_queue(a);
-    if (from) schedule(*from, now);  // its turn passes to the next
+    if (from) schedule(*from, now_us);  // its turn passes to the next
     std::string kind = r.gate;
     if (join(a, std::move(gate), kind, now, r)) {
       a->keep(std::move(r));
@@ -579,7 +591,7 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
     return false;  // r says queue_full
   }
   leave_queue(a, from != nullptr);
-  if (from) next_after(*from, r, now);
+  if (from) next_after(*from, r, now_us, rtt_us);
   return false;
 }
 
@@ -607,11 +619,10 @@ bool Gateway::join(Admission* a, std::string gate, std::string_view kind, int64_
 
 void Gateway::leave_queue(Admission* a, bool served) {
   if (!a->waiter) return;
-  // Served, it was its gate's next (its turn passes on in the rotation); otherwise it leaves
-  // wherever it is, and the turn stays. false: expired() took it out already.
-  if (const WaitQueue::Waiter* next = served ? queue_.next(a->gate) : nullptr;
-      next && next->id == a->waiter)
-    queue_.pop(a->gate);
+  // Served (its gate answered it), its tenant's turn passes on; otherwise it leaves wherever it
+  // is and the turn stays. Either is false when expired() took it out already.
+  if (served)
+    queue_.served(a->waiter);
   else
     queue_.cancel(a->waiter);
   a->waiter = 0;
@@ -634,34 +645,34 @@ Gateway::GateWait& Gateway::gate_wait(const std::string& gate, std::string_view 
   return *g;
 }
 
-void Gateway::schedule(GateWait& g, int64_t at_ms) {
-  if (g.retrying || no_wait_ || (g.due_ms != 0 && g.due_ms <= at_ms)) return;
-  g.due_ms = at_ms;
-  const int64_t in = std::max<int64_t>(at_ms - steady_ms(), 0);
-  const timeval tv{static_cast<time_t>(in / 1000), static_cast<suseconds_t>(in % 1000 * 1000)};
+void Gateway::schedule(GateWait& g, int64_t at_us) {
+  if (g.retrying || no_wait_ || (g.due_us != 0 && g.due_us <= at_us)) return;
+  g.due_us = at_us;
+  const int64_t in = std::max<int64_t>(at_us - steady_us(), 0);
+  const timeval tv{static_cast<time_t>(in / 1000000), static_cast<suseconds_t>(in % 1000000)};
   evtimer_add(g.timer, &tv);
 }
 
-void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_ms) {
+void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us, int64_t rtt_us) {
   const WaitQueue::Waiter* w = queue_.next(g.key);
-  if (!w) return schedule(g, now_ms);  // retry() lets the gate go
+  if (!w) return schedule(g, now_us);  // retry() lets the gate go
   // Admitted: the next can pass once the gate holds its cost again; refused by this gate: once it
   // holds a token; otherwise now.
   int64_t in = 0;
   if (r.outcome == Outcome::kRefused && r.reason == "rate" && r.gate == g.kind) {
-    in = r.retry_after_ms;
+    in = std::max<int64_t>(r.retry_after_ms, 1) * 1000;
   } else if (r.outcome == Outcome::kAllowed) {
     const Admission* next = waiting_.at(w->cookie);
     const double cost =
         g.kind.ends_with("_tokens") ? static_cast<double>(next->again->tokens) : 1.0;
-    in = refill_ms(r.remaining, g.kind, cost);
+    in = refill_us(r.remaining, g.kind, cost);
   }
-  schedule(g, now_ms + in);
+  schedule(g, try_at(now_us, in, rtt_us));
 }
 
 void Gateway::on_gate_due(int, short, void* arg) {
   auto* g = static_cast<GateWait*>(arg);
-  g->due_ms = 0;
+  g->due_us = 0;
   g->gateway->retry(*g);
 }
 
@@ -709,8 +720,8 @@ void Gateway::expire_before(int64_t until_ms) {
     leave_queue(a);
     if (a->retrying) continue;
     const GateWait* g = find_gate_wait(a->gate);
-    AdmitResult r =
-        a->refused(g && g->due_ms > now ? g->due_ms - now : 1, engine_.registry().get());
+    const int64_t due_ms = g ? g->due_us / 1000 : 0;
+    AdmitResult r = a->refused(due_ms > now ? due_ms - now : 1, engine_.registry().get());
     answer(a, r);
   }
 }

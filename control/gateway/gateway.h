@@ -147,12 +147,13 @@ class Gateway {
   bool join(Admission* a, std::string gate, std::string_view kind, int64_t now_ms, AdmitResult& r);
   // served: its gate answered it (the turn passes on), rather than it going.
   void leave_queue(Admission* a, bool served = false);
-  // The gate's retry runs at at_ms (or earlier, already set), unless one is with Redis.
-  void schedule(GateWait& g, int64_t at_ms);
+  // The gate's retry runs at at_us (steady clock; or earlier, already set), unless one is with
+  // Redis.
+  void schedule(GateWait& g, int64_t at_us);
   // The gate's first waiter is sent to Redis; a gate nobody waits on any more goes.
   void retry(GateWait& g);
-  // The gate whose first waiter was just answered r: when to try the next.
-  void next_after(GateWait& g, const AdmitResult& r, int64_t now_ms);
+  // The gate whose first waiter was just answered r (after rtt_us): when to try the next.
+  void next_after(GateWait& g, const AdmitResult& r, int64_t now_us, int64_t rtt_us);
   GateWait& gate_wait(const std::string& gate, std::string_view kind);
   GateWait* find_gate_wait(const std::string& gate);
   // A gate a request that may wait shares with waiters here (empty: none).

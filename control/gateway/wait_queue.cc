@@ -100,12 +100,25 @@ std::optional<WaitQueue::Waiter> WaitQueue::pop(std::string_view gate) {
   auto g = gates_.find(name(gate));
   if (g == gates_.end()) return std::nullopt;
   Node* n = front(g->second);
+  const Waiter w = n->waiter;
+  serve(n);
+  return w;
+}
+
+bool WaitQueue::served(uint64_t id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return false;
+  serve(it->second.get());
+  return true;
+}
+
+void WaitQueue::serve(Node* n) {
   // The tenant's turn is used: the next tenant in the rotation is served next. A tenant whose
   // last waiter this is leaves the rotation in erase(), which passes the turn on the same way.
-  if (n->next) g->second.turn[n->waiter.band] = n->entry->next;
-  const Waiter w = n->waiter;
+  Entry* e = n->entry;
+  Entry*& turn = e->gate->second.turn[e->band];
+  if (turn == e && e->head == n && n->next) turn = e->next;
   erase(n);
-  return w;
 }
 
 void WaitQueue::expired(int64_t now_ms, std::vector<Waiter>& out) {

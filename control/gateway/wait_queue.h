@@ -91,6 +91,10 @@ class WaitQueue {
   const Waiter* next(std::string_view gate) const;
   // Removes next(gate) and returns it, or nullopt.
   std::optional<Waiter> pop(std::string_view gate);
+  // Removes waiter id as served: as pop() would have, its tenant's turn in its band passes on
+  // when it was that turn's first waiter, although a waiter of a higher band came meanwhile and
+  // is next() now (the caller served it while it was next). false: no such waiter.
+  bool served(uint64_t id);
   // Removes every waiter whose deadline is at or before now_ms, on every gate, and appends them
   // to out in deadline order (then push order). Walks only what expired.
   void expired(int64_t now_ms, std::vector<Waiter>& out);
@@ -148,6 +152,7 @@ class WaitQueue {
   };
 
   Node* front(const Gate& g) const;
+  void serve(Node* n);
   Entry& entry_for(Gates::value_type& gate, Tenants::value_type& tenant, uint8_t band);
   // Unlinks n from everything, frees what it leaves empty, then n.
   void erase(Node* n);

@@ -117,6 +117,24 @@ TEST(WaitQueueTest, TenantsTakeTurnsFirstInFirstOutEach) {
   EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{a1, b1, c1, a2, b2, c2, a3}));
 }
 
+// A waiter served while a higher band's newcomer became next (its call was out when the newcomer
+// came) passes its tenant's turn on as pop() would; a cancel does not.
+TEST(WaitQueueTest, AWaiterServedByIdPassesItsTurnOn) {
+  WaitQueue q(kRoomy);
+  const uint64_t a1 = push(q, "g", "a", 1), a2 = push(q, "g", "a", 1);
+  const uint64_t b1 = push(q, "g", "b", 1);
+  ASSERT_EQ(q.next("g")->id, a1);
+  const uint64_t hi = push(q, "g", "vip", 0);  // next() now
+  EXPECT_TRUE(q.served(a1));
+  EXPECT_FALSE(q.served(a1));
+  EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{hi, b1, a2}));
+  // A cancel of a turn's first waiter leaves the turn where it is.
+  const uint64_t c1 = push(q, "g", "c", 1), c2 = push(q, "g", "c", 1);
+  const uint64_t d1 = push(q, "g", "d", 1);
+  EXPECT_TRUE(q.cancel(c1));
+  EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{c2, d1}));
+}
+
 TEST(WaitQueueTest, ANewcomerJoinsTheRotationAtItsEnd) {
   WaitQueue q(kRoomy);
   const uint64_t a1 = push(q, "g", "a"), a2 = push(q, "g", "a"), a3 = push(q, "g", "a");
