@@ -51,9 +51,13 @@ class Tenant:
         self.name, self.band, self.port = name, band, port
         self.idle = []        # connections not in use
         self.started = 0      # requests started
-        self.admitted = []    # (time from first send to admission s, daemon waited_ms or None)
+        self.admitted = []    # (time from first send to admission s, daemon waited_ms or None,
+                              #  the admitting answer's arrival)
         self.expired = 0      # answered 429 at the deadline, or gave up before it
-        self.errors = 0
+        self.errors = {}      # what went wrong instead of an answer (HTTP status or exception)
+
+    def error(self, kind):
+        self.errors[kind] = self.errors.get(kind, 0) + 1
 
     async def conn(self):
         if self.idle:
@@ -87,10 +91,10 @@ class Round:
                 now = time.perf_counter()
                 if status == 200:
                     self.admit_times.append(now)
-                    t.admitted.append((now - start, ans.get("waited_ms")))
+                    t.admitted.append((now - start, ans.get("waited_ms"), now))
                     break
                 if status != 429:
-                    t.errors += 1
+                    t.error(f"HTTP {status} {ans.get('reason') or ans.get('error') or ''}".strip())
                     break
                 if wait or ans.get("reason") != "rate":
                     t.expired += 1
@@ -103,8 +107,8 @@ class Round:
                     break
                 await asyncio.sleep(sleep)
             t.idle.append(conn)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
-            t.errors += 1
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
+            t.error(type(e).__name__)
             if conn:
                 conn.writer.close()
 
@@ -169,7 +173,9 @@ def one_round(args, mode):
     tenants = make_tenants(args)
     r = Round(args, mode, tenants)
     calls0 = script_calls(args.redis_ports)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     asyncio.run(r.run())
+    cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     calls = script_calls(args.redis_ports) - calls0
     a = args
     f = {}
@@ -200,7 +206,11 @@ def one_round(args, mode):
         f[f"{label}: to admission p50 ms"] = pct(lat, 50)
         f[f"{label}: to admission p99 ms"] = pct(lat, 99)
         f[f"{label}: daemon waited_ms p99"] = pct(waited, 99) if waited else float("nan")
-        f[f"{label}: Jain index, {len(ts)} tenants"] = jain([len(t.admitted) for t in ts])
+        # Over the saturated window: once the offer stops, the last waiters drain uncontended.
+        per = [sum(lo <= x[2] <= hi for x in t.admitted) for t in ts]
+        f[f"{label}: Jain index, {len(ts)} tenants"] = jain(per)
+        f[f"{label}: admitted per tenant, min"] = min(per)
+        f[f"{label}: admitted per tenant, max"] = max(per)
     f["HTTP requests sent per admitted"] = r.attempts / max(admitted, 1)
     f["Redis script calls per admitted"] = calls / max(admitted, 1)
     span = (max(r.admit_times) - r.first_send) if r.admit_times else 0
@@ -208,8 +218,13 @@ def one_round(args, mode):
     f["admitted in the round"] = admitted
     f["allowed: capacity + R x span"] = allowed
     f["over-admission (<= 0)"] = admitted - allowed
-    f["errors"] = sum(t.errors for t in tenants)
-    return f
+    f["errors"] = sum(n for t in tenants for n in t.errors.values())
+    f["load generator CPU % of one core"] = 100 * cpu
+    kinds = {}
+    for t in tenants:
+        for k, n in t.errors.items():
+            kinds[k] = kinds.get(k, 0) + n
+    return f, kinds
 
 
 def fmt(v):
@@ -245,14 +260,17 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
     modes = args.modes.split(",")
-    cols, names = [], []
+    cols, names, errs = [], [], []
     for i in range(args.rounds):
         order = modes if i % 2 == 0 else modes[::-1]
         for mode in order:
-            f = one_round(args, mode)
+            f, kinds = one_round(args, mode)
             names = names or list(f)
             cols.append((f"r{i + 1} {mode}", f))
             print(table(f"round {i + 1}, {mode}", [cols[-1]], names), flush=True)
+            if kinds:
+                errs.append(f"r{i + 1} {mode}: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+                print("errors: " + errs[-1], flush=True)
             time.sleep(1)
     head = (f"{args.setup}; gate capacity {fmt(args.capacity)}, {fmt(args.rate)}/s; offered "
             f"{fmt(args.overload)}x by {args.gold} gold (band 0) + {args.free} free (band 1) "
@@ -261,11 +279,13 @@ def main():
             f"include the HTTP hop)")
     med = [(m, {n: statistics.median(f[n] for c, f in cols if c.endswith(" " + m))
                 for n in names}) for m in modes]
+    ints = [n for n in names if isinstance(cols[0][1][n], int)]
     for _, f in med:
-        f["admitted in the round"] = int(f["admitted in the round"])
-        f["errors"] = int(f["errors"])
-    text = "\n\n".join([head, table("every round", cols, names),
-                        table(f"median of {args.rounds} rounds", med, names)])
+        for n in ints:
+            f[n] = int(f[n])
+    text = "\n\n".join([head, table("every round", cols, names)] +
+                        (["errors by kind: " + "; ".join(errs)] if errs else []) +
+                        [table(f"median of {args.rounds} rounds", med, names)])
     print("\n" + text)
     with open(args.out, "w") as fh:
         fh.write(text + "\n")
