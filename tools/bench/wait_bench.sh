@@ -11,11 +11,12 @@
 # figures only.
 #
 #   bash tools/bench/wait_bench.sh [--build DIR] [--seconds N] [--rounds N] [--daemons N]
-#       [--cluster] [--rate R] [--capacity C] [--modes wait,retry[,retry-jitter]]
+#       [--cluster] [--rate R] [--capacity C] [--gold N] [--free N]
+#       [--modes wait,retry[,retry-jitter]]
 #
 # --seconds (60) of load per round, --rounds (3), --daemons (1) on the same Redis, each tenant
 # on daemon i mod N, --cluster: a 3-master Redis Cluster instead of one node (its 4 daemons
-# unless --daemons says otherwise).
+# unless --daemons says otherwise), --gold (4) and --free (16) tenants.
 set -euo pipefail
 
 source "$(dirname "$0")/../lib.sh"
@@ -26,6 +27,8 @@ cluster=0
 rate=200
 capacity=1
 modes=wait,retry
+gold=4
+free=16
 while [[ $# -gt 0 ]]; do
   [[ $1 != --baseline ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case $1 in
@@ -33,9 +36,12 @@ while [[ $# -gt 0 ]]; do
     --rate) rate=$2 ;;
     --capacity) capacity=$2 ;;
     --modes) modes=$2 ;;
+    --gold) gold=$2 ;;
+    --free) free=$2 ;;
     --cluster) cluster=1; shift; continue ;;
     *) echo "usage: $0 [--build DIR] [--seconds N] [--rounds N] [--daemons N] [--cluster]" \
-            "[--rate R] [--capacity C] [--modes wait,retry[,retry-jitter]]" >&2; exit 2 ;;
+            "[--rate R] [--capacity C] [--gold N] [--free N] [--modes wait,retry[,retry-jitter]]" >&2
+       exit 2 ;;
   esac
   [[ -n "${2-}" ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
   shift 2
@@ -81,8 +87,8 @@ global_gates:
     m: { capacity: $capacity, refill_per_s: $rate }
 tenants:
 EOF
-  for i in 00 01 02 03; do echo "  g$i: { plan: gold }"; done
-  for i in $(seq -w 0 15); do echo "  f$i: { plan: free }"; done
+  for ((i = 0; i < gold; i++)); do printf '  g%02d: { plan: gold }\n' "$i"; done
+  for ((i = 0; i < free; i++)); do printf '  f%02d: { plan: free }\n' "$i"; done
 } >"$work/control.yaml"
 
 # One worker per daemon: Redis, the daemons and the load share this box's cores.
@@ -99,4 +105,4 @@ done
 out=/tmp/wait_bench.$daemons-daemon$( ((cluster)) && echo -cluster || echo -node).txt
 python3 "$here/wait_bench.py" --http-ports "$(IFS=,; echo "${http_ports[*]}")" \
   --redis-ports "$redis_ports" --modes "$modes" --rounds "$rounds" --seconds "$seconds" \
-  --rate "$rate" --capacity "$capacity" --setup "$setup" --out "$out"
+  --rate "$rate" --capacity "$capacity" --gold "$gold" --free "$free" --setup "$setup" --out "$out"
