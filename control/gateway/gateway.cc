@@ -575,6 +575,7 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
     std::string gate = gate_key(*a->again, r.gate);
     const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000, rtt_us);
     if (a->waiter && from && gate == a->gate) {  // still first on its gate
+      queue_.serving(a->waiter, false);
       a->keep(std::move(r));
       schedule(*from, due);
       return true;
@@ -684,6 +685,7 @@ void Gateway::retry(GateWait& g) {
   }
   Admission* a = waiting_.at(w->cookie);
   g.retrying = a->retrying = true;
+  queue_.serving(a->waiter, true);
   send(a, *a->again);
 }
 
@@ -717,7 +719,7 @@ void Gateway::expire_before(int64_t until_ms) {
   const int64_t now = steady_ms();
   for (const WaitQueue::Waiter& w : out) {
     Admission* a = waiting_.at(w.cookie);
-    leave_queue(a);
+    leave_queue(a);  // one with Redis passes its tenant's turn on (WaitQueue::serving)
     if (a->retrying) continue;
     const GateWait* g = find_gate_wait(a->gate);
     const int64_t due_ms = g ? g->due_us / 1000 : 0;

@@ -121,10 +121,19 @@ void WaitQueue::serve(Node* n) {
   erase(n);
 }
 
+void WaitQueue::serving(uint64_t id, bool on) {
+  auto it = nodes_.find(id);
+  if (it != nodes_.end()) it->second->waiter.serving = on;
+}
+
 void WaitQueue::expired(int64_t now_ms, std::vector<Waiter>& out) {
   while (!heap_.empty() && heap_.front()->waiter.deadline_ms <= now_ms) {
-    out.push_back(heap_.front()->waiter);
-    erase(heap_.front());
+    Node* n = heap_.front();
+    out.push_back(n->waiter);
+    if (n->waiter.serving)
+      serve(n);
+    else
+      erase(n);
   }
 }
 

@@ -57,6 +57,7 @@ class WaitQueue {
     int64_t deadline_ms = 0;
     int64_t enqueued_ms = 0;
     uint8_t band = 0;
+    bool serving = false;  // serving(): its gate is serving it
   };
 
   enum class Refusal : uint8_t {
@@ -95,6 +96,11 @@ class WaitQueue {
   // when it was that turn's first waiter, although a waiter of a higher band came meanwhile and
   // is next() now (the caller served it while it was next). false: no such waiter.
   bool served(uint64_t id);
+  // Marks waiter id as being served by its gate (the caller asked whether it may pass), or no
+  // longer. One that expires meanwhile passes its tenant's turn on, as served() would: a band's
+  // first waiters are its oldest, the first to expire, and would otherwise keep the turn with
+  // their tenant.
+  void serving(uint64_t id, bool on);
   // Removes every waiter whose deadline is at or before now_ms, on every gate, and appends them
   // to out in deadline order (then push order). Walks only what expired.
   void expired(int64_t now_ms, std::vector<Waiter>& out);

@@ -135,6 +135,27 @@ TEST(WaitQueueTest, AWaiterServedByIdPassesItsTurnOn) {
   EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{c2, d1}));
 }
 
+// A waiter that expires while its gate serves it passes its tenant's turn on; one that expires
+// otherwise does not.
+TEST(WaitQueueTest, AWaiterExpiringWhileServedPassesItsTurnOn) {
+  WaitQueue q(kRoomy);
+  const uint64_t a1 = push(q, "g", "a", 0, 10), a2 = push(q, "g", "a", 0, 1000);
+  const uint64_t b1 = push(q, "g", "b", 0, 1000);
+  q.serving(a1, true);
+  std::vector<WaitQueue::Waiter> out;
+  q.expired(10, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].serving);
+  EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{b1, a2}));
+  const uint64_t c1 = push(q, "g", "c", 0, 10), c2 = push(q, "g", "c", 0, 1000);
+  const uint64_t d1 = push(q, "g", "d", 0, 1000);
+  q.serving(c1, true);
+  q.serving(c1, false);  // refused: it stays first, no longer served
+  out.clear();
+  q.expired(10, out);
+  EXPECT_EQ(drain(q, "g"), (std::vector<uint64_t>{c2, d1}));
+}
+
 TEST(WaitQueueTest, ANewcomerJoinsTheRotationAtItsEnd) {
   WaitQueue q(kRoomy);
   const uint64_t a1 = push(q, "g", "a"), a2 = push(q, "g", "a"), a3 = push(q, "g", "a");
