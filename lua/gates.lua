@@ -18,8 +18,12 @@
 -- call ran. ungates.lua of a call that has not run writes "cancelled" there instead, so that
 -- the call, should it still run (from a buffer of a stopped Redis), refuses.
 --
--- @keys attempt taken bucket...
--- @argv attempt_ttl taken_ttl deadline bucket_count
+-- Waiters on other workers and daemons come first (lib_waiters.lua): the bucket must hold this
+-- call's cost beyond what the registered first waiters ahead of it need (a window: its limit less
+-- their count, at least 1), or the call is refused with the wait for both.
+--
+-- @keys attempt taken waiters bucket...
+-- @argv attempt_ttl taken_ttl deadline holder turn band left_ms next_band bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -29,6 +33,8 @@
 --                  the request has taken from the bucket so far (its estimate, then its stream
 --                  charges), for settle_gates.lua to correct to the tokens used; other gates
 --                  pass the attempt key again (taken_ttl 0: not written)
+--       waiters    "dg:{g:<kind>:<name>}:wq" or "dg:{g:total}:wq": the gate's first waiter of
+--                  each worker (lib_waiters.lua)
 --       bucket...  the bucket hashes (lib_bucket.lua)
 --       then, after the bucket keys, the sliding windows' sorted sets (lib_window.lua)
 -- ARGV: attempt_ttl   seconds the marker is kept: how long an undo can still find it
@@ -36,6 +42,15 @@
 --                     after it corrects nothing, like a settle of an expired reservation); 0: none
 --       deadline      unix ms on Redis's clock past which the gateway has answered the call
 --                     failed, as admit.lua's: later, code 4 and nothing written
+--       holder        the calling worker's id (the field of its entry in waiters)
+--       turn          'h': the first of the worker's waiters on this gate; 'n': a request that
+--                     may wait, a newcomer (refused, it becomes the worker's entry unless the
+--                     worker has one of its band or a higher one); '-': one that does not wait
+--                     (band 8, writes nothing)
+--       band          the request's band (0 first)
+--       left_ms       how long the request may still wait: its entry never outlives it
+--       next_band     'h' only: the band of the worker's next waiter on this gate, -1 for none;
+--                     admitted, the worker's entry becomes that waiter's, its turn beginning now
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
@@ -44,7 +59,8 @@
 --                     "<request_id>:<attempt>", what an admission adds to each window
 --       window...     per window: gate name, limit, window_ms, shadow (as admit.lua's)
 --
--- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot]}:
+-- Returns {code, gate, retry_after_ms, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot]
+-- [, next_ms]}:
 -- count_j the admissions in window j before the decision (as admit.lua's); code 1 admitted, 0
 -- refused by gate (the one with the longest wait), 3 cancelled (nothing evaluated), 4 past its
 -- deadline (nothing evaluated: a failure, not a refusal); tokens_i as
@@ -52,7 +68,9 @@
 -- would have refused (the longest wait; "" and 0: none). snapshot (admitted): per bucket "<old
 -- tk> <old ts>" (" " when the key did not exist; "-" for an empty shadow bucket, which gave
 -- nothing), then the new ts of every bucket, for ungates.lua to restore them byte for byte when
--- another part of the admission refuses.
+-- another part of the admission refuses. next_ms (turn 'h', admitted; the last element): when
+-- the bucket holds the next waiter's cost beyond what the entries ahead of it need, -1 for none or
+-- a window.
 
 if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
@@ -61,6 +79,14 @@ local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
 if math.floor(now_us / 1000) > tonumber(ARGV[A_DEADLINE]) then return {4} end
 local n = tonumber(ARGV[A_BUCKET_COUNT])
+
+-- @include lib_waiters.lua
+local turn, band, holder = ARGV[A_TURN], tonumber(ARGV[A_BAND]), ARGV[A_HOLDER]
+local others, mine = waiters_read(KEYS[K_WAITERS], holder, turn == 'h', now_us)
+-- A first waiter keeps the turn its entry began; anyone else's begins now, after the others'.
+local since = now_us
+if turn == 'h' and mine and mine[1] == band then since = mine[2] end
+local ahead = waiters_ahead(others, band, since)
 
 -- @include lib_bucket.lua
 local r  -- the gates that would refuse (refusal_note)
@@ -73,8 +99,8 @@ for i = 1, n do
   local b = bucket_read(KEYS[K_BUCKET + i - 1], cap, rate, tonumber(ARGV[a + A_BUCKET_WARMUP_S]),
                         now_us, cost)
   buckets[i] = b
-  if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
-    r = refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost),
+  if b[5] < cost + ahead then  -- the level now (lib_bucket.lua's bucket_read)
+    r = refusal_note(r, ARGV[a + A_BUCKET_GATE], bucket_wait_ms(b, cost + ahead),
                      ARGV[a + A_BUCKET_SHADOW] == '1')
   end
 end
@@ -86,7 +112,8 @@ local m = tonumber(ARGV[ws + A_WINDOWS_COUNT])
 local windows = {}
 for j = 1, m do
   local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
-  local sw = window_read(KEYS[K_BUCKET + n + j - 1], tonumber(ARGV[a + A_WINDOW_LIMIT]),
+  local sw = window_read(KEYS[K_BUCKET + n + j - 1],
+                        math.max(1, tonumber(ARGV[a + A_WINDOW_LIMIT]) - ahead),
                         tonumber(ARGV[a + A_WINDOW_WINDOW_MS]) * 1000, now_us)
   windows[j] = sw
   if sw.wait_ms > 0 then
@@ -97,8 +124,16 @@ end
 local out = {0, r and r[1] or '', r and r[2] or 0}
 for j = 1, m do out[3 + n + j] = windows[j].count end
 local ts = bucket_now_text(t)
+local now_ms = math.floor(now_us / 1000)
+local my_cost = n == 1 and tonumber(ARGV[A_BUCKET + A_BUCKET_COST]) or 1
 if out[2] ~= '' then
   for i = 1, n do out[3 + i] = bucket_admit(buckets[i], sec, ts, true) end
+  -- A request that may wait takes its worker's place among the waiters, unless the worker has
+  -- one of its band or a higher one (its first waiter's, which this newcomer comes after).
+  if turn == 'h' or (turn == 'n' and not (mine and mine[1] <= band)) then
+    local until_ms = now_ms + math.min(tonumber(ARGV[A_LEFT_MS]), 2 * out[3] + 250)
+    waiters_keep(KEYS[K_WAITERS], holder, band, since, my_cost, until_ms, now_ms)
+  end
   return out
 end
 
@@ -113,6 +148,25 @@ end
 for j = 1, m do window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER]) end
 out[4 + 2 * n + m] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
+if turn == 'h' then
+  -- The worker's turn passes on: its next waiter's begins now, after every entry of its band.
+  local next_band, next_ms = tonumber(ARGV[A_NEXT_BAND]), -1
+  if next_band < 0 then
+    redis.call('HDEL', KEYS[K_WAITERS], holder)
+  else
+    -- A window: until its oldest admission could have left it.
+    local until_ms = now_ms + (m > 0 and math.ceil(windows[1].w_us / 1000) or 0)
+    if n == 1 then
+      -- The level after this take reaches its cost plus the need ahead of it when the level
+      -- before it reaches that plus this call's cost.
+      next_ms = math.max(0, bucket_wait_ms(buckets[1],
+                                           2 * my_cost + waiters_ahead(others, next_band, now_us + 1)))
+      until_ms = now_ms + 2 * next_ms + 250
+    end
+    waiters_keep(KEYS[K_WAITERS], holder, next_band, now_us, my_cost, until_ms, now_ms)
+  end
+  out[#out + 1] = next_ms
+end
 if ARGV[A_TAKEN_TTL] ~= '0' then
   redis.call('SET', KEYS[K_TAKEN], taken, 'EX', ARGV[A_TAKEN_TTL])
 end

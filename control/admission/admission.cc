@@ -209,6 +209,9 @@ struct Engine::Impl {
   // Tenants whose own gates refuse for now: their admissions ask the global gates only after
   // the tenant's slot admitted (refusal_hints.h).
   std::unique_ptr<RefusalHints> hints = std::make_unique<RefusalHints>();
+  // This worker's field among the global gates' waiters (lua/lib_waiters.lua): random, so that
+  // the workers of every daemon on one Redis are told apart without being configured.
+  std::string holder;
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
   event_base* base;
@@ -235,7 +238,9 @@ struct Engine::Impl {
         redis(make_redis_calls(
             b, view.get()->cfg.redis,
             std::vector<const lua::Script*>(std::begin(lua::kAll), std::end(lua::kAll)), obs)),
-        base(b) {}
+        base(b) {
+    append_hex(holder, rng());
+  }
 
   // Where one call of an admission stands.
   enum class Part : uint8_t { kPending, kAdmitted, kRefused };
@@ -279,7 +284,7 @@ struct Engine::Impl {
     redis->evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
   }
   void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-             std::shared_ptr<const Snapshot> snap);
+             std::shared_ptr<const Snapshot> snap, const Turn& turn);
   void send_gates(const Op& op);
   void learn(const AdmitOp& op, int64_t retry_after_ms);
   void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
@@ -335,7 +340,7 @@ void Engine::Impl::finish(AdmitOp* op) {
 }
 
 void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-                         std::shared_ptr<const Snapshot> snap) {
+                         std::shared_ptr<const Snapshot> snap, const Turn& turn) {
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
@@ -349,6 +354,11 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   }
   op->res.request_id = op->p.rid;
   set_deadline(op->p.deadline, redis->script_deadline_ms());
+  op->p.holder = holder;
+  if (turn.waits) {
+    op->p.turn = turn;
+    op->p.left_ms_s = std::to_string(std::max<int64_t>(turn.left_ms, 0));
+  }
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
   op->res.brake = op->p.brake;
@@ -536,6 +546,9 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
     op->global_tokens[at] = as_double(elem(r, kGatesTokens));
     if (as_int(elem(r, kGatesCode)) == 1) {
       op->global_parts[at] = Part::kAdmitted;
+      // The first of its worker's waiters on this gate: the reply ends with when the next can pass.
+      if (!op->p.turn.head.empty() && op->p.turn.head == op->p.globals[i]->name)
+        op->res.next_ms = as_int(elem(r, r->elements - 1));
       shadow_refused_by(op, as_str(elem(r, kGatesGate)), as_int(elem(r, kGatesRetryAfterMs)));
       decode_gates_undo(op, i, r);
     } else {
@@ -895,8 +908,18 @@ std::string_view Engine::redis_state() const {
 }
 
 void Engine::admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-                   std::shared_ptr<const Snapshot> snap) {
-  impl_->admit(req, std::move(done), std::move(snap));
+                   std::shared_ptr<const Snapshot> snap, const Turn& turn) {
+  impl_->admit(req, std::move(done), std::move(snap), turn);
+}
+
+void Engine::leave_waiters(const std::string& waiters_key) {
+  const std::string_view argv[] = {"HDEL", waiters_key, impl_->holder};
+  // Nothing to do with the answer: an entry that stays stops counting at its own time.
+  impl_->redis->command(argv, [](const redisReply*, std::string_view) {});
+}
+
+const std::string& Engine::holder() const {
+  return impl_->holder;
 }
 
 const std::shared_ptr<const Snapshot>& Engine::snapshot() {

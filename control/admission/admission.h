@@ -53,6 +53,20 @@ struct AdmitRequest {
   std::optional<int64_t> max_wait_ms;
 };
 
+// A request's place among the waiters of the global gates it meets, across the workers and
+// daemons that share them (lua/lib_waiters.lua): the gateway sets it for a request that may
+// wait; the default is a request that does not, which comes after every waiter.
+struct Turn {
+  static constexpr int kNoWait = 8;  // the band of a request that does not wait
+  int band = kNoWait;
+  bool waits = false;  // may wait: refused, it takes its worker's place among the gate's waiters
+  // The global gate ("model", "model_tokens", "tool", "total") whose waiters on this worker it is
+  // the first of; empty: none.
+  std::string_view head;
+  int next_band = -1;   // head only: the band of the worker's next waiter there; -1: none
+  int64_t left_ms = 0;  // how long it may still wait
+};
+
 struct SettleRequest {
   std::string tenant;  // optional: derived by the engine from a generated request_id
   std::string request_id;
@@ -124,6 +138,9 @@ struct AdmitResult {
   // How long the request waited in the gateway's queue (ms); -1: it could not wait (no
   // max_wait_ms), so the answer does not say.
   int64_t waited_ms = -1;
+  // A Turn's head admitted: when its gate holds the worker's next waiter's cost beyond what the
+  // waiters ahead of it need (ms after Redis decided); -1: not known (then `remaining` says).
+  int64_t next_ms = -1;
 };
 
 struct SettleResult {
@@ -201,8 +218,14 @@ class Engine {
   // calls still in flight with kUnavailable.
   // snap: the configuration to decide on (the caller's, read once per request); null: the
   // store's current one.
+  // turn: the request's place among the global gates' waiters (the gateway's queue).
   void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-             std::shared_ptr<const Snapshot> snap = nullptr);
+             std::shared_ptr<const Snapshot> snap = nullptr, const Turn& turn = {});
+  // This engine's worker no longer has waiters on the global gate whose waiters key this is
+  // (Gate::waiters_key): its entry there goes (lua/lib_waiters.lua), so that it holds nobody back.
+  void leave_waiters(const std::string& waiters_key);
+  // This engine's id among the waiters of the global gates: random, one per engine (a worker).
+  const std::string& holder() const;
   // The store's snapshot in force, as this engine's thread sees it (one atomic load when it
   // has not changed).
   const std::shared_ptr<const Snapshot>& snapshot();

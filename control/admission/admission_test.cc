@@ -1483,6 +1483,89 @@ struct AcmeCalls {
   AdmitRequest r = req("ws-acme", 30);
 };
 
+// The waiters of other workers and daemons on a global gate come first (lua/lib_waiters.lua):
+// gates.lua lets a call take only what the bucket holds beyond the needs of the registered first
+// waiters ahead of it (a higher band, or its band's earlier turns), a request that does not wait
+// comes after every waiter, an admitted first waiter hands its worker's place to the next (or
+// takes it out), and an entry past its time counts for nothing and goes.
+TEST_F(AdmissionTest, GatesLeaveTheWaitersOfOtherWorkersWhatTheyNeedFirst) {
+  config::Config cfg = AcmeCalls::config(redis_.port());
+  cfg.global_gates.model["m1"] = bucket(2, 0);  // no refill: the test sets the level
+  Tables tables(cfg);
+  std::mt19937_64 rng(7);
+  Sync s(redis_.port());
+  const std::string bucket_key = keys::global_bucket("model", "m1");
+  const std::string waiters = keys::global_waiters("model", "m1");
+  struct Reply {
+    int64_t code = -1;
+    std::string gate, last;
+  };
+  // One gates.lua call of holder with turn t, for request rq-<n> of 1 token.
+  int n = 0;
+  auto call = [&](std::string_view holder, const Turn& t) {
+    AdmitRequest r = req("ws-acme", 1);
+    r.model = "m1";
+    r.request_id = "rq-" + std::to_string(++n);
+    Prepared p;
+    EXPECT_EQ(prepare(tables, r, rng, p), "");
+    p.holder = holder;
+    p.turn = t;
+    p.left_ms_s = "60000";
+    redisReply* x = run_call(s, GatesCall(p, 0));
+    Reply out;
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements >= 3) {
+      out.code = x->element[0]->integer;
+      out.gate = x->element[1]->str;
+      const redisReply* l = x->element[x->elements - 1];
+      out.last = l->type == REDIS_REPLY_INTEGER ? std::to_string(l->integer) : l->str;
+    }
+    freeReplyObject(x);
+    return out;
+  };
+  auto waits = [](int band, std::string_view head = {}, int next_band = -1) {
+    Turn t;
+    t.waits = true;
+    t.band = band;
+    t.head = head;
+    t.next_band = next_band;
+    return t;
+  };
+  auto level = [&](const char* tk) { s.str({"HSET", bucket_key, "tk", tk}); };
+  EXPECT_EQ(call("A", waits(1)).code, 1);  // 2 -> 1: nobody waits, nothing written
+  EXPECT_EQ(call("A", waits(1)).code, 1);  // 1 -> 0
+  EXPECT_EQ(s.str({"EXISTS", waiters}), "0");
+  EXPECT_EQ(call("A", waits(1)).code, 0);  // refused: worker A's place, band 1
+  EXPECT_EQ(call("B", waits(0)).code, 0);  // worker B's, band 0
+  EXPECT_EQ(s.str({"HLEN", waiters}), "2");
+  std::vector<std::string> fields;
+  if (redisReply* x = s.cmd({"HKEYS", waiters})) {
+    for (size_t i = 0; i < x->elements; ++i) fields.emplace_back(x->element[i]->str);
+    freeReplyObject(x);
+  }
+  std::sort(fields.begin(), fields.end());
+  EXPECT_EQ(fields, (std::vector<std::string>{"A", "B"}));
+  level("1");
+  // One token: B's band 0 goes first, so neither A's first waiter nor a request that does not
+  // wait may take it.
+  EXPECT_EQ(call("A", waits(1, "model", 1)).code, 0);
+  EXPECT_EQ(call("C", Turn{}).code, 0);
+  const Reply b = call("B", waits(0, "model"));  // B has no next waiter: its place goes
+  EXPECT_EQ(b.code, 1);
+  EXPECT_EQ(b.last, "-1");
+  EXPECT_EQ(s.str({"HEXISTS", waiters, "B"}), "0");
+  level("1");
+  const Reply a = call("A", waits(1, "model", 1));  // A's next waiter takes its place
+  EXPECT_EQ(a.code, 1);
+  EXPECT_NE(a.last, "-1");
+  // Two tokens: one for A's next waiter, one beyond: a request that does not wait takes it. An
+  // entry past its time holds nothing back and goes.
+  s.str({"HSET", waiters, "Z", "0 1 1 1"});
+  level("2");
+  EXPECT_EQ(call("C", Turn{}).code, 1);
+  EXPECT_EQ(call("C", Turn{}).code, 0);
+  EXPECT_EQ(s.str({"HEXISTS", waiters, "Z"}), "0");
+}
+
 // A call Redis runs past the deadline it carries (the daemon answered it failed: a stopped
 // Redis ran it from its buffer once continued) changes nothing and says so with its own code:
 // admit.lua and gates.lua 4, charge.lua 3. A deadline a second ahead takes as usual.

@@ -76,6 +76,10 @@ std::string global_window(std::string_view kind, std::string_view name) {
   return join({"dg:{g:", kind, ":", name, "}:sw"});
 }
 
+std::string global_waiters(std::string_view kind, std::string_view name) {
+  return join({"dg:{g:", kind, ":", name, "}:wq"});
+}
+
 std::string brake() {
   return "dg:{brake}:state";
 }
@@ -98,6 +102,10 @@ std::string total_bucket() {
 
 std::string total_window() {
   return "dg:{g:total}:sw";
+}
+
+std::string total_waiters() {
+  return "dg:{g:total}:wq";
 }
 
 std::string total_attempt(std::string_view attempt) {

@@ -101,6 +101,11 @@ std::string global_window(std::string_view kind, std::string_view name);
 std::string total_bucket();
 // "dg:{g:total}:sw": the total gate as a sliding window.
 std::string total_window();
+// "dg:{g:<kind>:<name>}:wq": the first waiter of each worker of each daemon on a global gate
+// (lua/lib_waiters.lua), in the gate's slot.
+std::string global_waiters(std::string_view kind, std::string_view name);
+// "dg:{g:total}:wq": the same for the total gate.
+std::string total_waiters();
 // "dg:{g:total}:a:<attempt>": as global_attempt, for the total gate's gates.lua call.
 std::string total_attempt(std::string_view attempt);
 // "dg:{g:<kind>:<name>}:a:<attempt>": what became of one gates.lua call (ran or cancelled;

@@ -29,6 +29,8 @@ bool hex16(std::string_view s) {
   return true;
 }
 
+}  // namespace
+
 // v as 16 hex digits, lowercase: the request ids the engine generates and the attempts.
 // Appended to out: a request id is made in place, without a temporary string.
 void append_hex(std::string& out, uint64_t v) {
@@ -52,6 +54,8 @@ void append_hex(std::string& out, uint64_t v) {
   }
 }
 
+namespace {
+
 std::string fmt_double(double v) {
   char buf[32];
   int n = snprintf(buf, sizeof buf, "%.17g", v);
@@ -65,9 +69,10 @@ constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
 
 const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 
-// Bucket counts as ARGV strings (at most seven tenant buckets, four global ones).
-constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
-static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMaxGlobalBuckets);
+// Bucket counts (at most seven tenant buckets, four global ones) and bands as ARGV strings.
+constexpr std::string_view kCounts[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8"};
+static_assert(std::size(kCounts) > kMaxTenantBuckets && std::size(kCounts) > kMaxGlobalBuckets &&
+              std::size(kCounts) > Turn::kNoWait);
 
 }  // namespace
 
@@ -192,6 +197,7 @@ Tables::Tables(const config::Config& cfg) {
     for (const auto& [name, b] : gates) {
       Gate g(kind, b, tokens);
       g.key = global_key(g, kind, name);
+      g.waiters_key = keys::global_waiters(kind, name);
       g.id = name;
       into.emplace(name, std::move(g));
     }
@@ -202,6 +208,7 @@ Tables::Tables(const config::Config& cfg) {
   if (cfg.global_gates.total) {
     total.emplace("total", *cfg.global_gates.total);
     total->key = global_key(*total, "total", {});
+    total->waiters_key = keys::total_waiters();
   }
 }
 
@@ -587,9 +594,18 @@ GatesCall::GatesCall(const Prepared& p, int i)
   const Gate& gate = *p.globals[i];
   keys.set(s::kKeyAttempt, p.attempt_keys[i]);
   keys.set(s::kKeyTaken, gate.per_token ? p.taken_keys[i] : p.attempt_keys[i]);
+  keys.set(s::kKeyWaiters, gate.waiters_key);
   args.set(s::kArgAttemptTtl, kAttemptTtl);
   args.set(s::kArgTakenTtl, gate.per_token ? std::string_view(p.t->res_ttl_s) : "0");
   args.set(s::kArgDeadline, p.deadline);
+  // By name: under a brake the gate is the braked copy.
+  const bool head = !p.turn.head.empty() && p.turn.head == gate.name;
+  args.set(s::kArgHolder, p.holder);
+  args.set(s::kArgTurn, head ? "h" : p.turn.waits ? "n" : "-");
+  args.set(s::kArgBand, kCounts[static_cast<size_t>(p.turn.band)]);
+  args.set(s::kArgLeftMs, p.left_ms_s);
+  args.set(s::kArgNextBand,
+           p.turn.next_band < 0 ? "-1" : kCounts[static_cast<size_t>(p.turn.next_band)]);
   const Gate* const one[] = {&gate};
   const std::string_view key[] = {gate.key};
   if (gate.window) {

@@ -53,7 +53,9 @@ struct Gate {
   int64_t limit = 0, window_ms = 0;
   std::string limit_s, window_ms_s;
   std::string key;  // global gates: the full key; tenant gates: filled per request
-  std::string id;   // global gates: the model or tool name ("" for total)
+  // Global gates: the key of their waiters across workers and daemons (lua/lib_waiters.lua).
+  std::string waiters_key;
+  std::string id;  // global gates: the model or tool name ("" for total)
   // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.
   std::string_view shadow = "0";
 
@@ -180,7 +182,15 @@ struct Prepared {
   // seven at most either way.)
   std::array<std::optional<Gate>, kMaxTenantBuckets + kMaxGlobalBuckets> braked;
   double brake = 1;  // the brake's factor applied (saturation shares not included)
+  // Its place among the global gates' waiters (gates.lua's holder, turn, band, left_ms,
+  // next_band), set by the engine after prepare(); by default one that does not wait.
+  std::string_view holder = "";
+  Turn turn;
+  std::string left_ms_s{"0"};
 };
+
+// v as 16 hex digits, lowercase, appended to out.
+void append_hex(std::string& out, uint64_t v);
 
 // Validates req and fills p (generating a request id when req has none); returns an error
 // "field: message" or an empty string.

@@ -260,7 +260,6 @@ struct Gateway::Admission {
   int64_t queued_ms = 0;   // when it first joined a queue; 0: never
   uint8_t band = 0;
   uint64_t waiter = 0;     // its id in the queue; 0: in none
-  int64_t sent_us = 0;     // when its last call went to Redis (steady clock, µs)
   bool retrying = false;   // its gate sent it to Redis again: the answer is to come
   bool abandoned = false;  // its client went away
   std::string gate;        // the gate it waits on
@@ -307,6 +306,10 @@ struct Gateway::GateWait {
   GateWait& operator=(const GateWait&) = delete;
   Gateway* gateway;
   std::string key, kind;
+  // A global gate: its waiters across workers and daemons (lua/lib_waiters.lua), where this
+  // worker's entry is left when its last waiter goes; empty for a tenant's gate.
+  std::string waiters_key;
+  bool entry = false;  // this worker may have an entry there
   event* timer = nullptr;
   int64_t due_us = 0;     // the timer's time (steady clock, µs); 0: not armed
   bool retrying = false;  // its first waiter is with Redis
@@ -364,7 +367,7 @@ uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> don
     waiting_.emplace(a->handle, a);
     if (!a->again) a->again = req;
     // No overtaking: the gate's waiters here are served first, this one after them.
-    if (auto [gate, kind] = waited_gate(req); !gate.empty()) {
+    if (auto [gate, kind] = waited_gate(req, a->band); !gate.empty()) {
       AdmitResult r;
       r.outcome = Outcome::kRefused;
       r.request_id = req.request_id;
@@ -384,8 +387,7 @@ uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> don
 }
 
 void Gateway::send(Admission* a, const AdmitRequest& req) {
-  a->sent_us = steady_us();
-  const int64_t now = a->sent_us / 1000;
+  const int64_t now = steady_ms();
   const Breaker::State before = breaker_.state();
   a->sent = breaker_.allow(now);
   breaker_moved(before);
@@ -401,8 +403,19 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     });
     return;
   }
+  // Its place among the global gates' waiters of every worker and daemon (lua/lib_waiters.lua).
+  Turn turn;
+  if (a->handle && !a->abandoned && !no_wait_) {
+    turn.waits = true;
+    turn.band = a->band;
+    turn.left_ms = a->arrived_ms + a->max_wait_ms - now;
+    if (a->retrying && a->waiter) {
+      turn.head = Metrics::kWaitGates[a->kind];
+      turn.next_band = queue_.band_after(a->gate, a->waiter);
+    }
+  }
   engine_.admit(
-      req, [this, a](AdmitResult&& r) { admitted(a, r); }, a->snap);
+      req, [this, a](AdmitResult&& r) { admitted(a, r); }, a->snap, turn);
 }
 
 void Gateway::admitted(Admission* a, AdmitResult& r) {
@@ -508,6 +521,14 @@ std::string gate_key(const AdmitRequest& req, std::string_view gate) {
   return keys::bucket(req.tenant, gate);
 }
 
+// A global gate's key among the waiters of every worker and daemon; empty for a tenant's gate.
+std::string waiters_key(const AdmitRequest& req, std::string_view gate) {
+  if (gate == "model" || gate == "model_tokens") return keys::global_waiters(gate, req.model);
+  if (gate == "tool") return keys::global_waiters(gate, req.tool);
+  if (gate == "total") return keys::total_waiters();
+  return {};
+}
+
 // Whether the request passes through a gate of this name at all.
 bool has_gate(const AdmitRequest& req, std::string_view gate) {
   if (gate.starts_with("model")) return !req.model.empty();
@@ -531,12 +552,15 @@ int64_t refill_us(const std::vector<Remaining>& remaining, std::string_view gate
   return 0;
 }
 
-// When to send a gate's next call (µs) so that it reaches Redis as the gate holds a token: `in`
-// after Redis ran the last call, whose answer took its round trip rtt_us (half of it back to us,
-// half for the next call to reach Redis). A timer fires at or after its time (libevent rounds
-// up), never early: a call that came too early would cost a refusal and a retry_after later.
-int64_t try_at(int64_t now_us, int64_t in_us, int64_t rtt_us) {
-  return now_us + std::max<int64_t>(in_us - rtt_us, 0);
+// When to send a gate's next call (µs): `in` after its answer came, so that it reaches Redis a
+// round trip after the gate holds a token (Redis's times count from its decision), never before.
+// Taking the way there off would be exact only if the two halves of the round trip were equal;
+// on a loaded box the call that queued behind others (on its connection, in Redis) made the
+// first half longer, and a call that came early costs a refusal and another call (three scripts
+// with the tenant's part and its refund). A timer fires at or after its time (libevent rounds
+// up).
+int64_t try_at(int64_t now_us, int64_t in_us) {
+  return now_us + std::max<int64_t>(in_us, 0);
 }
 
 size_t kind_index(std::string_view kind) {
@@ -547,20 +571,26 @@ size_t kind_index(std::string_view kind) {
 
 }  // namespace
 
-std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest& req) const {
+std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest& req,
+                                                              uint8_t band) const {
   if (queue_.size() == 0) return {};
+  std::pair<std::string, std::string_view> found;
   for (size_t i = 0; i < kinds_waiting_.size(); ++i) {
     const std::string_view kind = Metrics::kWaitGates[i];
     if (kinds_waiting_[i] == 0 || !has_gate(req, kind)) continue;
     std::string key = gate_key(req, kind);
-    if (queue_.size(key) > 0) return {std::move(key), kind};
+    const WaitQueue::Waiter* first = queue_.next(key);
+    if (!first) continue;
+    // A higher band than the gate's waiters here asks Redis: it may pass before them, and the
+    // other workers and daemons must learn that this worker's first waiter there is of its band.
+    if (first->band > band) return {};
+    if (found.first.empty()) found = {std::move(key), kind};
   }
-  return {};
+  return found;
 }
 
 bool Gateway::wait(Admission* a, AdmitResult& r) {
   const int64_t now_us = steady_us(), now = now_us / 1000;
-  const int64_t rtt_us = now_us - a->sent_us;
   GateWait* from = nullptr;
   if (a->retrying) {
     a->retrying = false;
@@ -573,10 +603,11 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
   if (!a->abandoned && !no_wait_ && r.outcome == Outcome::kRefused && r.reason == "rate" &&
       now + r.retry_after_ms < deadline) {
     std::string gate = gate_key(*a->again, r.gate);
-    const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000, rtt_us);
+    const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000);
     if (a->waiter && from && gate == a->gate) {  // still first on its gate
       queue_.serving(a->waiter, false);
       a->keep(std::move(r));
+      from->entry = !from->waiters_key.empty();
       schedule(*from, due);
       return true;
     }
@@ -585,14 +616,19 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
     std::string kind = r.gate;
     if (join(a, std::move(gate), kind, now, r)) {
       a->keep(std::move(r));
-      schedule(gate_wait(a->gate, kind), due);
+      GateWait& g = gate_wait(a->gate, kind);
+      // Refused there, the request took its worker's place among the gate's waiters, or the
+      // worker had one.
+      if (g.waiters_key.empty()) g.waiters_key = waiters_key(*a->again, kind);
+      g.entry = !g.waiters_key.empty();
+      schedule(g, due);
       arm_deadline();
       return true;
     }
     return false;  // r says queue_full
   }
   leave_queue(a, from != nullptr);
-  if (from) next_after(*from, r, now_us, rtt_us);
+  if (from) next_after(*from, r, now_us);
   return false;
 }
 
@@ -649,26 +685,33 @@ Gateway::GateWait& Gateway::gate_wait(const std::string& gate, std::string_view 
 void Gateway::schedule(GateWait& g, int64_t at_us) {
   if (g.retrying || no_wait_ || (g.due_us != 0 && g.due_us <= at_us)) return;
   g.due_us = at_us;
+  // libevent counts a timer from the time it cached when this loop pass began, which a busy pass
+  // leaves milliseconds behind: the timer would fire that much early (a refused call, and another).
+  event_base_update_cache_time(base_);
   const int64_t in = std::max<int64_t>(at_us - steady_us(), 0);
   const timeval tv{static_cast<time_t>(in / 1000000), static_cast<suseconds_t>(in % 1000000)};
   evtimer_add(g.timer, &tv);
 }
 
-void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us, int64_t rtt_us) {
+void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us) {
   const WaitQueue::Waiter* w = queue_.next(g.key);
+  // Admitted without a next waiter to name, its call took the worker's entry out.
+  if (!w && r.outcome == Outcome::kAllowed && r.next_ms < 0) g.entry = false;
   if (!w) return schedule(g, now_us);  // retry() lets the gate go
   // Admitted: the next can pass once the gate holds its cost again; refused by this gate: once it
   // holds a token; otherwise now.
   int64_t in = 0;
   if (r.outcome == Outcome::kRefused && r.reason == "rate" && r.gate == g.kind) {
     in = std::max<int64_t>(r.retry_after_ms, 1) * 1000;
+  } else if (r.outcome == Outcome::kAllowed && r.next_ms >= 0) {
+    in = r.next_ms * 1000;  // the waiters of other workers and daemons ahead of it counted
   } else if (r.outcome == Outcome::kAllowed) {
     const Admission* next = waiting_.at(w->cookie);
     const double cost =
         g.kind.ends_with("_tokens") ? static_cast<double>(next->again->tokens) : 1.0;
     in = refill_us(r.remaining, g.kind, cost);
   }
-  schedule(g, try_at(now_us, in, rtt_us));
+  schedule(g, try_at(now_us, in));
 }
 
 void Gateway::on_gate_due(int, short, void* arg) {
@@ -680,6 +723,7 @@ void Gateway::on_gate_due(int, short, void* arg) {
 void Gateway::retry(GateWait& g) {
   const WaitQueue::Waiter* w = queue_.next(g.key);
   if (!w) {
+    if (g.entry) engine_.leave_waiters(g.waiters_key);
     gate_waits_.erase(g.key);  // g is gone
     return;
   }
@@ -748,6 +792,8 @@ void Gateway::abandon(uint64_t handle) {
 void Gateway::drain_waiters() {
   no_wait_ = true;
   expire_before(INT64_MAX);
+  for (const auto& [key, g] : gate_waits_)
+    if (g->entry) engine_.leave_waiters(g->waiters_key);
   gate_waits_.clear();
 }
 

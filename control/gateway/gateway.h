@@ -152,12 +152,13 @@ class Gateway {
   void schedule(GateWait& g, int64_t at_us);
   // The gate's first waiter is sent to Redis; a gate nobody waits on any more goes.
   void retry(GateWait& g);
-  // The gate whose first waiter was just answered r (after rtt_us): when to try the next.
-  void next_after(GateWait& g, const AdmitResult& r, int64_t now_us, int64_t rtt_us);
+  // The gate whose first waiter was just answered r: when to try the next.
+  void next_after(GateWait& g, const AdmitResult& r, int64_t now_us);
   GateWait& gate_wait(const std::string& gate, std::string_view kind);
   GateWait* find_gate_wait(const std::string& gate);
-  // A gate a request that may wait shares with waiters here (empty: none).
-  std::pair<std::string, std::string_view> waited_gate(const AdmitRequest& req) const;
+  // A gate a request of `band` that may wait shares with waiters here, which it joins without
+  // asking Redis (empty: none, or one whose waiters here are all of a lower band).
+  std::pair<std::string, std::string_view> waited_gate(const AdmitRequest& req, uint8_t band) const;
   void expire();
   void expire_before(int64_t until_ms);
   void arm_deadline();

@@ -56,14 +56,25 @@ class GatewayWaitTest : public ::testing::Test {
     }
     return *gateway_;
   }
+  // A second worker (or daemon: it shares nothing with the first but Redis and the store): its
+  // own engine, Redis connections, queue and holder id.
+  Gateway& other() {
+    if (!other_) {
+      gateway();
+      other_.emplace(*store_, loop_.base(), flows_, metrics_, 100);
+      EXPECT_TRUE(loop_.wait_until([&] { return other_->redis_up(); }, 3000ms));
+    }
+    return *other_;
+  }
 
   // Admissions whose answers are collected in the order they come.
   struct Answer {
     std::string name;
     AdmitResult r;
   };
-  uint64_t start(const std::string& name, AdmitRequest req) {
-    return gateway().admit(std::move(req), [this, name](AdmitDecision d) {
+  uint64_t start(const std::string& name, AdmitRequest req) { return start(gateway(), name, req); }
+  uint64_t start(Gateway& on, const std::string& name, AdmitRequest req) {
+    return on.admit(std::move(req), [this, name](AdmitDecision d) {
       answers_.push_back({name, std::move(d.result)});
     });
   }
@@ -118,7 +129,7 @@ class GatewayWaitTest : public ::testing::Test {
   Metrics metrics_;
   std::unique_ptr<DecisionLogFile> decisions_;
   std::optional<ConfigStore> store_;
-  std::optional<Gateway> gateway_;
+  std::optional<Gateway> gateway_, other_;
   std::vector<Answer> answers_;
 };
 
@@ -222,6 +233,70 @@ TEST_F(GatewayWaitTest, AHigherBandIsServedFirstAndTenantsTakeTurns) {
   // turn after busy's first rather than after all four.
   EXPECT_EQ(order(), (std::vector<std::string>{"busy0", "vip1", "busy1", "quiet1", "busy2", "busy3",
                                                "busy4"}));
+}
+
+// Two gateways (two workers, or two daemons: they share only Redis) wait on one model gate. The
+// order holds across them (lua/lib_waiters.lua): a band-0 waiter on one is served before the
+// other's band-1 waiters, which queued earlier and whose timer is due as early; within a band the
+// workers take turns, one waiter each. Each gateway alone would serve its own first waiter at
+// every refill, so whichever asked first would win.
+TEST_F(GatewayWaitTest, AcrossWorkersAHigherBandIsServedFirstAndWorkersTakeTurns) {
+  cfg_.global_gates.model["m"] = config::Bucket{2, 5};  // a token every 200 ms
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  tenant("f", "free");
+  tenant("v", "gold");
+  auto req = [](const std::string& tenant) {
+    AdmitRequest r;
+    r.tenant = tenant;
+    r.model = "m";
+    return r;
+  };
+  Gateway& a = gateway();
+  Gateway& b = other();
+  const uint64_t before = redis_calls();
+  for (int i = 0; i < 4; ++i) start(a, "a" + std::to_string(i), req("f"));  // a0, a1 pass
+  ASSERT_TRUE(loop_.wait_until([&] { return a.waiters() == 2; }, 3000ms));
+  start(b, "b1", req("f"));
+  start(b, "b2", req("f"));
+  ASSERT_TRUE(loop_.wait_until([&] { return b.waiters() == 2; }, 3000ms));
+  start(b, "v1", req("v"));
+  ASSERT_TRUE(answered(7));
+  for (const Answer& x : answers_) EXPECT_EQ(x.r.outcome, Outcome::kAllowed) << x.name;
+  std::vector<std::string> waited = order();
+  waited.erase(waited.begin(), waited.begin() + 2);  // a0 and a1, in either order
+  EXPECT_EQ(waited, (std::vector<std::string>{"v1", "a2", "b1", "a3", "b2"}));
+  // No polling: the first attempts (admit.lua and gates.lua; a refusal adds the refund), then an
+  // admitting attempt per waiter and a2's refused one (v1 went before it), with room for one
+  // more refused attempt on a loaded machine; not a call per worker per refill.
+  const uint64_t calls = redis_calls() - before;
+  EXPECT_LE(calls, 2u * 2 + 5u * 3 + 5u * 2 + 2u * 3) << "calls: " << calls;
+}
+
+// A band-0 request on one worker that needs five tokens of a model_tokens gate goes before the
+// band-1 waiters of another worker that need one each, although theirs could pass one by one as
+// the gate refills (a token every 100 ms): they leave the gate the five it needs first. Without
+// the order across workers, each of theirs would pass as soon as one token is there and the big
+// one would pass last.
+TEST_F(GatewayWaitTest, AcrossWorkersWaitersLeaveAHigherBandTheTokensItNeeds) {
+  cfg_.global_gates.model_tokens["m"] = config::Bucket{5, 10};
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  tenant("f", "free");
+  tenant("v", "gold");
+  auto req = [](const std::string& tenant, int64_t tokens) {
+    AdmitRequest r = estimate(tenant, tokens);
+    r.model = "m";
+    return r;
+  };
+  Gateway& a = gateway();
+  Gateway& b = other();
+  start(a, "a0", req("f", 5));  // takes all five
+  ASSERT_TRUE(answered(1));
+  for (int i = 1; i <= 4; ++i) start(a, "a" + std::to_string(i), req("f", 1));
+  ASSERT_TRUE(loop_.wait_until([&] { return a.waiters() == 4; }, 3000ms));
+  start(b, "v1", req("v", 5));
+  ASSERT_TRUE(answered(6));
+  for (const Answer& x : answers_) EXPECT_EQ(x.r.outcome, Outcome::kAllowed) << x.name;
+  EXPECT_EQ(order(), (std::vector<std::string>{"a0", "v1", "a1", "a2", "a3", "a4"}));
 }
 
 TEST_F(GatewayWaitTest, AnAbandonedWaiterLeavesAtOnceAndIsChargedNothing) {

@@ -96,6 +96,23 @@ const WaitQueue::Waiter* WaitQueue::next(std::string_view gate) const {
   return &front(g->second)->waiter;
 }
 
+int WaitQueue::band_after(std::string_view gate, uint64_t id) const {
+  auto g = gates_.find(name(gate));
+  if (g == gates_.end()) return -1;
+  auto it = nodes_.find(id);
+  const Node* skip = it == nodes_.end() ? nullptr : it->second.get();
+  for (uint8_t b = 0; b < kBands; ++b) {
+    const Entry* e = g->second.turn[b];
+    if (!e) continue;
+    const Entry* own = skip ? skip->entry : nullptr;
+    // The band holds another: it is not the skipped waiter's, or its rotation has another
+    // tenant, or the skipped waiter's tenant has another waiter.
+    if (!own || own->band != b || own->gate != &*g || e->next != e || own->head != own->tail)
+      return b;
+  }
+  return -1;
+}
+
 std::optional<WaitQueue::Waiter> WaitQueue::pop(std::string_view gate) {
   auto g = gates_.find(name(gate));
   if (g == gates_.end()) return std::nullopt;

@@ -90,6 +90,9 @@ class WaitQueue {
   // The waiter gate serves next, or null when none waits on it; valid until the queue changes.
   // Deadlines are not looked at: the caller takes expired() first.
   const Waiter* next(std::string_view gate) const;
+  // The best band (lowest) among gate's waiters other than waiter id; -1: none waits there but
+  // it. What the daemons sharing a global gate learn of this queue's next turn on it.
+  int band_after(std::string_view gate, uint64_t id) const;
   // Removes next(gate) and returns it, or nullopt.
   std::optional<Waiter> pop(std::string_view gate);
   // Removes waiter id as served: as pop() would have, its tenant's turn in its band passes on

@@ -564,4 +564,28 @@ TEST(WaitQueueTest, RandomOperationsMatchANaiveModel) {
 }
 
 }  // namespace
+// What the other workers learn of this queue's next turn on a gate: the best band among its
+// waiters but the one being served.
+TEST(WaitQueueTest, BandAfterIsTheBestBandOfTheOtherWaiters) {
+  WaitQueue q(kRoomy);
+  EXPECT_EQ(q.band_after("g", 1), -1);
+  const uint64_t a = push(q, "g", "t1", 1);
+  EXPECT_EQ(q.band_after("g", a), -1);  // a alone
+  const uint64_t b = push(q, "g", "t1", 1);
+  EXPECT_EQ(q.band_after("g", a), 1);  // its tenant's next
+  q.cancel(b);
+  const uint64_t c = push(q, "g", "t2", 1);
+  EXPECT_EQ(q.band_after("g", a), 1);  // another tenant in its band
+  q.cancel(c);
+  const uint64_t d = push(q, "g", "t3", 3);
+  EXPECT_EQ(q.band_after("g", a), 3);
+  const uint64_t e = push(q, "g", "t4", 0);
+  EXPECT_EQ(q.band_after("g", a), 0);
+  EXPECT_EQ(q.band_after("g", e), 1);
+  push(q, "other", "t1", 2);  // another gate's waiters do not count
+  q.cancel(a);
+  q.cancel(d);
+  EXPECT_EQ(q.band_after("g", e), -1);
+}
+
 }  // namespace dripgate::control
