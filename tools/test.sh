@@ -27,9 +27,10 @@ ASAN_BUILD=${ASAN_BUILD:-build-asan}
 logs=("$BUILD/meson-logs/testlog.json")
 asan_tests=(common_test config_loader api_test metrics_test control_reload_test admission_test
   redis_client_test slot_test redis_cluster_test dataplane_client_test gateway_test http_test
-  scheduler_test mailbox_test group_by_class_test classify_test iat_profile_test iat_pcap_test
-  ring_model_test rls_mapping_test rls_test fallback_test tenant_registry_test http_request_test modes_test json_reader_test
-  window_test io_batch_test admission_unit_test)
+  scheduler_test scheduler_fairness_test mailbox_test group_by_class_test classify_test
+  iat_profile_test iat_pcap_test ring_model_test rls_mapping_test rls_test fallback_test
+  tenant_registry_test http_request_test modes_test json_reader_test window_test io_batch_test
+  admission_unit_test)
 asan_targets=(common_test config_loader_test api_test metrics_test control_reload_test
   admission_test redis_client_test slot_test redis_cluster_test dataplane_client_test gateway_test
   http_test dripgate-control scheduler_test mailbox_test group_by_class_test classify_test
