@@ -284,7 +284,7 @@ struct Engine::Impl {
     redis->evalsha(c.script, c.keys.view(), c.args.view(), std::move(cb), std::move(late), stalled);
   }
   void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-             std::shared_ptr<const Snapshot> snap, const Turn& turn);
+             std::shared_ptr<const Snapshot> snap, const TenantInfo* entry, const Turn& turn);
   void send_gates(const Op& op);
   void learn(const AdmitOp& op, int64_t retry_after_ms);
   void on_admit_reply(const Op& op, const redisReply* r, std::string_view error);
@@ -340,12 +340,14 @@ void Engine::Impl::finish(AdmitOp* op) {
 }
 
 void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-                         std::shared_ptr<const Snapshot> snap, const Turn& turn) {
+                         std::shared_ptr<const Snapshot> snap, const TenantInfo* entry,
+                         const Turn& turn) {
   auto op = std::make_shared<AdmitOp>();
   op->done = std::move(done);
   op->snap = snap ? std::move(snap) : view.get();
-  std::string err = prepare(op->snap->tables, req, rng, op->p, view.registry().get(),
-                            view.brake().get(), redis->clock_offset_ms(), view.saturation().get());
+  std::string err =
+      prepare(op->snap->tables, req, rng, op->p, view.registry().get(), view.brake().get(),
+              redis->clock_offset_ms(), view.saturation().get(), entry);
   if (!err.empty()) {
     op->res.outcome = Outcome::kBadRequest;
     op->res.error = std::move(err);
@@ -908,8 +910,9 @@ std::string_view Engine::redis_state() const {
 }
 
 void Engine::admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-                   std::shared_ptr<const Snapshot> snap, const Turn& turn) {
-  impl_->admit(req, std::move(done), std::move(snap), turn);
+                   std::shared_ptr<const Snapshot> snap, const TenantInfo* entry,
+                   const Turn& turn) {
+  impl_->admit(req, std::move(done), std::move(snap), entry, turn);
 }
 
 void Engine::leave_waiters(const std::string& waiters_key) {

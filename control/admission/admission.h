@@ -24,6 +24,7 @@ struct Snapshot;
 class ConfigStore;
 class RedisCalls;
 class TenantDirectory;
+struct TenantInfo;
 }  // namespace dripgate::control
 
 namespace dripgate::control {
@@ -217,12 +218,15 @@ class Engine {
   // tokens), so the engine is safe to call with anything. Destroying the engine completes the
   // calls still in flight with kUnavailable.
   // snap: the configuration to decide on (the caller's, read once per request); null: the
-  // store's current one.
+  // store's current one. entry: req.tenant's in snap's tables (Tables::entry, with this
+  // engine's registry()), when the caller looked it up already; null: the engine does.
   // turn: the request's place among the global gates' waiters (the gateway's queue).
   void admit(const AdmitRequest& req, std::function<void(AdmitResult)> done,
-             std::shared_ptr<const Snapshot> snap = nullptr, const Turn& turn = {});
+             std::shared_ptr<const Snapshot> snap = nullptr, const TenantInfo* entry = nullptr,
+             const Turn& turn = {});
   // This engine's worker no longer has waiters on the global gate whose waiters key this is
-  // (Gate::waiters_key): its entry there goes (lua/lib_waiters.lua), so that it holds nobody back.
+  // (Gateway::waiters_key): its entry there goes (lua/lib_waiters.lua), so that it holds nobody
+  // back.
   void leave_waiters(const std::string& waiters_key);
   // This engine's id among the waiters of the global gates: random, one per engine (a worker).
   const std::string& holder() const;

@@ -224,9 +224,8 @@ bool valid_request_id(std::string_view rid) {
   return dot != std::string_view::npos && id_ok(rid.substr(0, dot)) && hex16(rid.substr(dot + 1));
 }
 
-const TenantInfo* Tables::find(const std::string& name, std::shared_ptr<const TenantInfo>& unlisted,
-                               const TenantDirectory* registry, std::string* why) const {
-  const TenantInfo* base = nullptr;
+const TenantInfo* Tables::entry(const std::string& name, const TenantDirectory* registry,
+                                std::string* why) const {
   if (const std::string* plan = registry ? registry->plan_of(name) : nullptr) {
     auto it = plans.find(*plan);
     if (it == plans.end()) {
@@ -236,21 +235,36 @@ const TenantInfo* Tables::find(const std::string& name, std::shared_ptr<const Te
                "tenant on another plan, or the plan back into the configuration)";
       return nullptr;
     }
-    base = &it->second;
-  } else if (auto it = tenants.find(name); it != tenants.end()) {
     return &it->second;
-  } else if (any) {
-    base = &*any;
-  } else {
-    return nullptr;
   }
-  auto ti = std::make_shared<TenantInfo>(*base);
+  if (auto it = tenants.find(name); it != tenants.end()) return &it->second;
+  return any ? &*any : nullptr;
+}
+
+const TenantInfo* Tables::own(const TenantInfo* entry, const std::string& name,
+                              std::shared_ptr<const TenantInfo>& unlisted) {
+  // A listed tenant's entry has its keys; a plan's and any's have no name.
+  if (!entry || !entry->name.empty()) return entry;
+  auto ti = std::make_shared<TenantInfo>(*entry);
   set_keys(*ti, name);
   unlisted = std::move(ti);
   return unlisted.get();
 }
 
 namespace {
+
+// The tenant `name` names (Tables::find; entry: its Tables::entry when the caller looked it up
+// already, else null), or the error "tenant: ..." that says why none.
+std::string find_tenant(const Tables& tables, const std::string& name, const TenantInfo*& found,
+                        std::shared_ptr<const TenantInfo>& unlisted,
+                        const TenantDirectory* registry, const TenantInfo* entry = nullptr) {
+  if (name.empty()) return "tenant: required";
+  if (!id_ok(name)) return std::string("tenant: ") + std::string(kIdRule);
+  std::string why;
+  found = Tables::own(entry ? entry : tables.entry(name, registry, &why), name, unlisted);
+  if (!found) return why.empty() ? "tenant: unknown tenant '" + name + "'" : why;
+  return {};
+}
 
 // Points p's gates at copies with their rates scaled: an enforced gate's by the brake (null:
 // none applies; shadow gates keep their rates: they show what the configured limit would do),
@@ -286,12 +300,11 @@ std::string_view admit_flags(bool fresh, bool quota_shadow, bool streams_shadow)
 
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p, const TenantDirectory* registry, const Brake* brake,
-                    int64_t redis_offset_ms, const SaturationShares* saturation) {
-  if (req.tenant.empty()) return "tenant: required";
-  if (!id_ok(req.tenant)) return std::string("tenant: ") + std::string(kIdRule);
-  std::string why;
-  const TenantInfo* found = tables.find(req.tenant, p.unlisted, registry, &why);
-  if (!found) return why.empty() ? "tenant: unknown tenant '" + req.tenant + "'" : why;
+                    int64_t redis_offset_ms, const SaturationShares* saturation,
+                    const TenantInfo* entry) {
+  const TenantInfo* found = nullptr;
+  if (auto e = find_tenant(tables, req.tenant, found, p.unlisted, registry, entry); !e.empty())
+    return e;
   for (auto [field, value] : {std::pair<const char*, const std::string*>{"user", &req.user},
                               {"api_key", &req.api_key},
                               {"model", &req.model},
@@ -415,11 +428,7 @@ std::string resolve(const Tables& tables, std::string& tenant, const std::string
     if (tenant.empty())
       return "tenant: required (request_id '" + rid + "' does not name its tenant)";
   }
-  if (!id_ok(tenant)) return "tenant: " + std::string(kIdRule);
-  std::string why;
-  *out = tables.find(tenant, unlisted, registry, &why);
-  if (!*out) return why.empty() ? "tenant: unknown tenant '" + tenant + "'" : why;
-  return {};
+  return find_tenant(tables, tenant, *out, unlisted, registry);
 }
 
 Slots::Slots(size_t fixed, size_t total) : fixed_(fixed) {

@@ -118,7 +118,18 @@ struct Tables {
   // tenant is refused rather than moved to another plan behind its owner's back).
   const TenantInfo* find(const std::string& name, std::shared_ptr<const TenantInfo>& unlisted,
                          const TenantDirectory* registry = nullptr,
-                         std::string* why = nullptr) const;
+                         std::string* why = nullptr) const {
+    return own(entry(name, registry, why), name, unlisted);
+  }
+  // find()'s lookup without its copy: the file's entry of a listed tenant, else the plan's or
+  // `any`, whose name and keys are unset. Cheap, and kept by the caller (it points into these
+  // tables), so that one lookup serves whoever needs the tenant's plan before the admission.
+  const TenantInfo* entry(const std::string& name, const TenantDirectory* registry = nullptr,
+                          std::string* why = nullptr) const;
+  // entry(name, ...) as find() returns it: a listed tenant's own, else a copy named after the
+  // tenant, kept alive by `unlisted`; null stays null.
+  static const TenantInfo* own(const TenantInfo* entry, const std::string& name,
+                               std::shared_ptr<const TenantInfo>& unlisted);
 };
 
 // The deadline of a call packed outside the engine (tests, a replay by redis-benchmark): the
@@ -196,11 +207,13 @@ void append_hex(std::string& out, uint64_t v);
 // "field: message" or an empty string.
 // registry: the tenant registry's copy in force (null: none); brake: the brake in force (null:
 // none); redis_offset_ms: Redis's clock minus this daemon's (TenantInfo::time_keys);
-// saturation: the model gates' saturation shares in force (null: all at 1).
+// saturation: the model gates' saturation shares in force (null: all at 1); entry:
+// tables.entry(req.tenant, registry) when the caller looked it up already (null: prepare does).
 std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_64& rng,
                     Prepared& p, const TenantDirectory* registry = nullptr,
                     const Brake* brake = nullptr, int64_t redis_offset_ms = 0,
-                    const SaturationShares* saturation = nullptr);
+                    const SaturationShares* saturation = nullptr,
+                    const TenantInfo* entry = nullptr);
 // The tenant of a settle or release: `tenant` may be empty, and is then derived from a
 // request_id the engine generated. Returns an error "field: message" or an empty string.
 std::string resolve(const Tables& tables, std::string& tenant, const std::string& request_id,

@@ -224,8 +224,7 @@ void Gateway::degraded_admit(config::OnFailure mode, const Snapshot& snap, const
   metrics_.degraded(r.degraded, result_label(r.outcome));
 }
 
-config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapshot>& snap,
-                                              const std::string& tenant) {
+bool Gateway::plans_matter(const std::shared_ptr<const Snapshot>& snap) {
   if (snap != modes_of_) {
     modes_of_ = snap;
     const config::Redis::Breaker& b = snap->cfg.redis.breaker;
@@ -236,34 +235,124 @@ config::OnFailure Gateway::admit_failure_mode(const std::shared_ptr<const Snapsh
       plan_queues_ |= plan.queue && plan.queue->max_wait_ms > 0;
     }
   }
-  if (!plan_modes_) return snap->cfg.redis.on_failure;
-  return failure_mode(snap->cfg, tenant, engine_.registry().get());
+  return plan_modes_ || plan_queues_;
 }
 
 // What an admission's answer needs of its request, kept from one admission to the next: the
 // engine's callback then holds only the gateway and this (no closure on the heap per request),
-// and its strings keep their capacity.
+// and its buffers keep their capacity. A waiting request is one of these besides its place in
+// the queue (Gateway::kBytesPerWaiter), so it keeps each thing once and packed.
 struct Gateway::Admission {
-  std::string tenant;  // the metrics label
-  std::string id;      // the tenant as the request names it: the flow's tenant in the dataplane
-  std::optional<Flow> flow;
-  std::unique_ptr<DecisionWho> who;  // sampled for the decision log only
+  // The request, kept to be sent again (a waiter's retry, a decision without Redis) and for its
+  // tenant and flow: its strings back to back in one buffer and their ends, rather than an
+  // AdmitRequest (seven strings and a flow's two of 32 B each: 328 B a waiter), copied into a
+  // buffer that keeps its capacity rather than into strings allocated per request.
+  class Kept {
+   public:
+    void keep(const AdmitRequest& req) {
+      static_assert(sizeof(AdmitRequest) == 7 * sizeof(std::string) + sizeof(int64_t) +
+                                                sizeof(std::optional<Flow>) +
+                                                sizeof(std::optional<int64_t>),
+                    "a field added to AdmitRequest is kept here too (keep(), request())");
+      text_.clear();
+      const std::string none;
+      const std::string* fields[kFields] = {&req.tenant,
+                                            &req.user,
+                                            &req.api_key,
+                                            &req.model,
+                                            &req.tool,
+                                            &req.request_id,
+                                            &req.client_ip,
+                                            req.flow ? &req.flow->src : &none,
+                                            req.flow ? &req.flow->dst : &none};
+      for (size_t i = 0; i < kFields; ++i) {
+        text_.append(*fields[i]);
+        ends_[i] = static_cast<uint32_t>(text_.size());
+      }
+      tokens_ = req.tokens;
+      has_flow_ = req.flow.has_value();
+      if (has_flow_) {
+        sport_ = req.flow->sport;
+        dport_ = req.flow->dport;
+        proto_ = req.flow->proto;
+      }
+    }
+    // The request as it came, but for max_wait_ms, which admit() alone reads.
+    AdmitRequest request() const {
+      AdmitRequest r;
+      r.tenant = field(kTenant);
+      r.user = field(kUser);
+      r.api_key = field(kApiKey);
+      r.model = field(kModel);
+      r.tool = field(kTool);
+      r.request_id = field(kRequestId);
+      r.client_ip = field(kClientIp);
+      r.tokens = tokens_;
+      r.flow = flow();
+      return r;
+    }
+    std::string_view tenant() const { return field(kTenant); }
+    int64_t tokens() const { return tokens_; }
+    std::optional<Flow> flow() const {
+      if (!has_flow_) return std::nullopt;
+      return Flow{std::string(field(kSrc)), std::string(field(kDst)), sport_, dport_, proto_};
+    }
+    bool has_flow() const { return has_flow_; }
+    // The buffer's capacity given back (a spare admission keeps up to this much).
+    void trim(size_t keep) {
+      if (text_.capacity() > keep) std::string().swap(text_);
+    }
+
+   private:
+    enum Field : uint8_t {
+      kTenant,
+      kUser,
+      kApiKey,
+      kModel,
+      kTool,
+      kRequestId,
+      kClientIp,
+      kSrc,
+      kDst,
+      kFields
+    };
+    std::string_view field(Field f) const {
+      const uint32_t from = f == kTenant ? 0 : ends_[f - 1];
+      return std::string_view(text_).substr(from, ends_[f] - from);
+    }
+    std::string text_;
+    std::array<uint32_t, kFields> ends_{};
+    int64_t tokens_ = 0;
+    uint16_t sport_ = 0, dport_ = 0;
+    uint8_t proto_ = 0;
+    bool has_flow_ = false;
+  } req;
+  std::string_view id() const { return req.tenant(); }  // the flow's tenant in the dataplane
+  // The metrics label: the tenant's id itself, unless label_other (then label: a name of
+  // Snapshot::tenant_label's own, "@registry", "*" or "", which outlives the snapshot held here).
+  std::string_view tenant_label() const { return label_other ? label : id(); }
+  std::string_view label;
+  bool label_other = false;
+  bool sent = true;  // sent to Redis (false: the breaker decided without it)
   config::OnFailure mode = config::OnFailure::kClosed;
-  bool sent = true;                   // sent to Redis (false: the breaker decided without it)
-  std::optional<AdmitRequest> again;  // kept also to send again while waiting
+  std::unique_ptr<DecisionWho> who;  // sampled for the decision log only
   std::shared_ptr<const Snapshot> snap;
+  // The tenant's entry in snap's tables (Tables::entry) when admit() looked its plan up: the
+  // request's first call to Redis does not look it up again. Null once sent.
+  const TenantInfo* entry = nullptr;
   std::function<void(AdmitDecision)> done;
-  // Waiting (handle != 0: the request may wait, max_wait_ms > 0).
+  // Waiting (handle != 0: the request may wait, max_wait_ms > 0). The small fields last,
+  // together: apart, each would take 8 B of padding.
   uint64_t handle = 0;
   int64_t max_wait_ms = 0;
   int64_t arrived_ms = 0;  // its deadline runs from here
   int64_t queued_ms = 0;   // when it first joined a queue; 0: never
-  uint8_t band = 0;
   uint64_t waiter = 0;     // its id in the queue; 0: in none
+  std::string gate;        // the gate it waits on
+  uint8_t band = 0;
+  uint8_t kind = 0;        // that gate's name ("model", ...): its index in Metrics::kWaitGates
   bool retrying = false;   // its gate sent it to Redis again: the answer is to come
   bool abandoned = false;  // its client went away
-  std::string gate;        // the gate it waits on
-  uint8_t kind = 0;        // that gate's name ("model", ...): its index in Metrics::kWaitGates
   // Of its last refusal, what the 429 at its deadline says beyond its gate and reason (a rate
   // refusal's); not the whole AdmitResult, which would double a waiter's memory (the plan's
   // degrade, which a model gate's refusal offers, is read again from the plan).
@@ -285,7 +374,8 @@ struct Gateway::Admission {
     r.remaining = std::move(refusal.remaining);
     r.brake = refusal.brake;
     if (r.gate == "model")
-      if (const config::Plan* plan = plan_of(snap->cfg, id, registry); plan && plan->degrade) {
+      if (const config::Plan* plan = plan_of(snap->cfg, std::string(id()), registry);
+          plan && plan->degrade) {
         r.degrade_model = plan->degrade->model;
         r.upgrade_url = plan->degrade->upgrade_url;
       }
@@ -316,6 +406,7 @@ struct Gateway::GateWait {
 };
 
 Gateway::Admission* Gateway::take_admission() {
+  static_assert(sizeof(Admission) <= 296, "what kBytesPerWaiter counts");
   if (spare_admissions_.empty()) return new Admission;
   Admission* a = spare_admissions_.back().release();
   spare_admissions_.pop_back();
@@ -325,10 +416,11 @@ Gateway::Admission* Gateway::take_admission() {
 void Gateway::give_back(Admission* a) {
   std::unique_ptr<Admission> owned(a);
   if (spare_admissions_.size() >= kSpareAdmissions) return;
-  a->flow.reset();
+  // A spare keeps the buffer of a request of common size, not of the longest it ever kept.
+  a->req.trim(kKeptCapacity);
   a->who.reset();
-  a->again.reset();
   a->snap.reset();
+  a->entry = nullptr;
   a->done = nullptr;
   a->handle = 0;
   a->queued_ms = 0;
@@ -341,33 +433,37 @@ void Gateway::give_back(Admission* a) {
 uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
+  const TenantDirectory* registry = engine_.registry().get();
   Admission* a = take_admission();
-  a->tenant.assign(snap->tenant_label(req.tenant, engine_.registry().get()));
-  a->id.assign(req.tenant);
-  a->flow = req.flow;
+  a->req.keep(req);
+  const std::string_view label = snap->tenant_label(req.tenant, registry);
+  a->label_other = label != req.tenant;
+  a->label = a->label_other ? label : std::string_view();
   if (decisions_ && decisions_->sampled())
     a->who = std::make_unique<DecisionWho>(DecisionWho{req.tenant, req.user, req.model, req.tool});
-  // What the request is decided by should Redis not answer: kept only when not `closed`.
-  a->mode = admit_failure_mode(snap, req.tenant);
-  if (a->mode != config::OnFailure::kClosed) a->again = req;
-  a->snap = snap;
+  // The tenant's plan, when one of the snapshot's has an on_failure or a queue: looked up once,
+  // here, for both and for the engine (the request's first call).
+  a->entry = plans_matter(snap) ? snap->tables.entry(req.tenant, registry) : nullptr;
+  const config::Plan* plan = a->entry ? a->entry->plan : nullptr;
+  // What the request is decided by should Redis not answer (fallback.h's failure_mode).
+  a->mode = plan && plan->on_failure ? *plan->on_failure : snap->cfg.redis.on_failure;
+  a->snap = std::move(snap);
   a->done = std::move(done);
   a->arrived_ms = steady_ms();
   a->max_wait_ms = 0;
   a->band = 0;
-  if (plan_queues_ && !no_wait_ && req.max_wait_ms.value_or(1) > 0)
-    if (const config::Plan* plan = plan_of(snap->cfg, req.tenant, engine_.registry().get());
-        plan && plan->queue) {
-      a->max_wait_ms =
-          std::min(req.max_wait_ms.value_or(plan->queue->max_wait_ms), plan->queue->max_wait_ms);
-      a->band = static_cast<uint8_t>(plan->queue->priority);
-    }
+  if (plan && plan->queue && !no_wait_ && req.max_wait_ms.value_or(1) > 0) {
+    a->max_wait_ms =
+        std::min(req.max_wait_ms.value_or(plan->queue->max_wait_ms), plan->queue->max_wait_ms);
+    a->band = static_cast<uint8_t>(plan->queue->priority);
+  }
   if (a->max_wait_ms > 0) {
     a->handle = ++last_handle_;
     waiting_.emplace(a->handle, a);
-    if (!a->again) a->again = req;
     // No overtaking: the gate's waiters here are served first, this one after them.
     if (auto [gate, kind] = waited_gate(req, a->band); !gate.empty()) {
+      // Its first call is its gate's retry, which looks the tenant up then, as every retry does.
+      a->entry = nullptr;
       AdmitResult r;
       r.outcome = Outcome::kRefused;
       r.request_id = req.request_id;
@@ -415,7 +511,8 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     }
   }
   engine_.admit(
-      req, [this, a](AdmitResult&& r) { admitted(a, r); }, a->snap, turn);
+      req, [this, a](AdmitResult&& r) { admitted(a, r); }, a->snap,
+      std::exchange(a->entry, nullptr), turn);
 }
 
 void Gateway::admitted(Admission* a, AdmitResult& r) {
@@ -423,14 +520,14 @@ void Gateway::admitted(Admission* a, AdmitResult& r) {
     if (a->sent) redis_failed(r.error);
     // One failed call while the breaker stays closed is a 503 as itself; the tenant's
     // on_failure decides once Redis is taken as away.
-    if (a->again && breaker_.state() != Breaker::State::kClosed)
-      degraded_admit(a->mode, *a->snap, *a->again, r);
+    if (a->mode != config::OnFailure::kClosed && breaker_.state() != Breaker::State::kClosed)
+      degraded_admit(a->mode, *a->snap, a->req.request(), r);
   } else {
     redis_answered();
     if (a->mode == config::OnFailure::kLocal && fallback_)
       for (const Remaining& q : r.remaining)
         if (q.gate == "quota")
-          fallback_->quota_left(a->again->tenant, static_cast<int64_t>(q.value));
+          fallback_->quota_left(std::string(a->id()), static_cast<int64_t>(q.value));
   }
   if (a->handle && wait(a, r)) return;
   answer(a, r);
@@ -464,24 +561,24 @@ void Gateway::answer(Admission* a, AdmitResult& r) {
   }
   // Admitted although a shadow-mode gate would have refused: counted apart, with the gate.
   const bool shadow = r.outcome == Outcome::kAllowed && !r.shadow_refused.empty();
-  metrics_.admission(a->tenant,
+  metrics_.admission(a->tenant_label(),
                      r.outcome == Outcome::kRefused ? std::string_view(r.gate)
                      : shadow                       ? std::string_view(r.shadow_refused)
                                                     : std::string_view(),
                      shadow ? "shadow_refused" : result_label(r.outcome), front_);
   if (a->who) decisions_->record(*a->who, r, result_label(r.outcome));
   auto done = std::move(a->done);
-  if (r.outcome != Outcome::kAllowed || !a->flow) {
+  if (r.outcome != Outcome::kAllowed || !a->req.has_flow()) {
     give_back(a);
     return done(AdmitDecision{std::move(r), {}});
   }
-  const Flow flow = std::move(*a->flow);
-  flows_.put(r.request_id, flow, r.cls, a->id);
+  const Flow flow = *a->req.flow();
+  flows_.put(r.request_id, flow, r.cls, a->id());
   // The flow stays in its class as long as the lease would, unless released earlier; a stream
   // charge renews both (charged()).
   int ttl_s = r.lease_s > 0 ? static_cast<int>(r.lease_s) : kDefaultTagTtlS;
   std::string cls = r.cls;
-  dp_.tag(flow, cls, ttl_s, a->id,
+  dp_.tag(flow, cls, ttl_s, a->id(),
           [r = std::move(r), done = std::move(done)](const std::string& tag) mutable {
             done(AdmitDecision{std::move(r), tag});
           });
@@ -493,8 +590,8 @@ void Gateway::abandoned(Admission* a, const AdmitResult& r) {
     // Admitted by a call that was with Redis when the client went: nothing kept. The estimate
     // goes back to the quota (a settle of 0) and the lease, if any, is released; the rate
     // gates keep the token the call took, as for any admission the client does not use.
-    engine_.settle(SettleRequest{a->id, r.request_id, 0}, [](SettleResult) {});
-    engine_.release(a->id, r.request_id, [](ReleaseResult) {});
+    engine_.settle(SettleRequest{std::string(a->id()), r.request_id, 0}, [](SettleResult) {});
+    engine_.release(std::string(a->id()), r.request_id, [](ReleaseResult) {});
   }
   auto done = std::move(a->done);
   give_back(a);
@@ -602,7 +699,7 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
   // gate can hold a token for the request before its deadline.
   if (!a->abandoned && !no_wait_ && r.outcome == Outcome::kRefused && r.reason == "rate" &&
       now + r.retry_after_ms < deadline) {
-    std::string gate = gate_key(*a->again, r.gate);
+    std::string gate = gate_key(a->req.request(), r.gate);
     const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000);
     if (a->waiter && from && gate == a->gate) {  // still first on its gate
       queue_.serving(a->waiter, false);
@@ -619,7 +716,7 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
       GateWait& g = gate_wait(a->gate, kind);
       // Refused there, the request took its worker's place among the gate's waiters, or the
       // worker had one.
-      if (g.waiters_key.empty()) g.waiters_key = waiters_key(*a->again, kind);
+      if (g.waiters_key.empty()) g.waiters_key = waiters_key(a->req.request(), kind);
       g.entry = !g.waiters_key.empty();
       schedule(g, due);
       arm_deadline();
@@ -636,10 +733,10 @@ bool Gateway::join(Admission* a, std::string gate, std::string_view kind, int64_
                    AdmitResult& r) {
   const config::Control::Queue& bounds = a->snap->cfg.control.queue;
   WaitQueue::Pushed p;
-  if (budget_->take(a->id, bounds.max_waiters, bounds.max_waiters_per_tenant) ==
+  if (budget_->take(a->id(), bounds.max_waiters, bounds.max_waiters_per_tenant) ==
       WaitBudget::Taken::kYes) {
-    p = queue_.push(gate, a->id, a->band, a->arrived_ms + a->max_wait_ms, now_ms, a->handle);
-    if (!p.id) budget_->give(a->id);
+    p = queue_.push(gate, a->id(), a->band, a->arrived_ms + a->max_wait_ms, now_ms, a->handle);
+    if (!p.id) budget_->give(a->id());
   }
   if (!p.id) {
     r.reason = "queue_full";
@@ -663,7 +760,7 @@ void Gateway::leave_queue(Admission* a, bool served) {
   else
     queue_.cancel(a->waiter);
   a->waiter = 0;
-  budget_->give(a->id);
+  budget_->give(a->id());
   --kinds_waiting_[a->kind];
   metrics_.waiting(a->band, Metrics::kWaitGates[a->kind], -1);
 }
@@ -707,8 +804,7 @@ void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us) {
     in = r.next_ms * 1000;  // the waiters of other workers and daemons ahead of it counted
   } else if (r.outcome == Outcome::kAllowed) {
     const Admission* next = waiting_.at(w->cookie);
-    const double cost =
-        g.kind.ends_with("_tokens") ? static_cast<double>(next->again->tokens) : 1.0;
+    const double cost = g.kind.ends_with("_tokens") ? static_cast<double>(next->req.tokens()) : 1.0;
     in = refill_us(r.remaining, g.kind, cost);
   }
   schedule(g, try_at(now_us, in));
@@ -730,7 +826,7 @@ void Gateway::retry(GateWait& g) {
   Admission* a = waiting_.at(w->cookie);
   g.retrying = a->retrying = true;
   queue_.serving(a->waiter, true);
-  send(a, *a->again);
+  send(a, a->req.request());
 }
 
 void Gateway::arm_deadline() {
