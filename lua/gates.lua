@@ -23,7 +23,8 @@
 -- their count, at least 1), or the call is refused with the wait for both.
 --
 -- @keys attempt taken waiters bucket...
--- @argv attempt_ttl taken_ttl deadline holder turn band left_ms next_band bucket_count
+-- @argv attempt_ttl taken_ttl deadline holder turn band left_ms next_band next_tenants
+-- @argv bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -51,6 +52,11 @@
 --       left_ms       how long the request may still wait: its entry never outlives it
 --       next_band     'h' only: the band of the worker's next waiter on this gate, -1 for none;
 --                     admitted, the worker's entry becomes that waiter's, its turn beginning now
+--       next_tenants  'h' only: the worker's tenants with waiters in next_band, k: when that band
+--                     is this one's, the worker's next turn begins 1/k of the way from its last
+--                     turn's beginning to now, not now, so that it takes k turns in the time a
+--                     worker with one tenant takes one: a tenant's share does not depend on how
+--                     many tenants its worker has
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
@@ -82,10 +88,14 @@ local n = tonumber(ARGV[A_BUCKET_COUNT])
 
 -- @include lib_waiters.lua
 local turn, band, holder = ARGV[A_TURN], tonumber(ARGV[A_BAND]), ARGV[A_HOLDER]
-local others, mine = waiters_read(KEYS[K_WAITERS], holder, turn == 'h', now_us)
+local others, mine, kept = waiters_read(KEYS[K_WAITERS], holder, turn == 'h', now_us)
 -- A first waiter keeps the turn its entry began; anyone else's begins now, after the others'.
 local since = now_us
-if turn == 'h' and mine and mine[1] == band then since = mine[2] end
+if turn == 'h' and mine and mine[1] == band then
+  since = mine[2]
+elseif turn == 'h' and kept[band] then  -- back to a band whose turn it kept
+  since = kept[band]
+end
 local ahead = waiters_ahead(others, band, since)
 
 -- @include lib_bucket.lua
@@ -132,6 +142,9 @@ if out[2] ~= '' then
   -- one of its band or a higher one (its first waiter's, which this newcomer comes after).
   if turn == 'h' or (turn == 'n' and not (mine and mine[1] <= band)) then
     local until_ms = now_ms + math.min(tonumber(ARGV[A_LEFT_MS]), 2 * out[3] + 250)
+    if mine and mine[1] > band then  -- its lower band's turn, kept for later
+      waiters_keep(KEYS[K_WAITERS], holder .. ':' .. mine[1], mine[1], mine[2], 0, mine[3], now_ms)
+    end
     waiters_keep(KEYS[K_WAITERS], holder, band, since, my_cost, until_ms, now_ms)
   end
   return out
@@ -149,21 +162,29 @@ for j = 1, m do window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER]
 out[4 + 2 * n + m] = ts
 redis.call('SET', KEYS[K_ATTEMPT], 'ran', 'EX', ARGV[A_ATTEMPT_TTL])
 if turn == 'h' then
-  -- The worker's turn passes on: its next waiter's begins now, after every entry of its band.
+  -- The worker's turn passes on: its next waiter's begins now, after every entry of its band (or,
+  -- with k tenants in that band, 1/k of the way from its last turn's beginning to now).
   local next_band, next_ms = tonumber(ARGV[A_NEXT_BAND]), -1
   if next_band < 0 then
     redis.call('HDEL', KEYS[K_WAITERS], holder)
   else
+    local k, next_since = tonumber(ARGV[A_NEXT_TENANTS]), now_us
+    if mine and mine[1] == next_band then
+      if k > 1 then next_since = math.floor(mine[2] + (now_us - mine[2]) / k) end
+    elseif kept[next_band] then  -- back to a band whose turn it kept
+      next_since = kept[next_band]
+      redis.call('HDEL', KEYS[K_WAITERS], holder .. ':' .. next_band)
+    end
     -- A window: until its oldest admission could have left it.
     local until_ms = now_ms + (m > 0 and math.ceil(windows[1].w_us / 1000) or 0)
     if n == 1 then
       -- The level after this take reaches its cost plus the need ahead of it when the level
       -- before it reaches that plus this call's cost.
       next_ms = math.max(0, bucket_wait_ms(buckets[1],
-                                           2 * my_cost + waiters_ahead(others, next_band, now_us + 1)))
+                                           2 * my_cost + waiters_ahead(others, next_band, next_since)))
       until_ms = now_ms + 2 * next_ms + 250
     end
-    waiters_keep(KEYS[K_WAITERS], holder, next_band, now_us, my_cost, until_ms, now_ms)
+    waiters_keep(KEYS[K_WAITERS], holder, next_band, next_since, my_cost, until_ms, now_ms)
   end
   out[#out + 1] = next_ms
 end

@@ -12,6 +12,11 @@
 -- back for long): at most twice the wait the gate named, plus 250 ms, and never past the
 -- waiter's own deadline; each call of that worker's first waiter renews it.
 --
+-- A worker whose entry a higher band takes over (a band-0 request came to a worker whose first
+-- waiter was of band 1) keeps its lower band's turn in the field "<holder>:<band>" (cost 0: it
+-- holds nothing back), and takes it up again when it is back to that band: a worker that also
+-- serves a higher band does not lose its place in a lower one each time.
+--
 -- A call may take the gate's tokens only beyond what the entries ahead of it need: those of a
 -- higher band, and of its own band the ones whose turn began earlier. The first waiter of a
 -- worker counts from its own entry's since; any other call (a request that may wait, or one that
@@ -21,23 +26,28 @@
 -- HGETALL of an empty key when nobody waits.
 
 -- The entries of the registry at key other than a first waiter's own (holder), each {band, since,
--- cost}, deleting those past their time; and this holder's fresh entry as {band, since}, or nil.
--- A newcomer's own entry is among the others: it comes after its own worker's first waiter too.
+-- cost}, deleting those past their time; this holder's fresh entry as {band, since, until}, or
+-- nil; and its kept turns, band -> since. A newcomer's own entry is among the others: it comes
+-- after its own worker's first waiter too.
 local function waiters_read(key, holder, head, now_us)
   local q = redis.call('HGETALL', key)
-  local others, mine = {}, nil
-  if #q == 0 then return others, mine end
+  local others, mine, kept = {}, nil, {}
+  if #q == 0 then return others, mine, kept end
   local now_ms = math.floor(now_us / 1000)
+  local own = holder .. ':'
   for k = 1, #q, 2 do
+    local f = q[k]
     local b, s, c, e = string.match(q[k + 1], '^(%d+) (%d+) (%S+) (%d+)$')
     if not b or e + 0 <= now_ms then
-      redis.call('HDEL', key, q[k])
-    else
-      if q[k] == holder then mine = {b + 0, s + 0} end
-      if not (head and q[k] == holder) then others[#others + 1] = {b + 0, s + 0, c + 0} end
+      redis.call('HDEL', key, f)
+    elseif string.sub(f, 1, #own) == own then
+      kept[b + 0] = s + 0
+    elseif c + 0 > 0 then  -- not another worker's kept turn
+      if f == holder then mine = {b + 0, s + 0, e + 0} end
+      if not (head and f == holder) then others[#others + 1] = {b + 0, s + 0, c + 0} end
     end
   end
-  return others, mine
+  return others, mine, kept
 end
 
 -- What the entries ahead of a call of `band` whose turn began at since need of the gate first.

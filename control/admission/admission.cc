@@ -360,6 +360,7 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   if (turn.waits) {
     op->p.turn = turn;
     op->p.left_ms_s = std::to_string(std::max<int64_t>(turn.left_ms, 0));
+    if (turn.next_tenants > 1) op->p.next_tenants_s = std::to_string(turn.next_tenants);
   }
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
@@ -916,7 +917,13 @@ void Engine::admit(const AdmitRequest& req, std::function<void(AdmitResult)> don
 }
 
 void Engine::leave_waiters(const std::string& waiters_key) {
-  const std::string_view argv[] = {"HDEL", waiters_key, impl_->holder};
+  // Its entry and the turns it kept for its lower bands (lua/lib_waiters.lua).
+  std::array<std::string, Turn::kNoWait> kept;
+  std::vector<std::string_view> argv = {"HDEL", waiters_key, impl_->holder};
+  for (size_t b = 0; b < kept.size(); ++b) {
+    kept[b] = impl_->holder + ':' + static_cast<char>('0' + b);
+    argv.push_back(kept[b]);
+  }
   // Nothing to do with the answer: an entry that stays stops counting at its own time.
   impl_->redis->command(argv, [](const redisReply*, std::string_view) {});
 }

@@ -64,7 +64,10 @@ struct Turn {
   // The global gate ("model", "model_tokens", "tool", "total") whose waiters on this worker it is
   // the first of; empty: none.
   std::string_view head;
-  int next_band = -1;   // head only: the band of the worker's next waiter there; -1: none
+  int next_band = -1;  // head only: the band of the worker's next waiter there; -1: none
+  // Head only: the worker's tenants with waiters in next_band there, each a turn of the band's
+  // round, so that a tenant's share does not depend on how many share its worker.
+  int next_tenants = 1;
   int64_t left_ms = 0;  // how long it may still wait
 };
 

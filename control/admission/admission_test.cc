@@ -1554,9 +1554,22 @@ TEST_F(AdmissionTest, GatesLeaveTheWaitersOfOtherWorkersWhatTheyNeedFirst) {
   EXPECT_EQ(b.last, "-1");
   EXPECT_EQ(s.str({"HEXISTS", waiters, "B"}), "0");
   level("1");
-  const Reply a = call("A", waits(1, "model", 1));  // A's next waiter takes its place
+  // A's next waiter takes its place; A has two tenants in its band, so its next turn begins half
+  // way from its last one's beginning to now: it takes two turns while a worker of one takes one.
+  auto since = [&](const char* holder) {
+    const std::string v = s.str({"HGET", waiters, holder});
+    return std::stoll(v.substr(v.find(' ') + 1));
+  };
+  const int64_t since_before = since("A");
+  Turn two = waits(1, "model", 1);
+  two.next_tenants = 2;
+  const Reply a = call("A", two);
   EXPECT_EQ(a.code, 1);
   EXPECT_NE(a.last, "-1");
+  const int64_t now_us = static_cast<int64_t>(s.time_s()) * 1000000;
+  const int64_t since_after = since("A");
+  EXPECT_GT(since_after, since_before);
+  EXPECT_LT(since_after - since_before, (now_us + 1000000 - since_before) / 2 + 1000);
   // Two tokens: one for A's next waiter, one beyond: a request that does not wait takes it. An
   // entry past its time holds nothing back and goes.
   s.str({"HSET", waiters, "Z", "0 1 1 1"});
@@ -1564,6 +1577,18 @@ TEST_F(AdmissionTest, GatesLeaveTheWaitersOfOtherWorkersWhatTheyNeedFirst) {
   EXPECT_EQ(call("C", Turn{}).code, 1);
   EXPECT_EQ(call("C", Turn{}).code, 0);
   EXPECT_EQ(s.str({"HEXISTS", waiters, "Z"}), "0");
+  // A band-0 request comes to worker A, whose place is band 1's: it takes A's place and A keeps
+  // its band-1 turn for when it is back to band 1, rather than going to the end of that band.
+  const int64_t band1_since = since("A");
+  level("0");
+  EXPECT_EQ(call("A", waits(0)).code, 0);
+  EXPECT_EQ(s.str({"HGET", waiters, "A"}).substr(0, 2), "0 ");
+  EXPECT_EQ(since("A:1"), band1_since);
+  level("1");
+  EXPECT_EQ(call("A", waits(0, "model", 1)).code, 1);
+  EXPECT_EQ(s.str({"HGET", waiters, "A"}).substr(0, 2), "1 ");
+  EXPECT_EQ(since("A"), band1_since);
+  EXPECT_EQ(s.str({"HEXISTS", waiters, "A:1"}), "0");
 }
 
 // A call Redis runs past the deadline it carries (the daemon answered it failed: a stopped

@@ -613,6 +613,7 @@ GatesCall::GatesCall(const Prepared& p, int i)
   args.set(s::kArgTurn, head ? "h" : p.turn.waits ? "n" : "-");
   args.set(s::kArgBand, kCounts[static_cast<size_t>(p.turn.band)]);
   args.set(s::kArgLeftMs, p.left_ms_s);
+  args.set(s::kArgNextTenants, p.next_tenants_s);
   args.set(s::kArgNextBand,
            p.turn.next_band < 0 ? "-1" : kCounts[static_cast<size_t>(p.turn.next_band)]);
   const Gate* const one[] = {&gate};

@@ -198,6 +198,7 @@ struct Prepared {
   std::string_view holder = "";
   Turn turn;
   std::string left_ms_s{"0"};
+  std::string next_tenants_s{"1"};
 };
 
 // v as 16 hex digits, lowercase, appended to out.

@@ -508,6 +508,9 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     if (a->retrying && a->waiter) {
       turn.head = Metrics::kWaitGates[a->kind];
       turn.next_band = queue_.band_after(a->gate, a->waiter);
+      if (turn.next_band >= 0)
+        turn.next_tenants =
+            static_cast<int>(queue_.band_tenants(a->gate, static_cast<uint8_t>(turn.next_band)));
     }
   }
   engine_.admit(

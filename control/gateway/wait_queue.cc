@@ -64,6 +64,7 @@ WaitQueue::Entry& WaitQueue::entry_for(Gates::value_type& gate, Tenants::value_t
   e->tenant = &tenant;
   e->band = band;
   // A newcomer joins the rotation at its end: just before the entry whose turn it is.
+  ++gate.second.tenants[band];
   Entry*& turn = gate.second.turn[band];
   if (!turn) {
     e->prev = e->next = e;
@@ -111,6 +112,11 @@ int WaitQueue::band_after(std::string_view gate, uint64_t id) const {
       return b;
   }
   return -1;
+}
+
+size_t WaitQueue::band_tenants(std::string_view gate, uint8_t band) const {
+  auto g = gates_.find(name(gate));
+  return g == gates_.end() || band >= kBands ? 0 : g->second.tenants[band];
 }
 
 std::optional<WaitQueue::Waiter> WaitQueue::pop(std::string_view gate) {
@@ -186,6 +192,7 @@ void WaitQueue::erase(Node* n) {
 }
 
 void WaitQueue::leave_rotation(Entry* e) {
+  --e->gate->second.tenants[e->band];
   Entry*& turn = e->gate->second.turn[e->band];
   if (e->next == e) {
     turn = nullptr;

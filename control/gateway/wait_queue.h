@@ -40,7 +40,7 @@ class WaitQueue {
   // its own (its tenant's FIFO and place in the rotation on its gate and band: 64 B and a 33 B
   // slot, 139 B at the lowest load; shared by a tenant's waiters on one gate and band): 274 B.
   // A tenant and a gate with waiters add their record once, however many waiters share them:
-  // about 70 B and 135 B, and their name beyond 15 bytes. wait_queue_test measures 126 B a waiter
+  // about 70 B and 170 B, and their name beyond 15 bytes. wait_queue_test measures 126 B a waiter
   // for 100,000 across 1,000 tenants and 4 gates, 451 B for each alone in its tenant and gate.
   static constexpr size_t kBytesPerWaiter = 288;
 
@@ -93,6 +93,8 @@ class WaitQueue {
   // The best band (lowest) among gate's waiters other than waiter id; -1: none waits there but
   // it. What the daemons sharing a global gate learn of this queue's next turn on it.
   int band_after(std::string_view gate, uint64_t id) const;
+  // The tenants with waiters on gate in band: the turns this queue takes in a round of the band.
+  size_t band_tenants(std::string_view gate, uint8_t band) const;
   // Removes next(gate) and returns it, or nullopt.
   std::optional<Waiter> pop(std::string_view gate);
   // Removes waiter id as served: as pop() would have, its tenant's turn in its band passes on
@@ -124,6 +126,7 @@ class WaitQueue {
   struct Gate {
     size_t waiters = 0;
     std::array<Entry*, kBands> turn{};
+    std::array<uint32_t, kBands> tenants{};  // in each band's rotation
   };
   // Records keyed by name and freed with their last waiter; node maps, so that entries point at
   // them: a name is kept once, never copied per waiter.

@@ -582,9 +582,15 @@ TEST(WaitQueueTest, BandAfterIsTheBestBandOfTheOtherWaiters) {
   const uint64_t e = push(q, "g", "t4", 0);
   EXPECT_EQ(q.band_after("g", a), 0);
   EXPECT_EQ(q.band_after("g", e), 1);
+  const uint64_t f = push(q, "g", "t4", 1);
+  EXPECT_EQ(q.band_tenants("g", 1), 2u);  // t1 and t4, however many waiters each
+  EXPECT_EQ(q.band_tenants("g", 0), 1u);
+  EXPECT_EQ(q.band_tenants("nowhere", 0), 0u);
   push(q, "other", "t1", 2);  // another gate's waiters do not count
   q.cancel(a);
   q.cancel(d);
+  q.cancel(f);
+  EXPECT_EQ(q.band_tenants("g", 1), 0u);
   EXPECT_EQ(q.band_after("g", e), -1);
 }
 
