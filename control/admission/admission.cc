@@ -260,6 +260,8 @@ struct Engine::Impl {
     int pending = 0;  // calls not answered yet
     // The global gates are asked once the tenant's slot admitted, not with it (RefusalHints).
     bool globals_after = false;
+    // The tenant's slot is asked once every global gate admitted (Turn::gate_first).
+    bool tenant_after = false;
     std::string error;      // the first failure: the request is answered 503
     bool conflict = false;  // the request_id has a live reservation: 409
     // From the tenant-slot call, for the response and a refund.
@@ -366,6 +368,11 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
   op->res.lease_s = op->p.t->lease_len_s;
   op->res.brake = op->p.brake;
   op->globals_after = op->p.ng > 0 && hints->refusing(op->p.t->name, steady_ms());
+  if (turn.gate_first && op->p.ng > 0 && !op->globals_after) {
+    op->tenant_after = true;
+    send_gates(op);  // part_done sends admit.lua once they all admitted
+    return;
+  }
   op->pending = 1;
   send(
       AdmitCall(op->p),
@@ -569,6 +576,16 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
 void Engine::Impl::part_done(const Op& op_ptr) {
   AdmitOp* op = op_ptr.get();
   if (--op->pending > 0) return;
+  if (op->tenant_after && op->tenant_part == Part::kPending && op->error.empty() &&
+      op->res.gate.empty()) {
+    // Every global gate admitted it: now the tenant's slot (refused there, they are undone).
+    op->pending = 1;
+    send(
+        AdmitCall(op->p),
+        [this, op_ptr](const redisReply* r, std::string_view e) { on_admit_reply(op_ptr, r, e); },
+        [this, op_ptr](const redisReply* r) { on_late_admit(op_ptr, r); });
+    return;
+  }
   const Prepared& p = op->p;
   if (op->error.empty() && !op->conflict && op->res.gate.empty()) {
     op->res.outcome = Outcome::kAllowed;

@@ -69,6 +69,11 @@ struct Turn {
   // round, so that a tenant's share does not depend on how many share its worker.
   int next_tenants = 1;
   int64_t left_ms = 0;  // how long it may still wait
+  // Its global gates are asked first and its tenant's slot only once they all admitted it: a
+  // request of a higher band than the waiters on its gate in this worker, which the gate is
+  // likely to refuse (as a higher band it joins the waiters through Redis, where one gates.lua
+  // call takes its worker's place, rather than with admit.lua's and a refund besides).
+  bool gate_first = false;
 };
 
 struct SettleRequest {

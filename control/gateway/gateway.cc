@@ -353,6 +353,8 @@ struct Gateway::Admission {
   uint8_t kind = 0;        // that gate's name ("model", ...): its index in Metrics::kWaitGates
   bool retrying = false;   // its gate sent it to Redis again: the answer is to come
   bool abandoned = false;  // its client went away
+  // Its next call asks its global gates before its tenant's slot (Turn::gate_first).
+  bool gate_first = false;
   // Of its last refusal, what the 429 at its deadline says beyond its gate and reason (a rate
   // refusal's); not the whole AdmitResult, which would double a waiter's memory (the plan's
   // degrade, which a model gate's refusal offers, is read again from the plan).
@@ -402,6 +404,8 @@ struct Gateway::GateWait {
   bool entry = false;  // this worker may have an entry there
   event* timer = nullptr;
   int64_t due_us = 0;     // the timer's time (steady clock, µs); 0: not armed
+  bool token = false;     // due_us is when the gate holds a token (schedule())
+  int64_t fired_us = 0;   // the token time of the timer that sent the first waiter; 0: none
   bool retrying = false;  // its first waiter is with Redis
 };
 
@@ -461,7 +465,9 @@ uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> don
     a->handle = ++last_handle_;
     waiting_.emplace(a->handle, a);
     // No overtaking: the gate's waiters here are served first, this one after them.
-    if (auto [gate, kind] = waited_gate(req, a->band); !gate.empty()) {
+    auto [gate, kind, higher] = waited_gate(req, a->band);
+    a->gate_first = higher;
+    if (!gate.empty()) {
       // Its first call is its gate's retry, which looks the tenant up then, as every retry does.
       a->entry = nullptr;
       AdmitResult r;
@@ -505,6 +511,7 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     turn.waits = true;
     turn.band = a->band;
     turn.left_ms = a->arrived_ms + a->max_wait_ms - now;
+    turn.gate_first = std::exchange(a->gate_first, false);
     if (a->retrying && a->waiter) {
       turn.head = Metrics::kWaitGates[a->kind];
       turn.next_band = queue_.band_after(a->gate, a->waiter);
@@ -671,10 +678,9 @@ size_t kind_index(std::string_view kind) {
 
 }  // namespace
 
-std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest& req,
-                                                              uint8_t band) const {
+Gateway::WaitedGate Gateway::waited_gate(const AdmitRequest& req, uint8_t band) const {
   if (queue_.size() == 0) return {};
-  std::pair<std::string, std::string_view> found;
+  WaitedGate found;
   for (size_t i = 0; i < kinds_waiting_.size(); ++i) {
     const std::string_view kind = Metrics::kWaitGates[i];
     if (kinds_waiting_[i] == 0 || !has_gate(req, kind)) continue;
@@ -683,8 +689,8 @@ std::pair<std::string, std::string_view> Gateway::waited_gate(const AdmitRequest
     if (!first) continue;
     // A higher band than the gate's waiters here asks Redis: it may pass before them, and the
     // other workers and daemons must learn that this worker's first waiter there is of its band.
-    if (first->band > band) return {};
-    if (found.first.empty()) found = {std::move(key), kind};
+    if (first->band > band) return {{}, {}, true};
+    if (found.key.empty()) found = {std::move(key), kind};
   }
   return found;
 }
@@ -708,7 +714,7 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
       queue_.serving(a->waiter, false);
       a->keep(std::move(r));
       from->entry = !from->waiters_key.empty();
-      schedule(*from, due);
+      schedule(*from, due, true);
       return true;
     }
     leave_queue(a);
@@ -721,13 +727,15 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
       // worker had one.
       if (g.waiters_key.empty()) g.waiters_key = waiters_key(a->req.request(), kind);
       g.entry = !g.waiters_key.empty();
-      schedule(g, due);
+      schedule(g, due, true);
       arm_deadline();
       return true;
     }
     return false;  // r says queue_full
   }
   leave_queue(a, from != nullptr);
+  if (from && r.outcome == Outcome::kAllowed && from->fired_us)
+    metrics_.token_to_admission(static_cast<double>(now_us - from->fired_us) / 1e6);
   if (from) next_after(*from, r, now_us);
   return false;
 }
@@ -782,9 +790,10 @@ Gateway::GateWait& Gateway::gate_wait(const std::string& gate, std::string_view 
   return *g;
 }
 
-void Gateway::schedule(GateWait& g, int64_t at_us) {
+void Gateway::schedule(GateWait& g, int64_t at_us, bool token) {
   if (g.retrying || no_wait_ || (g.due_us != 0 && g.due_us <= at_us)) return;
   g.due_us = at_us;
+  g.token = token;
   // libevent counts a timer from the time it cached when this loop pass began, which a busy pass
   // leaves milliseconds behind: the timer would fire that much early (a refused call, and another).
   event_base_update_cache_time(base_);
@@ -801,6 +810,8 @@ void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us) {
   // Admitted: the next can pass once the gate holds its cost again; refused by this gate: once it
   // holds a token; otherwise now.
   int64_t in = 0;
+  const bool token = r.outcome == Outcome::kAllowed ||
+                     (r.outcome == Outcome::kRefused && r.reason == "rate" && r.gate == g.kind);
   if (r.outcome == Outcome::kRefused && r.reason == "rate" && r.gate == g.kind) {
     in = std::max<int64_t>(r.retry_after_ms, 1) * 1000;
   } else if (r.outcome == Outcome::kAllowed && r.next_ms >= 0) {
@@ -810,11 +821,12 @@ void Gateway::next_after(GateWait& g, const AdmitResult& r, int64_t now_us) {
     const double cost = g.kind.ends_with("_tokens") ? static_cast<double>(next->req.tokens()) : 1.0;
     in = refill_us(r.remaining, g.kind, cost);
   }
-  schedule(g, try_at(now_us, in));
+  schedule(g, try_at(now_us, in), token);
 }
 
 void Gateway::on_gate_due(int, short, void* arg) {
   auto* g = static_cast<GateWait*>(arg);
+  g->fired_us = g->token ? g->due_us : 0;
   g->due_us = 0;
   g->gateway->retry(*g);
 }

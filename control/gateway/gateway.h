@@ -150,7 +150,9 @@ class Gateway {
   void leave_queue(Admission* a, bool served = false);
   // The gate's retry runs at at_us (steady clock; or earlier, already set), unless one is with
   // Redis.
-  void schedule(GateWait& g, int64_t at_us);
+  // token: at_us is when the gate holds a token (Redis said so), which
+  // dripgate_queue_token_to_admission_seconds counts from.
+  void schedule(GateWait& g, int64_t at_us, bool token = false);
   // The gate's first waiter is sent to Redis; a gate nobody waits on any more goes.
   void retry(GateWait& g);
   // The gate whose first waiter was just answered r: when to try the next.
@@ -159,7 +161,14 @@ class Gateway {
   GateWait* find_gate_wait(const std::string& gate);
   // A gate a request of `band` that may wait shares with waiters here, which it joins without
   // asking Redis (empty: none, or one whose waiters here are all of a lower band).
-  std::pair<std::string, std::string_view> waited_gate(const AdmitRequest& req, uint8_t band) const;
+  // higher: there are waiters on one of its gates here, all of a lower band (the request asks
+  // Redis, the gate first: the gate is busy).
+  struct WaitedGate {
+    std::string key;
+    std::string_view kind;
+    bool higher = false;
+  };
+  WaitedGate waited_gate(const AdmitRequest& req, uint8_t band) const;
   void expire();
   void expire_before(int64_t until_ms);
   void arm_deadline();

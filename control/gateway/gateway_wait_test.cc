@@ -380,6 +380,8 @@ TEST_F(GatewayWaitTest, WaitersCostOneCallWhenATokenCanExistForThem) {
   // late timers or the bucket's rounding made come a little early.
   EXPECT_GE(calls, 19u);
   EXPECT_LE(calls, 24u) << "calls: " << calls;
+  // Each of the nine that waited was sent when its gate held its token, and timed from then.
+  EXPECT_EQ(metrics_.token_to_admission().count(), 9u);
 }
 
 // 100,000 requests of 1,000 tenants wait in one gateway on one model gate: they cost Redis two

@@ -217,7 +217,13 @@ Metrics::Metrics()
           "dripgate_queue_wait_seconds",
           "How long requests waited for a gate before their answer (only those that "
           "waited).",
-          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}) {
+          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}),
+      token_to_admission_(
+          "dripgate_queue_token_to_admission_seconds",
+          "Waiters their gate admitted when it held a token for them: from the time it did (the "
+          "wait Redis named, counted from the answer that named it) to the admitting answer in "
+          "the daemon.",
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind :
        {"connect", "disconnect", "timeout", "stall", "fail_fast", "auth", "script_load", "noscript",
@@ -290,6 +296,7 @@ std::string Metrics::render() const {
   protobuf_log_.render(out);
   wait_results_.render(out);
   wait_seconds_.render(out);
+  token_to_admission_.render(out);
   header(out, "dripgate_queue_waiters",
          "Requests waiting for a gate now, by priority band and the kind of gate that holds "
          "them back.",

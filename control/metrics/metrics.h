@@ -147,6 +147,10 @@ class Metrics : public RedisObserver {
   void waited(uint8_t band, std::string_view result, std::optional<double> waited_s);
   const CounterFamily& wait_results() const { return wait_results_; }
   const Histogram& wait_seconds() const { return wait_seconds_; }
+  // A waiter its gate's timer sent and Redis admitted: from the time the gate held its token (the
+  // wait Redis named, counted from the answer that named it) to the admitting answer.
+  void token_to_admission(double seconds) { token_to_admission_.observe(seconds); }
+  const Histogram& token_to_admission() const { return token_to_admission_; }
 
   // RedisObserver
   void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
@@ -192,6 +196,7 @@ class Metrics : public RedisObserver {
   Histogram redis_rtt_;
   CounterFamily wait_results_;
   Histogram wait_seconds_;
+  Histogram token_to_admission_;
   std::array<std::array<std::atomic<int64_t>, kWaitGates.size()>, 8> waiters_{};
   std::array<std::array<std::atomic<bool>, kWaitGates.size()>, 8> waiters_seen_{};
   std::atomic<int> redis_up_{0};

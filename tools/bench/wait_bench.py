@@ -167,6 +167,32 @@ def script_calls(redis_ports):
     return total
 
 
+def token_histogram(http_ports):
+    """dripgate_queue_token_to_admission_seconds's buckets so far, summed over the daemons:
+    {upper bound (s): cumulative count}."""
+    import urllib.request
+    total = {}
+    for p in http_ports:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=5).read().decode()
+        for le, n in re.findall(
+                r'^dripgate_queue_token_to_admission_seconds_bucket\{le="([^"]+)"\} (\d+)$', text,
+                re.M):
+            total[float(le)] = total.get(float(le), 0) + int(n)
+    return total
+
+
+def histogram_pct(before, after, q):
+    """The upper bound of the bucket that holds quantile q of what was observed in between
+    (a bound, not an interpolation: the figure is at most this)."""
+    counts = sorted((le, after[le] - before.get(le, 0)) for le in after)
+    if not counts or counts[-1][1] == 0:
+        return float("nan")
+    for le, n in counts:
+        if n >= q / 100 * counts[-1][1]:
+            return le
+    return float("inf")
+
+
 def make_tenants(args):
     ports = [int(p) for p in args.http_ports.split(",")]
     names = [("g%02d" % i, 0) for i in range(args.gold)] + \
@@ -178,10 +204,13 @@ def one_round(args, mode):
     tenants = make_tenants(args)
     r = Round(args, mode, tenants)
     calls0 = script_calls(args.redis_ports)
+    ports = [int(p) for p in args.http_ports.split(",")]
+    hist0 = token_histogram(ports)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     asyncio.run(r.run())
     cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     calls = script_calls(args.redis_ports) - calls0
+    hist = token_histogram(ports)
     a = args
     f = {}
     admitted = sum(len(t.admitted) for t in tenants)
@@ -199,6 +228,10 @@ def one_round(args, mode):
     gaps = [(y - x) * 1000 - 1000 / a.rate for x, y in zip(inwin, inwin[1:])]
     f["token -> admission p50 ms"] = pct(gaps, 50)
     f["token -> admission p99 ms"] = pct(gaps, 99)
+    # In the daemon: from the time its gate held the token to the admitting answer
+    # (dripgate_queue_token_to_admission_seconds); the bucket's upper bound.
+    f["daemon: token -> admission p50 ms, at most"] = histogram_pct(hist0, hist, 50) * 1000
+    f["daemon: token -> admission p99 ms, at most"] = histogram_pct(hist0, hist, 99) * 1000
     for band, label in ((0, "gold"), (1, "free")):
         ts = [t for t in tenants if t.band == band]
         if not ts:
