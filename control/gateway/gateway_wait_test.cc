@@ -299,6 +299,25 @@ TEST_F(GatewayWaitTest, AcrossWorkersWaitersLeaveAHigherBandTheTokensItNeeds) {
   EXPECT_EQ(order(), (std::vector<std::string>{"a0", "v1", "a1", "a2", "a3", "a4"}));
 }
 
+// A request of a higher band than the waiters of its gate in this worker asks the gate first (the
+// gate is busy): refused, it costs one gates.lua call, which also takes its worker's place among
+// the gate's waiters, not admit.lua's, gates.lua's and a refund's three.
+TEST_F(GatewayWaitTest, AHigherBandThanTheWaitersHereAsksTheGateFirst) {
+  cfg_.global_gates.model["m"] = config::Bucket{1, 1};
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  tenant("f", "free");
+  tenant("v", "gold");
+  start("f0", "f", std::nullopt, "m");  // takes the token
+  start("f1", "f", std::nullopt, "m");
+  ASSERT_TRUE(loop_.wait_until([&] { return gateway().waiters() == 1; }, 3000ms));
+  const uint64_t before = redis_calls();
+  start("v1", "v", std::nullopt, "m");
+  ASSERT_TRUE(loop_.wait_until([&] { return gateway().waiters() == 2; }, 3000ms));
+  EXPECT_EQ(redis_calls() - before, 1u);
+  gateway().drain_waiters();
+  ASSERT_TRUE(answered(3));
+}
+
 TEST_F(GatewayWaitTest, AnAbandonedWaiterLeavesAtOnceAndIsChargedNothing) {
   plan("slow", config::Bucket{1, 2}, config::PlanQueue{2000, 0});
   cfg_.plans["slow"].quota = config::Quota{1000};
