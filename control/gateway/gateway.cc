@@ -14,6 +14,16 @@
 
 namespace dripgate::control {
 
+event_base* new_front_loop() {
+  event_config* cfg = event_config_new();
+  if (!cfg) return nullptr;
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  event_base* base = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  return base;
+}
+
 namespace {
 
 const char* result_label(Outcome o) {

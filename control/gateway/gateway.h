@@ -31,6 +31,15 @@ struct event_base;
 
 namespace dripgate::control {
 
+// A new event loop for a front's worker (the HTTP workers, the gRPC loops), for the caller to
+// free; nullptr when libevent cannot make one. Its timers are precise
+// (EVENT_BASE_FLAG_PRECISE_TIMER: epoll waits on a timerfd): a waiter's timer is set to the
+// microsecond its gate holds the token, and epoll_wait's millisecond timeout, rounded up, would
+// admit it up to 1 ms after that, for every waiter. The cost is a timerfd_settime in the loop
+// passes where the earliest timer changed. Its changelist folds the add/del pairs that hiredis
+// makes within one loop pass into at most one epoll_ctl per fd.
+event_base* new_front_loop();
+
 // flow_tag: the dataplane's answer for the request's flow ("ok" | "error" | "unavailable" |
 // "timeout", see DataplaneClient), or empty when no flow was tagged or untagged.
 struct AdmitDecision {

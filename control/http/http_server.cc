@@ -101,13 +101,9 @@ bool HttpServer::start(std::string& error) {
     // Split as evenly as it goes; a worker holds at least one.
     w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));
     w->limits = {.max_head = kMaxHead, .max_body = opts_.max_body};
-    // The changelist folds the add/del pairs that hiredis makes within one loop iteration into
-    // at most one epoll_ctl per fd (each base has its own epoll set, so the per-worker dup of
-    // the listening socket is never in the same set twice).
-    event_config* ecfg = event_config_new();
-    event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-    w->base = event_base_new_with_config(ecfg);
-    event_config_free(ecfg);
+    // Each base has its own epoll set, so the per-worker dup of the listening socket is never in
+    // the same set twice (which the changelist would not allow).
+    w->base = new_front_loop();
     if (!w->base) {
       error = "cannot create an event loop";
       return false;

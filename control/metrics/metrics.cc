@@ -223,7 +223,8 @@ Metrics::Metrics()
           "Waiters their gate admitted when it held a token for them: from the time it did (the "
           "wait Redis named, counted from the answer that named it) to the admitting answer in "
           "the daemon.",
-          {0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1}) {
+          {0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.01, 0.025,
+           0.05, 0.1}) {
   // Every kind exists from the start (at 0), so an alert on an increase sees the first one.
   for (const char* kind :
        {"connect", "disconnect", "timeout", "stall", "fail_fast", "auth", "script_load", "noscript",

@@ -299,7 +299,7 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
   std::call_once(threads_once, [] { evthread_use_pthreads(); });
   for (int i = 0; i < threads_; ++i) {
     auto l = std::make_unique<Loop>();
-    l->base = event_base_new();
+    l->base = new_front_loop();
     if (!l->base || !l->inbox.open(l->base)) {
       error = "grpc: cannot create an event loop";
       return false;

@@ -249,6 +249,15 @@ def one_round(args, mode):
         f[f"{label}: Jain index, {len(ts)} tenants"] = jain(per)
         f[f"{label}: admitted per tenant, min"] = min(per)
         f[f"{label}: admitted per tenant, max"] = max(per)
+        # With several daemons: each daemon's mean over its tenants of the band, the lowest and
+        # the highest (an uneven share between daemons shows here, not within one).
+        by_port = {}
+        for t, n in zip(ts, per):
+            by_port.setdefault(t.port, []).append(n)
+        if len(by_port) > 1:
+            means = [statistics.mean(v) for v in by_port.values()]
+            f[f"{label}: per tenant, lowest daemon's mean"] = min(means)
+            f[f"{label}: per tenant, highest daemon's mean"] = max(means)
     f["HTTP requests sent per admitted"] = r.attempts / max(admitted, 1)
     f["Redis script calls per admitted"] = calls / max(admitted, 1)
     span = (max(r.admit_times) - r.first_send) if r.admit_times else 0
