@@ -49,7 +49,8 @@
 --                     worker has one of its band or a higher one); '-': one that does not wait
 --                     (band 8, writes nothing)
 --       band          the request's band (0 first)
---       left_ms       how long the request may still wait: its entry never outlives it
+--       left_ms       how long the request, or the worker's last waiter behind it on this
+--                     gate, may still wait: its entry never outlives that
 --       next_band     'h' only: the band of the worker's next waiter on this gate, -1 for none;
 --                     admitted, the worker's entry becomes that waiter's, its turn beginning now
 --       next_tenants  'h' only: the worker's tenants with waiters in next_band, k: when that band

@@ -10,7 +10,8 @@
 -- band the one that has waited longest goes first and one just served goes last: round robin
 -- across workers. until is when the entry stops counting (a worker that went away holds nothing
 -- back for long): at most twice the wait the gate named, plus 250 ms, and never past the
--- waiter's own deadline; each call of that worker's first waiter renews it.
+-- last deadline of the worker's waiters on the gate (left_ms); each call of that worker's first
+-- waiter renews it.
 --
 -- A worker whose entry a higher band takes over (a band-0 request came to a worker whose first
 -- waiter was of band 1) keeps its lower band's turn in the field "<holder>:<band>" (cost 0: it

@@ -523,6 +523,11 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     turn.left_ms = a->arrived_ms + a->max_wait_ms - now;
     turn.gate_first = std::exchange(a->gate_first, false);
     if (a->retrying && a->waiter) {
+      // The worker's place on the gate outlives its first waiter's deadline while others wait
+      // behind it: one that lapsed with it would send the next waiter to the back of the band,
+      // and a worker whose first waiters come near their deadlines (the one the others
+      // outpaced) would fall further behind each time.
+      turn.left_ms = std::max(turn.left_ms, queue_.last_deadline(a->gate) - now);
       turn.head = Metrics::kWaitGates[a->kind];
       turn.next_band = queue_.band_after(a->gate, a->waiter);
       if (turn.next_band >= 0)
@@ -743,7 +748,12 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
     }
     return false;  // r says queue_full
   }
-  leave_queue(a, from != nullptr);
+  // A first waiter answered 429 because the token comes after its deadline was not served: its
+  // tenant keeps the turn for its next waiter (who has longer), as when a waiter expires. Passed
+  // on, the turn would go each time to whichever tenant's oldest waiter was nearest its deadline
+  // when the gate came round, and under a steady load that is the same tenant again and again.
+  const bool rate_refused = r.outcome == Outcome::kRefused && r.reason == "rate";
+  leave_queue(a, from != nullptr && !rate_refused);
   if (from && r.outcome == Outcome::kAllowed && from->fired_us)
     metrics_.token_to_admission(static_cast<double>(now_us - from->fired_us) / 1e6);
   if (from) next_after(*from, r, now_us);

@@ -299,6 +299,66 @@ TEST_F(GatewayWaitTest, AcrossWorkersWaitersLeaveAHigherBandTheTokensItNeeds) {
   EXPECT_EQ(order(), (std::vector<std::string>{"a0", "v1", "a1", "a2", "a3", "a4"}));
 }
 
+// A worker's first waiter that its gate cannot serve before its deadline (a band-0 waiter on
+// another worker needs the next token) is answered 429 at once, and its tenant keeps the turn:
+// the tenant's next waiter goes before the other tenant's, since the tenant was not served. The
+// worker keeps its place among the workers too: its entry on the gate counts past that waiter's
+// deadline, as its next waiters take it over.
+TEST_F(GatewayWaitTest, AFirstWaiterTheGateCannotServeInTimeKeepsItsTenantsTurnAndItsPlace) {
+  cfg_.global_gates.model["m"] = config::Bucket{1, 2};  // a token every 500 ms
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  for (const char* t : {"x", "y", "z"}) tenant(t, "free");
+  tenant("v", "gold");
+  auto req = [](const std::string& tenant, int64_t max_wait_ms) {
+    AdmitRequest r;
+    r.tenant = tenant;
+    r.model = "m";
+    r.max_wait_ms = max_wait_ms;
+    return r;
+  };
+  Gateway& a = gateway();
+  Gateway& b = other();
+  start(a, "z0", req("z", 3000));  // takes the token
+  ASSERT_TRUE(answered(1));
+  start(a, "x1", req("x", 700));  // first; its token comes at 500 ms
+  ASSERT_TRUE(loop_.wait_until([&] { return a.waiters() == 1; }, 3000ms));
+  start(a, "y1", req("y", 3000));
+  start(a, "x2", req("x", 3000));
+  start(b, "v1", req("v", 3000));  // band 0: the next token is v1's
+  ASSERT_TRUE(loop_.wait_until([&] { return a.waiters() == 3 && b.waiters() == 1; }, 3000ms));
+  ASSERT_TRUE(loop_.wait_until([&] { return answer_of("x1") != nullptr; }, 3000ms));
+  // x1's worker keeps its entry for its next waiters, for about twice the wait its gate named
+  // (the next two tokens: 1 s) and 250 ms, not for the 200 ms x1 had left.
+  redisContext* c = redisConnect("127.0.0.1", redis_.port());
+  auto* t = static_cast<redisReply*>(redisCommand(c, "TIME"));
+  const int64_t now_ms =
+      std::stoll(t->element[0]->str) * 1000 + std::stoll(t->element[1]->str) / 1000;
+  freeReplyObject(t);
+  auto* q = static_cast<redisReply*>(redisCommand(c, "HGETALL dg:{g:model:m}:wq"));
+  int64_t until_ms = 0;
+  for (size_t i = 0; q && i + 1 < q->elements; i += 2) {
+    int band = -1;
+    long long since = 0, until = 0;
+    char cost[32];
+    if (std::sscanf(q->element[i + 1]->str, "%d %lld %31s %lld", &band, &since, cost, &until) ==
+            4 &&
+        band == 1)
+      until_ms = until;
+  }
+  if (q) freeReplyObject(q);
+  redisFree(c);
+  EXPECT_GT(until_ms - now_ms, 700) << "the worker's entry lapses with x1's deadline";
+  ASSERT_TRUE(answered(5));
+  EXPECT_EQ(answer_of("x1")->r.outcome, Outcome::kRefused);
+  EXPECT_LT(answer_of("x1")->r.waited_ms, 650);  // at once, not at its deadline
+  // x1's answer comes before or after v1's admission, whichever of their calls came first.
+  std::vector<std::string> served = order();
+  std::erase(served, "x1");
+  EXPECT_EQ(served, (std::vector<std::string>{"z0", "v1", "x2", "y1"}));
+  for (const char* n : {"v1", "x2", "y1"})
+    EXPECT_EQ(answer_of(n)->r.outcome, Outcome::kAllowed) << n;
+}
+
 // A request of a higher band than the waiters of its gate in this worker asks the gate first (the
 // gate is busy): refused, it costs one gates.lua call, which also takes its worker's place among
 // the gate's waiters, not admit.lua's, gates.lua's and a refund's three.

@@ -45,6 +45,7 @@ WaitQueue::Pushed WaitQueue::push(std::string_view gate, std::string_view tenant
   e.tail = n.get();
   ++t->second;
   ++g->second.waiters;
+  g->second.last_deadline = std::max(g->second.last_deadline, deadline_ms);
   ++band_waiters_[band];
   heap_.push_back(n.get());
   n->heap_at = heap_.size() - 1;
@@ -117,6 +118,11 @@ int WaitQueue::band_after(std::string_view gate, uint64_t id) const {
 size_t WaitQueue::band_tenants(std::string_view gate, uint8_t band) const {
   auto g = gates_.find(name(gate));
   return g == gates_.end() || band >= kBands ? 0 : g->second.tenants[band];
+}
+
+int64_t WaitQueue::last_deadline(std::string_view gate) const {
+  auto g = gates_.find(name(gate));
+  return g == gates_.end() ? 0 : g->second.last_deadline;
 }
 
 std::optional<WaitQueue::Waiter> WaitQueue::pop(std::string_view gate) {

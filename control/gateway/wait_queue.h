@@ -95,6 +95,11 @@ class WaitQueue {
   int band_after(std::string_view gate, uint64_t id) const;
   // The tenants with waiters on gate in band: the turns this queue takes in a round of the band.
   size_t band_tenants(std::string_view gate, uint8_t band) const;
+  // The latest deadline of the waiters pushed on gate since it last had none (at least that of
+  // every waiter there now; one that left early may have had it); 0: none waits there. How long
+  // this queue's place among the daemons' waiters on the gate is worth keeping: its next waiter
+  // takes it over when the first one's deadline comes.
+  int64_t last_deadline(std::string_view gate) const;
   // Removes next(gate) and returns it, or nullopt.
   std::optional<Waiter> pop(std::string_view gate);
   // Removes waiter id as served: as pop() would have, its tenant's turn in its band passes on
@@ -127,6 +132,7 @@ class WaitQueue {
     size_t waiters = 0;
     std::array<Entry*, kBands> turn{};
     std::array<uint32_t, kBands> tenants{};  // in each band's rotation
+    int64_t last_deadline = 0;               // last_deadline()
   };
   // Records keyed by name and freed with their last waiter; node maps, so that entries point at
   // them: a name is kept once, never copied per waiter.

@@ -594,4 +594,20 @@ TEST(WaitQueueTest, BandAfterIsTheBestBandOfTheOtherWaiters) {
   EXPECT_EQ(q.band_after("g", e), -1);
 }
 
+TEST(WaitQueueTest, LastDeadlineIsTheLatestOfTheGatesWaitersUntilItEmpties) {
+  WaitQueue q(kRoomy);
+  EXPECT_EQ(q.last_deadline("g"), 0);
+  const uint64_t a = push(q, "g", "t1", 1, 900);
+  const uint64_t b = push(q, "g", "t2", 1, 700);  // earlier than a's: a's stays the last
+  EXPECT_EQ(q.last_deadline("g"), 900);
+  push(q, "other", "t1", 1, 5000);  // another gate's waiters do not count
+  EXPECT_EQ(q.last_deadline("g"), 900);
+  q.cancel(b);
+  EXPECT_EQ(q.last_deadline("g"), 900);
+  q.cancel(a);  // the gate's last waiter: the next one starts afresh
+  EXPECT_EQ(q.last_deadline("g"), 0);
+  push(q, "g", "t1", 1, 400);
+  EXPECT_EQ(q.last_deadline("g"), 400);
+}
+
 }  // namespace dripgate::control
