@@ -70,9 +70,10 @@ struct Turn {
   int next_tenants = 1;
   int64_t left_ms = 0;  // how long it may still wait
   // Its global gates are asked first and its tenant's slot only once they all admitted it: a
-  // request of a higher band than the waiters on its gate in this worker, which the gate is
-  // likely to refuse (as a higher band it joins the waiters through Redis, where one gates.lua
-  // call takes its worker's place, rather than with admit.lua's and a refund besides).
+  // request the gate is likely to refuse, where one gates.lua call takes its worker's place
+  // rather than admit.lua's and a refund besides. A request of a higher band than the waiters
+  // on its gate in this worker (it joins them through Redis), and a worker's first waiter on a
+  // global gate (another daemon may have come first since its timer was set).
   bool gate_first = false;
 };
 

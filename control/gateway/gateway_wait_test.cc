@@ -359,6 +359,37 @@ TEST_F(GatewayWaitTest, AFirstWaiterTheGateCannotServeInTimeKeepsItsTenantsTurnA
     EXPECT_EQ(answer_of(n)->r.outcome, Outcome::kAllowed) << n;
 }
 
+// A worker's first waiter on a global gate asks the gate before its tenant's slot: refused there
+// (a band-0 waiter on another worker needs the token), that is one gates.lua call, not admit.lua,
+// gates.lua and a refund.
+TEST_F(GatewayWaitTest, AFirstWaiterOnAGlobalGateAsksItBeforeItsTenantsSlot) {
+  cfg_.global_gates.model["m"] = config::Bucket{1, 2};  // a token every 500 ms
+  for (const char* p : {"gold", "free"}) cfg_.plans[p].tenant = config::Bucket{1000, 1000};
+  tenant("f", "free");
+  tenant("v", "gold");
+  AdmitRequest free_req, gold_req;
+  free_req.tenant = "f";
+  gold_req.tenant = "v";
+  free_req.model = gold_req.model = "m";
+  Gateway& a = gateway();
+  Gateway& b = other();
+  start(a, "f0", free_req);  // takes the token
+  ASSERT_TRUE(answered(1));
+  start(a, "f1", free_req);
+  ASSERT_TRUE(loop_.wait_until([&] { return a.waiters() == 1; }, 3000ms));
+  start(b, "v1", gold_req);
+  ASSERT_TRUE(loop_.wait_until([&] { return b.waiters() == 1; }, 3000ms));
+  const uint64_t before = redis_calls();
+  ASSERT_TRUE(answered(3));
+  EXPECT_EQ(order(), (std::vector<std::string>{"f0", "v1", "f1"}));
+  // v1's admission (two scripts), f1's refused try (one), f1's admission (two), and room for one
+  // more refused try of either on a loaded machine. Asking the tenant's slot with the gate, f1's
+  // refused try alone would be three.
+  const uint64_t calls = redis_calls() - before;
+  EXPECT_LE(calls, 2u + 1u + 2u + 1u) << "calls: " << calls;
+  EXPECT_GE(calls, 2u + 1u + 2u) << "calls: " << calls;
+}
+
 // A request of a higher band than the waiters of its gate in this worker asks the gate first (the
 // gate is busy): refused, it costs one gates.lua call, which also takes its worker's place among
 // the gate's waiters, not admit.lua's, gates.lua's and a refund's three.
