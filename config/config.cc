@@ -360,6 +360,9 @@ void write_dataplane(YAML::Emitter& out, const Dataplane& dp) {
   kv(out, "flow_idle_timeout_s", int64_t{dp.flow_idle_timeout_s});
   kv(out, "flow_table_size", int64_t{dp.flow_table_size});
   out << YAML::Key << "control_socket" << YAML::Value << YAML::DoubleQuoted << dp.control_socket;
+  if (!dp.control_socket_group.empty())
+    out << YAML::Key << "control_socket_group" << YAML::Value << YAML::DoubleQuoted
+        << dp.control_socket_group;
   out << YAML::EndMap;
 }
 

@@ -230,8 +230,21 @@ struct DecisionLog {
   bool operator==(const DecisionLog&) const = default;
 };
 
+// TLS on a listener: the certificate chain and private key files (PEM), and the CA whose
+// certificates clients must present (mTLS; empty: no client certificate asked). The files are
+// read when the listener starts and again on SIGHUP; the paths change on a restart.
+struct Tls {
+  std::string cert_file;  // empty: plaintext
+  std::string key_file;
+  std::string client_ca_file;
+
+  bool on() const { return !cert_file.empty(); }
+  bool operator==(const Tls&) const = default;
+};
+
 struct Control {
   std::string listen = "127.0.0.1:8080";
+  Tls tls;  // HTTPS on `listen`
   int threads = 2;
   std::string auth_token;       // empty: no bearer auth
   std::string auth_token_file;  // where auth_token was read from (first line), if not inline
@@ -259,6 +272,7 @@ struct Control {
   Queue queue;
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
+  Tls grpc_tls;  // TLS on grpc_listen
   // gRPC calls in flight at most (arrived and not yet answered); beyond it a call is answered
   // RESOURCE_EXHAUSTED at once, before it costs a Redis call. 2048: about twice what one Redis
   // process answers within redis.timeout_ms's default (25,000 admissions/s x 50 ms = 1,250), so
@@ -379,6 +393,9 @@ struct Dataplane {
   uint32_t flow_idle_timeout_s = 300;
   uint32_t flow_table_size = 65536;
   std::string control_socket = "/run/dripgate/dataplane.sock";
+  // A group name or number: the socket is then 0660 and that group's, so a control daemon that
+  // runs as another user of the group connects. Empty: 0600, the dataplane's user alone.
+  std::string control_socket_group;
 
   bool operator==(const Dataplane&) const = default;
 };

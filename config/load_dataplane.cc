@@ -258,12 +258,39 @@ void check_class_refs(Ctx& ctx, const std::set<std::string>& class_names,
   }
 }
 
+// A group as /etc/group spells one (a name of letters, digits, '_', '-', '.', not starting with
+// '-' or a digit; at most 32 bytes), a number, or empty for none. Whether it exists is the
+// machine's to say: the dataplane looks it up when it creates the socket.
+void load_socket_group(Ctx& ctx, const Fields& f, Dataplane& dp) {
+  const Entry* e = f.find("control_socket_group");
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path("control_socket_group"));
+  if (!s) return;
+  if (s->empty()) return dp.control_socket_group.clear();
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto name_char = [&](char c) {
+    return digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-' ||
+           c == '.';
+  };
+  const bool number = !s->empty() && s->size() <= 10 && std::all_of(s->begin(), s->end(), digit);
+  const bool name = !s->empty() && s->size() <= 32 && !digit(s->front()) && s->front() != '-' &&
+                    std::all_of(s->begin(), s->end(), name_char);
+  if (!number && !name)
+    ctx.error(e->value, f.path("control_socket_group"),
+              "must be a group name (letters, digits, '_', '-', '.'; at most 32) or a group "
+              "number, got " +
+                  quote(*s));
+  else
+    dp.control_socket_group = *s;
+}
+
 }  // namespace
 
 void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<ClassRef>& refs) {
-  Fields f(ctx, n, "dataplane",
-           {"eal", "ports", "lcores", "mbufs", "mtu", "drip", "classes", "classify",
-            "unknown_flows", "flow_idle_timeout_s", "flow_table_size", "control_socket"});
+  Fields f(
+      ctx, n, "dataplane",
+      {"eal", "ports", "lcores", "mbufs", "mtu", "drip", "classes", "classify", "unknown_flows",
+       "flow_idle_timeout_s", "flow_table_size", "control_socket", "control_socket_group"});
   if (!f.ok()) return;
   load_eal(ctx, f, dp);
   load_ports_and_lcores(ctx, f, dp);
@@ -278,6 +305,7 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
   set_int(ctx, f, "flow_idle_timeout_s", dp.flow_idle_timeout_s, 1);
   set_int(ctx, f, "flow_table_size", dp.flow_table_size, 1);
   load_socket_path(ctx, f, "control_socket", dp.control_socket);
+  load_socket_group(ctx, f, dp);
   check_class_refs(ctx, class_names, refs);
 }
 

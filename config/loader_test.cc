@@ -1263,6 +1263,15 @@ TEST(Errors, SocketPaths) {
   EXPECT_EQ(error_of(kDp + "  control_socket: /" + std::string(107, 'x') + "\n"),
             "t.yaml:4:19: dataplane.control_socket: a unix socket path is at most 107 bytes, got "
             "108");
+  EXPECT_EQ(error_of(kDp + "  control_socket_group: \"-x\"\n"),
+            "t.yaml:4:25: dataplane.control_socket_group: must be a group name (letters, digits, "
+            "'_', '-', '.'; at most 32) or a group number, got '-x'");
+  EXPECT_EQ(error_of(kDp + "  control_socket_group: [a]\n"),
+            "t.yaml:4:25: dataplane.control_socket_group: expected a string, got a list");
+  EXPECT_EQ(load_ok(kDp + "  control_socket_group: dripgate\n").dataplane->control_socket_group,
+            "dripgate");
+  EXPECT_EQ(load_ok(kDp + "  control_socket_group: \"996\"\n").dataplane->control_socket_group,
+            "996");
 }
 
 TEST(Errors, YamlSyntaxWithPosition) {
@@ -1710,6 +1719,7 @@ dataplane:
   flow_idle_timeout_s: 42
   flow_table_size: 1024
   control_socket: /tmp/dg.sock
+  control_socket_group: dripgate
 )");
   Config c = load_ok(yaml);
   EXPECT_EQ(c.redis.url, "redis://:pw@10.2.3.4:6390/5");
@@ -1792,6 +1802,7 @@ dataplane:
   EXPECT_EQ(dp.flow_idle_timeout_s, 42u);
   EXPECT_EQ(dp.flow_table_size, 1024u);
   EXPECT_EQ(dp.control_socket, "/tmp/dg.sock");
+  EXPECT_EQ(dp.control_socket_group, "dripgate");
 
   // Written out and read again, nothing changes.
   const std::string again = to_yaml(c);

@@ -1,6 +1,7 @@
 #include "dataplane/control_socket.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,6 +32,8 @@
 
 namespace dripgate::dataplane {
 
+using group_entry = struct group;
+
 namespace {
 
 [[noreturn]] void sys_fail(const std::string& what) {
@@ -57,7 +60,35 @@ bool socket_alive(const std::string& path) {
   return alive;
 }
 
+// Gives the socket's file its mode (0600, or 0660 with `group`) between bind() and listen():
+// until listen() a connect() to the path is refused whatever the mode, so no client ever gets
+// in under the mode bind() created the file with. Not umask(): it is the whole process's, and
+// DPDK's threads (interrupts, telemetry) may create files meanwhile. Not fchmod() on the socket
+// before bind(): on Linux that changes the socket's own inode, not the file bind() creates.
+// Neither call follows a symlink put in the file's place.
+void restrict_socket_file(const std::string& path, std::optional<gid_t> group) {
+  if (group &&
+      ::fchownat(AT_FDCWD, path.c_str(), static_cast<uid_t>(-1), *group, AT_SYMLINK_NOFOLLOW) != 0)
+    sys_fail(fmt::format("control socket '{}': chown to group {}", path, *group));
+  if (::fchmodat(AT_FDCWD, path.c_str(), group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0)
+    sys_fail(fmt::format("control socket '{}': chmod", path));
+}
+
 }  // namespace
+
+std::optional<gid_t> socket_group(const std::string& group) {
+  if (group.empty()) return std::nullopt;
+  gid_t gid = 0;
+  auto [end, ec] = std::from_chars(group.data(), group.data() + group.size(), gid);
+  if (ec == std::errc() && end == group.data() + group.size()) return gid;
+  std::vector<char> buf(16384);
+  group_entry entry{};
+  group_entry* found = nullptr;
+  int e = ::getgrnam_r(group.c_str(), &entry, buf.data(), buf.size(), &found);
+  if (found) return found->gr_gid;
+  throw std::runtime_error(fmt::format("dataplane.control_socket_group: no group '{}' here{}",
+                                       group, e ? std::string(": ") + std::strerror(e) : ""));
+}
 
 ControlSocket::ControlSocket(std::string path, Handler handler, ControlSocketOptions options,
                              FastPath fast)
@@ -89,17 +120,20 @@ ControlSocket::ControlSocket(std::string path, Handler handler, ControlSocketOpt
   }
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) sys_fail("control socket");
-  // umask makes the socket 0600 from birth: no window in which others could connect.
-  mode_t old = ::umask(0177);
   int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::umask(old);
   if (rc != 0) {
     int e = errno;
     ::close(listen_fd_);
     errno = e;
     sys_fail(fmt::format("bind control socket '{}'", path_));
   }
-  ::chmod(path_.c_str(), 0600);
+  try {
+    restrict_socket_file(path_, options_.group);
+  } catch (...) {
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+    throw;
+  }
   // The backlog holds as many connects as there are slots: a burst that fits the limit waits
   // for accept() instead of being refused by the kernel.
   if (::listen(listen_fd_, static_cast<int>(options_.max_clients)) != 0) {

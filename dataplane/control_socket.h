@@ -7,9 +7,11 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +36,14 @@ struct ControlSocketOptions {
   // Clients served at once; also the listen backlog, so a burst of that many connects all
   // reach accept().
   size_t max_clients = 64;
+  // The group that may connect besides the owner (the socket's file 0660), else none (0600).
+  std::optional<gid_t> group;
   Clock::time_point (*now)() = Clock::now;  // injected by tests
 };
+
+// dataplane.control_socket_group as a group id: none when empty, a number as it is, a name as
+// the machine's group database has it (throws naming the field when it has none).
+std::optional<gid_t> socket_group(const std::string& group);
 
 class ControlSocket {
  public:

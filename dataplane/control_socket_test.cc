@@ -173,6 +173,23 @@ class Server {
   std::thread thread_;
 };
 
+// With a group, the file is 0660 and that group's (the control daemon runs as another user);
+// the process's umask is left as it was (DPDK's threads create files meanwhile).
+TEST(ControlSocket, AGroupMakesTheFile0660OfThatGroup) {
+  TmpDir dir;
+  const std::string path = dir.path + "/dp.sock";
+  const mode_t before = ::umask(0022);
+  ControlSocketOptions options;
+  options.group = 4242;
+  Server srv(path, options);
+  EXPECT_EQ(::umask(before), 0022u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, 4242u);
+}
+
 TEST(ControlSocket, AnswerLineTurnsBadInputIntoErrors) {
   auto a = json::parse(ControlSocket::answer_line("{nope", echo_handler));
   EXPECT_EQ(a["ok"], false);

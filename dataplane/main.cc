@@ -183,7 +183,9 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
 
   const dg::ControlTargets targets{flows.get(), stats.get(), &fastpath.drip_mailbox(),
                                    sched.get(), &tsc_now,    &tenants};
-  dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), {},
+  dg::ControlSocketOptions socket_options;
+  socket_options.group = dg::socket_group(dp.control_socket_group);
+  dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), socket_options,
                             dg::make_tag_fast_path(targets));
   fastpath.launch();
   spdlog::info(

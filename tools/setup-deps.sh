@@ -11,6 +11,7 @@ PKGS=(
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
   iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 ethtool systemd
+  util-linux
 )
 
 missing=()
