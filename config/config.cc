@@ -130,6 +130,16 @@ void token(YAML::Emitter& out, const std::string& key, const std::string& value,
     out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
 }
 
+// Only when on: the paths, never what the files hold.
+void write_tls(YAML::Emitter& out, const char* key, const Tls& tls) {
+  if (!tls.on()) return;
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+  kv(out, "cert_file", tls.cert_file);
+  kv(out, "key_file", tls.key_file);
+  if (!tls.client_ca_file.empty()) kv(out, "client_ca_file", tls.client_ca_file);
+  out << YAML::EndMap;
+}
+
 void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "redis" << YAML::Value << YAML::BeginMap;
   if (cfg.redis.cluster.empty()) {
@@ -188,7 +198,9 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
     kv(out, "sample", cfg.control.decision_log.sample);
     out << YAML::EndMap;
   }
+  write_tls(out, "tls", cfg.control.tls);
   out << YAML::Key << "grpc_listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.grpc_listen;
+  write_tls(out, "grpc_tls", cfg.control.grpc_tls);
   kv(out, "grpc_max_inflight", int64_t{cfg.control.grpc_max_inflight});
   out << YAML::Key << "queue" << YAML::Value << YAML::Flow << YAML::BeginMap;
   kv(out, "max_waiters", cfg.control.queue.max_waiters);

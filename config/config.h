@@ -232,7 +232,8 @@ struct DecisionLog {
 
 // TLS on a listener: the certificate chain and private key files (PEM), and the CA whose
 // certificates clients must present (mTLS; empty: no client certificate asked). The files are
-// read when the listener starts and again on SIGHUP; the paths change on a restart.
+// read when the listener starts, and again on SIGHUP (HTTP) or when they change (gRPC's own
+// credentials); the paths change on a restart.
 struct Tls {
   std::string cert_file;  // empty: plaintext
   std::string key_file;

@@ -90,17 +90,44 @@ void load_rls(Ctx& ctx, const YAML::Node& n, const std::string& path,
   out = std::move(loaded);
 }
 
+// control.tls, control.grpc_tls: { cert_file, key_file, client_ca_file }. The certificate and
+// its key go together; a client CA needs them. Paths only: the listener reads the files (PEM,
+// the key a secret) when it starts and on SIGHUP, and names the field of a file it cannot use.
+void load_tls(Ctx& ctx, const Fields& parent, std::string_view key, Tls& out) {
+  const Entry* e = parent.find(key);
+  if (!e) return;
+  Fields f(ctx, e->value, parent.path(key), {"cert_file", "key_file", "client_ca_file"});
+  if (!f.ok()) return;
+  Tls t;
+  for (auto [name, field] : {std::pair{"cert_file", &t.cert_file},
+                             {"key_file", &t.key_file},
+                             {"client_ca_file", &t.client_ca_file}})
+    set_nonempty_string(ctx, f, f.find(name), name, name, *field);
+  const Entry* cert = f.find("cert_file");
+  const Entry* pkey = f.find("key_file");
+  if (cert && !pkey)
+    ctx.error(cert->key_node, f.path("key_file"), "missing: a certificate needs its key_file");
+  else if (pkey && !cert)
+    ctx.error(pkey->key_node, f.path("cert_file"), "missing: a key_file needs its cert_file");
+  else if (!cert && f.find("client_ca_file"))
+    ctx.error(f.find("client_ca_file")->key_node, f.path("client_ca_file"),
+              "needs cert_file and key_file (the server's own certificate)");
+  out = std::move(t);
+}
+
 }  // namespace
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
-  Fields f(
-      ctx, n, "control",
-      {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
-       "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-       "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls", "queue"});
+  Fields f(ctx, n, "control",
+           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
+            "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
+            "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls", "queue",
+            "tls", "grpc_tls"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
+  load_tls(ctx, f, "tls", c.tls);
+  load_tls(ctx, f, "grpc_tls", c.grpc_tls);
   set_int(ctx, f, "grpc_max_inflight", c.grpc_max_inflight, 1, 1000000);
   if (const Entry* e = f.find("rls")) load_rls(ctx, e->value, f.path("rls"), c.rls_domains);
   set_int(ctx, f, "threads", c.threads, 1, 1024);

@@ -216,11 +216,11 @@ plans:
   EXPECT_EQ(error_of("plans: { pro: { gates: { tool: {} } } }\n"),
             "t.yaml:1:26: plans.pro.gates.tool: unknown key 'tool' (allowed: tenant, user, "
             "api_key, ip, tenant_tokens, user_tokens, api_key_tokens)");
-  EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", tls: true }\n"),
-            "t.yaml:1:35: control.tls: unknown key 'tls' (allowed: listen, threads, auth_token, "
-            "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
-            "dataplane_socket, max_connections, "
-            "request_timeout_s, decision_log, grpc_listen, grpc_max_inflight, rls, queue)");
+  EXPECT_EQ(error_of("control: { listen: \"127.0.0.1:1\", https: true }\n"),
+            "t.yaml:1:35: control.https: unknown key 'https' (allowed: listen, threads, "
+            "auth_token, auth_token_file, auth_token_env, admin_token, admin_token_file, "
+            "admin_token_env, dataplane_socket, max_connections, request_timeout_s, decision_log, "
+            "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -1208,6 +1208,34 @@ TEST(Errors, ListenAddress) {
   EXPECT_EQ(load_ok("control: { listen: 0.0.0.0:80 }").control.listen, "0.0.0.0:80");
 }
 
+// TLS on either front: the certificate and its key together, a client CA only with them; paths
+// only (the listener reads the files), given back by the round trip.
+TEST(Errors, Tls) {
+  Config d = load_ok("control: {}");
+  EXPECT_FALSE(d.control.tls.on());
+  EXPECT_FALSE(d.control.grpc_tls.on());
+  Config t = load_ok(
+      "control:\n  tls: { cert_file: /c.pem, key_file: /k.pem }\n"
+      "  grpc_tls: { cert_file: /g.pem, key_file: /gk.pem, client_ca_file: /ca.pem }\n");
+  EXPECT_EQ(t.control.tls, (Tls{"/c.pem", "/k.pem", ""}));
+  EXPECT_EQ(t.control.grpc_tls, (Tls{"/g.pem", "/gk.pem", "/ca.pem"}));
+  EXPECT_EQ(error_of("control:\n  tls: { cert_file: /c.pem }\n"),
+            "t.yaml:2:10: control.tls.key_file: missing: a certificate needs its key_file");
+  EXPECT_EQ(error_of("control:\n  grpc_tls: { key_file: /k.pem }\n"),
+            "t.yaml:2:15: control.grpc_tls.cert_file: missing: a key_file needs its cert_file");
+  EXPECT_EQ(error_of("control:\n  tls: { client_ca_file: /ca.pem }\n"),
+            "t.yaml:2:10: control.tls.client_ca_file: needs cert_file and key_file (the server's "
+            "own certificate)");
+  EXPECT_EQ(error_of("control:\n  tls: { cert_file: \"\", key_file: /k.pem }\n"),
+            "t.yaml:2:21: control.tls.cert_file: must not be empty (leave cert_file out for none)");
+  EXPECT_EQ(error_of("control:\n  tls: { cert: /c.pem }\n"),
+            "t.yaml:2:10: control.tls.cert: unknown key 'cert' (allowed: cert_file, key_file, "
+            "client_ca_file)");
+  const std::string yaml = to_yaml(t);
+  EXPECT_NE(yaml.find("client_ca_file"), std::string::npos) << yaml;
+  EXPECT_EQ(load_ok(yaml).control.grpc_tls, t.control.grpc_tls);
+}
+
 // The gRPC front: off by default, a listen address like control.listen, and a domain map whose
 // values are gates and which always names the tenant.
 TEST(Errors, GrpcListenAndRlsDomains) {
@@ -1634,7 +1662,7 @@ dataplane:
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
       "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
-      "grpc_max_inflight, rls, queue)",
+      "grpc_max_inflight, rls, queue, tls, grpc_tls)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "

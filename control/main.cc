@@ -18,12 +18,14 @@
 #include "common/redis_url.h"
 #include "config/config.h"
 #include "control/http/http_server.h"
+#include "control/http/tls_context.h"
 #include "control/outage/fallback.h"
 #include "control/registry/brake_sync.h"
 #include "control/registry/reload.h"
 #include "control/registry/saturation_sync.h"
 #include "control/registry/tenant_registry.h"
 #include "control/rls/protobuf_log.h"
+#include "control/rls/rls_credentials.h"
 #include "control/rls/rls_service.h"
 
 namespace cfg = dripgate::config;
@@ -139,6 +141,29 @@ bool open_fallback(const Config& c, std::unique_ptr<ctl::Fallback>& fallback) {
   return fallback != nullptr;
 }
 
+// HTTPS's certificates (control.tls), read before serving; false when a file cannot be used.
+bool open_tls(const Config& c, std::unique_ptr<ctl::TlsContext>& tls) {
+  if (!c.control.tls.on()) return true;
+  tls = std::make_unique<ctl::TlsContext>(c.control.tls, "control.tls");
+  if (auto why = tls->load()) {
+    spdlog::critical("{}", *why);
+    return false;
+  }
+  return true;
+}
+
+// SIGHUP: the configuration file again, and HTTPS's certificate files; a file that cannot be
+// used leaves the certificates in force.
+void reload_on_sighup(ctl::ReloadThread& reloads, ctl::TlsContext* tls) {
+  if (!tls) return reloads.request();
+  reloads.request([tls](const ctl::ReloadOutcome&) {
+    if (auto why = tls->load())
+      spdlog::error("{}; the certificates in force stay", *why);
+    else
+      spdlog::info("control.tls: certificates read again");
+  });
+}
+
 // The tenant registry's copy and the brake, read before serving so that the registry's tenants
 // are known and a brake that is on is obeyed from the first request. Both are read at once,
 // within the same 5 s; when Redis does not answer by then, serving starts all the same
@@ -171,8 +196,13 @@ bool start_rls(const Config& c, const ctl::ConfigStore& store, ctl::Metrics& met
                std::optional<ctl::RlsServer>& rls) {
   if (c.control.grpc_listen.empty()) return true;
   std::string err;
+  auto creds = ctl::rls_credentials(c.control.grpc_tls, err);
+  if (!creds) {
+    spdlog::critical("{}", err);
+    return false;
+  }
   rls.emplace(store, metrics, c.control.threads, fallback, server.decisions(), waits);
-  if (!rls->start(c.control.grpc_listen, err)) {
+  if (!rls->start(c.control.grpc_listen, err, std::move(creds))) {
     spdlog::critical("{}", err);
     return false;
   }
@@ -210,6 +240,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<ctl::Fallback> fallback;
   if (!open_fallback(c, fallback)) return 1;
   opts.fallback = fallback.get();
+  std::unique_ptr<ctl::TlsContext> tls;
+  if (!open_tls(c, tls)) return 1;
+  opts.tls = tls.get();
   // control.queue bounds the requests waiting for a gate in the whole daemon, both fronts.
   ctl::WaitBudget waits;
   opts.waits = &waits;
@@ -232,8 +265,8 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", err);
     return 1;
   }
-  spdlog::info("listening on {} (port {}), {} worker threads, redis {}, config {} ({})",
-               opts.listen, server.port(), opts.threads,
+  spdlog::info("listening on {} (port {}, {}), {} worker threads, redis {}, config {} ({})",
+               opts.listen, server.port(), tls ? "https" : "http", opts.threads,
                c.redis.cluster.empty() ? dripgate::common::redact_redis_url(c.redis.url)
                                        : "cluster (seed " + c.redis.cluster.front() + ")",
                c.source, loaded.hash);
@@ -243,7 +276,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   // SIGHUP reloads the config file (reload.h) on the reload thread, and serving goes on; the
   // others stop, whatever a reload is doing.
-  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reloads.request();
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) reload_on_sighup(reloads, tls.get());
   spdlog::info("{}: stopping (finishing requests in flight)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   if (rls) rls->stop();

@@ -10,7 +10,7 @@ PKGS=(
   libcli11-dev libgtest-dev libpcap-dev libssl-dev libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
-  iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 ethtool systemd
+  iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 python3-grpcio curl openssl ethtool systemd
   util-linux
 )
 

@@ -183,6 +183,7 @@ void Worker::adopt(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto c = std::make_unique<Connection>(this, fd, limits);
+  if (tls && !(c->ssl = tls->accept(fd))) return;
   c->read_ev = event_new(base, fd, EV_READ | EV_PERSIST, &Worker::on_readable, c.get());
   c->deadline = evtimer_new(base, &Worker::on_deadline, c.get());
   if (!c->read_ev || !c->deadline || event_add(c->read_ev, nullptr) != 0) return;
@@ -276,6 +277,7 @@ void Worker::on_deadline(evutil_socket_t, short, void* arg) {
 void Worker::on_readable(evutil_socket_t, short, void* arg) {
   auto* c = static_cast<Connection*>(arg);
   Worker* w = c->worker;
+  if (c->ssl) return w->tls_read(c);
   if (w->io) return queue(c, c->queued_read, w->to_read, w->read_ev);
   ssize_t n = read(c->fd, w->rbuf.data(), w->rbuf.size());
   w->got(c, n < 0 ? -errno : n, w->rbuf.data());
@@ -411,6 +413,8 @@ void Worker::resume_reading(Connection* c) {
     return;
   event_add(c->read_ev, nullptr);
   c->reading = true;
+  // Bytes TLS has already taken off the socket make it readable no more.
+  if (c->ssl && SSL_has_pending(c->ssl.get())) event_active(c->read_ev, EV_READ, 0);
 }
 
 // ---- writing: each answer whole into c->out, sent in one send() ----
@@ -478,13 +482,14 @@ const std::string& Worker::date_header() {
 // Sends what c->out holds; then closes c when its last answer said so. False when c is gone.
 bool Worker::flush(Connection* c) {
   while (c->output_waits()) {
-    ssize_t n = send(c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, MSG_NOSIGNAL);
+    ssize_t n =
+        c->ssl ? tls_send(c)
+               : send(c->fd, c->out.data() + c->out_at, c->out.size() - c->out_at, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return close_conn(c);
     if (n > 0) c->out_at += static_cast<size_t>(n);
     if (!c->output_waits()) break;
-    if (!c->write_ev) c->write_ev = event_new(base, c->fd, EV_WRITE, &Worker::on_writable, c);
-    if (c->write_ev) event_add(c->write_ev, nullptr);
+    watch_writable(c);
     return true;
   }
   c->out.clear();
@@ -500,7 +505,8 @@ bool Worker::flush(Connection* c) {
 // ring or while c waits for EV_WRITE (its output goes in order, after what is waiting).
 bool Worker::send_soon(Connection* c) {
   if (c->queued_send) return true;
-  if (!io || !c->output_waits() || (c->write_ev && event_pending(c->write_ev, EV_WRITE, nullptr)))
+  if (!io || c->ssl || !c->output_waits() ||
+      (c->write_ev && event_pending(c->write_ev, EV_WRITE, nullptr)))
     return flush(c);
   queue(c, c->queued_send, to_send, send_ev);
   return true;
@@ -540,7 +546,13 @@ void Worker::io_failed() {
 
 void Worker::on_writable(evutil_socket_t, short, void* arg) {
   auto* c = static_cast<Connection*>(arg);
+  if (std::exchange(c->tls_read_wants_write, false)) return c->worker->tls_read(c);
   c->worker->written(c);
+}
+
+void Worker::watch_writable(Connection* c) {
+  if (!c->write_ev) c->write_ev = event_new(base, c->fd, EV_WRITE, &Worker::on_writable, c);
+  if (c->write_ev) event_add(c->write_ev, nullptr);
 }
 
 // Some of c's output went out: the rest follows; requests that waited for it to drain go on.
@@ -555,6 +567,7 @@ void Worker::written(Connection* c) {
 // still sends for a moment.
 bool Worker::done_with(Connection* c) {
   if (!c->linger || c->peer_closed) return close_conn(c);
+  if (c->ssl) SSL_shutdown(c->ssl.get());  // close_notify, if the socket takes it now
   shutdown(c->fd, SHUT_WR);
   if (!c->reading) {
     event_add(c->read_ev, nullptr);

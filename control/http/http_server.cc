@@ -97,6 +97,7 @@ bool HttpServer::start(std::string& error) {
     w->store = &store_;
     w->metrics = &metrics_;
     w->reloads = reloads_;
+    w->tls = opts_.tls;
     w->index = i;
     // Split as evenly as it goes; a worker holds at least one.
     w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));

@@ -27,6 +27,8 @@ namespace http {
 struct Worker;  // worker.h
 }
 
+class TlsContext;
+
 struct ServerOptions {
   std::string listen;  // "host:port" or "[v6]:port"
   int threads = 2;
@@ -45,6 +47,9 @@ struct ServerOptions {
   // The answers of one loop pass written in one io_uring submission (io_batch.h); false, or a
   // kernel that refuses io_uring: a send() each.
   bool io_uring = true;
+  // HTTPS (control.tls): each connection's TLS from the context in force when it is accepted;
+  // null: plaintext. Outlives the server.
+  const TlsContext* tls = nullptr;
 };
 
 class ReloadThread;

@@ -21,6 +21,7 @@
 #include "control/http/http_server.h"
 #include "control/http/inbox.h"
 #include "control/http/io_batch.h"
+#include "control/http/tls_context.h"
 
 namespace dripgate::control::http {
 
@@ -58,8 +59,12 @@ struct Connection {
   // is not moved for every request; it checks this when it fires (on_deadline).
   Clock::time_point idle_since{};
   HttpRequestParser parser;
-  std::string pending;  // read, not parsed yet
-  std::string out;      // answers not written yet, from out_at
+  // TLS (control.tls): reads and writes go through it, never through the worker's io_uring
+  // batches; null: plaintext.
+  SslPtr ssl;
+  bool tls_read_wants_write = false;  // a read (handshake) waits for the socket to take bytes
+  std::string pending;                // read, not parsed yet
+  std::string out;                    // answers not written yet, from out_at
   size_t out_at = 0;
   bool busy = false;         // a request is in progress: dispatched, not answered
   bool in_dispatch = false;  // inside the parse loop (an answer now is not the last word)
@@ -118,6 +123,7 @@ struct Worker {
   const ConfigStore* store = nullptr;
   Metrics* metrics = nullptr;
   ReloadThread* reloads = nullptr;  // where POST /v1/admin/reload asks (null: 404)
+  const TlsContext* tls = nullptr;  // HTTPS; null: plaintext
   std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();  // answers from other threads
   int index = 0;
   event_base* base = nullptr;
@@ -194,6 +200,9 @@ struct Worker {
   bool close_conn(Connection* c);
   void destroy(Connection* c);
   void got(Connection* c, ssize_t n, const char* data);
+  void tls_read(Connection* c);
+  ssize_t tls_send(Connection* c);
+  void watch_writable(Connection* c);
   template <class Make, class Done>
   void run_batch(std::vector<Connection*>& batch, bool Connection::*queued, Make make, Done done);
   void io_failed();

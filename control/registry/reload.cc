@@ -78,6 +78,9 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.request_timeout_s != d.request_timeout_s, "control.request_timeout_s");
   differs(c.decision_log != d.decision_log, "control.decision_log");
   differs(c.grpc_listen != d.grpc_listen, "control.grpc_listen");
+  // The files are read again on SIGHUP (new certificates); where they are, on a restart.
+  differs(c.tls != d.tls, "control.tls");
+  differs(c.grpc_tls != d.grpc_tls, "control.grpc_tls");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
   // here as reloadable: the tokens, the rate-limit service's domains and its cap on calls in
   // flight, and the outage policy (redis.on_failure, redis.local_share) are read per request.

@@ -294,7 +294,8 @@ RlsServer::~RlsServer() {
   stop();
 }
 
-bool RlsServer::start(const std::string& listen, std::string& error) {
+bool RlsServer::start(const std::string& listen, std::string& error,
+                      std::shared_ptr<grpc::ServerCredentials> creds) {
   static std::once_flag threads_once;
   std::call_once(threads_once, [] { evthread_use_pthreads(); });
   for (int i = 0; i < threads_; ++i) {
@@ -310,7 +311,7 @@ bool RlsServer::start(const std::string& listen, std::string& error) {
   }
   service_ = std::make_unique<Service>(*this);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(listen, std::move(creds), &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   server_ = builder.BuildAndStart();

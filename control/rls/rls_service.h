@@ -8,6 +8,8 @@
 // that loop. Each loop owns its Gateway, hence its own Redis connections.
 #pragma once
 
+#include <grpcpp/security/server_credentials.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -48,7 +50,9 @@ class RlsServer {
 
   // Starts the loops and listens on `listen` (host:port, port 0: any); false with `error` set
   // when the address cannot be used.
-  bool start(const std::string& listen, std::string& error);
+  // creds: the listener's security (rls_credentials.h).
+  bool start(const std::string& listen, std::string& error,
+             std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials());
   // Stops accepting calls, lets those in flight finish (bounded wait), then stops the loops.
   void stop();
   int port() const { return port_; }
