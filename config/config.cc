@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config.h"
+#include "config/load_fields.h"
 
 namespace dripgate::config {
 
@@ -64,6 +65,16 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
     if (algorithm_name(a) == name) return a;
   return std::nullopt;
 }
+
+namespace loader {
+std::string fixed_text(int64_t v, int decimals) {
+  std::string frac;
+  for (int i = 0; i < decimals; ++i, v /= 10)
+    frac.insert(frac.begin(), static_cast<char>('0' + v % 10));
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return std::to_string(v) + (frac.empty() ? "" : "." + frac);
+}
+}  // namespace loader
 
 namespace {
 
@@ -241,6 +252,15 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     if (plan.quota->max_open_reservations > 0)
       kv(out, "max_open_reservations", plan.quota->max_open_reservations);
     mode(out, plan.quota->mode);
+    out << YAML::EndMap;
+  }
+  if (plan.weights != TokenWeights{}) {
+    out << YAML::Key << "weights" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (auto [name, w] : {std::pair{"input", plan.weights.input},
+                           {"output", plan.weights.output},
+                           {"cached_input", plan.weights.cached_input},
+                           {"reasoning", plan.weights.reasoning}})
+      out << YAML::Key << name << YAML::Value << loader::fixed_text(w, 6);
     out << YAML::EndMap;
   }
   if (plan.concurrency) {

@@ -92,6 +92,20 @@ struct Quota {
   bool operator==(const Quota&) const = default;
 };
 
+// What one LLM token of each type weighs against a plan's quota and token-rate gates, in
+// millionths (kOne is a weight of 1): fixed point, so that the weighted cost of a count is exact
+// integer arithmetic, the same on every daemon (0.1 is no double). The types are disjoint: a
+// client reports its cached input apart from its other input, its reasoning apart from its
+// other output.
+struct TokenWeights {
+  static constexpr int64_t kOne = 1'000'000;
+  // The largest weight: a count of at most 2^50 tokens times it stays far inside 128 bits.
+  static constexpr int64_t kMax = 1000 * kOne;
+  int64_t input = kOne, output = kOne, cached_input = kOne, reasoning = kOne;
+
+  bool operator==(const TokenWeights&) const = default;
+};
+
 struct Concurrency {
   int64_t max_streams = 0;
   int64_t lease_s = 120;
@@ -141,6 +155,9 @@ struct Plan {
   // the user's and the API key's; settle and stream charges correct it to the tokens used.
   std::optional<Bucket> tenant_tokens, user_tokens, api_key_tokens;
   std::optional<Quota> quota;
+  // A settle's or charge's count split by type is weighed by these before it reaches the quota
+  // and the token-rate gates; a plain count is taken as it is (control/admission/token_cost.h).
+  TokenWeights weights;
   std::optional<Concurrency> concurrency;
   std::optional<Degrade> degrade;
   // Unset: its requests never wait (a request's max_wait_ms is capped at 0).

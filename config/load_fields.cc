@@ -228,6 +228,44 @@ std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::strin
   return v;
 }
 
+std::optional<int64_t> get_fixed(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                                 int decimals, int64_t max) {
+  const std::string& t = n.IsScalar() ? n.Scalar() : std::string();
+  const std::string shape = "expected a number >= 0 with at most " + std::to_string(decimals) +
+                            " decimals, got " + (n.IsScalar() ? t : describe(n));
+  if (!n.IsScalar() || is_quoted(n) || t.empty()) {
+    ctx.error(n, path, shape);
+    return std::nullopt;
+  }
+  // digits [. digits]: no sign, exponent or hex, which a weight or price is never written with.
+  const size_t dot = t.find('.');
+  const std::string_view whole = std::string_view(t).substr(0, dot);
+  const std::string_view frac =
+      dot == std::string::npos ? std::string_view() : std::string_view(t).substr(dot + 1);
+  auto digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (whole.empty() || !digits(whole) || !digits(frac) ||
+      frac.size() > static_cast<size_t>(decimals) || (dot != std::string::npos && frac.empty())) {
+    ctx.error(n, path, shape);
+    return std::nullopt;
+  }
+  int64_t scale = 1;
+  for (int i = 0; i < decimals; ++i) scale *= 10;
+  int64_t w = 0, f = 0;
+  const bool fits =
+      whole.size() <= 18 &&
+      std::from_chars(whole.data(), whole.data() + whole.size(), w).ec == std::errc{} &&
+      w <= max / scale;
+  if (!frac.empty()) std::from_chars(frac.data(), frac.data() + frac.size(), f);
+  for (size_t i = frac.size(); i < static_cast<size_t>(decimals); ++i) f *= 10;
+  if (!fits || w * scale + f > max) {
+    ctx.error(n, path, "must be <= " + fixed_text(max, decimals) + ", got " + t);
+    return std::nullopt;
+  }
+  return w * scale + f;
+}
+
 std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string& path, int64_t min,
                                int64_t max, bool unbounded) {
   if (!n.IsScalar() || is_quoted(n)) {

@@ -116,6 +116,16 @@ struct NumRule {
 std::optional<double> get_double(Ctx& ctx, const YAML::Node& n, const std::string& path,
                                  NumRule rule);
 
+// v / 10^decimals as a decimal, without trailing zeros ("1000", "0.5"): a weight or a price as
+// it is written in the file (defined in config.cc, which writes them back).
+std::string fixed_text(int64_t v, int decimals);
+
+// A non-negative decimal number with at most `decimals` digits after the point, as the integer
+// it is times 10^decimals, read from its text (not through a double, in which 0.1 is not 0.1);
+// at most `max` (in those units). For weights and prices, which must be exact.
+std::optional<int64_t> get_fixed(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                                 int decimals, int64_t max);
+
 // An integer in [min, max]; `unbounded`: `max` is only the type's own limit, so a message names
 // the minimum alone.
 std::optional<int64_t> get_int(Ctx& ctx, const YAML::Node& n, const std::string& path, int64_t min,

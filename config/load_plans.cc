@@ -66,9 +66,24 @@ void load_degrade(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& 
   if (ok) p.degrade = std::move(out);
 }
 
+// `weights: {input, output, cached_input, reasoning}`: each a decimal of at most 6 places (the
+// weights are kept in millionths, exactly), 0 to 1000; a type left out weighs 1.
+void load_weights(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& p) {
+  Fields w(ctx, n, path, {"input", "output", "cached_input", "reasoning"});
+  if (!w.ok()) return;
+  for (auto [name, out] : {std::pair<const char*, int64_t*>{"input", &p.weights.input},
+                           {"output", &p.weights.output},
+                           {"cached_input", &p.weights.cached_input},
+                           {"reasoning", &p.weights.reasoning}}) {
+    if (const Entry* e = w.find(name))
+      if (auto v = get_fixed(ctx, e->value, w.path(name), 6, TokenWeights::kMax)) *out = *v;
+  }
+}
+
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, LocalModeUse& local) {
   Fields f(ctx, pe.value, path,
-           {"class", "gates", "quota", "concurrency", "degrade", "on_failure", "mode", "queue"});
+           {"class", "gates", "quota", "weights", "concurrency", "degrade", "on_failure", "mode",
+            "queue"});
   if (!f.ok()) return;
   set_gate_mode(ctx, f, p.mode);
   p.on_failure = get_on_failure(ctx, f);
@@ -108,6 +123,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
       if (ok) p.quota = quota;
     }
   }
+  if (const Entry* e = f.find("weights")) load_weights(ctx, e->value, f.path("weights"), p);
   if (const Entry* e = f.find("concurrency")) {
     Fields c(ctx, e->value, f.path("concurrency"), {"max_streams", "lease_s", "mode"});
     if (c.ok()) {

@@ -270,6 +270,35 @@ TEST(Errors, Queue) {
             "max_waiters_per_tenant)");
 }
 
+// Token weights: exact millionths from the text, 1 for a type left out; each bad value named.
+TEST(Errors, Weights) {
+  Config c = load_ok(
+      "plans: { pro: { weights: { input: 1, output: 4, cached_input: 0.1, "
+      "reasoning: 3.000001 } }, free: {} }\n");
+  EXPECT_EQ(c.plans.at("pro").weights, (TokenWeights{1'000'000, 4'000'000, 100'000, 3'000'001}));
+  EXPECT_EQ(c.plans.at("free").weights, TokenWeights{});
+  EXPECT_EQ(load_ok("plans: { p: { weights: { output: 0 } } }").plans.at("p").weights,
+            (TokenWeights{1'000'000, 0, 1'000'000, 1'000'000}));
+  EXPECT_EQ(error_of("plans: { p: { weights: { images: 2 } } }"),
+            "t.yaml:1:26: plans.p.weights.images: unknown key 'images' (allowed: input, output, "
+            "cached_input, reasoning)");
+  EXPECT_EQ(error_of("plans: { p: { weights: { input: -1 } } }"),
+            "t.yaml:1:33: plans.p.weights.input: expected a number >= 0 with at most 6 decimals, "
+            "got -1");
+  EXPECT_EQ(error_of("plans: { p: { weights: { output: 0.0000001 } } }"),
+            "t.yaml:1:34: plans.p.weights.output: expected a number >= 0 with at most 6 "
+            "decimals, got 0.0000001");
+  EXPECT_EQ(error_of("plans: { p: { weights: { output: \"4\" } } }"),
+            "t.yaml:1:34: plans.p.weights.output: expected a number >= 0 with at most 6 "
+            "decimals, got 4");
+  EXPECT_EQ(error_of("plans: { p: { weights: { output: 1000.5 } } }"),
+            "t.yaml:1:34: plans.p.weights.output: must be <= 1000, got 1000.5");
+  EXPECT_EQ(error_of("plans: { p: { weights: { output: 99999999999999999999 } } }"),
+            "t.yaml:1:34: plans.p.weights.output: must be <= 1000, got 99999999999999999999");
+  EXPECT_EQ(error_of("plans: { p: { weights: 2 } }"),
+            "t.yaml:1:24: plans.p.weights: expected a mapping, got '2'");
+}
+
 TEST(Errors, WrongTypes) {
   EXPECT_EQ(error_of("plans: [pro]\n"), "t.yaml:1:8: plans: expected a mapping, got a list");
   EXPECT_EQ(error_of("plans: { pro: { gates: { tenant: { capacity: abc, refill_per_s: 1 } } } }"),

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "control/admission/token_cost.h"
 
 struct event_base;
 
@@ -80,10 +81,13 @@ struct Turn {
 struct SettleRequest {
   std::string tenant;  // optional: derived by the engine from a generated request_id
   std::string request_id;
+  // The tokens used: a plain count as it is, or the weighted cost of `typed` (the gateway sets
+  // it from the plan's weights before anything is charged, token_cost.h).
   int64_t tokens = 0;
   // The admission's user, api_key and model: their token-rate gates (user_tokens,
   // api_key_tokens, model_tokens) are corrected to the tokens used. Empty: not corrected.
   std::string user{}, api_key{}, model{};
+  std::optional<TokenCounts> typed{};
 };
 
 // One charge of a stream (POST /v1/charge): the tokens used since the request's last charge.
@@ -92,6 +96,7 @@ struct ChargeRequest {
   std::string request_id;
   int64_t tokens = 0;
   std::string user{}, api_key{}, model{};  // as for settle
+  std::optional<TokenCounts> typed{};      // as for settle
 };
 
 struct ReleaseRequest {

@@ -64,8 +64,7 @@ std::string fmt_double(double v) {
 
 constexpr std::string_view kIdRule = "must match [A-Za-z0-9._-]{1,64}";
 
-// Lua numbers are doubles: beyond 2^53 token counts would be rounded, so cap them well below.
-constexpr int64_t kMaxTokens = 1'000'000'000'000'000;
+constexpr int64_t kMaxTokens = kMaxTokenCost;
 
 const std::string kAttemptTtl = std::to_string(kAttemptTtlS);
 

@@ -221,6 +221,8 @@ std::string resolve(const Tables& tables, std::string& tenant, const std::string
                     const TenantInfo** out, std::shared_ptr<const TenantInfo>& unlisted,
                     const TenantDirectory* registry = nullptr);
 // "tokens: ..." when tokens is out of range, else empty.
+// Lua numbers are doubles: beyond 2^53 token counts would be rounded, so cap them well below.
+inline constexpr int64_t kMaxTokenCost = 1'000'000'000'000'000;
 std::string check_tokens(int64_t tokens);
 
 // The KEYS or ARGV of one call as views: the fixed positions set by name, then the groups.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "control/admission/keys.h"
+#include "control/admission/token_cost.h"
 #include "control/outage/reconcile.h"
 #include "control/redis/redis_client.h"
 
@@ -942,10 +943,27 @@ std::string tenant_of(const std::string& tenant, const std::string& request_id) 
   return tenant.empty() ? std::string(keys::tenant_of_request_id(request_id)) : tenant;
 }
 
+// A settle's or charge's count split by type becomes its plan's weighted cost here, once, before
+// a local decision or a script sees it; an error naming the field when it cannot be weighed.
+template <class Request>
+std::string weigh(Engine& engine, Request& req) {
+  if (!req.typed) return {};
+  std::string err = weigh_tokens(engine.snapshot()->tables, engine.registry().get(), req.tenant,
+                                 req.request_id, *req.typed, req.tokens);
+  req.typed.reset();
+  return err;
+}
+
 }  // namespace
 
 // A local reservation is settled here, before and after Redis is back: Redis never held it.
 void Gateway::settle(SettleRequest req, std::function<void(SettleResult)> done) {
+  if (std::string err = weigh(engine_, req); !err.empty()) {
+    SettleResult r;
+    r.outcome = Outcome::kBadRequest;
+    r.error = std::move(err);
+    return later(std::move(done), std::move(r));
+  }
   if (fallback_ && fallback_->any_local())
     if (auto local = fallback_->settle(req.request_id, req.tokens)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));
@@ -994,6 +1012,15 @@ void Gateway::charge(ChargeRequest req, std::function<void(ChargeDecision)> done
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   std::string tenant(
       snap->tenant_label(tenant_of(req.tenant, req.request_id), engine_.registry().get()));
+  if (std::string err = weigh(engine_, req); !err.empty()) {
+    ChargeResult r;
+    r.outcome = Outcome::kBadRequest;
+    r.error = std::move(err);
+    metrics_.charge(tenant, result_label(r.outcome));
+    return post([this, rid = req.request_id, r = std::move(r), done = std::move(done)]() mutable {
+      charged(rid, std::move(r), std::move(done));
+    });
+  }
   if (fallback_ && fallback_->any_local() && check_tokens(req.tokens).empty())
     if (auto local = fallback_->charge(req.request_id, req.tokens)) {
       metrics_.degraded(local->degraded, result_label(local->outcome));

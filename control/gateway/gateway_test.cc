@@ -49,8 +49,15 @@ class GatewayTest : public ::testing::Test {
     config::Plan open;  // no lease: flows get the default tag ttl
     open.name = "open";
     open.cls = "silver";
-    cfg_.plans = {{"leased", leased}, {"open", open}};
-    cfg_.tenants = {{"t-leased", {"t-leased", "leased"}}, {"t-open", {"t-open", "open"}}};
+    config::Plan weighed;  // output and reasoning weigh 4, cached input 0.1
+    weighed.name = "weighed";
+    weighed.quota = config::Quota{1'000'000};
+    weighed.tenant_tokens = config::Bucket{10'000, 0.001};
+    weighed.weights = config::TokenWeights{1'000'000, 4'000'000, 100'000, 4'000'000};
+    cfg_.plans = {{"leased", leased}, {"open", open}, {"weighed", weighed}};
+    cfg_.tenants = {{"t-leased", {"t-leased", "leased"}},
+                    {"t-open", {"t-open", "open"}},
+                    {"t-weighed", {"t-weighed", "weighed"}}};
   }
   ~GatewayTest() override {
     gateway_.reset();
@@ -273,6 +280,56 @@ TEST_F(GatewayTest, SettlePassesThrough) {
   EXPECT_TRUE(s.settled);
   EXPECT_EQ(s.charged, 12);
   EXPECT_EQ(s.remaining, -1);  // no quota
+}
+
+// A settle's and a charge's count by type reach the quota and the token-rate gate weighed by
+// the plan, exactly; a plain count stays as it is; a count that cannot be weighed charges
+// nothing.
+TEST_F(GatewayTest, TypedTokensAreWeighedByThePlan) {
+  AdmitRequest req;
+  req.tenant = "t-weighed";
+  req.tokens = 100;
+  AdmitDecision a = run(&Gateway::admit, req);
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed) << a.result.error;
+  const std::string& rid = a.result.request_id;
+  // 100 + 4·20 + 0.1·1000 + 4·7 = 308 (reserved 100 before: the quota holds 308 after).
+  ChargeRequest c{"", rid, 0, {}, {}, {}, TokenCounts{10, 1, 1, 0}};  // 10 + 4 + 0.1 → 15
+  ChargeDecision charged = run(&Gateway::charge, c);
+  ASSERT_EQ(charged.result.outcome, Outcome::kAllowed) << charged.result.error;
+  EXPECT_EQ(charged.result.charged, 115);
+  ASSERT_EQ(charged.result.remaining.size(), 2u);
+  EXPECT_EQ(charged.result.remaining[0].gate, "quota");
+  EXPECT_EQ(charged.result.remaining[0].value, 1'000'000 - 115);
+  EXPECT_EQ(charged.result.remaining[1].gate, "tenant_tokens");
+  EXPECT_NEAR(charged.result.remaining[1].value, 10'000 - 115, 1);
+  SettleRequest s{"", rid, 0, {}, {}, {}, TokenCounts{100, 20, 1000, 7}};
+  SettleResult settled = run(&Gateway::settle, s);
+  ASSERT_EQ(settled.outcome, Outcome::kAllowed) << settled.error;
+  EXPECT_EQ(settled.charged, 308);
+  EXPECT_EQ(settled.remaining, 1'000'000 - 308);
+
+  // A plain count on the same plan is the total, unweighed.
+  AdmitDecision b = run(&Gateway::admit, req);
+  ASSERT_EQ(b.result.outcome, Outcome::kAllowed) << b.result.error;
+  SettleResult plain = run(&Gateway::settle, SettleRequest{"", b.result.request_id, 50});
+  EXPECT_EQ(plain.charged, 50);
+  EXPECT_EQ(plain.remaining, 1'000'000 - 308 - 50);
+
+  // Too large once weighed, or an unknown tenant: a 400 naming the field, nothing charged.
+  AdmitDecision d = run(&Gateway::admit, req);
+  ASSERT_EQ(d.result.outcome, Outcome::kAllowed) << d.result.error;
+  const int64_t big = int64_t{1} << 50;
+  SettleResult huge =
+      run(&Gateway::settle,
+          SettleRequest{"", d.result.request_id, 0, {}, {}, {}, TokenCounts{0, big, 0, 0}});
+  EXPECT_EQ(huge.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(huge.error, "tokens: the weighted count exceeds 1000000000000000 tokens");
+  ChargeDecision nobody =
+      run(&Gateway::charge, ChargeRequest{"nobody", "r1", 0, {}, {}, {}, TokenCounts{1, 0, 0, 0}});
+  EXPECT_EQ(nobody.result.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(nobody.result.error.substr(0, 8), "tenant: ");
+  SettleResult last = run(&Gateway::settle, SettleRequest{"", d.result.request_id, 100});
+  EXPECT_EQ(last.remaining, 1'000'000 - 308 - 50 - 100);  // the refused settles took nothing
 }
 
 }  // namespace

@@ -84,7 +84,32 @@ std::optional<FieldError> get_id(const JsonReader& j, int obj, const char* name,
   return std::nullopt;
 }
 
-// A non-negative integer field of at most max (a float written with no fraction is one).
+// A non-negative integer value of at most max (a float written with no fraction is one), named
+// `field` in an error.
+std::optional<FieldError> count_of(const Value& v, std::string_view field, int64_t max,
+                                   int64_t& out) {
+  const char* msg = "must be a non-negative integer";
+  if (v.kind == Kind::kUnsigned) {
+    if (v.unsigned_ > static_cast<uint64_t>(max))
+      return FieldError{std::string(field), "too large"};
+    out = static_cast<int64_t>(v.unsigned_);
+  } else if (v.kind == Kind::kInteger) {  // a minus sign: below zero, or -0
+    if (v.integer < 0) return FieldError{std::string(field), msg};
+    out = 0;
+  } else if (v.kind == Kind::kFloat) {
+    // 300.0 is an integer written by a careless serializer; 300.5 is not.
+    double d = v.number;
+    if (!std::isfinite(d) || d < 0 || std::floor(d) != d)
+      return FieldError{std::string(field), msg};
+    if (d > static_cast<double>(max)) return FieldError{std::string(field), "too large"};
+    out = static_cast<int64_t>(d);
+  } else {
+    return FieldError{std::string(field), msg};
+  }
+  return std::nullopt;
+}
+
+// A non-negative integer field of the body, of at most max.
 std::optional<FieldError> get_count(const JsonReader& j, const char* field, bool required,
                                     int64_t max, int64_t& out) {
   const Value* v = present(j, JsonReader::kBody, field);
@@ -92,27 +117,33 @@ std::optional<FieldError> get_count(const JsonReader& j, const char* field, bool
     if (required) return FieldError{field, "required"};
     return std::nullopt;
   }
-  const char* msg = "must be a non-negative integer";
-  if (v->kind == Kind::kUnsigned) {
-    if (v->unsigned_ > static_cast<uint64_t>(max)) return FieldError{field, "too large"};
-    out = static_cast<int64_t>(v->unsigned_);
-  } else if (v->kind == Kind::kInteger) {  // a minus sign: below zero, or -0
-    if (v->integer < 0) return FieldError{field, msg};
-    out = 0;
-  } else if (v->kind == Kind::kFloat) {
-    // 300.0 is an integer written by a careless serializer; 300.5 is not.
-    double d = v->number;
-    if (!std::isfinite(d) || d < 0 || std::floor(d) != d) return FieldError{field, msg};
-    if (d > static_cast<double>(max)) return FieldError{field, "too large"};
-    out = static_cast<int64_t>(d);
-  } else {
-    return FieldError{field, msg};
-  }
-  return std::nullopt;
+  return count_of(*v, field, max, out);
 }
 
 std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t& out) {
   return get_count(j, "tokens", required, kMaxTokens, out);
+}
+
+// A settle's or charge's `tokens`: a plain count (`out`), or the count by type, an object of
+// input, output, cached_input and reasoning, each optional (0) and a count (`typed`, weighed by
+// the tenant's plan before anything is charged).
+std::optional<FieldError> get_typed_tokens(const JsonReader& j, int64_t& out,
+                                           std::optional<TokenCounts>& typed) {
+  const Value* v = present(j, JsonReader::kBody, "tokens");
+  if (!v || v->kind != Kind::kObject) return get_tokens(j, true, out);
+  const int t = j.index_of(v);
+  if (auto e = reject_unknown(j, t, {"input", "output", "cached_input", "reasoning"}, "tokens."))
+    return e;
+  TokenCounts n;
+  for (auto [name, dst] : {std::pair<const char*, int64_t*>{"input", &n.input},
+                           {"output", &n.output},
+                           {"cached_input", &n.cached_input},
+                           {"reasoning", &n.reasoning}}) {
+    if (const Value* c = present(j, t, name))
+      if (auto e = count_of(*c, std::string("tokens.") + name, kMaxTokens, *dst)) return e;
+  }
+  typed = n;
+  return std::nullopt;
 }
 
 // An address with a ':' can only be IPv6 and one without only IPv4: one inet_pton, not two.
@@ -297,7 +328,7 @@ std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out
   SettleRequest r;
   if (auto e = get_id(j, o, "tenant", false, r.tenant)) return e;
   if (auto e = get_id(j, o, "request_id", true, r.request_id, valid_request_id)) return e;
-  if (auto e = get_tokens(j, true, r.tokens)) return e;
+  if (auto e = get_typed_tokens(j, r.tokens, r.typed)) return e;
   if (auto e = get_id(j, o, "user", false, r.user)) return e;
   if (auto e = get_id(j, o, "api_key", false, r.api_key)) return e;
   if (auto e = get_id(j, o, "model", false, r.model)) return e;
@@ -309,8 +340,8 @@ std::optional<FieldError> parse_settle(std::string_view body, SettleRequest& out
 std::optional<FieldError> parse_charge(std::string_view body, ChargeRequest& out) {
   SettleRequest s;
   if (auto e = parse_settle(body, s)) return e;
-  out = ChargeRequest{std::move(s.tenant), std::move(s.request_id), s.tokens,
-                      std::move(s.user),   std::move(s.api_key),    std::move(s.model)};
+  out = ChargeRequest{std::move(s.tenant),  std::move(s.request_id), s.tokens, std::move(s.user),
+                      std::move(s.api_key), std::move(s.model),      s.typed};
   return std::nullopt;
 }
 

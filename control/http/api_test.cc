@@ -149,6 +149,56 @@ TEST(ParseSettle, RequiresRequestIdAndTokens) {
             "flow: unknown field");
 }
 
+// tokens split by type: each type optional and a count; an unknown type or a negative count is
+// a 400 naming it; a plain number stays the total.
+TEST(ParseSettle, TokensByType) {
+  SettleRequest s;
+  ASSERT_FALSE(parse_settle(
+      R"({"request_id":"r","tokens":{"input":100,"output":20,"cached_input":1000,"reasoning":7}})",
+      s));
+  ASSERT_TRUE(s.typed);
+  EXPECT_EQ(*s.typed, (TokenCounts{100, 20, 1000, 7}));
+  ASSERT_FALSE(parse_settle(R"({"request_id":"r","tokens":{"output":3}})", s));
+  EXPECT_EQ(*s.typed, (TokenCounts{0, 3, 0, 0}));
+  SettleRequest plain;
+  ASSERT_FALSE(parse_settle(R"({"request_id":"r","tokens":42})", plain));
+  EXPECT_FALSE(plain.typed);
+  EXPECT_EQ(plain.tokens, 42);
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":{"images":1}})", s)->str(),
+            "tokens.images: unknown field");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":{"output":-1}})", s)->str(),
+            "tokens.output: must be a non-negative integer");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":{"input":1.5}})", s)->str(),
+            "tokens.input: must be a non-negative integer");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":{"input":"1"}})", s)->str(),
+            "tokens.input: must be a non-negative integer");
+  EXPECT_EQ(parse_settle(R"({"request_id":"r","tokens":{"reasoning":2000000000000000}})", s)->str(),
+            "tokens.reasoning: too large");
+  ChargeRequest c;
+  ASSERT_FALSE(parse_charge(R"({"request_id":"r","tokens":{"input":5,"output":6}})", c));
+  ASSERT_TRUE(c.typed);
+  EXPECT_EQ(*c.typed, (TokenCounts{5, 6, 0, 0}));
+}
+
+// The weighted cost: Σ weight · count in millionths, rounded up to a whole token, exact.
+TEST(TokenCost, WeighsExactlyAndRoundsUp) {
+  const config::TokenWeights w{1'000'000, 4'000'000, 100'000, 4'000'000};
+  EXPECT_EQ(weighted_tokens({100, 20, 1000, 7}, w, 1'000'000), 100 + 80 + 100 + 28);
+  EXPECT_EQ(weighted_tokens({0, 0, 1, 0}, w, 1'000'000), 1);   // 0.1 rounds up
+  EXPECT_EQ(weighted_tokens({0, 0, 10, 0}, w, 1'000'000), 1);  // exactly 1, not 2
+  EXPECT_EQ(weighted_tokens({0, 0, 11, 0}, w, 1'000'000), 2);
+  EXPECT_EQ(weighted_tokens({}, w, 1'000'000), 0);
+  EXPECT_EQ(weighted_tokens({0, 250'001, 0, 0}, w, 1'000'000), std::nullopt);
+  EXPECT_EQ(weighted_tokens({0, 250'000, 0, 0}, w, 1'000'000), 1'000'000);
+  // The largest counts the API takes, at the largest weight: no overflow.
+  const int64_t big = int64_t{1} << 50;
+  const config::TokenWeights heavy{config::TokenWeights::kMax, config::TokenWeights::kMax,
+                                   config::TokenWeights::kMax, config::TokenWeights::kMax};
+  EXPECT_EQ(weighted_tokens({big, big, big, big}, heavy, INT64_MAX), 4 * 1000 * big);
+  EXPECT_EQ(weighted_tokens({big, big, big, big}, heavy, 4 * 1000 * big - 1), std::nullopt);
+  EXPECT_EQ(weighted_tokens({big, 0, 0, 0}, config::TokenWeights{}, INT64_MAX), big);
+}
+
 TEST(ParseSettle, AcceptsEngineGeneratedIdsOfLongTenants) {
   SettleRequest s;
   std::string rid = std::string(64, 't') + ".0123456789abcdef";
