@@ -254,6 +254,7 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
     mode(out, plan.quota->mode);
     out << YAML::EndMap;
   }
+  if (plan.quota_timezone != "UTC") kv(out, "quota_timezone", plan.quota_timezone);
   if (plan.weights != TokenWeights{}) {
     out << YAML::Key << "weights" << YAML::Value << YAML::Flow << YAML::BeginMap;
     for (auto [name, w] : {std::pair{"input", plan.weights.input},

@@ -155,6 +155,9 @@ struct Plan {
   // the user's and the API key's; settle and stream charges correct it to the tokens used.
   std::optional<Bucket> tenant_tokens, user_tokens, api_key_tokens;
   std::optional<Quota> quota;
+  // The time zone of the quota's calendar months (a name of the system's tz database, checked
+  // by the loader): a month begins at local midnight of its first day (common/quota_period.h).
+  std::string quota_timezone = "UTC";
   // A settle's or charge's count split by type is weighed by these before it reaches the quota
   // and the token-rate gates; a plain count is taken as it is (control/admission/token_cost.h).
   TokenWeights weights;

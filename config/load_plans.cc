@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/id.h"
+#include "common/quota_period.h"
 #include "config/load_sections.h"
 
 namespace dripgate::config::loader {
@@ -82,8 +83,8 @@ void load_weights(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& 
 
 void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, LocalModeUse& local) {
   Fields f(ctx, pe.value, path,
-           {"class", "gates", "quota", "weights", "concurrency", "degrade", "on_failure", "mode",
-            "queue"});
+           {"class", "gates", "quota", "quota_timezone", "weights", "concurrency", "degrade",
+            "on_failure", "mode", "queue"});
   if (!f.ok()) return;
   set_gate_mode(ctx, f, p.mode);
   p.on_failure = get_on_failure(ctx, f);
@@ -121,6 +122,15 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
       set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
       set_gate_mode(ctx, q, quota.mode);
       if (ok) p.quota = quota;
+    }
+  }
+  if (const Entry* e = f.find("quota_timezone")) {
+    if (auto s = get_string(ctx, e->value, f.path("quota_timezone"))) {
+      if (common::QuotaCalendar::load(*s))
+        p.quota_timezone = *s;
+      else
+        ctx.error(e->value, f.path("quota_timezone"),
+                  "unknown time zone '" + *s + "' (not in the system's tz database)");
     }
   }
   if (const Entry* e = f.find("weights")) load_weights(ctx, e->value, f.path("weights"), p);

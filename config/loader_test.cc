@@ -270,6 +270,20 @@ TEST(Errors, Queue) {
             "max_waiters_per_tenant)");
 }
 
+// quota_timezone: a zone of the system's tz database, UTC by default; written back, read equal.
+TEST(Errors, QuotaTimezone) {
+  Config c = load_ok("plans: { de: { quota_timezone: Europe/Berlin }, free: {} }\n");
+  EXPECT_EQ(c.plans.at("de").quota_timezone, "Europe/Berlin");
+  EXPECT_EQ(c.plans.at("free").quota_timezone, "UTC");
+  EXPECT_EQ(load_ok(to_yaml(c)), c);
+  EXPECT_EQ(error_of("plans: { p: { quota_timezone: Mars/Olympus_Mons } }"),
+            "t.yaml:1:31: plans.p.quota_timezone: unknown time zone 'Mars/Olympus_Mons' (not in "
+            "the system's tz database)");
+  EXPECT_EQ(error_of("plans: { p: { quota_timezone: \"\" } }"),
+            "t.yaml:1:31: plans.p.quota_timezone: unknown time zone '' (not in the system's tz "
+            "database)");
+}
+
 // Token weights: exact millionths from the text, 1 for a type left out; each bad value named.
 TEST(Errors, Weights) {
   Config c = load_ok(

@@ -12,7 +12,7 @@
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
 -- @argv request_id flags tokens budget reservation_ttl max_open max_streams lease_s
--- @argv month_start month_end res_base deadline bucket_count
+-- @argv prev_start month_start month_end next_end res_base deadline bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
@@ -52,8 +52,9 @@
 --   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   month_start, month_end: the first seconds of the month of quota_cur and of the month after
---                 (those of quota_prev and quota_next follow from the calendar: lib_month.lua)
+--   prev_start, month_start, month_end, next_end: the first seconds of the months of quota_prev,
+--                 quota_cur and quota_next and of the month after those (unix s, in the plan's
+--                 quota_timezone: lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   deadline      unix ms on Redis's clock (the gateway's plus the offset it measured, plus a
 --                 skew allowance: RedisClient::script_deadline_ms): past it the gateway has

@@ -12,7 +12,8 @@
 -- proxy to cut the stream). A settled or unknown (expired, never admitted) reservation changes nothing.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id reservation_ttl tokens lease_s month_start month_end res_base deadline
+-- @argv request_id reservation_ttl tokens lease_s prev_start month_start month_end next_end
+-- @argv res_base deadline
 -- @argv bucket_count
 -- @argv bucket...(capacity refill warmup_s)
 --
@@ -22,7 +23,7 @@
 -- ARGV: request_id, reservation_ttl
 --       tokens        used since the last charge (integer >= 0)
 --       lease_s       the plan's lease length (s)
---       month_start, month_end, res_base, deadline: as for admit.lua (a charge run past its
+--       prev_start .. next_end, res_base, deadline: as for admit.lua (a charge run past its
 --                     deadline was answered failed, and the proxy sends it again: adding it
 --                     then would count its tokens twice)
 --       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s

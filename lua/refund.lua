@@ -22,7 +22,8 @@
 -- reservation is gone.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id attempt fresh reservation_ttl quota_existed month_start month_end res_base
+-- @argv request_id attempt fresh reservation_ttl quota_existed prev_start month_start month_end
+-- @argv next_end res_base
 -- @argv bucket_count
 -- @argv bucket...(capacity cost old_tk old_ts new_tk new_ts)
 --
@@ -39,7 +40,7 @@
 --                        holds "-" for the attempt: the id names the call)
 --       reservation_ttl  the plan's reservation_ttl_s
 --       quota_existed    "1" when the quota key existed before admit.lua
---       month_start, month_end, res_base: as for admit.lua
+--       prev_start .. next_end, res_base: as for admit.lua
 --       bucket_count     n
 --       bucket...        per bucket: capacity, the tokens admit.lua took (its cost), old tk,
 --                        old ts ("" = no key), new tk, new ts; all but capacity and cost ""

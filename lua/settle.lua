@@ -11,7 +11,8 @@
 -- its own slot, is corrected by correct_gates.lua.
 --
 -- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 bucket...
--- @argv request_id reservation_ttl tokens month_start month_end res_base bucket_count
+-- @argv request_id reservation_ttl tokens prev_start month_start month_end next_end res_base
+-- @argv bucket_count
 -- @argv bucket...(capacity refill warmup_s)
 --
 -- KEYS: quota_prev, quota_cur, quota_next  the quota counters of the months around the
@@ -22,7 +23,7 @@
 -- ARGV: request_id
 --       reservation_ttl  the plan's reservation_ttl_s
 --       tokens        the actual token count (integer >= 0)
---       month_start, month_end, res_base: as for admit.lua
+--       prev_start .. next_end, res_base: as for admit.lua
 --       bucket_count  n; bucket...  per bucket: capacity, refill per second, warmup_s
 --
 -- Fails with "ERR clock: ..." (nothing written) when Redis TIME, or the reservation's creation

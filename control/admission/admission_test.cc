@@ -1784,6 +1784,64 @@ TEST_F(AdmissionTest, IdleBucketsExpireOnceFullAgain) {
   EXPECT_GE(std::stoll(s.str({"TTL", key})), 200);
 }
 
+// Redis TIME's seconds; 0 when it did not answer.
+int64_t redis_time_s(Sync& s) {
+  redisReply* t = s.cmd({"TIME"});
+  const int64_t now = t && t->elements == 2 ? std::stoll(t->element[0]->str) : 0;
+  freeReplyObject(t);
+  return now;
+}
+
+// A plan's quota_timezone: the engine declares the months of that zone, whose bounds the scripts
+// take as given. Bounds placed around Redis TIME (time alignment) show the script picks the
+// month they say and sets its counter to expire 32 days after that month's end; a Berlin plan's
+// admission then charges the Berlin month, whose counter outlives its local month end.
+TEST_F(AdmissionTest, QuotaMonthsOfThePlansTimeZone) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.quota = config::Quota{1000, 600};
+  plan.quota_timezone = "Europe/Berlin";
+  add_tenant(cfg, "ws-de", plan);
+  Tables tables(cfg);
+  std::mt19937_64 rng(7);
+  Sync s(redis_.port());
+  const int64_t now = redis_time_s(s);
+  ASSERT_GT(now, 0);
+  const TenantInfo& ti = tables.tenants.at("ws-de");
+  ASSERT_NE(ti.zone, nullptr);
+  auto admit_in = [&](const keys::Months& m) {
+    Prepared p;
+    EXPECT_EQ(prepare(tables, req("ws-de", 30), rng, p), "");
+    p.time_keys.build(ti.quota_prefix, ti.reservations_prefix, ti.res_ttl_s, ti.res_ttl, now, m);
+    return code_of(run_call(s, AdmitCall(p)));
+  };
+  auto month = [](std::string name, int64_t start, int64_t end) {
+    return keys::Month{std::move(name), std::to_string(start), std::to_string(end), start, end};
+  };
+  // Redis TIME just past the current month's end: the next month's counter takes it.
+  ASSERT_EQ(admit_in({month("m1", now - 300, now - 200), month("m2", now - 200, now - 5),
+                      month("m3", now - 5, now + 1000)}),
+            1);
+  EXPECT_EQ(s.str({"GET", keys::quota("ws-de", "m3")}), "30");
+  EXPECT_EQ(s.str({"EXPIRETIME", keys::quota("ws-de", "m3")}),
+            std::to_string(now + 1000 + 32 * 86400));
+  // Just before the current month begins: the previous month's.
+  ASSERT_EQ(admit_in({month("m4", now - 300, now + 5), month("m5", now + 5, now + 200),
+                      month("m6", now + 200, now + 300)}),
+            1);
+  EXPECT_EQ(s.str({"GET", keys::quota("ws-de", "m4")}), "30");
+  EXPECT_EQ(s.str({"EXISTS", keys::quota("ws-de", "m5")}), "0");
+  // The engine's own declaration for the plan: Berlin's months, a counter expiring 32 days after
+  // Berlin's month end (an hour or two before UTC's).
+  const keys::Months berlin = keys::months_around(*ti.zone, now);
+  Harness h(cfg);
+  ASSERT_EQ(h.admit(req("ws-de", 40)).outcome, Outcome::kAllowed);
+  EXPECT_EQ(s.str({"GET", keys::quota("ws-de", berlin.cur.name)}), "40");
+  EXPECT_EQ(s.str({"EXPIRETIME", keys::quota("ws-de", berlin.cur.name)}),
+            std::to_string(berlin.cur.end + 32 * 86400));
+  EXPECT_NE(berlin.cur.end, keys::month_of(now).end);
+}
+
 // The quota month is Redis TIME's, among the three the gateway declares around its clock: a
 // gateway a month ahead still charges Redis's month (its "previous" month); one further off, or
 // off by more than a reservation window, makes the call fail with an error that says so, and
@@ -1797,10 +1855,8 @@ TEST_F(AdmissionTest, RedisTimePicksAmongTheDeclaredMonthsAndWindows) {
   Tables tables(cfg);
   std::mt19937_64 rng(7);
   Sync s(redis_.port());
-  redisReply* t = s.cmd({"TIME"});
-  ASSERT_TRUE(t && t->elements == 2);
-  const int64_t now = std::stoll(t->element[0]->str);
-  freeReplyObject(t);
+  const int64_t now = redis_time_s(s);
+  ASSERT_GT(now, 0);
   const keys::Month redis_month = keys::month_of(now);
   const TenantInfo& ti = tables.tenants.at("ws-acme");
   auto admit_with = [&](int64_t window_clock, int64_t month_clock) {
@@ -2302,14 +2358,14 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 16 hex digits, after the four flags.
-  ASSERT_EQ(call->args.size(), 25u);
+  ASSERT_EQ(call->args.size(), 27u);
   const std::string attempt = call->args[1].substr(4);
   EXPECT_EQ(attempt.size(), 16u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
   // The quota months and reservation windows around the gateway's clock (the script picks by
   // Redis TIME among them).
   const keys::Months& m = keys::current_months();
-  const int64_t w = std::stoll(call->args[10]);
+  const int64_t w = std::stoll(call->args[12]);
   std::vector<std::string> keys = {"dg:{t:ws-acme}:q:" + m.prev.name,
                                    "dg:{t:ws-acme}:q:" + m.cur.name,
                                    "dg:{t:ws-acme}:q:" + m.next.name};
@@ -2321,8 +2377,8 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
   // flags: not fresh (the client's own id), a snapshot, no shadow quota or concurrency.
   std::vector<std::string> args = {
-      "rq-1", "0100" + attempt, "42", "1000", "600", "-1", "-1", "120", m.cur.start_s, m.cur.end_s,
-      std::to_string(w), std::string(kNoDeadline), "2",
+      "rq-1", "0100" + attempt, "42", "1000", "600", "-1", "-1", "120", m.prev.start_s,
+      m.cur.start_s, m.cur.end_s, m.next.end_s, std::to_string(w), std::string(kNoDeadline), "2",
       // the buckets; no sliding window, so neither their count nor a member to add
       "tenant", "20", "5", "1", "0", "0", "user", "6", "2", "1", "0", "30"};
   EXPECT_EQ(call->args, args);
@@ -2338,7 +2394,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   call = admit_script_call(cfg, r);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
-  EXPECT_EQ(call->args[12], "3");  // bucket_count
+  EXPECT_EQ(call->args[14], "3");  // bucket_count
   EXPECT_EQ(std::vector<std::string>(call->args.end() - 6, call->args.end()),
             (std::vector<std::string>{"ip", "3", "1", "1", "0", "0"}));
   r.client_ip.clear();

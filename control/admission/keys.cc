@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "control/redis/wall_clock.h"
 
@@ -154,6 +156,26 @@ const Months& current_months() {
   return current_months(wall_s());
 }
 
+Months months_around(const common::QuotaCalendar& zone, int64_t unix_s) {
+  auto month = [](const common::PeriodSpan& p) {
+    return Month{p.label, std::to_string(p.start), std::to_string(p.end), p.start, p.end};
+  };
+  const auto [prev, cur, next] = zone.around(common::Period::kMonth, unix_s);
+  return Months{month(prev), month(cur), month(next)};
+}
+
+const Months& current_months(const common::QuotaCalendar& zone, int64_t now_s) {
+  // A few zones at most (one per plan): a list, searched by name; an entry is formatted again
+  // only when its month ended.
+  thread_local std::vector<std::pair<std::string, Months>> zones;
+  for (auto& [name, m] : zones)
+    if (name == zone.zone()) {
+      if (now_s >= m.cur.end || now_s < m.cur.start) m = months_around(zone, now_s);
+      return m;
+    }
+  return zones.emplace_back(zone.zone(), months_around(zone, now_s)).second;
+}
+
 void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,
                       std::string_view reservations_prefix, std::string_view ttl_s, int64_t base_w,
                       const Months& months) {
@@ -164,7 +186,8 @@ void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_
     w[i] = std::string_view(num[i], static_cast<size_t>(end - num[i]));
   }
   const Month* ms[3] = {&months.prev, &months.cur, &months.next};
-  const std::string_view b[2] = {months.cur.start_s, months.cur.end_s};
+  const std::string_view b[4] = {months.prev.start_s, months.cur.start_s, months.cur.end_s,
+                                 months.next.end_s};
   size_t n = 0;
   for (const Month* m : ms) n += quota_prefix.size() + m->name.size();
   for (auto x : w) n += reservations_prefix.size() + ttl_s.size() + 1 + x.size();
@@ -185,7 +208,7 @@ void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_
   for (int i = 0; i < 5; ++i)
     windows[static_cast<size_t>(i)] = add({reservations_prefix, ttl_s, ":", w[i]});
   base = windows[2].substr(reservations_prefix.size() + ttl_s.size() + 1);
-  for (int i = 0; i < 2; ++i) bounds[static_cast<size_t>(i)] = add({b[i]});
+  for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = add({b[i]});
   buf_ = buf;
 }
 
@@ -202,7 +225,7 @@ void TimeKeys::share(const TimeKeys& o) {
 struct TimeKeysCache {
   struct Entry {
     std::string quota_prefix, reservations_prefix, ttl_s;
-    int64_t ttl = 0, base_w = 0, prev = 0, cur = 0, next = 0;
+    int64_t ttl = 0, base_w = 0, prev = 0, cur = 0, next = 0, next_end = 0;
     std::shared_ptr<std::string> buf;  // what keys points into
     TimeKeys keys;
   };
@@ -215,8 +238,8 @@ struct TimeKeysCache {
     Entry& e = slots[std::hash<std::string_view>{}(quota_prefix) % kSlots];
     if (!e.buf || e.base_w != base_w || e.ttl != ttl || e.cur != months.cur.start ||
         e.prev != months.prev.start || e.next != months.next.start ||
-        e.quota_prefix != quota_prefix || e.reservations_prefix != reservations_prefix ||
-        e.ttl_s != ttl_s) {
+        e.next_end != months.next.end || e.quota_prefix != quota_prefix ||
+        e.reservations_prefix != reservations_prefix || e.ttl_s != ttl_s) {
       e.keys.format(e.buf, quota_prefix, reservations_prefix, ttl_s, base_w, months);
       e.quota_prefix.assign(quota_prefix);
       e.reservations_prefix.assign(reservations_prefix);
@@ -226,6 +249,7 @@ struct TimeKeysCache {
       e.prev = months.prev.start;
       e.cur = months.cur.start;
       e.next = months.next.start;
+      e.next_end = months.next.end;
     }
     out.share(e.keys);
   }

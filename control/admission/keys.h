@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/quota_period.h"
+
 namespace dripgate::control::keys {
 
 // "dg:{t:<tenant>}:" — the prefix every tenant-scoped key starts with.
@@ -39,6 +41,12 @@ Months months_around(int64_t unix_s);
 // request); without now_s, those of the daemon's clock (wall_clock.h).
 const Months& current_months(int64_t now_s);
 const Months& current_months();
+// The calendar months of a quota's time zone around unix second unix_s: each begins at local
+// midnight of its first day, named "YYYY-MM" after its local date (common/quota_period.h). In
+// UTC the same as months_around(unix_s).
+Months months_around(const common::QuotaCalendar& zone, int64_t unix_s);
+// Those around now_s, kept per thread and zone until their month ends.
+const Months& current_months(const common::QuotaCalendar& zone, int64_t now_s);
 // "dg:{t:<tenant>}:r:": the reservation windows' prefix; a window is "<prefix><ttl>:<w>"
 // (TimeKeys, lua/lib_reservation.lua).
 std::string reservations(std::string_view tenant);
@@ -68,9 +76,10 @@ class TimeKeys {
   std::array<std::string_view, 3> quota{};    // previous, current, next month
   std::array<std::string_view, 5> windows{};  // base - 2 .. base + 2
   std::string_view base;                      // the window number of windows[2]
-  // month_start, month_end (unix s): the current month's (the scripts work out the other two
-  // months' from the calendar, lua/lib_month.lua)
-  std::array<std::string_view, 2> bounds{};
+  // prev_start, month_start, month_end, next_end (unix s): where the previous month begins, the
+  // current one begins and ends, and the next one ends (lua/lib_month.lua): in a time zone the
+  // scripts could not work them out from a UTC calendar.
+  std::array<std::string_view, 4> bounds{};
 
   // Whether this build shares its buffer with another (the thread's table): for the tests.
   const void* buffer() const { return buf_.get(); }

@@ -23,13 +23,42 @@ void expect_names(const TimeKeys& k, const std::string& tenant, int64_t ttl, int
     EXPECT_EQ(k.windows[static_cast<size_t>(i)],
               r + std::to_string(ttl) + ":" + std::to_string(base - 2 + i));
   EXPECT_EQ(k.base, std::to_string(base));
-  EXPECT_EQ(k.bounds[0], m.cur.start_s);
-  EXPECT_EQ(k.bounds[1], m.cur.end_s);
+  EXPECT_EQ(k.bounds[0], m.prev.start_s);
+  EXPECT_EQ(k.bounds[1], m.cur.start_s);
+  EXPECT_EQ(k.bounds[2], m.cur.end_s);
+  EXPECT_EQ(k.bounds[3], m.next.end_s);
 }
 
 void build(TimeKeys& k, const std::string& tenant, int64_t ttl, int64_t now) {
   k.build(quota_prefix(tenant), reservations(tenant), std::to_string(ttl), ttl, now,
           months_around(now));
+}
+
+// A quota's months in its time zone: 23:30 UTC on 30 November is December in Berlin, whose
+// months begin at local midnight; in UTC the months are month_of's.
+TEST(TimeKeys, MonthsInAQuotaTimeZone) {
+  const auto berlin = common::QuotaCalendar::load("Europe/Berlin");
+  ASSERT_TRUE(berlin);
+  const int64_t s = 1796081400;  // 2026-11-30T23:30:00Z
+  const Months m = months_around(*berlin, s);
+  EXPECT_EQ(m.prev.name, "2026-11");
+  EXPECT_EQ(m.cur.name, "2026-12");
+  EXPECT_EQ(m.next.name, "2027-01");
+  EXPECT_EQ(m.prev.start, 1793487600);  // 2026-11-01T00:00+01:00
+  EXPECT_EQ(m.cur.start, 1796079600);   // 2026-12-01T00:00+01:00
+  EXPECT_EQ(m.cur.end, 1798758000);     // 2027-01-01T00:00+01:00
+  EXPECT_EQ(m.next.end, 1801436400);    // 2027-02-01T00:00+01:00
+  EXPECT_EQ(m.cur.end_s, "1798758000");
+  EXPECT_EQ(&current_months(*berlin, s), &current_months(*berlin, s + 60));
+  EXPECT_EQ(current_months(*berlin, s).cur.name, "2026-12");
+  EXPECT_EQ(months_around(s).cur.name, "2026-11");
+  const auto utc = common::QuotaCalendar::load("UTC");
+  for (int64_t t : {kNow, s, int64_t{1834185600}}) {
+    const Months a = months_around(*utc, t), b = months_around(t);
+    EXPECT_EQ(a.cur.name, b.cur.name);
+    EXPECT_EQ(a.prev.start, b.prev.start);
+    EXPECT_EQ(a.next.end, b.next.end);
+  }
 }
 
 TEST(TimeKeys, NamesTheMonthsAndWindowsAroundTheClock) {

@@ -146,9 +146,10 @@ std::string_view shadow_s(const config::Plan& p, config::GateMode gate) {
   return p.mode == config::GateMode::kShadow || gate == config::GateMode::kShadow ? "1" : "0";
 }
 
-TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
+TenantInfo plan_info(const config::Plan& p, const PlanGates& g, const common::QuotaCalendar* zone) {
   TenantInfo ti;
   ti.plan = &p;
+  ti.zone = zone;
   auto ptr = [](const std::optional<Gate>& o) { return o ? &*o : nullptr; };
   ti.tenant = ptr(g.tenant);
   ti.user = ptr(g.user);
@@ -175,15 +176,26 @@ TenantInfo plan_info(const config::Plan& p, const PlanGates& g) {
 }  // namespace
 
 Tables::Tables(const config::Config& cfg) {
+  // A zone the loader found and the tz database no longer has (changed since) counts in UTC.
+  auto zone_of = [this](const config::Plan& p) -> const common::QuotaCalendar* {
+    if (p.quota_timezone == "UTC") return nullptr;
+    auto it = zones.find(p.quota_timezone);
+    if (it == zones.end()) {
+      std::optional<common::QuotaCalendar> z = common::QuotaCalendar::load(p.quota_timezone);
+      if (!z) return nullptr;
+      it = zones.emplace(p.quota_timezone, std::move(*z)).first;
+    }
+    return &it->second;
+  };
   for (const auto& [name, p] : cfg.plans) {
     const PlanGates& g = plan_gates.emplace(name, plan_gates_of(p)).first->second;
-    plans.emplace(name, plan_info(p, g));
+    plans.emplace(name, plan_info(p, g, zone_of(p)));
   }
   tenants.reserve(cfg.tenants.size());
   for (const auto& [name, t] : cfg.tenants) {
     auto pit = cfg.plans.find(t.plan);
     if (pit == cfg.plans.end()) continue;  // the loader rejects this; unknown tenant here
-    TenantInfo ti = plan_info(pit->second, plan_gates.at(t.plan));
+    TenantInfo ti = plan_info(pit->second, plan_gates.at(t.plan), zone_of(pit->second));
     if (name == config::kAnyTenant) {
       any = std::move(ti);
       continue;
@@ -450,18 +462,18 @@ namespace {
 // Where admit.lua, settle.lua and refund.lua take the time-named keys (keys::TimeKeys) and the
 // ARGV that go with them: each declares them in the same order, one after the other.
 struct TimePositions {
-  size_t quota_prev, res_m2, month_start, res_base;
+  size_t quota_prev, res_m2, prev_start, res_base;
 };
-template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t MonthStart,
-          size_t MonthEnd, size_t ResBase>
+template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t PrevStart,
+          size_t NextEnd, size_t ResBase>
 constexpr TimePositions time_positions() {
-  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 && MonthEnd == MonthStart + 1 &&
-                ResBase == MonthEnd + 1);
-  return {QuotaPrev, ResM2, MonthStart, ResBase};
+  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 && NextEnd == PrevStart + 3 &&
+                ResBase == NextEnd + 1);
+  return {QuotaPrev, ResM2, PrevStart, ResBase};
 }
-#define DRIPGATE_TIME_POSITIONS(s)                                               \
-  time_positions<s::kKeyQuotaPrev, s::kKeyQuotaNext, s::kKeyResM2, s::kKeyResP2, \
-                 s::kArgMonthStart, s::kArgMonthEnd, s::kArgResBase>()
+#define DRIPGATE_TIME_POSITIONS(s)                                                                 \
+  time_positions<s::kKeyQuotaPrev, s::kKeyQuotaNext, s::kKeyResM2, s::kKeyResP2, s::kArgPrevStart, \
+                 s::kArgNextEnd, s::kArgResBase>()
 constexpr TimePositions kAdmitTime = DRIPGATE_TIME_POSITIONS(lua::admit);
 constexpr TimePositions kSettleTime = DRIPGATE_TIME_POSITIONS(lua::settle);
 constexpr TimePositions kRefundTime = DRIPGATE_TIME_POSITIONS(lua::refund);
@@ -556,7 +568,7 @@ void add_windows(Call& c, std::span<const Gate* const> gates,
 void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
   for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
-  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.month_start + i, tk.bounds[i]);
+  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.prev_start + i, tk.bounds[i]);
   c.args.set(at.res_base, tk.base);
 }
 
@@ -564,7 +576,8 @@ void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
 
 void TenantInfo::time_keys(keys::TimeKeys& out, int64_t redis_offset_ms) const {
   const int64_t now = (wall_ms() + redis_offset_ms) / 1000;
-  out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now, keys::current_months(now));
+  out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now,
+            zone ? keys::current_months(*zone, now) : keys::current_months(now));
 }
 
 AdmitCall::AdmitCall(const Prepared& p)

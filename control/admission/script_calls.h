@@ -90,6 +90,8 @@ struct TenantInfo {
   // clock: this daemon's plus redis_offset_ms (RedisCalls::clock_offset_ms).
   void time_keys(keys::TimeKeys& out, int64_t redis_offset_ms = 0) const;
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
+  // The plan's quota_timezone (Tables::zones); null: UTC.
+  const common::QuotaCalendar* zone = nullptr;
 };
 
 // Everything derived from the config that a request needs, built once per configuration.
@@ -106,6 +108,8 @@ struct Tables {
   std::unordered_map<std::string, TenantInfo> plans;
   std::unordered_map<std::string, Gate> models, model_tokens, tools;
   std::optional<Gate> total;  // every admission, when configured
+  // Each plan's quota_timezone other than UTC, loaded once, by name.
+  std::unordered_map<std::string, common::QuotaCalendar> zones;
 
   explicit Tables(const config::Config& cfg);
   Tables(const Tables&) = delete;

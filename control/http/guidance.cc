@@ -25,11 +25,13 @@ std::string utc_iso8601(int64_t unix_s) {
 
 namespace {
 
-// Months begin on the hour (UTC): the reset time, read as now + the seconds Redis says are
-// left, is rounded to it, so clock skew between the gateway and Redis does not show.
+// Months begin at a local midnight of the plan's quota_timezone, on a quarter hour in UTC (every
+// zone's offset is a multiple of 15 minutes: +05:30, +05:45): the reset time, read as now + the
+// seconds Redis says are left, is rounded to it, so clock skew between the gateway and Redis
+// does not show.
 int64_t quota_reset_at(const AdmitResult& r, int64_t now_s) {
   for (const Remaining& q : r.remaining)
-    if (q.gate == "quota") return (now_s + q.reset_s + 1800) / 3600 * 3600;
+    if (q.gate == "quota") return (now_s + q.reset_s + 450) / 900 * 900;
   return 0;
 }
 

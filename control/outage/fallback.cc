@@ -298,7 +298,9 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
                std::floor(static_cast<double>(plan.concurrency->max_streams) * share)));
     a.lease_ms = plan.concurrency->lease_s * 1000;
   }
-  const keys::Month& month = keys::current_months().cur;
+  // The plan's quota month (its quota_timezone), as the scripts would count it.
+  const keys::Month& month =
+      (p.t->zone ? keys::current_months(*p.t->zone, wall_ms() / 1000) : keys::current_months()).cur;
   a.month = rec.month = month.name;
   a.month_end = rec.month_end = month.end;
   rec.reservation_ttl_ms = a.reservation_ttl_ms;
