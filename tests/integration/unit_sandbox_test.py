@@ -210,10 +210,22 @@ def start(unit, name, out, writable):
         n = n if hard == resource.RLIM_INFINITY else min(n, hard)
         limit = ["prlimit", f"--nofile={n}"]
     exec_start = shlex.split(one(unit, "ExecStart"))
+    exec_start[0] = installed(exec_start[0])
     argv = (["unshare", "--mount", "--propagation", "private", "sh", "-c",
              sandbox_script(unit, writable), "sandbox"] + limit + user + exec_start)
     log = open(out, "w")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), uid
+
+
+def installed(binary):
+    """binary where the unit would find it installed: a copy in this test's own /run. The build
+    tree may lie under /tmp or /home, which the unit's PrivateTmp= and ProtectHome= hide, as they
+    would hide it from the real service."""
+    os.makedirs("/run/dg-bin", mode=0o755, exist_ok=True)
+    dest = os.path.join("/run/dg-bin", os.path.basename(binary))
+    if not os.path.exists(dest):
+        shutil.copy2(binary, dest)
+    return dest
 
 
 def config_path(unit):
