@@ -12,6 +12,7 @@ PKGS=(
   redis-server redis-tools
   iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 python3-grpcio curl openssl ethtool systemd
   util-linux
+  prometheus python3-yaml
 )
 
 missing=()
