@@ -129,7 +129,7 @@ def declared(root):
 
 def check(root, files, allow):
     known = declared(root) | set(allow)
-    problems = []
+    problems, missing = [], set()
     for path in files:
         for where, expr, names in used(path):
             if not names and expr.strip():
@@ -137,6 +137,9 @@ def check(root, files, allow):
             for name in sorted(names):
                 if name not in known and base_name(name) not in known:
                     problems.append(f"{path}: {where}: {name}: no source under {root} declares it")
+                    missing.add(base_name(name))
+    if missing:
+        problems.append(f"{len(missing)} names no source declares: {', '.join(sorted(missing))}")
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

@@ -95,7 +95,8 @@ class Files(unittest.TestCase):
         self.assertIn("Empty: no metric in 'vector(1)'", out.stderr)
         self.assertNotIn("Known", out.stderr)
         self.assertNotIn("Hist", out.stderr)
-        self.assertEqual(len(out.stderr.splitlines()), 2)
+        self.assertEqual(out.stderr.splitlines()[-1], "1 names no source declares: dripgate_y")
+        self.assertEqual(len(out.stderr.splitlines()), 3)
 
     def test_check_passes_when_every_name_is_declared_or_allowed(self):
         self.write("control/m.cc", '"dripgate_x_total"')
