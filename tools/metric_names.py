@@ -10,8 +10,9 @@ A FILE is a Prometheus rule file (.yml/.yaml: each rule's `expr`) or a Grafana d
 every `expr`, and the queries of its query variables, `label_values(selector, label)`). A name
 is given as its base: a histogram's `_bucket`, `_sum` and `_count` series are the histogram's
 name, which is how the sources declare it. A source declares a name by holding it whole as a
-string literal, `"dripgate_..."`; tests, fuzzers and benches are not read, since they hold names
-they look for, not names they export.
+string literal, `"dripgate_..."`, or as a prefix literal ending in `_` (`"dripgate_dataplane_"`)
+and the rest as another literal of the same file (`name("drops_total")`); tests, fuzzers and
+benches are not read, since they hold names they look for, not names they export.
 """
 import json
 import pathlib
@@ -122,7 +123,11 @@ def declared(root):
         for path in sorted((root / folder).rglob("*")):
             if path.suffix not in SOURCE_SUFFIXES or path.stem.endswith(NOT_EXPORTING):
                 continue
-            for name in re.findall(r'"(dripgate_[a-zA-Z0-9_:]+)"', path.read_text(errors="replace")):
+            literals = re.findall(r'"([a-zA-Z0-9_:]+)"', path.read_text(errors="replace"))
+            whole = {s for s in literals if s.startswith("dripgate_")}
+            prefixes = {s for s in whole if s.endswith("_")}
+            rests = {s for s in literals if re.fullmatch(r"[a-z][a-z0-9_]*[a-z0-9]", s)}
+            for name in (whole - prefixes) | {p + r for p in prefixes for r in rests}:
                 names.add(base_name(name))
     return names
 

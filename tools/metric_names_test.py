@@ -82,6 +82,16 @@ class Files(unittest.TestCase):
         self.assertEqual(mn.declared(self.root), {"dripgate_x_total", "dripgate_h_seconds",
                                                   "dripgate_dp"})
 
+    def test_declared_joins_a_prefix_with_the_literals_of_its_file(self):
+        self.write("dataplane/r.cc", 'const char* kPrefix = "dripgate_dp_";\n'
+                   'w(name("drops_total"), {{"cause", "depth"}}); w(name("lateness_seconds_bucket"));')
+        self.write("dataplane/other.cc", 'w(name("elsewhere_total"));')
+        names = mn.declared(self.root)
+        self.assertIn("dripgate_dp_drops_total", names)
+        self.assertIn("dripgate_dp_lateness_seconds", names)
+        self.assertNotIn("dripgate_dp_", names)
+        self.assertNotIn("dripgate_dp_elsewhere_total", names)
+
     def test_check_names_each_missing_name_and_where(self):
         self.write("control/m.cc", '"dripgate_x_total" "dripgate_h_seconds"')
         rules = self.write("r.yml", "groups:\n- name: g\n  rules:\n"
