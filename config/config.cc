@@ -396,6 +396,8 @@ void write_dataplane(YAML::Emitter& out, const Dataplane& dp) {
   if (!dp.control_socket_group.empty())
     out << YAML::Key << "control_socket_group" << YAML::Value << YAML::DoubleQuoted
         << dp.control_socket_group;
+  if (!dp.metrics_listen.empty())
+    out << YAML::Key << "metrics_listen" << YAML::Value << YAML::DoubleQuoted << dp.metrics_listen;
   out << YAML::EndMap;
 }
 

@@ -417,6 +417,8 @@ struct Dataplane {
   // A group name or number: the socket is then 0660 and that group's, so a control daemon that
   // runs as another user of the group connects. Empty: 0600, the dataplane's user alone.
   std::string control_socket_group;
+  // host:port where GET /metrics (Prometheus text) is served from the main lcore; empty: off.
+  std::string metrics_listen;
 
   bool operator==(const Dataplane&) const = default;
 };

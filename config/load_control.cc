@@ -12,7 +12,6 @@
 namespace dripgate::config::loader {
 
 using common::quote;
-using common::split_host_port;
 
 namespace {
 
@@ -36,27 +35,6 @@ void load_decision_log(Ctx& ctx, const YAML::Node& n, const std::string& path, D
   if (!f.ok()) return;
   set_nonempty_string(ctx, f, f.require("path"), "path", "decision_log", d.path);
   set_share(ctx, f, "sample", {0, true}, "every decision", d.sample);
-}
-
-// A host:port to listen on; `off_when_empty`: "" turns the listener off.
-void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& out,
-                 bool off_when_empty = false) {
-  const Entry* e = f.find(key);
-  if (!e) return;
-  auto s = get_string(ctx, e->value, f.path(key));
-  if (!s) return;
-  if (off_when_empty && s->empty()) {
-    out.clear();
-    return;
-  }
-  std::string host;
-  std::optional<int> port;
-  if (auto why = split_host_port(*s, true, host, port))
-    ctx.error(e->value, f.path(key),
-              "bad listen address " + quote(*s) + ": " + *why +
-                  "; expected host:port or [v6-address]:port");
-  else
-    out = *s;
 }
 
 // control.rls.domains: domain -> { Envoy descriptor key: gate }. Every domain names the tenant.

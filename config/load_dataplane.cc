@@ -287,10 +287,10 @@ void load_socket_group(Ctx& ctx, const Fields& f, Dataplane& dp) {
 }  // namespace
 
 void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<ClassRef>& refs) {
-  Fields f(
-      ctx, n, "dataplane",
-      {"eal", "ports", "lcores", "mbufs", "mtu", "drip", "classes", "classify", "unknown_flows",
-       "flow_idle_timeout_s", "flow_table_size", "control_socket", "control_socket_group"});
+  Fields f(ctx, n, "dataplane",
+           {"eal", "ports", "lcores", "mbufs", "mtu", "drip", "classes", "classify",
+            "unknown_flows", "flow_idle_timeout_s", "flow_table_size", "control_socket",
+            "control_socket_group", "metrics_listen"});
   if (!f.ok()) return;
   load_eal(ctx, f, dp);
   load_ports_and_lcores(ctx, f, dp);
@@ -306,6 +306,7 @@ void load_dataplane(Ctx& ctx, const YAML::Node& n, Dataplane& dp, std::vector<Cl
   set_int(ctx, f, "flow_table_size", dp.flow_table_size, 1);
   load_socket_path(ctx, f, "control_socket", dp.control_socket);
   load_socket_group(ctx, f, dp);
+  load_listen(ctx, f, "metrics_listen", dp.metrics_listen, true);
   check_class_refs(ctx, class_names, refs);
 }
 

@@ -373,6 +373,26 @@ void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::stri
     out = *s;
 }
 
+void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& out,
+                 bool off_when_empty) {
+  const Entry* e = f.find(key);
+  if (!e) return;
+  auto s = get_string(ctx, e->value, f.path(key));
+  if (!s) return;
+  if (off_when_empty && s->empty()) {
+    out.clear();
+    return;
+  }
+  std::string host;
+  std::optional<int> port;
+  if (auto why = common::split_host_port(*s, true, host, port))
+    ctx.error(e->value, f.path(key),
+              "bad listen address " + quote(*s) + ": " + *why +
+                  "; expected host:port or [v6-address]:port");
+  else
+    out = *s;
+}
+
 // ---- secrets ----
 
 bool load_secret_file(Ctx& ctx, const Fields& f, std::string_view key, std::string& file,

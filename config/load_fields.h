@@ -164,6 +164,10 @@ std::optional<OnFailure> get_on_failure(Ctx& ctx, const Fields& f);
 // A unix socket path: not empty, and short enough for sockaddr_un.
 void load_socket_path(Ctx& ctx, const Fields& f, std::string_view key, std::string& out);
 
+// A host:port to listen on; `off_when_empty`: "" turns the listener off.
+void load_listen(Ctx& ctx, const Fields& f, std::string_view key, std::string& out,
+                 bool off_when_empty = false);
+
 // ---- secrets ----
 
 // A secret kept out of the YAML: `key_file: PATH` names a file whose first line is the secret

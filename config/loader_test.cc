@@ -1328,6 +1328,24 @@ TEST(Errors, StringsMustBeUtf8) {
             "caf\xc3\xa9 \xf0\x9f\x94\x91");
 }
 
+// The dataplane's metrics listener: off when absent or empty, a listen address like
+// control.listen otherwise, restart-only (reload_test).
+TEST(Errors, DataplaneMetricsListen) {
+  EXPECT_EQ(load_ok(kDp).dataplane->metrics_listen, "");
+  EXPECT_EQ(load_ok(kDp + "  metrics_listen: \"\"\n").dataplane->metrics_listen, "");
+  EXPECT_EQ(load_ok(kDp + "  metrics_listen: \"127.0.0.1:9101\"\n").dataplane->metrics_listen,
+            "127.0.0.1:9101");
+  EXPECT_EQ(load_ok(kDp + "  metrics_listen: \"[::1]:0\"\n").dataplane->metrics_listen, "[::1]:0");
+  EXPECT_EQ(error_of(kDp + "  metrics_listen: \"127.0.0.1\"\n"),
+            "t.yaml:4:19: dataplane.metrics_listen: bad listen address '127.0.0.1': missing "
+            "':port'; expected host:port or [v6-address]:port");
+  EXPECT_EQ(error_of(kDp + "  metrics_listen: \"127.0.0.1:99999\"\n"),
+            "t.yaml:4:19: dataplane.metrics_listen: bad listen address '127.0.0.1:99999': bad port "
+            "'99999' (0 to 65535); expected host:port or [v6-address]:port");
+  EXPECT_EQ(error_of(kDp + "  metrics_listen: [9101]\n"),
+            "t.yaml:4:19: dataplane.metrics_listen: expected a string, got a list");
+}
+
 TEST(Errors, SocketPaths) {
   EXPECT_EQ(error_of("control: { dataplane_socket: \"\" }"),
             "t.yaml:1:30: control.dataplane_socket: must not be empty");
@@ -1791,6 +1809,7 @@ dataplane:
   flow_table_size: 1024
   control_socket: /tmp/dg.sock
   control_socket_group: dripgate
+  metrics_listen: "127.0.0.1:9101"
 )");
   Config c = load_ok(yaml);
   EXPECT_EQ(c.redis.url, "redis://:pw@10.2.3.4:6390/5");
@@ -1874,6 +1893,7 @@ dataplane:
   EXPECT_EQ(dp.flow_table_size, 1024u);
   EXPECT_EQ(dp.control_socket, "/tmp/dg.sock");
   EXPECT_EQ(dp.control_socket_group, "dripgate");
+  EXPECT_EQ(dp.metrics_listen, "127.0.0.1:9101");
 
   // Written out and read again, nothing changes.
   const std::string again = to_yaml(c);

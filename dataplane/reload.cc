@@ -44,6 +44,7 @@ std::vector<std::string> restart_fields(const config::Dataplane& a, const config
   differ(a.flow_table_size != b.flow_table_size, "dataplane.flow_table_size");
   differ(a.control_socket != b.control_socket, "dataplane.control_socket");
   differ(a.control_socket_group != b.control_socket_group, "dataplane.control_socket_group");
+  differ(a.metrics_listen != b.metrics_listen, "dataplane.metrics_listen");
   const std::string was = class_names(a.classes), now = class_names(b.classes);
   differ(was != now, "dataplane.classes (names, order: " + was + " -> " + now + ")");
   return f;

@@ -104,10 +104,12 @@ TEST(Reload, RestartFieldsNameEachFieldThatNeedsARestart) {
   b.mtu = 9000;
   b.flow_table_size = 8;
   b.control_socket = "/tmp/x.sock";
-  EXPECT_EQ(restart_fields(a, b),
-            (std::vector<std::string>{"dataplane.eal", "dataplane.ports", "dataplane.lcores",
-                                      "dataplane.mbufs", "dataplane.mtu",
-                                      "dataplane.flow_table_size", "dataplane.control_socket"}));
+  b.metrics_listen = "127.0.0.1:9101";
+  EXPECT_EQ(
+      restart_fields(a, b),
+      (std::vector<std::string>{"dataplane.eal", "dataplane.ports", "dataplane.lcores",
+                                "dataplane.mbufs", "dataplane.mtu", "dataplane.flow_table_size",
+                                "dataplane.control_socket", "dataplane.metrics_listen"}));
   b = a;
   std::swap(b.classes[0], b.classes[1]);
   EXPECT_EQ(restart_fields(a, b),
