@@ -309,11 +309,13 @@ bool ControlSocket::flush_client(Client& c) {
   return !c.closing || c.in.find('\n') != std::string::npos;
 }
 
-bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
+uint32_t ControlSocket::poll_once(int timeout_ms, std::initializer_list<int> wake_fds) {
   std::vector<pollfd>& fds = fds_;  // kept with its capacity: no allocation per wakeup
   fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
-  fds.push_back({wake_fd, POLLIN, 0});  // poll ignores a negative fd
+  const size_t n_wake = std::min<size_t>(wake_fds.size(), 32);
+  for (size_t i = 0; i < n_wake; ++i)
+    fds.push_back({wake_fds.begin()[i], POLLIN, 0});  // poll ignores a negative fd
   for (const auto& c : clients_) {
     short want = c.out.size() < kMaxPendingOut ? POLLIN : 0;  // backpressure
     if (!c.out.empty()) want |= POLLOUT;
@@ -321,13 +323,15 @@ bool ControlSocket::poll_once(int timeout_ms, int wake_fd) {
   }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) {
     close_idle_clients();
-    return false;
+    return 0;
   }
-  bool woken = wake_fd >= 0 && (fds[1].revents & POLLIN);
+  uint32_t woken = 0;
+  for (size_t i = 0; i < n_wake; ++i)
+    if (fds[1 + i].fd >= 0 && (fds[1 + i].revents & POLLIN)) woken |= uint32_t{1} << i;
   size_t kept = 0;  // clients_[0, kept) stay, in their order
   for (size_t i = 0; i < clients_.size(); ++i) {
     Client& c = clients_[i];
-    short ev = fds[i + 2].revents;
+    short ev = fds[i + 1 + n_wake].revents;
     bool ok = true;
     if (ev & (POLLIN | POLLHUP | POLLERR)) ok = read_client(c);
     if (ok) ok = flush_client(c);
@@ -563,6 +567,7 @@ void tag_keys(const ControlTargets& t, const std::vector<FiveTuple>& keys, int c
   int rc = 0;
   const size_t i = t.flows->add_many(keys.data(), keys.size(), static_cast<uint16_t>(cls), ttl,
                                      t.now(), &rc, tenant.id);
+  if (t.stats != nullptr) (rc != 0 ? t.stats->tags.full : t.stats->tags.ok).add();
   if (rc != 0) {
     if (keys.size() == 1) bad(t.flows->add_error(rc));
     // The ones before stay tagged: say how many.
@@ -683,17 +688,24 @@ ControlSocket::Handler make_protocol(ControlTargets t) {
     constexpr int kBody = JsonReader::kBody;
     const std::string_view op = get_string(req.find(kBody, "op"), "op", {});
     if (op == "tag") {
-      const bool batch = get_flows(req, keys);
-      int cls = class_of(t, get_string(req.find(kBody, "class"), "class", {}), "class");
+      bool batch = false;
+      int cls = 0;
       uint32_t ttl = 0;
-      if (const Value* v = req.find(kBody, "ttl_s"))
-        ttl = static_cast<uint32_t>(get_int(*v, "ttl_s", {}, 0, kMaxTtlS));
       std::string_view tenant;
-      if (const Value* v = req.find(kBody, "tenant")) {
-        tenant = get_string(v, "tenant", {});
-        if (!common::valid_id(tenant))
-          bad(fmt::format("tenant: must be an id ([A-Za-z0-9._-], 1 to 64 characters), got '{}'",
-                          tenant));
+      try {
+        batch = get_flows(req, keys);
+        cls = class_of(t, get_string(req.find(kBody, "class"), "class", {}), "class");
+        if (const Value* v = req.find(kBody, "ttl_s"))
+          ttl = static_cast<uint32_t>(get_int(*v, "ttl_s", {}, 0, kMaxTtlS));
+        if (const Value* v = req.find(kBody, "tenant")) {
+          tenant = get_string(v, "tenant", {});
+          if (!common::valid_id(tenant))
+            bad(fmt::format("tenant: must be an id ([A-Za-z0-9._-], 1 to 64 characters), got '{}'",
+                            tenant));
+        }
+      } catch (const std::exception&) {
+        if (t.stats != nullptr) t.stats->tags.invalid.add();
+        throw;
       }
       return tag_keys(t, keys, cls, ttl, intern_tenant(t, tenant), batch, out);
     }

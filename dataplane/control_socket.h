@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,7 +76,10 @@ class ControlSocket {
 
   // Waits up to timeout_ms for activity, serves it, closes idle clients, and returns true when
   // wake_fd (if >= 0) became readable.
-  bool poll_once(int timeout_ms, int wake_fd);
+  bool poll_once(int timeout_ms, int wake_fd) { return poll_once(timeout_ms, {wake_fd}) != 0; }
+  // The same with up to 32 wake descriptors (negative ones ignored): bit i of the result is set
+  // when wake_fds[i] became readable.
+  uint32_t poll_once(int timeout_ms, std::initializer_list<int> wake_fds);
   size_t clients() const { return clients_.size(); }
   const std::string& path() const { return path_; }
 

@@ -27,6 +27,7 @@
 #include "dataplane/flow_table.h"
 #include "dataplane/mailbox.h"
 #include "dataplane/scheduler.h"
+#include "dataplane/stats.h"
 #include "dataplane/tenants.h"
 #include "tests/eal_environment.h"
 
@@ -487,6 +488,38 @@ struct Protocol {
     return c;
   }
 };
+
+// Tag requests are counted by result (the dataplane's tags_total): tagged, refused naming a
+// field, refused because the table is full; a line the fast path takes counts as the handler's.
+TEST(ControlProtocol, CountsTagRequestsByResult) {
+  Protocol proto("cs_tag_count", 8);
+  ASSERT_NE(proto.flows, nullptr);
+  Stats stats(&proto.sched, {}, 1'000'000'000, 0);
+  const ControlTargets t{proto.flows.get(), &stats,   nullptr,
+                         &proto.sched,      zero_now, &proto.tenants};
+  const ControlSocket::Handler h = make_protocol(t);
+  const ControlSocket::FastPath fast = make_tag_fast_path(t);
+  JsonReader reader;
+  std::string out;
+  auto tag = [&](int i) {
+    ControlSocket::answer_line(
+        fmt::format(R"({{"op":"tag","class":"gold","ttl_s":60,"flow":{{"src":"10.0.1.{}",)"
+                    R"("sport":1,"dst":"192.0.2.1","dport":2,"proto":17}}}})",
+                    i),
+        h, fast, reader, out);
+  };
+  tag(1);
+  EXPECT_EQ(stats.tags.ok.get(), 1u) << out;
+  ControlSocket::answer_line(R"({"op":"tag","class":"platinum","flow":{}})", h);
+  ControlSocket::answer_line(R"({"op":"tag","class":"gold","flows":[]})", h);
+  ControlSocket::answer_line(R"({"op":"untag","flow":{}})", h);  // not a tag
+  EXPECT_EQ(stats.tags.invalid.get(), 2u);
+  for (int i = 2; i < 250 && stats.tags.full.get() == 0; ++i) tag(i);
+  EXPECT_EQ(stats.tags.full.get(), 1u) << out;
+  EXPECT_EQ(stats.tags.ok.get(), proto.flows->size());
+  EXPECT_EQ(stats.to_json()["tags"],
+            json({{"ok", proto.flows->size()}, {"full", 1}, {"invalid", 2}}));
+}
 
 // {"op":"tag","flows":[...]} tags many flows in one line: all are checked first (a bad one tags
 // nothing and is named), and a table that fills up says how many were tagged.

@@ -814,6 +814,7 @@ uint64_t Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsi
     pos += run.n;
     if ((members & ~low_bits(sent0)) == 0) [[likely]] {
       stats_.drip.error.record_ticks_n(static_cast<int64_t>(t0 - run.scheduled_tsc), run.n);
+      cs.late_ticks.set(t0 - run.scheduled_tsc);
       cs.tx_pkts.add(run.n);
       cs.tx_bytes.add(run.bytes);
     } else {  // the TX ring was full: packet by packet
@@ -826,6 +827,7 @@ uint64_t Fastpath::transmit(rte_mbuf** pkts, unsigned n, const TxRun* runs, unsi
         }
         stats_.drip.error.record_ticks(
             static_cast<int64_t>((i < sent0 ? t0 : t) - run.scheduled_tsc));
+        cs.late_ticks.set((i < sent0 ? t0 : t) - run.scheduled_tsc);
         cs.tx_pkts.add();
         cs.tx_bytes.add(rte_pktmbuf_pkt_len(pkts[i]));
       }

@@ -18,6 +18,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "common/metrics_http.h"
 #include "config/config.h"
 #include "dataplane/args.h"
 #include "dataplane/classify.h"
@@ -27,6 +28,7 @@
 #include "dataplane/init.h"
 #include "dataplane/parse.h"
 #include "dataplane/preflight.h"
+#include "dataplane/prom_render.h"
 #include "dataplane/reload.h"
 #include "dataplane/scheduler.h"
 #include "dataplane/stats.h"
@@ -121,6 +123,38 @@ void reload(const dg::Options& opt, dg::Reloader& reloader, dg::FlowTable& flows
   for (const std::string& e : errors) spdlog::error("{}", e);
 }
 
+// The main lcore's loop: the control socket, signals, scrapes and the flow table's sweep, until
+// SIGTERM/SIGINT or --duration.
+void serve_until_stop(const dg::Options& opt, dg::ControlSocket& control,
+                      dripgate::common::MetricsHttp* metrics, SignalFd& signals,
+                      dg::Reloader& reloader, dg::FlowTable& flows, dg::Stats& stats) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto sweep_step = std::chrono::milliseconds(dg::FlowTable::kSweepStepMs);
+  auto next_sweep = start + sweep_step;
+  for (;;) {
+    const uint32_t woken = control.poll_once(100, {signals.fd(), metrics ? metrics->fd() : -1});
+    if (metrics) metrics->serve();  // also closes connections that outstayed their time
+    if (woken & 1) {
+      const int sig = signals.take();
+      if (sig == SIGHUP) reload(opt, reloader, flows, stats);
+      if (sig == SIGTERM || sig == SIGINT) {
+        spdlog::info("signal {}: stopping", sig);
+        return;
+      }
+    }
+    const auto now = clock::now();
+    if (opt.duration_s > 0 && now - start >= std::chrono::duration<double>(opt.duration_s)) {
+      spdlog::info("--duration reached: stopping");
+      return;
+    }
+    if (now >= next_sweep) {
+      flows.sweep_step(rte_rdtsc());
+      next_sweep = now + sweep_step;
+    }
+  }
+}
+
 int run(const dg::Options& opt, const cfg::Dataplane& dp,
         std::unique_ptr<dg::Classifier> classifier, SignalFd& signals) {
   // Destroyed after the EAL (declared before it): telemetry may read them until cleanup. The
@@ -187,6 +221,15 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   socket_options.group = dg::socket_group(dp.control_socket_group);
   dg::ControlSocket control(dp.control_socket, dg::make_protocol(targets), socket_options,
                             dg::make_tag_fast_path(targets));
+  // GET /metrics, on this lcore beside the control socket: rendered from the counters the stats
+  // read, when asked, so a scrape costs the workers nothing.
+  std::unique_ptr<dripgate::common::MetricsHttp> metrics;
+  if (!dp.metrics_listen.empty()) {
+    metrics = std::make_unique<dripgate::common::MetricsHttp>(dp.metrics_listen, [&] {
+      return dg::render_metrics(*stats, {&reloader.running(), flows->size(), flows->capacity()});
+    });
+    spdlog::info("metrics: http://{}/metrics (port {})", dp.metrics_listen, metrics->port());
+  }
   fastpath.launch();
   spdlog::info(
       "running: {} layout (rx lcores {}, {} RX queues, drip lcore {}), port rate {} pps / {} "
@@ -197,27 +240,7 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const auto sweep_step = std::chrono::milliseconds(dg::FlowTable::kSweepStepMs);
-  auto next_sweep = start + sweep_step;
-  for (;;) {
-    if (control.poll_once(100, signals.fd())) {
-      const int sig = signals.take();
-      if (sig == SIGHUP) reload(opt, reloader, *flows, *stats);
-      if (sig == SIGTERM || sig == SIGINT) {
-        spdlog::info("signal {}: stopping", sig);
-        break;
-      }
-    }
-    const auto now = clock::now();
-    if (opt.duration_s > 0 && now - start >= std::chrono::duration<double>(opt.duration_s)) {
-      spdlog::info("--duration reached: stopping");
-      break;
-    }
-    if (now >= next_sweep) {
-      flows->sweep_step(rte_rdtsc());
-      next_sweep = now + sweep_step;
-    }
-  }
+  serve_until_stop(opt, control, metrics.get(), signals, reloader, *flows, *stats);
 
   fastpath.stop_and_wait();
   client.close();

@@ -191,6 +191,7 @@ nlohmann::json Stats::to_json() const {
   j["tx_retries"] = drip.tx_retries.get();
   j["rate_updates"] = drip.rate_updates.get();
   j["reloads"] = {{"applied", reloads_applied.get()}, {"refused", reloads_refused.get()}};
+  j["tags"] = {{"ok", tags.ok.get()}, {"full", tags.full.get()}, {"invalid", tags.invalid.get()}};
   j["departure_rate_pps"] = departure_rate_pps();
   const config::DripRate port_rate = sched->port_rate();
   j["port_rate_pps"] = port_rate.rate_pps;

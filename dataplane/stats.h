@@ -36,6 +36,9 @@ struct alignas(64) ClassCounters {
   Counter tx_pkts;  // handed to the port (written by the drip lcore)
   Counter tx_bytes;
   Counter drop_tx;  // tx_full: released by the scheduler, refused by the port after retries
+  // The latest departure's send TSC minus its slot on the timeline (two's complement: a batch
+  // may leave before its slot), stored once per run of the class in a TX burst.
+  Counter late_ticks;
 };
 
 // Written by one lcore doing RX (the single worker, or one RX lcore of the split layout): one
@@ -83,6 +86,11 @@ struct Stats {
   uint64_t start_tsc = 0;
   // Written by the main lcore: reloads (SIGHUP) applied and refused.
   Counter reloads_applied, reloads_refused;
+  // Written by the main lcore: tag requests on the control socket, by result: tagged, refused
+  // because the flow table is full, refused as invalid (a field the answer names).
+  struct {
+    Counter ok, full, invalid;
+  } tags;
   uint64_t mbufs_total = 0;
   std::atomic<int64_t> mbufs_available{-1};  // set after the ports are closed
   // The name of a tenant id (the flow tags' tenant table), for the drops by tenant; unset or

@@ -19,7 +19,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/prom_text.h"
 #include "dataplane/parse.h"
+#include "tests/http_client.h"
 #include "tests/integration/dp_harness.h"
 
 namespace dripgate::testing {
@@ -600,6 +602,115 @@ TEST(DataplanePcapDrops, DepthTtlAndShutdownDropsAreCounted) {
     EXPECT_GT(static_cast<int64_t>(p.seq), last[p.cls]);
     last[p.cls] = p.seq;
   }
+}
+
+// One series of a scrape, summed over the series the selector matches (-1 when none does).
+double scraped(const std::string& body, const std::string& selector) {
+  auto sel = common::parse_prom_selector(selector);
+  if (!sel) return -2;
+  const common::PromReading r = common::read_prom_metric(body, *sel, common::PromAggregate::kSum);
+  return r.status == common::PromReading::Status::kOk ? r.value : -1;
+}
+
+// GET /metrics on the main lcore while the dataplane runs: once the input is through and the
+// queues are empty, every figure the scrape shows is the one the stats show over the control
+// socket; each family has HELP and TYPE; the lateness histogram is cumulative up to its count.
+TEST(DataplanePcapMetrics, MetricsOnTheMainLcoreMatchTheStats) {
+  TempDir dir;
+  const std::string in = dir.file("in.pcap"), out = dir.file("out.pcap");
+  const Written w = write_input(in);
+  write_yaml(dir, pcap_eal(dir, in, out, Layout::kSingle), Layout::kSingle,
+             "rate_pps: 2000, rate_bps: 0, batch: 1, max_catchup: 8",
+             "weight: 1, rate_pps: 0, queue_depth: 200, ttl_ms: 60000",
+             "weight: 1, rate_pps: 0, queue_depth: 4096, ttl_ms: 60000");
+  std::ofstream(dir.file("dp.yaml"), std::ios::app) << "  metrics_listen: \"127.0.0.1:0\"\n";
+  Process dp({dataplane_binary(), "--config", dir.file("dp.yaml"), "--drain-ms", "0"},
+             dir.file("stdout"), dir.file("stderr"));
+  ControlClient cc(dir.file("dp.sock"), 30s);
+  const json tagged = cc.call(
+      {{"op", "tag"},
+       {"flow",
+        {{"src", "10.9.0.1"}, {"sport", 1}, {"dst", "10.9.0.2"}, {"dport", 2}, {"proto", 17}}},
+       {"class", "gold"},
+       {"tenant", "acme"}});
+  ASSERT_TRUE(tagged.at("ok").get<bool>()) << tagged.dump();
+  EXPECT_FALSE(cc.call({{"op", "tag"}, {"flow", {{"src", "10.9.0.1"}}}, {"class", "platinum"}})
+                   .at("ok")
+                   .get<bool>());
+  json st;
+  wait_for_stats(dir.file("dp.sock"), [&](const json& s) {
+    st = s;
+    return s.at("rx").at("client").get<int>() == w.total && s.at("queue_len").get<int>() == 0;
+  });
+  std::this_thread::sleep_for(100ms);  // the last departures' counters
+  const json a = cc.call({{"op", "stats"}});
+  st = a.at("stats");
+  const std::string log = read_file(dir.file("stderr"));
+  const size_t at = log.find("(port ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int port = std::stoi(log.substr(at + 6));
+  const HttpResponse r = http(port, "GET", "/metrics");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& m = r.body;
+  const json& gold = st.at("classes").at("gold");
+  const json& def = st.at("classes").at("default");
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_received_packets_total{port=\"client\"}"), w.total);
+  for (const auto& [name, c] : {std::pair{"gold", &gold}, std::pair{"default", &def}}) {
+    const std::string cls = std::string("class=\"") + name + "\"";
+    EXPECT_EQ(scraped(m, "dripgate_dataplane_sent_packets_total{" + cls + ",port=\"cluster\"}"),
+              c->at("tx_pkts").get<double>());
+    EXPECT_EQ(scraped(m, "dripgate_dataplane_sent_bytes_total{" + cls + "}"),
+              c->at("tx_bytes").get<double>());
+    EXPECT_EQ(scraped(m, "dripgate_dataplane_drops_total{" + cls + ",cause=\"depth\"}"),
+              c->at("drops").at("depth").get<double>());
+    EXPECT_EQ(scraped(m, "dripgate_dataplane_queue_depth_packets{" + cls + "}"), 0);
+  }
+  EXPECT_GT(gold.at("drops").at("depth").get<int>(), 0) << gold.dump();
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_queue_limit_packets{class=\"gold\"}"), 200);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_sent_packets_total{port=\"cluster\"}"),
+            st.at("tx").at("shaped").get<double>() + st.at("tx").at("pass_sent").get<double>());
+  EXPECT_GT(st.at("tx").at("pass_sent").get<int>(), 0);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_drops_total{cause=\"malformed\"}"), 3 * kMalformedEach);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_drops_total"),
+            st.at("drops").at("depth").get<double>() + 3 * kMalformedEach);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_tags_total{result=\"ok\"}"), 1);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_tags_total{result=\"invalid\"}"), 1);
+  EXPECT_EQ(st.at("tags").at("invalid").get<int>(), 1);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_flows"), 1);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_flow_table_capacity"), 65536);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_drip_configured_packets_per_second{port=\"cluster\"}"),
+            2000);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_drip_behind_seconds{class=\"gold\"}"), 0);
+  const double departures = st.at("departure_error").at("count").get<double>();
+  EXPECT_EQ(departures, st.at("departures").get<double>());
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_departure_lateness_seconds_count"), departures);
+  EXPECT_EQ(scraped(m, "dripgate_dataplane_departure_lateness_seconds_bucket{le=\"+Inf\"}"),
+            departures);
+  // Cumulative: each bucket at least the one before, in the order they are written.
+  double last = -1;
+  size_t buckets = 0;
+  for (size_t p = 0; (p = m.find("dripgate_dataplane_departure_lateness_seconds_bucket{", p)) !=
+                     std::string::npos;
+       ++p, ++buckets) {
+    const double v = std::stod(m.substr(m.find("} ", p) + 2));
+    EXPECT_LE(last, v) << m.substr(p, 80);
+    last = v;
+  }
+  EXPECT_GE(buckets, 10u);
+  for (const char* f :
+       {"received_packets_total counter", "sent_packets_total counter", "sent_bytes_total counter",
+        "queue_depth_packets gauge", "queue_limit_packets gauge", "drops_total counter",
+        "tenant_drops_total counter", "drip_configured_bytes_per_second gauge",
+        "drip_configured_packets_per_second gauge", "drip_behind_seconds gauge",
+        "departure_lateness_seconds histogram", "tags_total counter", "flows gauge",
+        "flow_table_capacity gauge"}) {
+    const std::string name = std::string("dripgate_dataplane_") + f;
+    EXPECT_NE(m.find("# TYPE " + name + "\n"), std::string::npos) << name;
+    EXPECT_NE(m.find("# HELP " + name.substr(0, name.find(' ')) + " "), std::string::npos) << name;
+  }
+  EXPECT_EQ(http(port, "GET", "/").status, 404);
+  ASSERT_EQ(dp.terminate(30s), 0) << read_file(dir.file("stderr"));
 }
 
 // RSS on a device that hashes (net_null offers RSS, so the ports are configured with it): two

@@ -1,0 +1,92 @@
+#include "common/prom_writer.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace dripgate::common {
+namespace {
+
+// Label values escape backslash, double quote and newline; HELP text backslash and newline.
+void append_escaped(std::string& out, std::string_view v, bool quote) {
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && quote)
+      out += "\\\"";
+    else
+      out += c;
+  }
+}
+
+}  // namespace
+
+std::string PromWriter::number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+void PromWriter::family(std::string_view name, std::string_view type, std::string_view help) {
+  out_ += "# HELP ";
+  out_ += name;
+  out_ += ' ';
+  append_escaped(out_, help, false);
+  out_ += "\n# TYPE ";
+  out_ += name;
+  out_ += ' ';
+  out_ += type;
+  out_ += '\n';
+}
+
+void PromWriter::series(std::string_view name, Labels labels, std::string_view le) {
+  out_ += name;
+  bool first = true;
+  auto label = [&](std::string_view k, std::string_view v) {
+    out_ += first ? '{' : ',';
+    first = false;
+    out_ += k;
+    out_ += "=\"";
+    append_escaped(out_, v, true);
+    out_ += '"';
+  };
+  for (const auto& [k, v] : labels)
+    if (!v.empty()) label(k, v);
+  if (!le.empty()) label("le", le);
+  if (!first) out_ += '}';
+  out_ += ' ';
+}
+
+void PromWriter::sample(std::string_view name, Labels labels, uint64_t value) {
+  series(name, labels);
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out_.append(buf, r.ptr);
+  out_ += '\n';
+}
+
+void PromWriter::sample(std::string_view name, Labels labels, double value) {
+  series(name, labels);
+  out_ += number(value);
+  out_ += '\n';
+}
+
+void PromWriter::histogram(std::string_view name, Labels labels, const std::vector<double>& bounds,
+                           const std::vector<uint64_t>& cumulative, double sum, uint64_t count) {
+  const std::string bucket = std::string(name) + "_bucket";
+  for (size_t i = 0; i < bounds.size() && i < cumulative.size(); ++i) {
+    series(bucket, labels, number(bounds[i]));
+    out_ += std::to_string(cumulative[i]);
+    out_ += '\n';
+  }
+  series(bucket, labels, "+Inf");
+  out_ += std::to_string(count);
+  out_ += '\n';
+  sample(std::string(name) + "_sum", labels, sum);
+  sample(std::string(name) + "_count", labels, count);
+}
+
+}  // namespace dripgate::common
