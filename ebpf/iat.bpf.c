@@ -26,7 +26,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Which packets count (iat_filter in iat.h); unset criteria match everything. */
 const volatile struct iat_filter cfg_filter = {};
 /* Burst window widths in ns; 0 disables a window. */
-const volatile __u64 cfg_window_ns[IAT_WINDOWS] = {100000, 1000000};
+const volatile __u64 cfg_window_ns[IAT_WINDOWS] = {100000, 1000000, 0};
 /* tc only: take the arrival time from skb->tstamp when it is nonzero. Off by default: on live
  * traffic skb->tstamp is either 0, a CLOCK_REALTIME rx stamp (only while some socket asked for
  * timestamps) or an EDT departure time on egress, so mixing it with bpf_ktime_get_ns() would

@@ -110,4 +110,13 @@ Counters IatProbe::snapshot() const {
   return s;
 }
 
+std::array<uint64_t, IAT_WINDOWS> IatProbe::take_window_peaks() {
+  std::array<uint64_t, IAT_WINDOWS> peaks{};
+  // The .bss is shared with the programs: an atomic exchange here and their compare-and-swap
+  // there see each other whole.
+  for (unsigned i = 0; i < IAT_WINDOWS; ++i)
+    peaks[i] = __atomic_exchange_n(&skel_->bss->win[i].max_count, uint64_t{0}, __ATOMIC_RELAXED);
+  return peaks;
+}
+
 }  // namespace dripgate::ebpf

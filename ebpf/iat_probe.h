@@ -44,6 +44,10 @@ class IatProbe {
   void detach() noexcept;
 
   Counters snapshot() const;
+  // Each window's most packets since the previous call (or the load), and starts the next such
+  // period: the probe's max_count is exchanged for 0, so no window's count is lost between two
+  // calls. A window open across a call counts in both periods. `live` never calls it.
+  std::array<uint64_t, IAT_WINDOWS> take_window_peaks();
 
   int tc_prog_fd() const;
   int xdp_prog_fd() const;
@@ -53,7 +57,7 @@ class IatProbe {
 
  private:
   Options options_;
-  iat* skel_ = nullptr;
+  ::iat* skel_ = nullptr;  // global: dripgate::iat is the profiler's namespace
   Attachments attachments_;
 };
 

@@ -333,6 +333,7 @@ TEST(IatProbeMaps, ConcurrentCpusShareOneTimelineAndLoseNoCount) {
               static_cast<unsigned long long>(s.window_lost[0]),
               static_cast<unsigned long long>(s.window_lost[1]));
   for (unsigned i = 0; i < IAT_WINDOWS; ++i) {
+    if (s.windows[i].width_ns == 0) continue;  // off by default (the third, serve's 10 ms)
     EXPECT_EQ(s.windows[i].cur_count + s.window_lost[i], 2u * kRepeat) << "window " << i;
     EXPECT_EQ(s.windows[i].max_count, s.windows[i].cur_count);
     EXPECT_EQ(s.windows[i].windows, 0u);
@@ -357,6 +358,27 @@ TEST(IatProbeMaps, WindowWidthsComeFromOptionsAndZeroDisables) {
   EXPECT_EQ(s.windows[1].max_count, 0u);
   EXPECT_EQ(s.hist[iat_bucket(1)], 5u);
   EXPECT_EQ(s.hist[iat_bucket(9'996)], 1u);
+}
+
+// serve's three windows, and their peaks taken period by period: each take returns the most
+// packets in one window since the previous take and starts the next period at 0; a window open
+// across a take counts whole in the next period.
+TEST(IatProbeMaps, ThreeWindowsAndPeaksTakenPeriodByPeriod) {
+  Options o = exact_clock();
+  o.windows_ns = {10'000, 100'000, 1'000'000};
+  IatProbe probe(o);
+  const auto f = frame(Pkt{});
+  const uint64_t base = 1'000'000'000'000;
+  for (uint64_t t : {0, 1, 2, 3, 50'000, 60'000}) run_tc(probe, f, base + t);
+  EXPECT_EQ(probe.take_window_peaks(), (std::array<uint64_t, IAT_WINDOWS>{4, 6, 6}));
+  EXPECT_EQ(probe.take_window_peaks(), (std::array<uint64_t, IAT_WINDOWS>{0, 0, 0}));
+  for (uint64_t t : {70'000, 200'000, 200'001}) run_tc(probe, f, base + t);
+  // 10 us: 1 then 2; 100 us: the open window [0, 100 us) now holds 7, then 2; 1 ms: 9 in all.
+  EXPECT_EQ(probe.take_window_peaks(), (std::array<uint64_t, IAT_WINDOWS>{2, 7, 9}));
+  const Counters s = probe.snapshot();
+  EXPECT_EQ(s.windows[2].width_ns, 1'000'000u);
+  EXPECT_EQ(s.windows[2].cur_count, 9u);
+  EXPECT_EQ(s.windows[0].windows, 4u);
 }
 
 TEST(IatProbeMaps, WindowIndexWrapStillOpensANewWindow) {

@@ -1,5 +1,6 @@
 // dripgate-iat: the inter-arrival profiler. `live` attaches the eBPF probe to an interface for a
-// while, `pcap` reads a capture, `compare` sets two saved profiles side by side.
+// while, `serve` keeps it attached and serves Prometheus metrics, `pcap` reads a capture,
+// `compare` sets two saved profiles side by side.
 #include <linux/if_link.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include "tools/iat/compare.h"
 #include "tools/iat/json.h"
 #include "tools/iat/pcap.h"
+#include "tools/iat/serve.h"
 #include "tools/iat/svg.h"
 #include "tools/iat/text.h"
 #include "tools/iat/units.h"
@@ -236,6 +238,62 @@ int run_live(const LiveArgs& args, const Output& out) {
   return 0;
 }
 
+struct ServeArgs {
+  std::string listen, period = "10s";
+};
+
+// Like live, without an end: the probe stays attached and /metrics is served until SIGTERM or
+// SIGINT (SIGHUP too), then the probe is detached as in live.
+int run_serve(const LiveArgs& args, const ServeArgs& serve) {
+  const sigset_t sigs = stop_signals();
+  if (sigprocmask(SIG_BLOCK, &sigs, nullptr) != 0)
+    throw std::runtime_error(fmt::format("sigprocmask: {}", std::strerror(errno)));
+  ServeSpec spec;
+  spec.listen = serve.listen;
+  spec.iface = args.iface;
+  spec.period_ns = parse_duration_ns(serve.period);
+  if (spec.period_ns < 1'000'000'000) throw std::runtime_error("--period must be at least 1s");
+  const LiveSpec live = parse_live(args);
+  spec.where = live.where;
+  spec.windows_ns = parse_windows(args.windows);
+
+  std::unique_ptr<ebpf::IatProbe> probe = load_probe(live.options);
+  if (live.xdp)
+    probe->attach_xdp(live.at, live.xdp_flags);
+  else
+    probe->attach_tc(live.at, live.dir);
+  const int signo = serve_metrics(*probe, spec, sigs);
+  probe->detach();
+  probe.reset();
+  std::cerr << fmt::format(
+      "dripgate-iat: stopped by {}; probe detached\n",
+      sigabbrev_np(signo) ? fmt::format("SIG{}", sigabbrev_np(signo)) : std::to_string(signo));
+  return 0;
+}
+
+// The probe's options, shared by live and serve.
+void add_probe_options(CLI::App* l, LiveArgs& live) {
+  l->add_option("--iface", live.iface, "interface to probe")->required();
+  l->add_option("--netns", live.netns, "network namespace of the interface (name in /run/netns)");
+  l->add_option("--direction", live.direction, "tc hook: ingress or egress")
+      ->check(CLI::IsMember({"ingress", "egress"}))
+      ->capture_default_str();
+  auto* xdp = l->add_flag("--xdp", live.xdp, "attach with XDP (ingress only) instead of tc");
+  l->add_option("--xdp-mode", live.xdp_mode, "XDP mode: auto, skb or drv")
+      ->check(CLI::IsMember({"auto", "skb", "drv"}))
+      ->needs(xdp)
+      ->capture_default_str();
+  l->add_option("--filter-src", live.src, "count only packets from this prefix (CIDR)");
+  l->add_option("--filter-dst", live.dst, "count only packets to this prefix (CIDR)");
+  l->add_option("--filter-port,--filter-dport", live.dport,
+                "count only packets to this port or port range (N or N-M)");
+  l->add_option("--filter-sport", live.sport, "count only packets from this port or range");
+  l->add_option("--filter-proto", live.proto, "count only tcp, udp, sctp or icmp")
+      ->check(CLI::IsMember({"tcp", "udp", "sctp", "icmp"}));
+  l->add_option("--window", live.windows, "burst window widths, at most 3 (e.g. 100us,1ms)")
+      ->capture_default_str();
+}
+
 Profile load_profile(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
@@ -259,28 +317,22 @@ int run(int argc, char** argv) {
   LiveArgs live;
   Output live_out;
   auto* l = app.add_subcommand("live", "attach the eBPF probe to an interface for a while");
-  l->add_option("--iface", live.iface, "interface to probe")->required();
-  l->add_option("--netns", live.netns, "network namespace of the interface (name in /run/netns)");
-  l->add_option("--direction", live.direction, "tc hook: ingress or egress")
-      ->check(CLI::IsMember({"ingress", "egress"}))
-      ->capture_default_str();
-  auto* xdp = l->add_flag("--xdp", live.xdp, "attach with XDP (ingress only) instead of tc");
-  l->add_option("--xdp-mode", live.xdp_mode, "XDP mode: auto, skb or drv")
-      ->check(CLI::IsMember({"auto", "skb", "drv"}))
-      ->needs(xdp)
-      ->capture_default_str();
-  l->add_option("--filter-src", live.src, "count only packets from this prefix (CIDR)");
-  l->add_option("--filter-dst", live.dst, "count only packets to this prefix (CIDR)");
-  l->add_option("--filter-port,--filter-dport", live.dport,
-                "count only packets to this port or port range (N or N-M)");
-  l->add_option("--filter-sport", live.sport, "count only packets from this port or range");
-  l->add_option("--filter-proto", live.proto, "count only tcp, udp, sctp or icmp")
-      ->check(CLI::IsMember({"tcp", "udp", "sctp", "icmp"}));
+  add_probe_options(l, live);
   l->add_option("--duration", live.duration, "how long to collect (e.g. 5s, 500ms)")
       ->capture_default_str();
-  l->add_option("--window", live.windows, "burst window widths, at most 2 (e.g. 100us,1ms)")
-      ->capture_default_str();
   add_output_options(l, live_out);
+
+  LiveArgs served;
+  served.windows = "100us,1ms,10ms";
+  ServeArgs serve;
+  auto* sv = app.add_subcommand(
+      "serve", "keep the eBPF probe attached and serve Prometheus metrics until SIGTERM/SIGINT");
+  add_probe_options(sv, served);
+  sv->add_option("--listen", serve.listen, "host:port to serve GET /metrics on")->required();
+  sv->add_option("--period", serve.period,
+                 "the burst windows' sliding period: peaks and burst factors over the last this "
+                 "long (at least 1s; set it to the scrape interval or longer)")
+      ->capture_default_str();
 
   std::string pcap_file;
   PcapOptions pcap_opt;
@@ -290,7 +342,7 @@ int run(int argc, char** argv) {
   auto* pc = app.add_subcommand("pcap", "profile a pcap or pcapng capture");
   pc->add_option("file", pcap_file, "capture file")->required();
   pc->add_option("--filter", pcap_opt.filter, "pcap-filter(7) expression, e.g. 'udp port 9000'");
-  pc->add_option("--window", pcap_windows, "burst window widths, at most 2 (e.g. 100us,1ms)")
+  pc->add_option("--window", pcap_windows, "burst window widths, at most 3 (e.g. 100us,1ms)")
       ->capture_default_str();
   pc->add_option("--interval", pcap_interval,
                  "ideal inter-arrival of a paced stream (1/rate, e.g. 2us): also report the "
@@ -305,6 +357,7 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*l) return run_live(live, live_out);
+  if (*sv) return run_serve(served, serve);
   if (*pc) {
     pcap_opt.windows_ns = parse_windows(pcap_windows);
     if (!pcap_interval.empty()) {

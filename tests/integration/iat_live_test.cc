@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/prom_text.h"
+#include "tests/http_client.h"
 #include "tests/netns.h"
 
 namespace {
@@ -253,6 +255,72 @@ TEST_P(IatLiveSignal, StopsEarlyDetachesAndReports) {
 
 INSTANTIATE_TEST_SUITE_P(Signals, IatLiveSignal, ::testing::Values(SIGINT, SIGTERM),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+double scraped(const std::string& body, const std::string& selector) {
+  auto sel = dripgate::common::parse_prom_selector(selector);
+  if (!sel) return -2;
+  auto r = dripgate::common::read_prom_metric(body, *sel, dripgate::common::PromAggregate::kSum);
+  return r.status == dripgate::common::PromReading::Status::kOk ? r.value : -1;
+}
+
+// serve keeps the probe attached and answers GET /metrics with the packets counted so far, the
+// inter-arrival histogram (cumulative, its count one less than the packets) and the burst
+// windows over its period; SIGTERM detaches it and leaves nothing on the interface.
+TEST_F(IatLive, ServeAnswersScrapesUntilSigterm) {
+  VethNetns n;
+  Child iat({iat_, "serve", "--iface", n.if_b, "--netns", n.ns_b, "--filter-proto", "udp",
+             "--filter-port", "9000", "--listen", "127.0.0.1:0", "--period", "30s"},
+            path("out"), path("err"));
+  ASSERT_TRUE(n.wait_attached(false)) << iat.err();
+  int port = 0;
+  for (int i = 0; i < 500 && port == 0; ++i) {
+    const std::string e = iat.err();
+    if (const size_t at = e.find("(port "); at != std::string::npos)
+      port = std::stoi(e.substr(at + 6));
+    else
+      std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GT(port, 0) << iat.err();
+  send(n, "--burst 300 --within 0");
+  send(n, "--rate 1000 --count 100");
+  // The windows' peaks are taken once a second.
+  std::this_thread::sleep_for(1500ms);
+  const auto r = dripgate::testing::http(port, "GET", "/metrics");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string& m = r.body;
+  const std::string at = "{iface=\"" + n.if_b + "\"}";
+  EXPECT_EQ(scraped(m, "dripgate_iat_packets_total" + at), 400) << m;
+  EXPECT_EQ(scraped(m, "dripgate_iat_interarrival_seconds_count" + at), 399);
+  EXPECT_EQ(scraped(m, "dripgate_iat_interarrival_seconds_bucket{le=\"+Inf\"}"), 399);
+  // Most of the back-to-back burst is well below 65 us, most of the paced run around 1 ms.
+  EXPECT_GE(scraped(m, "dripgate_iat_interarrival_seconds_bucket{le=\"6.5536e-05\"}"), 250) << m;
+  EXPECT_LE(scraped(m, "dripgate_iat_interarrival_seconds_bucket{le=\"0.000524288\"}"), 330) << m;
+  const double sum = scraped(m, "dripgate_iat_interarrival_seconds_sum" + at);
+  EXPECT_GT(sum, 0.09);
+  EXPECT_LT(sum, 5.0);
+  double last = 0;
+  size_t buckets = 0;
+  for (size_t p = 0;
+       (p = m.find("dripgate_iat_interarrival_seconds_bucket{", p)) != std::string::npos;
+       ++p, ++buckets) {
+    const double v = std::stod(m.substr(m.find("} ", p) + 2));
+    EXPECT_LE(last, v) << m.substr(p, 100);
+    last = v;
+  }
+  EXPECT_GE(buckets, 50u);
+  EXPECT_GE(scraped(m, "dripgate_iat_window_peak_packets{window=\"100us\"}"), 10) << m;
+  EXPECT_GE(scraped(m, "dripgate_iat_window_peak_packets{window=\"10ms\"}"),
+            scraped(m, "dripgate_iat_window_peak_packets{window=\"1ms\"}"));
+  EXPECT_GT(scraped(m, "dripgate_iat_burst_factor{window=\"1ms\"}"), 5) << m;
+  for (const char* f : {"packets_total counter", "interarrival_seconds histogram",
+                        "window_peak_packets gauge", "burst_factor gauge"})
+    EXPECT_NE(m.find(std::string("# TYPE dripgate_iat_") + f + "\n"), std::string::npos) << f;
+  EXPECT_EQ(dripgate::testing::http(port, "GET", "/").status, 404);
+  ::kill(iat.pid(), SIGTERM);
+  ASSERT_EQ(iat.wait(10s), 0) << iat.err();
+  EXPECT_NE(iat.err().find("stopped by SIGTERM; probe detached"), std::string::npos) << iat.err();
+  n.expect_clean();
+}
 
 TEST_F(IatLive, XdpModeCountsAndDetaches) {
   VethNetns n;
