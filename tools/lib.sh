@@ -69,10 +69,14 @@ start_redis_cluster() {
 # bootstrap [TARGET...]: what every entry point does first, from the repo root: installs the
 # missing Debian packages, configures $BUILD (default build/) once, and compiles the targets
 # (everything when none are named). A failed build prints the compiler's output and exits 1.
+# The folder is set up with the Debian package's paths (/usr, /etc, /var), so that it can be
+# packaged as built (debian/rules' DRIPGATE_PREBUILT, tests/integration/deb_test.sh); no test
+# depends on the prefix.
 bootstrap() {
   bash tools/setup-deps.sh
   BUILD=${BUILD:-build}
-  [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
+  [ -f "$BUILD/build.ninja" ] ||
+    meson setup "$BUILD" --prefix=/usr --sysconfdir=/etc --localstatedir=/var >/dev/null
   local out
   if ! out=$(meson compile -C "$BUILD" "$@" 2>&1); then
     echo "$out" >&2

@@ -414,9 +414,23 @@ def main():
         return
     if len(sys.argv) != 4:
         fail(__doc__)
-    # Everything mounted here goes with the namespace when the test ends.
-    rc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
-                         os.path.abspath(__file__), "--world"] + sys.argv[1:]).returncode
+    # The configuration directory must exist for the world's tmpfs to cover it alone: over its
+    # nearest ancestor (/etc for /etc/dripgate) the tmpfs would hide the box's passwd and group.
+    # One made here is removed with the test.
+    made = config_dir = os.path.dirname(config_path(parse_unit(sys.argv[1])))
+    while not os.path.isdir(os.path.dirname(made)):
+        made = os.path.dirname(made)
+    made = None if os.path.isdir(config_dir) else made
+    os.makedirs(config_dir, exist_ok=True)
+    try:
+        # Everything mounted here goes with the namespace when the test ends.
+        rc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                             os.path.abspath(__file__), "--world"] + sys.argv[1:]).returncode
+    finally:
+        path = config_dir
+        while made:
+            os.rmdir(path)
+            made, path = (None if path == made else made), os.path.dirname(path)
     sys.exit(rc)
 
 
