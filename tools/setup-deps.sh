@@ -11,8 +11,9 @@ PKGS=(
   libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   redis-server redis-tools
   iproute2 iputils-ping tcpdump wrk nginx-light bpftrace python3 python3-grpcio curl openssl ethtool systemd
-  util-linux
+  util-linux man-db
   prometheus python3-yaml
+  debhelper help2man lintian    # the Debian package (debian/): its build, man pages and check
 )
 
 missing=()
