@@ -145,11 +145,14 @@ std::optional<PromAggregate> parse_prom_aggregate(std::string_view name) {
   return std::nullopt;
 }
 
-PromReading read_prom_metric(std::string_view body, const PromSelector& sel, PromAggregate agg) {
-  PromReading r;
-  const uint32_t all = (1u << sel.labels.size()) - 1;
+namespace {
+
+// Walks the sample lines of `body`, checking each: want(name) says whether a line's labels and
+// value matter (its labels go to label(name, value), then its value to sample(value));
+// comments and blank lines are skipped. "" when every line is the format, else "line N: why".
+template <class Want, class Label, class Sample>
+std::string scan(std::string_view body, Want&& want, Label&& label, Sample&& sample) {
   std::string value;  // a label value, unescaped; reused
-  bool any = false;
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
     size_t nl = body.find('\n', pos);
@@ -160,25 +163,17 @@ PromReading read_prom_metric(std::string_view body, const PromSelector& sel, Pro
     Cursor c{line};
     c.blanks();
     if (c.end() || c.peek() == '#') continue;
-    auto bad = [&](const std::string& why) {
-      r = {};
-      r.status = PromReading::Status::kParse;
-      r.error = "line " + std::to_string(line_no) + ": " + why;
-      return r;
-    };
+    auto bad = [&](const std::string& why) { return "line " + std::to_string(line_no) + ": " + why; };
     std::string_view name = c.name(true);
     if (name.empty()) return bad("expected a metric name");
-    const bool ours = name == sel.name;
-    uint32_t matched = 0;
+    const bool ours = want(name);
     const size_t after_name = c.i;
     c.blanks();
     if (c.peek() != '{') c.i = after_name;  // the blanks before the value, checked below
     if (c.peek() == '{') {
       std::string why;
       bool ok = c.labels(value, why, [&](std::string_view n, const std::string& v, std::string&) {
-        if (ours)
-          for (size_t k = 0; k < sel.labels.size(); ++k)
-            if (sel.labels[k].first == n && sel.labels[k].second == v) matched |= 1u << k;
+        if (ours) label(n, v);
         return true;
       });
       if (!ok) return bad(why);
@@ -198,17 +193,67 @@ PromReading read_prom_metric(std::string_view body, const PromSelector& sel, Pro
       c.blanks();
       if (!c.end()) return bad("unexpected text after the timestamp");
     }
-    if (!ours || matched != all) continue;
-    ++r.series;
-    if (std::isnan(*v)) continue;
-    r.value = !any ? *v : agg == PromAggregate::kSum ? r.value + *v : std::max(r.value, *v);
-    any = true;
+    if (ours) sample(*v);
+  }
+  return {};
+}
+
+}  // namespace
+
+PromReading read_prom_metric(std::string_view body, const PromSelector& sel, PromAggregate agg) {
+  PromReading r;
+  const uint32_t all = (1u << sel.labels.size()) - 1;
+  uint32_t matched = 0;
+  bool any = false;
+  std::string error = scan(
+      body,
+      [&](std::string_view name) {
+        matched = 0;
+        return name == sel.name;
+      },
+      [&](std::string_view n, const std::string& v) {
+        for (size_t k = 0; k < sel.labels.size(); ++k)
+          if (sel.labels[k].first == n && sel.labels[k].second == v) matched |= 1u << k;
+      },
+      [&](double v) {
+        if (matched != all) return;
+        ++r.series;
+        if (std::isnan(v)) return;
+        r.value = !any ? v : agg == PromAggregate::kSum ? r.value + v : std::max(r.value, v);
+        any = true;
+      });
+  if (!error.empty()) {
+    r = {};
+    r.status = PromReading::Status::kParse;
+    r.error = std::move(error);
+    return r;
   }
   if (any)
     r.status = PromReading::Status::kOk;
   else
     r.status = r.series > 0 ? PromReading::Status::kNan : PromReading::Status::kAbsent;
   return r;
+}
+
+std::string read_prom_samples(std::string_view body, std::span<const std::string_view> names,
+                              std::vector<PromSample>& out) {
+  out.clear();
+  PromSample s;
+  std::string error = scan(
+      body,
+      [&](std::string_view name) {
+        s.labels.clear();
+        for (std::string_view n : names)
+          if (n == name) return s.name = n, true;
+        return false;
+      },
+      [&](std::string_view n, const std::string& v) { s.labels.emplace_back(n, v); },
+      [&](double v) {
+        s.value = v;
+        out.push_back(s);
+      });
+  if (!error.empty()) out.clear();
+  return error;
 }
 
 }  // namespace dripgate::common

@@ -1,5 +1,6 @@
 // The Prometheus text exposition format (version 0.0.4), read for one metric: what a model
-// gate's saturation follows (config::Saturation), e.g. vLLM's `vllm:num_requests_waiting`.
+// gate's saturation follows (config::Saturation), e.g. vLLM's `vllm:num_requests_waiting`; or
+// for a few metrics' series with their labels (the status page's dataplane and receiver).
 // Only what that needs: sample lines `name{label="value",...} value [timestamp]`, comments
 // and blank lines skipped; every sample line is checked, so a body that is not the format
 // (an HTML error page served with 200) is an error, not a metric found absent. Linear in the
@@ -8,6 +9,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,5 +52,18 @@ struct PromReading {
 // The aggregate over the series of `body` that `sel` matches; NaN samples are left out of it
 // (a gauge not measured yet), +Inf and -Inf are values like any other.
 PromReading read_prom_metric(std::string_view body, const PromSelector& sel, PromAggregate agg);
+
+// One sample of a metric with its labels, in the order the body gives them.
+struct PromSample {
+  std::string_view name;  // one of the names asked for
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;
+};
+
+// Every sample of `body` whose metric name is in `names` (a histogram's series by their own
+// names: `x_bucket`, `x_sum`), into out; "" when the body is the format, else why not (out
+// empty).
+std::string read_prom_samples(std::string_view body, std::span<const std::string_view> names,
+                              std::vector<PromSample>& out);
 
 }  // namespace dripgate::common

@@ -128,5 +128,32 @@ TEST(PromText, ArbitraryInputIsAnswered) {
   }
 }
 
+// Several metrics' series with their labels, as the status page reads a dataplane's: the other
+// metrics skipped, a histogram's buckets by their own name, a bad line an error and nothing read.
+TEST(PromText, SamplesOfSeveralMetrics) {
+  const std::string body =
+      "# TYPE dripgate_dataplane_queue_depth_packets gauge\n"
+      "dripgate_dataplane_queue_depth_packets{class=\"gold\"} 12\n"
+      "dripgate_dataplane_queue_depth_packets{class=\"a\\\"b\"} 3\n"
+      "other_metric{class=\"gold\"} 99\n"
+      "dripgate_dataplane_drops_total{class=\"gold\",cause=\"ttl\"} 4 1700000000000\n"
+      "x_bucket{le=\"+Inf\"} 7\n";
+  static constexpr std::string_view kNames[] = {"dripgate_dataplane_queue_depth_packets",
+                                                "dripgate_dataplane_drops_total", "x_bucket"};
+  std::vector<PromSample> out;
+  ASSERT_EQ(read_prom_samples(body, kNames, out), "");
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].name, "dripgate_dataplane_queue_depth_packets");
+  EXPECT_EQ(out[0].labels, (std::vector<std::pair<std::string, std::string>>{{"class", "gold"}}));
+  EXPECT_EQ(out[0].value, 12);
+  EXPECT_EQ(out[1].labels[0].second, "a\"b");
+  EXPECT_EQ(out[2].labels.size(), 2u);
+  EXPECT_EQ(out[2].labels[1], (std::pair<std::string, std::string>{"cause", "ttl"}));
+  EXPECT_EQ(out[2].value, 4);
+  EXPECT_EQ(out[3].labels[0].second, "+Inf");
+  EXPECT_EQ(read_prom_samples(body + "<html>\n", kNames, out), "line 7: expected a metric name");
+  EXPECT_TRUE(out.empty());
+}
+
 }  // namespace
 }  // namespace dripgate::common
