@@ -82,6 +82,7 @@ Gateway::Gateway(const ConfigStore& store, event_base* base, AdmittedFlows& flow
       metrics_(metrics),
       front_(std::move(front)),
       fallback_(fallback),
+      limits_(metrics.limits()),
       watch_(metrics),
       own_budget_(budget ? nullptr : std::make_unique<WaitBudget>()),
       budget_(budget ? budget : own_budget_.get()),
@@ -600,6 +601,11 @@ void Gateway::answer(Admission* a, AdmitResult& r) {
                                                     : std::string_view(),
                      shadow ? "shadow_refused" : result_label(r.outcome), front_);
   if (a->who) decisions_->record(*a->who, r, result_label(r.outcome));
+  if (!r.remaining.empty()) {
+    const int64_t now = steady_ms();
+    for (const Remaining& rem : r.remaining)
+      limits_.note(a->id(), rem.gate, rem.value, rem.limit, now);
+  }
   auto done = std::move(a->done);
   if (r.outcome != Outcome::kAllowed || !a->req.has_flow()) {
     give_back(a);

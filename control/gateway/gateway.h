@@ -214,6 +214,8 @@ class Gateway {
   Metrics& metrics_;
   std::string front_;
   Fallback* fallback_;
+  // Where this gateway's admissions report what their tenants have left (limit_tracker.h).
+  LimitTracker::Slot limits_;
   Watch watch_;
   std::atomic<int64_t> failing_since_ms_{0}, last_failure_ms_{0};
   std::mt19937_64 rng_{std::random_device{}()};

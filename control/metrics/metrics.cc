@@ -1,6 +1,7 @@
 #include "control/metrics/metrics.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -90,6 +91,14 @@ uint64_t CounterFamily::value(Labels label_values) const {
   std::shared_lock lock(mu_);
   auto it = values_.find(labels);
   return it == values_.end() ? 0 : it->second->load(std::memory_order_relaxed);
+}
+
+std::vector<std::pair<std::vector<std::string>, uint64_t>> CounterFamily::values() const {
+  std::vector<std::pair<std::vector<std::string>, uint64_t>> out;
+  std::shared_lock lock(mu_);
+  for (const auto& [labels, v] : values_)
+    out.emplace_back(labels, v->load(std::memory_order_relaxed));
+  return out;
 }
 
 void CounterFamily::render(std::string& out) const {
@@ -350,7 +359,23 @@ std::string Metrics::render() const {
          "gauge");
   out += "dripgate_brake_factor " + format_double(brake_factor()) + '\n';
   render_saturation(out);
+  render_limits(out);
   return out;
+}
+
+void Metrics::render_limits(std::string& out) const {
+  header(out, "dripgate_quota_remaining_ratio",
+         "What a tenant has left of one of its own limits (quota: tenant, tenant_tokens, quota, "
+         "concurrency) as its last decision on this daemon read it, 0..1; only the " +
+             std::to_string(LimitTracker::kTop) +
+             " tenants closest to each limit, read within the last minute.",
+         "gauge");
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  for (const LimitTracker::Row& r : limits_.lowest(now))
+    out += "dripgate_quota_remaining_ratio{tenant=\"" + escape_label(r.tenant) + "\",quota=\"" +
+           r.quota + "\"} " + format_double(r.ratio()) + '\n';
 }
 
 void Metrics::saturation_share(std::string_view gate, std::string_view model, double share) {

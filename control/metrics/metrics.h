@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "control/metrics/limit_tracker.h"
 #include "control/redis/redis_client.h"
 
 namespace dripgate::control {
@@ -28,6 +29,8 @@ class CounterFamily {
   CounterFamily(std::string name, std::string help, std::vector<std::string> label_names);
   void inc(Labels label_values, uint64_t n = 1);
   uint64_t value(Labels label_values) const;
+  // Every label set with its value (a reader's copy: the status page's).
+  std::vector<std::pair<std::vector<std::string>, uint64_t>> values() const;
   void render(std::string& out) const;
 
  private:
@@ -126,6 +129,7 @@ class Metrics : public RedisObserver {
     if (closed_again) breaker_open_.fetch_sub(1, std::memory_order_relaxed);
   }
   const CounterFamily& breaker_transitions() const { return breaker_; }
+  int64_t breaker_open() const { return breaker_open_.load(std::memory_order_relaxed); }
   // The journal's records not yet in Redis, and the memory they take.
   void journal_pending(size_t n, size_t bytes) {
     journal_pending_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
@@ -152,6 +156,11 @@ class Metrics : public RedisObserver {
   void token_to_admission(double seconds) { token_to_admission_.observe(seconds); }
   const Histogram& token_to_admission() const { return token_to_admission_; }
 
+  // The tenants closest to their limits (limit_tracker.h): each front loop notes its decisions'
+  // readings through a slot of its own; rendered as dripgate_quota_remaining_ratio.
+  LimitTracker& limits() { return limits_; }
+  const LimitTracker& limits() const { return limits_; }
+
   // RedisObserver
   void round_trip(double seconds) override { redis_rtt_.observe(seconds); }
   void error(const std::string& kind) override { redis_errors_.inc({kind}); }
@@ -174,6 +183,7 @@ class Metrics : public RedisObserver {
 
  private:
   void render_saturation(std::string& out) const;
+  void render_limits(std::string& out) const;
 
   CounterFamily admissions_;
   CounterFamily http_requests_;
@@ -205,6 +215,7 @@ class Metrics : public RedisObserver {
   std::atomic<uint64_t> grpc_refused_{0};
   std::atomic<uint64_t> http_refused_{0}, http_evicted_{0}, http_timeouts_{0},
       http_accept_errors_{0};
+  LimitTracker limits_;
 };
 
 }  // namespace dripgate::control
