@@ -217,6 +217,14 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   kv(out, "max_waiters", cfg.control.queue.max_waiters);
   kv(out, "max_waiters_per_tenant", cfg.control.queue.max_waiters_per_tenant);
   out << YAML::EndMap;
+  if (cfg.control.status != Control::Status{}) {
+    out << YAML::Key << "status" << YAML::Value << YAML::BeginMap;
+    for (auto [key, url] :
+         {std::pair{"dataplane_metrics_url", &cfg.control.status.dataplane_metrics_url},
+          {"iat_metrics_url", &cfg.control.status.iat_metrics_url}})
+      if (!url->empty()) out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << *url;
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "rls" << YAML::Value << YAML::BeginMap << YAML::Key << "domains"
       << YAML::Value << YAML::BeginMap;
   for (const auto& [domain, keys] : cfg.control.rls_domains) {

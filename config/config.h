@@ -291,6 +291,15 @@ struct Control {
     bool operator==(const Queue&) const = default;
   };
   Queue queue;
+  // What the status page (GET /ui) shows beside the daemon's own state: the dataplane's and the
+  // receiver's (dripgate-iat serve) metrics endpoints, http:// URLs scraped only while the page
+  // is watched; empty: not shown.
+  struct Status {
+    std::string dataplane_metrics_url;
+    std::string iat_metrics_url;
+    bool operator==(const Status&) const = default;
+  };
+  Status status;
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
   Tls grpc_tls;  // TLS on grpc_listen

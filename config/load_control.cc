@@ -7,6 +7,7 @@
 
 #include "common/address.h"
 #include "common/error.h"
+#include "common/http_url.h"
 #include "config/load_sections.h"
 
 namespace dripgate::config::loader {
@@ -93,6 +94,23 @@ void load_tls(Ctx& ctx, const Fields& parent, std::string_view key, Tls& out) {
   out = std::move(t);
 }
 
+// control.status: the status page's metrics endpoints, each an http:// URL.
+void load_status(Ctx& ctx, const YAML::Node& n, const std::string& path, Control::Status& out) {
+  Fields f(ctx, n, path, {"dataplane_metrics_url", "iat_metrics_url"});
+  if (!f.ok()) return;
+  for (auto [key, field] : {std::pair{"dataplane_metrics_url", &out.dataplane_metrics_url},
+                            {"iat_metrics_url", &out.iat_metrics_url}}) {
+    const Entry* e = f.find(key);
+    auto v = e ? get_string(ctx, e->value, f.path(key)) : std::nullopt;
+    if (!v) continue;
+    std::string why;
+    if (common::parse_http_url(*v, &why))
+      *field = *v;
+    else
+      ctx.error(e->value, f.path(key), why);
+  }
+}
+
 }  // namespace
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
@@ -100,7 +118,7 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
            {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
             "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
             "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls", "queue",
-            "tls", "grpc_tls"});
+            "tls", "grpc_tls", "status"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
@@ -116,6 +134,7 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);
   if (const Entry* e = f.find("decision_log"))
     load_decision_log(ctx, e->value, f.path("decision_log"), c.decision_log);
+  if (const Entry* e = f.find("status")) load_status(ctx, e->value, f.path("status"), c.status);
   if (const Entry* e = f.find("queue")) {
     Fields q(ctx, e->value, f.path("queue"), {"max_waiters", "max_waiters_per_tenant"});
     if (q.ok()) {

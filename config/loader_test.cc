@@ -220,7 +220,7 @@ plans:
             "t.yaml:1:35: control.https: unknown key 'https' (allowed: listen, threads, "
             "auth_token, auth_token_file, auth_token_env, admin_token, admin_token_file, "
             "admin_token_env, dataplane_socket, max_connections, request_timeout_s, decision_log, "
-            "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls)");
+            "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls, status)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -485,6 +485,26 @@ global_gates:
   LoadResult back = load_string(to_yaml(c), "back.yaml");
   ASSERT_TRUE(back.config) << (back.errors.empty() ? "" : back.errors[0].str());
   EXPECT_EQ(back.config->global_gates, c.global_gates);
+}
+
+// The status page's metrics endpoints: http:// URLs, checked as a saturation URL is.
+TEST(StatusPage, MetricsUrlsAreChecked) {
+  const Config c = load_ok(
+      "control: { status: { dataplane_metrics_url: 'http://127.0.0.1:9101/metrics', "
+      "iat_metrics_url: 'http://[::1]:9102/metrics' } }");
+  EXPECT_EQ(c.control.status.dataplane_metrics_url, "http://127.0.0.1:9101/metrics");
+  EXPECT_EQ(c.control.status.iat_metrics_url, "http://[::1]:9102/metrics");
+  EXPECT_EQ(load_ok("control: {}").control.status, Control::Status{});
+  EXPECT_EQ(error_of("control: { status: { dataplane_metrics_url: 'https://h/m' } }"),
+            "t.yaml:1:45: control.status.dataplane_metrics_url: https is not supported: the "
+            "endpoint is scraped over plain http://");
+  EXPECT_EQ(error_of("control: {\n  status: { iat_metrics_url: 'http://h:x/m' } }"),
+            "t.yaml:2:30: control.status.iat_metrics_url: bad port 'x' (0 to 65535)");
+  EXPECT_EQ(error_of("control: { status: { iat_metrics_url: 7 } }"),
+            "t.yaml:1:39: control.status.iat_metrics_url: expected http://host[:port][/path]");
+  EXPECT_EQ(error_of("control: { status: { url: 'http://h/' } }"),
+            "t.yaml:1:22: control.status.url: unknown key 'url' (allowed: dataplane_metrics_url, "
+            "iat_metrics_url)");
 }
 
 TEST(Saturation, BadValuesAreNamed) {
@@ -1723,7 +1743,7 @@ dataplane:
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
       "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
-      "grpc_max_inflight, rls, queue, tls, grpc_tls)",
+      "grpc_max_inflight, rls, queue, tls, grpc_tls, status)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -1765,6 +1785,7 @@ control:
   grpc_max_inflight: 512
   rls: { domains: { edge: { x-tenant-id: tenant, x-model: model, tenant: tenant } } }
   queue: { max_waiters: 5000, max_waiters_per_tenant: 50 }
+  status: { dataplane_metrics_url: "http://127.0.0.1:9101/metrics", iat_metrics_url: "http://h:9/m" }
 plans:
   pro:
     class: gold

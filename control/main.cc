@@ -23,6 +23,7 @@
 #include "control/registry/brake_sync.h"
 #include "control/registry/reload.h"
 #include "control/registry/saturation_sync.h"
+#include "control/registry/status_scrape.h"
 #include "control/registry/tenant_registry.h"
 #include "control/rls/protobuf_log.h"
 #include "control/rls/rls_credentials.h"
@@ -259,6 +260,10 @@ int main(int argc, char** argv) {
   // Model gates following their backends' saturation start at their configured rate.
   ctl::SaturationSync saturation(store, &metrics);
   saturation.start();
+  // The status page's scrape of the dataplane and the receiver: idle until the page is watched.
+  ctl::StatusScrape status(store);
+  status.start();
+  opts.status = &status;
   ctl::HttpServer server(store, metrics, opts, &reloads);
   std::string err;
   if (!server.start(err)) {

@@ -14,6 +14,7 @@ PKGS=(
   util-linux man-db
   prometheus python3-yaml
   debhelper help2man lintian    # the Debian package (debian/): its build, man pages and check
+  chromium python3-websocket    # the status page's test in headless Chromium
 )
 
 missing=()

@@ -558,7 +558,10 @@ bool token_matches(const std::string& expected, const char* header) {
   if (!header) return false;
   static constexpr char kPrefix[] = "Bearer ";
   if (strncasecmp(header, kPrefix, sizeof kPrefix - 1) != 0) return false;
-  std::string_view got(header + sizeof kPrefix - 1);
+  return secret_equals(expected, std::string_view(header + sizeof kPrefix - 1));
+}
+
+bool secret_equals(const std::string& expected, std::string_view got) {
   unsigned char diff = got.size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < expected.size(); ++i)
     diff |= static_cast<unsigned char>(expected[i]) ^

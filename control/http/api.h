@@ -96,5 +96,7 @@ int64_t retry_after_seconds(int64_t retry_after_ms);
 // carries `expected`. Constant time in the length of the expected token, so timing does not
 // leak a prefix. Shared by the HTTP and the gRPC fronts.
 bool token_matches(const std::string& expected, const char* header);
+// The same comparison of a token given by other means (the password of HTTP Basic).
+bool secret_equals(const std::string& expected, std::string_view got);
 
 }  // namespace dripgate::control::api

@@ -41,9 +41,14 @@ void handle_brake_delete(Request req);
 // handlers_reload.cc: POST /v1/admin/reload.
 void handle_reload(Request req);
 
-// handlers_status.cc: /healthz, /readyz, /metrics.
+// handlers_status.cc: /healthz, /readyz, /metrics, and the status page's JSON,
+// /v1/admin/status.
 void handle_healthz(Request req);
 void handle_readyz(Request req);
 void handle_metrics(Request req);
+void handle_admin_status(Request req);
+
+// handlers_ui.cc: the status page, /ui.
+void handle_ui(Request req);
 
 }  // namespace dripgate::control::http

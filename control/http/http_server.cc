@@ -98,6 +98,7 @@ bool HttpServer::start(std::string& error) {
     w->metrics = &metrics_;
     w->reloads = reloads_;
     w->tls = opts_.tls;
+    w->status = opts_.status;
     w->index = i;
     // Split as evenly as it goes; a worker holds at least one.
     w->cap = std::max(1, opts_.max_connections / n + (i < opts_.max_connections % n ? 1 : 0));

@@ -28,6 +28,7 @@ struct Worker;  // worker.h
 }
 
 class TlsContext;
+class StatusScrape;
 
 struct ServerOptions {
   std::string listen;  // "host:port" or "[v6]:port"
@@ -50,6 +51,9 @@ struct ServerOptions {
   // HTTPS (control.tls): each connection's TLS from the context in force when it is accepted;
   // null: plaintext. Outlives the server.
   const TlsContext* tls = nullptr;
+  // The status page's scrape of the dataplane and the receiver (GET /v1/admin/status); null:
+  // the page shows the daemon alone. Outlives the server.
+  StatusScrape* status = nullptr;
 };
 
 class ReloadThread;

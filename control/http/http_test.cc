@@ -38,6 +38,7 @@
 #include "tests/http_client.h"
 #include "tests/hung_mount.h"
 #include "tests/line_peer.h"
+#include "tests/metrics_server.h"
 #include "tests/redis_server.h"
 
 namespace {
@@ -2061,6 +2062,126 @@ TEST_F(TenantRegistryHttpTest, TwoDaemonsSeeAChangeWithinASecond) {
   auto m = http(other.port(), "GET", "/metrics").body;
   EXPECT_NE(m.find("tenant=\"@registry\""), std::string::npos);
   EXPECT_EQ(m.find("dripgate_admissions_total{tenant=\"newco\""), std::string::npos);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// The status page (GET /ui) and its JSON (GET /v1/admin/status): off without an admin token,
+// as the admin API is; with one, the token as the password of HTTP Basic (what a browser
+// sends) or as a bearer token, for these two GETs only.
+TEST_F(HttpTest, StatusPageIsBehindTheAdminTokenAsBasicOrBearer) {
+  start();
+  for (const char* path : {"/ui", "/v1/admin/status"}) {
+    auto r = http(daemon_->port(), "GET", path);
+    EXPECT_EQ(r.status, 404) << path;
+    EXPECT_NE(r.body.find("control.admin_token"), std::string::npos) << r.body;
+  }
+  daemon_.reset();
+  start({.control_extra = ", admin_token: \"adm1n\""});
+  auto r = http(daemon_->port(), "GET", "/ui");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.header("www-authenticate"), "Basic realm=\"dripgate\", charset=\"UTF-8\"");
+  EXPECT_EQ(r.body.find("adm1n"), std::string::npos);
+  // "x:adm1n", "x:adm1", "adm1n" (no user part), not base64.
+  const std::string good = "Authorization: Basic eDphZG0xbg==";
+  for (const char* bad : {"Authorization: Basic eDphZG0x",
+                          "Authorization: Basic YWRtMW4=", "Authorization: Basic !!!!",
+                          "Authorization: Basic ", "Authorization: Bearer adm1"})
+    EXPECT_EQ(http(daemon_->port(), "GET", "/ui", "", {bad}).status, 401) << bad;
+  r = http(daemon_->port(), "GET", "/ui", "", {good});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("content-type"), "text/html; charset=utf-8");
+  EXPECT_NE(r.header("content-security-policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_NE(r.body.find("<title>dripgate status</title>"), std::string::npos);
+  EXPECT_NE(r.body.find("/v1/admin/status"), std::string::npos);
+  EXPECT_LT(r.body.size(), 16u * 1024);
+  EXPECT_EQ(http(daemon_->port(), "GET", "/ui", "", {"Authorization: Bearer adm1n"}).status, 200);
+  r = http(daemon_->port(), "GET", "/v1/admin/status", "", {good});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body_json()["health"]["status"], "ok") << r.body;
+  // A browser sends cached Basic credentials with a cross-site form too: the admin API's
+  // changes take the bearer token only.
+  EXPECT_EQ(http(daemon_->port(), "POST", "/v1/admin/reload", "", {good}).status, 401);
+  EXPECT_EQ(http(daemon_->port(), "DELETE", "/v1/admin/brake", "", {good}).status, 401);
+  EXPECT_EQ(daemon_->terminate(), 0);
+}
+
+// What the page shows: a refusal counted by gate, the tenant nearest its limit (also as the
+// gauge), the dataplane's classes and the receiver's histogram from endpoints the test serves.
+TEST_F(HttpTest, StatusJsonShowsRefusalsTheClosestTenantsTheDataplaneAndTheReceiver) {
+  dripgate::testing::MetricsServer dp, iat;
+  dp.set_body(
+      "dripgate_dataplane_sent_bytes_total{class=\"gold\",port=\"0\"} 5000\n"
+      "dripgate_dataplane_drip_configured_bytes_per_second{class=\"gold\"} 125000\n"
+      "dripgate_dataplane_queue_depth_packets{class=\"gold\"} 12\n"
+      "dripgate_dataplane_queue_limit_packets{class=\"gold\"} 1024\n"
+      "dripgate_dataplane_drops_total{class=\"gold\",cause=\"ttl\"} 4\n");
+  iat.set_body(
+      "dripgate_iat_interarrival_seconds_bucket{iface=\"cluster0\",le=\"0.001\"} 3\n"
+      "dripgate_iat_interarrival_seconds_bucket{iface=\"cluster0\",le=\"+Inf\"} 5\n"
+      "dripgate_iat_burst_factor{iface=\"cluster0\",window=\"10ms\"} 1.25\n");
+  start({.control_extra = ", admin_token: \"adm1n\", status: { dataplane_metrics_url: \"" +
+                          dp.url() + "\", iat_metrics_url: \"" + iat.url() + "\" }"});
+  // t-small's bucket holds 2.
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})").status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})").status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})").status, 429);
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})").status, 200);
+  auto status = [&] {
+    return http(daemon_->port(), "GET", "/v1/admin/status", "", {"Authorization: Bearer adm1n"});
+  };
+  auto r = status();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("cache-control"), "no-store");
+  json j = r.body_json();
+  EXPECT_EQ(j["admissions"]["allowed"], 3) << r.body;
+  EXPECT_EQ(j["admissions"]["refused"], json({{"tenant", 1}})) << r.body;
+  EXPECT_EQ(j["redis"]["up"], true);
+  EXPECT_EQ(j["redis"]["breaker_open"], 0);
+  EXPECT_EQ(j["brake_factor"], 1);
+  EXPECT_GT(j["now_ms"].get<int64_t>(), 1'700'000'000'000);
+  // Closest first: t-small's bucket (under one token left of 2), then t-big's.
+  ASSERT_GE(j["closest"].size(), 3u) << r.body;
+  EXPECT_EQ(j["closest"][0]["quota"], "tenant");
+  EXPECT_EQ(j["closest"][0]["tenant"], "t-small");
+  EXPECT_LT(j["closest"][0]["ratio"].get<double>(), 0.5);
+  EXPECT_EQ(j["closest"][0]["limit"], 2);
+  EXPECT_EQ(j["closest"][1]["tenant"], "t-big");
+  bool quota = false;
+  for (const json& c : j["closest"])
+    quota = quota || (c["quota"] == "quota" && c["tenant"] == "t-small" && c["limit"] == 1000);
+  EXPECT_TRUE(quota) << r.body;
+  const std::string m = metrics();
+  const std::string gauge = "dripgate_quota_remaining_ratio{tenant=\"t-small\",quota=\"tenant\"} ";
+  const size_t at = m.find(gauge);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_LT(std::stod(m.substr(at + gauge.size())), 0.5) << m;
+  EXPECT_NE(m.find("dripgate_quota_remaining_ratio{tenant=\"t-small\",quota=\"quota\"} 1\n"),
+            std::string::npos);
+  // The dataplane and the receiver: scraped once the page asked, within a second or two.
+  ASSERT_TRUE(eventually([&] {
+    j = status().body_json();
+    return j["dataplane"]["at_ms"] != 0 && j["iat"]["at_ms"] != 0;
+  })) << j.dump();
+  ASSERT_EQ(j["dataplane"]["classes"].size(), 1u) << j.dump();
+  const json& gold = j["dataplane"]["classes"][0];
+  EXPECT_EQ(gold["class"], "gold");
+  EXPECT_EQ(gold["queue_depth"], 12);
+  EXPECT_EQ(gold["queue_limit"], 1024);
+  EXPECT_EQ(gold["configured_bytes_per_s"], 125000);
+  EXPECT_EQ(gold["drops"]["ttl"]["total"], 4);
+  EXPECT_EQ(j["dataplane"]["url"], dp.url());
+  ASSERT_EQ(j["iat"]["ifaces"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["iat"]["ifaces"][0]["counts"], json({3, 2}));
+  EXPECT_EQ(j["iat"]["ifaces"][0]["le"], json({0.001, "+Inf"}));
+  EXPECT_EQ(j["iat"]["ifaces"][0]["burst_factor"]["10ms"], 1.25);
+  // An endpoint that stops answering: said, the last figures kept.
+  dp.set_mode(dripgate::testing::MetricsServer::Mode::kStatus500);
+  ASSERT_TRUE(eventually([&] {
+    j = status().body_json();
+    return j["dataplane"].contains("error");
+  })) << j.dump();
+  EXPECT_EQ(j["dataplane"]["error"], "http: status 500");
+  EXPECT_EQ(j["dataplane"]["classes"].size(), 1u);
   EXPECT_EQ(daemon_->terminate(), 0);
 }
 

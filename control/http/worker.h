@@ -124,6 +124,7 @@ struct Worker {
   Metrics* metrics = nullptr;
   ReloadThread* reloads = nullptr;  // where POST /v1/admin/reload asks (null: 404)
   const TlsContext* tls = nullptr;  // HTTPS; null: plaintext
+  StatusScrape* status = nullptr;   // the status page's scrape; null: none
   std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();  // answers from other threads
   int index = 0;
   event_base* base = nullptr;
