@@ -13,7 +13,8 @@
 #   bash tools/demo.sh admission  the rate-limit walkthrough: a private redis-server on a free
 #                                 port, dripgate-control on config/examples/walkthrough.yaml, and
 #                                 the walkthrough's runs (token bucket, token quota, three gates)
-#                                 replayed through the HTTP API.
+#                                 replayed through the HTTP API; prints where the daemon's
+#                                 status page is (GET /ui) and this run's admin token for it.
 # Everything it starts is stopped on exit, also on failure or Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,14 +68,20 @@ trap 'exit 130' INT TERM
 
 start_redis "$work"
 
+# The walkthrough's file with an admin token of this run's, which opens the status page.
 config=config/examples/walkthrough.yaml
+admin_token=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+{ cat "$config"; printf 'control:\n  admin_token: "%s"\n' "$admin_token"; } >"$work/demo.yaml"
 http_port=$(free_port)
-"$BUILD/control/dripgate-control" --config "$config" --redis "redis://127.0.0.1:$redis_port/0" \
-  --listen "127.0.0.1:$http_port" --log-level warn 2>"$work/control.log" &
+"$BUILD/control/dripgate-control" --config "$work/demo.yaml" \
+  --redis "redis://127.0.0.1:$redis_port/0" --listen "127.0.0.1:$http_port" --log-level warn \
+  2>"$work/control.log" &
 pids+=($!)
 wait_port "$http_port"
 
 echo "dripgate demo: redis-server on port $redis_port, dripgate-control on 127.0.0.1:$http_port"
-echo "(config: dripgate-control --config $config)"
+echo "(config: dripgate-control --config $config, with control.admin_token set for this run)"
+echo "status page: http://127.0.0.1:$http_port/ui (any user name; password: the admin token" \
+  "$admin_token)"
 echo
 "$BUILD/tools/dripgate-demo" --port "$http_port"
