@@ -225,9 +225,13 @@ int run(const dg::Options& opt, const cfg::Dataplane& dp,
   // read, when asked, so a scrape costs the workers nothing.
   std::unique_ptr<dripgate::common::MetricsHttp> metrics;
   if (!dp.metrics_listen.empty()) {
-    metrics = std::make_unique<dripgate::common::MetricsHttp>(dp.metrics_listen, [&] {
-      return dg::render_metrics(*stats, {&reloader.running(), flows->size(), flows->capacity()});
-    });
+    try {
+      metrics = std::make_unique<dripgate::common::MetricsHttp>(dp.metrics_listen, [&] {
+        return dg::render_metrics(*stats, {&reloader.running(), flows->size(), flows->capacity()});
+      });
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("dataplane.metrics_listen: ") + e.what());
+    }
     spdlog::info("metrics: http://{}/metrics (port {})", dp.metrics_listen, metrics->port());
   }
   fastpath.launch();
