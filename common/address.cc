@@ -9,6 +9,14 @@
 
 namespace dripgate::common {
 
+bool cidr_contains(const Cidr& net, const Cidr& addr) {
+  if (net.v6 != addr.v6 || addr.prefix < net.prefix) return false;
+  const size_t whole = net.prefix / 8, rest = net.prefix % 8;
+  if (!std::equal(net.addr.begin(), net.addr.begin() + whole, addr.addr.begin())) return false;
+  const auto mask = static_cast<uint8_t>(0xff << (8 - rest));
+  return rest == 0 || (net.addr[whole] & mask) == (addr.addr[whole] & mask);
+}
+
 std::optional<Cidr> parse_cidr(std::string_view text, std::string* why, HostBits host_bits) {
   auto fail = [&](std::string msg) -> std::optional<Cidr> {
     if (why) *why = std::move(msg);

@@ -28,6 +28,10 @@ struct Cidr {
 // the probe keeps them so that its --src/--dst echo what the user wrote.
 enum class HostBits { kReject, kClear, kKeep };
 
+// Whether `addr` (a host or a network) lies inside `net`: the same family, and the prefix's bits
+// of `net` equal `addr`'s.
+bool cidr_contains(const Cidr& net, const Cidr& addr);
+
 // "10.1.0.0/16", "2001:db8::/32"; an address without "/len" is a host (/32, /128). On failure
 // returns nullopt and, when why is given, says what is wrong (bad address, prefix length, host
 // bits set).

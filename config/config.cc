@@ -198,6 +198,11 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
       !cfg.control.admin_token_env.empty())
     token(out, "admin_token", cfg.control.admin_token, cfg.control.admin_token_file,
           cfg.control.admin_token_env);
+  if (cfg.control.tenant_keys) kv(out, "auth", std::string("tenant_keys"));
+  if (!cfg.control.metrics_token.empty() || !cfg.control.metrics_token_file.empty() ||
+      !cfg.control.metrics_token_env.empty())
+    token(out, "metrics_token", cfg.control.metrics_token, cfg.control.metrics_token_file,
+          cfg.control.metrics_token_env);
   out << YAML::Key << "dataplane_socket" << YAML::Value << YAML::DoubleQuoted
       << cfg.control.dataplane_socket;
   kv(out, "max_connections", int64_t{cfg.control.max_connections});
@@ -311,6 +316,16 @@ void write_admission(YAML::Emitter& out, const Config& cfg) {
       out << YAML::Key << name;
     out << YAML::Value << YAML::Flow << YAML::BeginMap;
     kv(out, "plan", tenant.plan);
+    if (!tenant.keys_sha256.empty()) {
+      out << YAML::Key << "keys_sha256" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& k : tenant.keys_sha256) out << k;
+      out << YAML::EndSeq;
+    }
+    if (!tenant.flows_from.empty()) {
+      out << YAML::Key << "flows_from" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& n : tenant.flows_from) out << YAML::DoubleQuoted << n;
+      out << YAML::EndSeq;
+    }
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -181,6 +181,13 @@ inline constexpr std::string_view kAnyTenant = "*";
 struct Tenant {
   std::string name;  // an id, or kAnyTenant
   std::string plan;
+  // The SHA-256 digests (64 lower-case hex digits) of the API keys that act as this tenant
+  // under control.auth: tenant_keys; the keys themselves are never configured.
+  std::vector<std::string> keys_sha256{};
+  // Under tenant_keys, where a flow a key-authenticated /v1/admit tags may come from besides the
+  // caller's own address: CIDRs as written, and parsed.
+  std::vector<std::string> flows_from{};
+  std::vector<common::Cidr> flows_from_nets{};
 
   bool operator==(const Tenant&) const = default;
 };
@@ -275,6 +282,15 @@ struct Control {
   std::string admin_token;
   std::string admin_token_file;
   std::string admin_token_env;
+  // control.auth: who may act as which tenant. false ("token"): the shared auth_token, when
+  // set, admits any tenant (a trusted proxy authenticated it). true ("tenant_keys"): the API's
+  // calls carry a key of the request's tenant (Tenant::keys_sha256, the registry's keys), or
+  // the shared auth_token as a trusted proxy.
+  bool tenant_keys = false;
+  // Protects /metrics and /healthz when set; read as auth_token is.
+  std::string metrics_token;
+  std::string metrics_token_file;
+  std::string metrics_token_env;
   std::string dataplane_socket = "/run/dripgate/dataplane.sock";
   // Open HTTP connections at most (all workers); beyond it the longest idle one is closed, or the
   // newcomer when every one has a request in progress.

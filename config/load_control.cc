@@ -115,10 +115,29 @@ void load_status(Ctx& ctx, const YAML::Node& n, const std::string& path, Control
 
 void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   Fields f(ctx, n, "control",
-           {"listen", "threads", "auth_token", "auth_token_file", "auth_token_env", "admin_token",
-            "admin_token_file", "admin_token_env", "dataplane_socket", "max_connections",
-            "request_timeout_s", "decision_log", "grpc_listen", "grpc_max_inflight", "rls", "queue",
-            "tls", "grpc_tls", "status"});
+           {"listen",
+            "threads",
+            "auth_token",
+            "auth_token_file",
+            "auth_token_env",
+            "admin_token",
+            "admin_token_file",
+            "admin_token_env",
+            "dataplane_socket",
+            "max_connections",
+            "request_timeout_s",
+            "decision_log",
+            "grpc_listen",
+            "grpc_max_inflight",
+            "rls",
+            "queue",
+            "tls",
+            "grpc_tls",
+            "status",
+            "auth",
+            "metrics_token",
+            "metrics_token_file",
+            "metrics_token_env"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
@@ -129,6 +148,17 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
   set_int(ctx, f, "threads", c.threads, 1, 1024);
   load_token(ctx, f, "auth_token", c.auth_token, c.auth_token_file, c.auth_token_env);
   load_token(ctx, f, "admin_token", c.admin_token, c.admin_token_file, c.admin_token_env);
+  load_token(ctx, f, "metrics_token", c.metrics_token, c.metrics_token_file, c.metrics_token_env);
+  if (const Entry* e = f.find("auth"))
+    if (auto s = get_string(ctx, e->value, f.path("auth"))) {
+      if (*s == "tenant_keys" || *s == "token")
+        c.tenant_keys = *s == "tenant_keys";
+      else
+        ctx.error(
+            e->value, f.path("auth"),
+            "must be token (the shared auth_token) or tenant_keys (each tenant's keys), got " +
+                quote(*s));
+    }
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
   set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);

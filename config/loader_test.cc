@@ -220,7 +220,8 @@ plans:
             "t.yaml:1:35: control.https: unknown key 'https' (allowed: listen, threads, "
             "auth_token, auth_token_file, auth_token_env, admin_token, admin_token_file, "
             "admin_token_env, dataplane_socket, max_connections, request_timeout_s, decision_log, "
-            "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls, status)");
+            "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls, status, auth, "
+            "metrics_token, metrics_token_file, metrics_token_env)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -760,6 +761,52 @@ tenants:
   // A plan with mistakes inside still exists: its tenants are not reported too.
   EXPECT_EQ(error_of("plans: { pro: { quota: 5 } }\ntenants: { ws-a: { plan: pro } }"),
             "t.yaml:1:24: plans.pro.quota: expected a mapping, got '5'");
+}
+
+// control.auth and the digests of each tenant's API keys: 64 hex digits, kept in lower case,
+// each mistake named at its item.
+TEST(Tenants, KeyDigestsAndTheAuthMode) {
+  const std::string a(64, 'a'), b = std::string(63, 'B') + "0";
+  Config c = load_ok(
+      "control: { auth: tenant_keys, metrics_token: m3tr1cs }\n"
+      "plans: { pro: {} }\n"
+      "tenants: { acme: { plan: pro, keys_sha256: [\"" +
+      a + "\", \"" + b + "\"] } }");
+  EXPECT_TRUE(c.control.tenant_keys);
+  EXPECT_EQ(c.control.metrics_token, "m3tr1cs");
+  EXPECT_EQ(c.tenants.at("acme").keys_sha256,
+            (std::vector<std::string>{a, std::string(63, 'b') + "0"}));
+  std::string y = to_yaml(c);
+  EXPECT_NE(y.find("auth: tenant_keys"), std::string::npos) << y;
+  EXPECT_EQ(load_ok(y), c);
+  EXPECT_FALSE(load_ok("{}").control.tenant_keys);
+  EXPECT_FALSE(load_ok("control: { auth: token }").control.tenant_keys);
+  EXPECT_EQ(error_of("control: { auth: keys }"),
+            "t.yaml:1:18: control.auth: must be token (the shared auth_token) or tenant_keys "
+            "(each tenant's keys), got 'keys'");
+  const std::string pre = "plans: { pro: {} }\ntenants: { acme: { plan: pro, keys_sha256: ";
+  EXPECT_EQ(error_of(pre + "[\"abc\"] } }"),
+            "t.yaml:2:45: tenants.acme.keys_sha256[0]: must be 64 hex digits (a SHA-256 "
+            "digest), got 3 characters");
+  EXPECT_EQ(error_of(pre + "[\"" + a + "\", \"" + std::string(63, 'a') + "g\"] } }"),
+            "t.yaml:2:113: tenants.acme.keys_sha256[1]: must be 64 hex digits (a SHA-256 "
+            "digest), found a character that is no hex digit");
+  EXPECT_EQ(error_of(pre + "[\"" + a + "\", \"" + std::string(64, 'A') + "\"] } }"),
+            "t.yaml:2:113: tenants.acme.keys_sha256[1]: the same digest twice");
+  // Where a key's flows may come from: CIDRs, each mistake named at its item.
+  Config f = load_ok(
+      "plans: { pro: {} }\ntenants: { acme: { plan: pro, flows_from: "
+      "[\"10.1.0.0/16\", \"2001:db8::/48\"] } }");
+  EXPECT_EQ(f.tenants.at("acme").flows_from,
+            (std::vector<std::string>{"10.1.0.0/16", "2001:db8::/48"}));
+  ASSERT_EQ(f.tenants.at("acme").flows_from_nets.size(), 2u);
+  EXPECT_EQ(load_ok(to_yaml(f)), f);
+  EXPECT_EQ(error_of("plans: { pro: {} }\ntenants: { acme: { plan: pro, flows_from: "
+                     "[\"10.1.0.0/16\", \"10.1.0.1/16\"] } }"),
+            "t.yaml:2:59: tenants.acme.flows_from[1]: bad CIDR '10.1.0.1/16': host bits set in "
+            "'10.1.0.1/16' (the network is 10.1.0.0/16)");
+  EXPECT_EQ(error_of(pre + "abc } }"),
+            "t.yaml:2:44: tenants.acme.keys_sha256: expected a list of SHA-256 digests, got 'abc'");
 }
 
 TEST(Tenants, TheDefaultPlanEntry) {
@@ -1743,7 +1790,8 @@ dataplane:
       "t.yaml:2:40: control.colour: unknown key 'colour' (allowed: listen, threads, auth_token, "
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
       "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
-      "grpc_max_inflight, rls, queue, tls, grpc_tls, status)",
+      "grpc_max_inflight, rls, queue, tls, grpc_tls, status, auth, metrics_token, "
+      "metrics_token_file, metrics_token_env)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "

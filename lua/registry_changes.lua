@@ -10,7 +10,8 @@
 -- Returns {version} when nothing changed; {version, "full"} when the caller must read the whole
 -- registry (it holds none, more than `max` changes or more than the log keeps happened, or the
 -- registry is older than its copy: Redis lost its data); else {version, "changes", tenant_1,
--- plan_1, ...}, each changed tenant once with its plan now ("" when it was taken out).
+-- plan_1, ...}, each changed tenant once with its value now (its plan and keys, as the hash
+-- holds it; "" when it was taken out).
 
 local v = tonumber(redis.call('GET', KEYS[K_VERSION]) or '0')
 local since = tonumber(ARGV[A_SINCE])

@@ -3,7 +3,7 @@
 # test (nothing here passes or fails); run it before and after a change and compare the tables.
 #
 #   tools/chaos.sh [--build DIR] [--seconds N]
-#                  [--only "kill stop stall-grpc auth idle-tcp idle-unix outage"]
+#                  [--only "kill stop stall-grpc auth idle-tcp idle-unix rotate outage"]
 #                  [--idle-conns N] [--outage-s N]
 #
 # Scenarios, each on a fresh redis-server and daemon, one table each:
@@ -27,6 +27,12 @@
 #   idle-unix  100 idle clients on dripgate-dataplane's control socket (net_null vdevs, no
 #              hugepages): whether a new client still gets {"op":"stats"} answered, how long
 #              it waits;
+#   rotate     an API key rotated under load (control.auth: tenant_keys, tools/chaos/rotate.py):
+#              8 clients admitting with a registry tenant's key, the key rotated over the admin
+#              API 3 s in with a 6 s overlap, the clients moving to the new key halfway through it
+#              and one (100 requests a second) staying on the old: requests with a valid key
+#              refused (must be 0), and the old key's requests after the overlap admitted (must be
+#              0) and refused 401 (Redis's timeout_ms 500 here: the scenario is about keys);
 #   outage     a long outage under `on_failure: local` (not in the default list; --only outage):
 #              wrk, 4 connections, each admitting (estimate 100) and settling (60) as agents
 #              do, Redis SIGKILLed 3 s in for --outage-s (30) and restarted from its AOF, the load
@@ -49,10 +55,10 @@ bench_defaults
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 seconds=15
-only="kill stop stall-grpc auth idle-tcp idle-unix"
+only="kill stop stall-grpc auth idle-tcp idle-unix rotate"
 idle_conns=20000
 outage_s=30
-usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop stall-grpc auth idle-tcp idle-unix outage\"] [--idle-conns N] [--outage-s N]"
+usage="usage: $0 [--build DIR] [--seconds N] [--only \"kill stop stall-grpc auth idle-tcp idle-unix rotate outage\"] [--idle-conns N] [--outage-s N]"
 while [[ $# -gt 0 ]]; do
   [[ $1 == --build || $1 == --seconds ]] && bench_flag "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
@@ -433,6 +439,27 @@ EOF
   stop "$redis_pid"
 }
 
+# rotate: its own daemon (tenant keys, an admin token), rotate.py's clients and rotation.
+rotate() {
+  local dir="$work/rotate" port
+  mkdir -p "$dir"
+  port=$(free_port)
+  redis "$dir" "$port"
+  # Redis's timeout raised: this scenario is about keys, not a slow disk's fsyncs.
+  sed -e 's/^  threads: 2$/  threads: 2\n  auth: tenant_keys\n  admin_token: chaos-admin/' \
+    -e 's/timeout_ms: 50/timeout_ms: 500/' "$work/chaos.yaml" >"$dir/control.yaml"
+  http_port=$(free_port)
+  "$control" --config "$dir/control.yaml" --redis "redis://127.0.0.1:$port/0" \
+    --listen "127.0.0.1:$http_port" 2>"$dir/control.log" &
+  control_pid=$!
+  pids+=("$control_pid")
+  wait_port "$http_port"
+  python3 "$chaos/rotate.py" --port "$http_port" --admin-token chaos-admin --clients 8 \
+    --seconds "$seconds" --overlap-s 6
+  stop "$control_pid"
+  stop "$redis_pid"
+}
+
 echo "dripgate chaos: binaries from $build, load and report from $root ($(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?'))"
 echo "$(date -u '+%F %T UTC'), $(nproc) CPUs, $(uptime | sed 's/.*load/load/')"
 for s in $only; do
@@ -443,6 +470,7 @@ for s in $only; do
     auth) load_scenario auth "wrong Redis password for 5 s, then Redis takes it" ;;
     idle-tcp) idle_tcp ;;
     idle-unix) idle_unix ;;
+    rotate) rotate ;;
     outage) outage ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac

@@ -7,7 +7,7 @@
 namespace dripgate::control {
 
 Snapshot::Snapshot(config::Config c, std::string h)
-    : cfg(std::move(c)), tables(cfg), hash(std::move(h)) {}
+    : cfg(std::move(c)), tables(cfg), file_keys(cfg), hash(std::move(h)) {}
 
 std::string_view Snapshot::tenant_label(const std::string& tenant,
                                         const TenantDirectory* registry) const {

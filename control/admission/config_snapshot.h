@@ -16,6 +16,7 @@
 #include "control/admission/saturation.h"
 #include "control/admission/script_calls.h"
 #include "control/admission/tenant_directory.h"
+#include "control/admission/tenant_keys.h"
 
 namespace dripgate::control {
 
@@ -26,7 +27,8 @@ struct Snapshot {
   Snapshot& operator=(const Snapshot&) = delete;
 
   const config::Config cfg;
-  const Tables tables;     // points into cfg
+  const Tables tables;  // points into cfg
+  const FileKeys file_keys;
   const std::string hash;  // of the file it was loaded from (reload.h), empty when none
 
   // The metrics label of a tenant: its id when the file lists it, "@registry" when only the

@@ -21,10 +21,31 @@ auto after_id(const std::vector<P>& order, std::string_view after) {
 
 }  // namespace
 
+TenantDirectory::Registered::Registered(std::string_view value) {
+  const size_t space = std::min(value.find(' '), value.size());
+  plan = value.substr(0, space);
+  keys = parse_registry_keys(value.substr(space));
+}
+
 TenantDirectory::Base::Base(Plans p) : plans(std::move(p)) {
   order.reserve(plans.size());
-  for (const auto& e : plans) order.push_back(&e);
+  for (const auto& e : plans) {
+    order.push_back(&e);
+    for (const TenantKey& k : e.second.keys) owners.emplace(k.sha256, e.first);
+  }
   sort_by_id(order);
+}
+
+const std::string* TenantDirectory::owner_of(const KeyDigest& d, int64_t now_s) const {
+  // An index entry may be stale (a key revoked since): the tenant's keys now have the last word.
+  for (const Owners* index : {&recent_owners_, &base_->owners}) {
+    auto it = index->find(d);
+    if (it == index->end()) continue;
+    if (const std::vector<TenantKey>* keys = keys_of(it->second))
+      for (const TenantKey& k : *keys)
+        if (k.sha256 == d && k.valid_at(now_s)) return &it->second;
+  }
+  return nullptr;
 }
 
 TenantDirectory::TenantDirectory(uint64_t version, Plans plans)
@@ -33,17 +54,17 @@ TenantDirectory::TenantDirectory(uint64_t version, Plans plans)
       size_(base_->plans.size()) {}
 
 TenantDirectory::TenantDirectory(const TenantDirectory& prev, uint64_t version,
-                                 const std::vector<std::pair<std::string, std::string>>& changes)
+                                 const Changes& changes)
     : version_(version), size_(prev.size_) {
-  for (const auto& [id, plan] : changes) {
+  for (const auto& [id, entry] : changes) {
     // What this copy says so far: prev's answer, or one of the changes before this one.
     const std::string* now = nullptr;
     if (auto it = recent_.find(id); it != recent_.end())
-      now = it->second.empty() ? nullptr : &it->second;
+      now = it->second.plan.empty() ? nullptr : &it->second.plan;
     else
       now = prev.plan_of(id);
-    size_ = size_ - (now ? 1 : 0) + (plan.empty() ? 0 : 1);
-    recent_.insert_or_assign(id, plan);
+    size_ = size_ - (now ? 1 : 0) + (entry.plan.empty() ? 0 : 1);
+    recent_.insert_or_assign(id, entry);
   }
   if (prev.recent_.size() + recent_.size() <= kMaxRecent) {
     base_ = prev.base_;
@@ -54,11 +75,11 @@ TenantDirectory::TenantDirectory(const TenantDirectory& prev, uint64_t version,
   // Fold everything into a new base.
   Plans all = prev.base_->plans;
   for (const Plans* layer : std::array<const Plans*, 2>{&prev.recent_, &recent_})
-    for (const auto& [id, plan] : *layer) {
-      if (plan.empty())
+    for (const auto& [id, entry] : *layer) {
+      if (entry.plan.empty())
         all.erase(id);
       else
-        all.insert_or_assign(id, plan);
+        all.insert_or_assign(id, entry);
     }
   recent_.clear();
   base_ = std::make_shared<const Base>(std::move(all));
@@ -66,7 +87,10 @@ TenantDirectory::TenantDirectory(const TenantDirectory& prev, uint64_t version,
 
 void TenantDirectory::sort_recent() {
   recent_order_.reserve(recent_.size());
-  for (const auto& e : recent_) recent_order_.push_back(&e);
+  for (const auto& e : recent_) {
+    recent_order_.push_back(&e);
+    for (const TenantKey& k : e.second.keys) recent_owners_.emplace(k.sha256, e.first);
+  }
   sort_by_id(recent_order_);
 }
 
@@ -83,10 +107,10 @@ std::vector<TenantDirectory::Entry> TenantDirectory::page(std::string_view after
     if (!base_next && !recent_next) break;
     if (recent_next && (!base_next || (*r)->first <= (*b)->first)) {
       if (base_next && (*r)->first == (*b)->first) ++b;
-      if (!(*r)->second.empty()) out.emplace_back((*r)->first, (*r)->second);
+      if (!(*r)->second.plan.empty()) out.emplace_back((*r)->first, (*r)->second.plan);
       ++r;
     } else {
-      if (!recent_.count((*b)->first)) out.emplace_back((*b)->first, (*b)->second);
+      if (!recent_.count((*b)->first)) out.emplace_back((*b)->first, (*b)->second.plan);
       ++b;
     }
   }

@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -422,6 +423,38 @@ std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& 
   return get_id(*j, JsonReader::kBody, "plan", true, plan);
 }
 
+namespace {
+bool sha256_hex(std::string_view s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdefABCDEF") == std::string_view::npos;
+}
+}  // namespace
+
+std::optional<FieldError> parse_key_change(std::string_view body, KeyChangeBody& out) {
+  const JsonReader* jr = nullptr;
+  if (auto e = read_object(body, jr)) return e;
+  const JsonReader& j = *jr;
+  constexpr int o = JsonReader::kBody;
+  if (auto e = reject_unknown(j, o, {"op", "key_sha256", "expires_at", "overlap_s"})) return e;
+  const Value* op = present(j, o, "op");
+  if (!op) return FieldError{"op", "required (add, rotate or revoke)"};
+  if (op->kind != Kind::kString ||
+      (op->text != "add" && op->text != "rotate" && op->text != "revoke"))
+    return FieldError{"op", "must be add, rotate or revoke"};
+  out.op = op->text;
+  const Value* k = present(j, o, "key_sha256");
+  if (!k) return FieldError{"key_sha256", "required (the key's SHA-256 digest, 64 hex digits)"};
+  if (k->kind != Kind::kString || !sha256_hex(k->text))
+    return FieldError{"key_sha256", "must be 64 hex digits (the key's SHA-256 digest)"};
+  out.key_sha256 = k->text;
+  for (char& c : out.key_sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (present(j, o, "expires_at") && out.op != "add")
+    return FieldError{"expires_at", "only with op add"};
+  if (auto e = get_count(j, "expires_at", false, int64_t{1} << 40, out.expires_at)) return e;
+  if (present(j, o, "overlap_s") && out.op != "rotate")
+    return FieldError{"overlap_s", "only with op rotate"};
+  return get_count(j, "overlap_s", out.op == "rotate", kMaxKeyOverlapS, out.overlap_s);
+}
+
 std::string flow_json(const Flow& flow) {
   std::string out;
   JsonWriter w(out);
@@ -616,6 +649,23 @@ Response render_tenant(int status, std::string_view tenant, std::string_view pla
                     w.key("tenant").string(tenant).key("plan").string(plan);
                     w.key("source").string(source);
                   })};
+}
+
+Response render_tenant_keys(std::string_view tenant, const std::vector<TenantKey>& keys) {
+  return Response{
+      200, {}, json_body([&](JsonWriter& w) {
+        w.key("tenant").string(tenant).key("keys").begin_array();
+        for (const TenantKey& k : keys) {
+          w.begin_object().key("sha256_prefix").string(digest_hex(k.sha256).substr(0, 8));
+          w.key("expires_at");
+          if (k.expires_at)
+            w.integer(k.expires_at);
+          else
+            w.null();
+          w.end_object();
+        }
+        w.end_array();
+      })};
 }
 
 Response render_tenant_page(const std::vector<std::pair<std::string_view, std::string_view>>& page,

@@ -11,6 +11,7 @@
 
 #include "control/admission/admission.h"
 #include "control/admission/brake.h"
+#include "control/admission/tenant_keys.h"
 
 namespace dripgate::control::api {
 
@@ -35,6 +36,16 @@ std::optional<FieldError> parse_brake(std::string_view body, Brake& out);
 // The tenant registry's PUT /v1/admin/tenants/<id>: {"plan": "<plan id>"}. Whether the plan
 // exists is the caller's to check (against the configuration in force).
 std::optional<FieldError> parse_tenant_plan(std::string_view body, std::string& plan);
+// POST /v1/admin/keys/<tenant>: {"op": "add"|"rotate"|"revoke", "key_sha256": "<64 hex>",
+// "expires_at"?: unix s (add), "overlap_s": s (rotate: how long the other keys stay valid)}.
+struct KeyChangeBody {
+  std::string op;
+  std::string key_sha256;  // lower case
+  int64_t expires_at = 0;
+  int64_t overlap_s = 0;
+};
+inline constexpr int64_t kMaxKeyOverlapS = 30 * 86400;
+std::optional<FieldError> parse_key_change(std::string_view body, KeyChangeBody& out);
 
 // Shared with the dataplane client: {"src","sport","dst","dport","proto"} with proto as a number.
 std::string flow_json(const Flow& flow);
@@ -72,6 +83,8 @@ Response render_error(int status, const std::string& message);
 // The brake: {"brake": null} or {"brake": {"factor", "exempt_plans", "ttl_s"}}.
 Response render_brake(int status, const Brake* b);
 // One tenant of the admin API: {"tenant", "plan", "source": "registry" | "config"}.
+// {"tenant", "keys": [{"sha256_prefix": first 8 hex digits, "expires_at": unix s or null}]}
+Response render_tenant_keys(std::string_view tenant, const std::vector<TenantKey>& keys);
 Response render_tenant(int status, std::string_view tenant, std::string_view plan,
                        std::string_view source);
 // A page of the registry: {"tenants": [{"tenant", "plan"}...], "next_cursor": id or null,

@@ -20,7 +20,8 @@ bool read_body(Request req, std::optional<api::FieldError> (*parse)(std::string_
   return true;
 }
 
-// handlers_admission.cc: POST /v1/admit, /v1/settle, /v1/charge, /v1/release.
+// handlers_admission.cc: POST /v1/admit, /v1/settle, /v1/charge, /v1/release; under
+// control.auth: tenant_keys each checks the request's key against its tenant first.
 void handle_admit(Request req);
 void handle_settle(Request req);
 void handle_charge(Request req);
@@ -32,6 +33,9 @@ void handle_tenant_list(Request req);
 void handle_tenant_get(Request req);
 void handle_tenant_put(Request req);
 void handle_tenant_delete(Request req);
+// A registry tenant's API keys: POST /v1/admin/keys/<id> (tenant_keys.h).
+inline constexpr std::string_view kKeysPath = "/v1/admin/keys/";
+void handle_tenant_keys(Request req);
 
 // handlers_brake.cc: the service-wide brake, /v1/admin/brake.
 void handle_brake_post(Request req);

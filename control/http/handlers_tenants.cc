@@ -3,6 +3,7 @@
 // list pages through this daemon's copy (at most a poll behind).
 #include <algorithm>
 #include <charconv>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,10 +20,11 @@ namespace {
 constexpr size_t kMaxPage = 1000;
 constexpr size_t kDefaultPage = 100;
 
-// The tenant id of /v1/admin/tenants/<id>; answers 400 and returns empty when it is no id.
-std::string tenant_of(Request req) {
+// The tenant id of /v1/admin/tenants/<id> (or of another prefix route); answers 400 and returns
+// empty when it is no id.
+std::string tenant_of(Request req, std::string_view prefix = kTenantsPath) {
   const std::string_view path = req.path();
-  std::string id(path.substr(std::min(path.size(), kTenantsPath.size())));
+  std::string id(path.substr(std::min(path.size(), prefix.size())));
   if (common::valid_id(id)) return id;
   req.answer(api::render_error(400, "tenant: must match [A-Za-z0-9._-]{1,64} (in the path)"));
   return {};
@@ -124,6 +126,49 @@ void handle_tenant_delete(Request req) {
                                               (in_file ? " (the configuration file lists it: "
                                                          "edit the file and reload)"
                                                        : "")));
+      });
+}
+
+}  // namespace dripgate::control::http
+
+namespace dripgate::control::http {
+
+// POST /v1/admin/keys/<id>: adds, rotates or revokes an API key of a registry tenant (its digest
+// only). A rotation's overlap ends at this daemon's clock plus overlap_s; the answer lists the
+// tenant's keys by their digest's first 8 hex digits.
+void handle_tenant_keys(Request req) {
+  std::string id = tenant_of(req, kKeysPath);
+  if (id.empty()) return;
+  api::KeyChangeBody body;
+  if (!read_body(req, api::parse_key_change, body)) return;
+  const int64_t now = std::time(nullptr);
+  registry::KeyChange change{id};
+  change.op = body.op == "add"      ? registry::KeyOp::kAdd
+              : body.op == "rotate" ? registry::KeyOp::kRotate
+                                    : registry::KeyOp::kRevoke;
+  change.sha256 = *digest_from_hex(body.key_sha256);  // checked by the parser
+  change.expires_at =
+      change.op == registry::KeyOp::kRotate ? now + body.overlap_s : body.expires_at;
+  change.now_s = now;
+  if (change.op == registry::KeyOp::kAdd && change.expires_at != 0 && change.expires_at <= now)
+    return req.answer(api::render_error(400, "expires_at: already past"));
+  req.defer();
+  registry::keys(
+      req.worker().gateway->redis(), change,
+      [req, id](const registry::KeyResult& r, const std::string& error) {
+        if (!error.empty()) return req.finish(api::render_error(503, error));
+        if (r.status == 0)
+          return req.finish(api::render_error(
+              404, "tenant: '" + id + "' is not in the registry (PUT /v1/admin/tenants/" + id +
+                       " first; a tenant of the file has its keys_sha256 there)"));
+        if (r.status == -1)
+          return req.finish(
+              api::render_error(404, "key_sha256: tenant '" + id + "' has no such key"));
+        if (r.status == -2)
+          return req.finish(
+              api::render_error(409, "key_sha256: tenant '" + id + "' would hold more than " +
+                                         std::to_string(registry::kMaxKeys) + " keys"));
+        req.finish(api::render_tenant_keys(id, r.keys));
       });
 }
 

@@ -497,6 +497,152 @@ TEST_F(HttpTest, BearerAuthWhenConfigured) {
   EXPECT_EQ(http(daemon_->port(), "GET", "/healthz").status, 200);
 }
 
+// Per-tenant API keys (control.auth: tenant_keys): a tenant's own key admits, settles and
+// releases; another tenant's is a 403 and an unknown or missing one a 401, answered before the
+// gateway (no Redis key is touched, nothing charged); the shared token stays the trusted proxy's;
+// a registry tenant's key added, rotated and revoked over the admin API; control.metrics_token
+// guards /metrics and /healthz. No key reaches an answer or the log.
+TEST_F(HttpTest, TenantKeysActOnlyAsTheirOwnTenant) {
+  const std::vector<std::string> big{"Authorization: Bearer key-of-big"},
+      small{"Authorization: Bearer key-of-small"}, proxy{"Authorization: Bearer pr0xy"},
+      admin{"Authorization: Bearer adm1n"};
+  std::string cfg = test_config(
+      dp_socket_, {.control_extra = ", auth: tenant_keys, auth_token: \"pr0xy\", admin_token: "
+                                    "\"adm1n\", metrics_token: \"m3trics\""});
+  auto with_key = [&](const std::string& line, const std::string& digest) {
+    cfg.replace(cfg.find(line), line.size(),
+                line.substr(0, line.size() - 2) + ", keys_sha256: [\"" + digest + "\"] }");
+  };
+  with_key("t-small: { plan: small }",
+           "a2ea8f6b28c5a3a9311292caca3cc09fafb29097823ce68c26867cb40d30c849");
+  with_key("t-big: { plan: big }",
+           "6CE3B5D29C994A9A2B1088F81C9B358596E24D11884A8D3D7AA39BFE3B29D5A5\"], flows_from: "
+           "[\"10.1.0.0/16\", \"2001:db8::/48");
+  daemon_ = std::make_unique<Daemon>(redis_, dir_, cfg);
+  const int port = daemon_->port();
+
+  auto none = admit(R"({"tenant":"t-small"})");
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_EQ(none.body_json()["error"],
+            "missing API key (Authorization: Bearer <a key of tenant 't-small'>)");
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})", {"Authorization: Bearer nope"}).body_json()["error"],
+            "unknown API key");
+  for (int i = 0; i < 4; ++i) {
+    auto foreign = admit(R"({"tenant":"t-small","tokens":10})", big);
+    ASSERT_EQ(foreign.status, 403) << foreign.body;
+    EXPECT_EQ(foreign.body_json()["error"],
+              "the API key belongs to another tenant, not to 't-small'");
+  }
+  // Nothing of t-small's was touched: no bucket, no quota.
+  EXPECT_EQ(redis_.cli("KEYS *t-small*"), "");
+  // Its own key: its two tokens of capacity are all there.
+  auto own = admit(R"({"tenant":"t-small","tokens":10})", small);
+  ASSERT_EQ(own.status, 200) << own.body;
+  const std::string rid = own.body_json()["request_id"];
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})", small).status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-small"})", small).status, 429);
+  // Settle and release: the tenant of the request id, or the one named.
+  const std::string settle = R"({"request_id":")" + rid + R"(","tokens":5})";
+  EXPECT_EQ(http(port, "POST", "/v1/settle", settle, big).status, 403);
+  EXPECT_EQ(http(port, "POST", "/v1/settle", settle).status, 401);
+  EXPECT_EQ(http(port, "POST", "/v1/settle", settle, small).status, 200);
+  const std::string rel = R"({"tenant":"t-small","request_id":")" + rid + R"("})";
+  EXPECT_EQ(http(port, "POST", "/v1/release", rel, big).status, 403);
+  EXPECT_EQ(
+      http(port, "POST", "/v1/charge", R"({"request_id":")" + rid + R"(","tokens":1})", big).status,
+      403);
+  EXPECT_EQ(http(port, "POST", "/v1/release", rel, small).status, 200);
+  // The trusted proxy's token acts as any tenant.
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})", proxy).status, 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-big"})", big).status, 200);
+
+  // A flow a tenant's key tags comes from the caller's own address or the tenant's flows_from;
+  // from elsewhere it is a 403, neither admitted nor charged.
+  auto flow_from = [&](const std::string& src, const std::string& dst,
+                       const std::vector<std::string>& key) {
+    return admit(R"({"tenant":"t-big","tokens":7,"flow":{"src":")" + src +
+                     R"(","sport":4000,"dst":")" + dst + R"(","dport":443,"proto":"tcp"}})",
+                 key);
+  };
+  // t-big's admissions as its metrics count them (its bucket refills at once).
+  auto admitted = [&] {
+    std::istringstream lines(
+        http(port, "GET", "/metrics", "", {"Authorization: Bearer m3trics"}).body);
+    int64_t n = 0;
+    for (std::string l; std::getline(lines, l);)
+      if (l.starts_with("dripgate_admissions_total{tenant=\"t-big\"") &&
+          l.find("result=\"allowed\"") != std::string::npos)
+        n += std::stoll(l.substr(l.rfind(' ') + 1));
+    return n;
+  };
+  EXPECT_EQ(flow_from("127.0.0.1", "10.0.0.9", big).status, 200);  // the caller's own address
+  EXPECT_EQ(flow_from("10.1.200.3", "10.0.0.9", big).status, 200);
+  EXPECT_EQ(flow_from("2001:db8:0:ff::1", "2001:db8:1::9", big).status, 200);
+  const int64_t before = admitted();
+  EXPECT_GT(before, 0);
+  auto elsewhere = flow_from("10.2.0.1", "10.0.0.9", big);
+  EXPECT_EQ(elsewhere.status, 403) << elsewhere.body;
+  EXPECT_EQ(elsewhere.body_json()["error"],
+            "flow.src: 10.2.0.1 is neither the caller's address nor in tenants.t-big.flows_from");
+  EXPECT_EQ(flow_from("2001:db8:1::1", "2001:db8:1::9", big).status, 403);
+  EXPECT_EQ(admitted(), before);
+  // The trusted proxy tagged flows it vouches for.
+  EXPECT_EQ(flow_from("10.2.0.1", "10.0.0.9", proxy).status, 200);
+
+  // A registry tenant: a key added over the admin API acts as it within a poll; rotated, the
+  // old key keeps working through the overlap; revoked, it is refused.
+  ASSERT_EQ(http(port, "PUT", "/v1/admin/tenants/t-reg", R"({"plan":"big"})", admin).status, 201);
+  const std::string add =
+      R"({"op":"add","key_sha256":"5be3b05a2339aecdb0c543afefc6a563085f5861e6c109dce236363b3319566e"})";
+  EXPECT_EQ(http(port, "POST", "/v1/admin/keys/t-reg", add, proxy).status, 401);
+  EXPECT_EQ(http(port, "POST", "/v1/admin/keys/nobody", add, admin).status, 404);
+  auto added = http(port, "POST", "/v1/admin/keys/t-reg", add, admin);
+  ASSERT_EQ(added.status, 200) << added.body;
+  EXPECT_EQ(added.body,
+            R"({"tenant":"t-reg","keys":[{"sha256_prefix":"5be3b05a","expires_at":null}]})"
+            "\n");
+  const std::vector<std::string> reg{"Authorization: Bearer rotated-key"};
+  auto admitted_within_a_poll = [&](const std::vector<std::string>& key, int want) {
+    auto until = std::chrono::steady_clock::now() + 3s;
+    int got = 0;
+    while ((got = admit(R"({"tenant":"t-reg"})", key).status) != want &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(20ms);
+    return got;
+  };
+  EXPECT_EQ(admitted_within_a_poll(reg, 200), 200);
+  EXPECT_EQ(admit(R"({"tenant":"t-reg"})", small).status, 403);
+  auto rotated = http(
+      port, "POST", "/v1/admin/keys/t-reg",
+      R"({"op":"rotate","key_sha256":")" + std::string(64, 'e') + R"(","overlap_s":3600})", admin);
+  ASSERT_EQ(rotated.status, 200) << rotated.body;
+  EXPECT_EQ(rotated.body_json()["keys"].size(), 2u) << rotated.body;
+  EXPECT_FALSE(rotated.body_json()["keys"][0]["expires_at"].is_null()) << rotated.body;
+  EXPECT_EQ(admit(R"({"tenant":"t-reg"})", reg).status, 200);  // the overlap
+  auto bad =
+      http(port, "POST", "/v1/admin/keys/t-reg", R"({"op":"rotate","key_sha256":"x"})", admin);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body_json()["error"],
+            "key_sha256: must be 64 hex digits (the key's SHA-256 digest)");
+  EXPECT_EQ(http(port, "POST", "/v1/admin/keys/t-reg",
+                 add.substr(0, add.size() - 1) + R"(,"overlap_s":5})", admin)
+                .body_json()["error"],
+            "overlap_s: only with op rotate");
+  const std::string revoke =
+      R"({"op":"revoke","key_sha256":"5be3b05a2339aecdb0c543afefc6a563085f5861e6c109dce236363b3319566e"})";
+  ASSERT_EQ(http(port, "POST", "/v1/admin/keys/t-reg", revoke, admin).status, 200);
+  EXPECT_EQ(admitted_within_a_poll(reg, 401), 401);
+
+  // /metrics and /healthz need their token; /readyz stays open.
+  EXPECT_EQ(http(port, "GET", "/metrics").status, 401);
+  EXPECT_EQ(http(port, "GET", "/healthz", "", big).status, 401);
+  EXPECT_EQ(http(port, "GET", "/metrics", "", {"Authorization: Bearer m3trics"}).status, 200);
+  EXPECT_EQ(http(port, "GET", "/readyz").status, 200);
+  const std::string log = daemon_->log();
+  for (const char* secret : {"key-of-big", "key-of-small", "rotated-key", "5be3b05a", "6ce3b5d2"})
+    EXPECT_EQ(log.find(secret), std::string::npos) << secret;
+}
+
 TEST_F(HttpTest, SigtermExitsZero) {
   start();
   ASSERT_EQ(admit(R"({"tenant":"t-big"})").status, 200);

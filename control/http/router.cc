@@ -15,13 +15,15 @@ namespace {
 
 // The route table. The API (POST) needs the bearer token when one is configured; the admin API
 // needs control.admin_token and is off without one (404, as if it did not exist: a box that
-// never configured it shows no admin surface); /healthz, /readyz and /metrics stay open for
-// probes and scrapers. The status page and its JSON (kAdminPage) take the admin token as the
-// password of HTTP Basic too, since a browser cannot add a bearer token to a navigation: it
-// asks for it on a 401 with a Basic challenge and sends it again on the page's same-origin
-// requests. Only these two read-only GETs: a browser also sends cached Basic credentials with
-// a cross-site form's POST, which must not reach the admin API's changes.
-enum class Auth { kNone, kApi, kAdmin, kAdminPage };
+// never configured it shows no admin surface); /healthz and /metrics need control.metrics_token
+// when one is set; /readyz stays open for probes. Under control.auth: tenant_keys the API's
+// handlers check the key against the body's tenant (tenant_keys.h). The status page and its
+// JSON (kAdminPage) take the admin token as the password of HTTP Basic too, since a browser
+// cannot add a bearer token to a navigation: it asks for it on a 401 with a Basic challenge and
+// sends it again on the page's same-origin requests. Only these two read-only GETs: a browser
+// also sends cached Basic credentials with a cross-site form's POST, which must not reach the
+// admin API's changes.
+enum class Auth { kNone, kApi, kAdmin, kAdminPage, kMetrics };
 struct Route {
   std::string_view path;
   http_method method;
@@ -42,11 +44,12 @@ constexpr Route kRoutes[] = {
     {kTenantsPath, HTTP_GET, Auth::kAdmin, &handle_tenant_get},
     {kTenantsPath, HTTP_PUT, Auth::kAdmin, &handle_tenant_put},
     {kTenantsPath, HTTP_DELETE, Auth::kAdmin, &handle_tenant_delete},
+    {kKeysPath, HTTP_POST, Auth::kAdmin, &handle_tenant_keys},
     {"/ui", HTTP_GET, Auth::kAdminPage, &handle_ui},
     {"/v1/admin/status", HTTP_GET, Auth::kAdminPage, &handle_admin_status},
-    {"/healthz", HTTP_GET, Auth::kNone, &handle_healthz},
+    {"/healthz", HTTP_GET, Auth::kMetrics, &handle_healthz},
     {"/readyz", HTTP_GET, Auth::kNone, &handle_readyz},
-    {"/metrics", HTTP_GET, Auth::kNone, &handle_metrics},
+    {"/metrics", HTTP_GET, Auth::kMetrics, &handle_metrics},
 };
 
 // The password of an `Authorization: Basic` value (RFC 7617: base64 of "user:password"; the
@@ -86,9 +89,12 @@ bool basic_matches(const std::string& token, const char* header) {
 bool authorized(Request req, Auth auth) {
   if (auth == Auth::kNone) return true;
   const config::Control& c = req.worker().gateway->snapshot()->cfg.control;
-  const std::string& token = auth == Auth::kApi ? c.auth_token : c.admin_token;
+  if (auth == Auth::kApi && c.tenant_keys) return true;
+  const std::string& token = auth == Auth::kApi       ? c.auth_token
+                             : auth == Auth::kMetrics ? c.metrics_token
+                                                      : c.admin_token;
   if (token.empty()) {
-    if (auth == Auth::kApi) return true;
+    if (auth == Auth::kApi || auth == Auth::kMetrics) return true;
     req.answer(api::render_error(404, "the admin API is off: set control.admin_token"));
     return false;
   }

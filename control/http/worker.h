@@ -100,6 +100,8 @@ class Request {
   const HttpRequest& http() const { return conn_->parser.request(); }
   std::string_view path() const { return http().path; }
   const std::string& body() const { return http().body; }
+  // The connection's socket (getpeername: who is calling).
+  int fd() const { return conn_->fd; }
 
   void answer(const api::Response& r, std::string_view content_type = "application/json") const;
   // The answer comes later (from a Redis reply): the worker counts it in flight until finish().

@@ -91,8 +91,41 @@ void registry::read(RedisCalls& redis, const std::string& tenant,
     if (r->type == REDIS_REPLY_ERROR)
       return done(std::nullopt, "redis: " + std::string(r->str, r->len));
     if (r->type == REDIS_REPLY_NIL) return done(std::nullopt, {});
-    done(std::string(as_str(r)), {});
+    done(TenantDirectory::Registered(as_str(r)).plan, {});
   });
+}
+
+void registry::keys(RedisCalls& redis, const KeyChange& change,
+                    std::function<void(KeyResult result, std::string error)> done) {
+  namespace s = lua::registry_keys;
+  static const std::string log_len = std::to_string(kLogLen);
+  static const std::string max_keys = std::to_string(kMaxKeys);
+  const auto kv = registry_kv<s::kKeysFixed>(s::kKeyTenants, s::kKeyVersion, s::kKeyLog);
+  const std::string digest = digest_hex(change.sha256);
+  const std::string expires_at = std::to_string(change.expires_at);
+  const std::string now = std::to_string(change.now_s);
+  std::array<std::string_view, s::kArgsFixed> av{};
+  av[s::kArgTenant] = change.tenant;
+  av[s::kArgOp] = change.op == KeyOp::kAdd      ? "add"
+                  : change.op == KeyOp::kRotate ? "rotate"
+                                                : "revoke";
+  av[s::kArgDigest] = digest;
+  av[s::kArgExpiresAt] = expires_at;
+  av[s::kArgNow] = now;
+  av[s::kArgMaxKeys] = max_keys;
+  av[s::kArgLogLen] = log_len;
+  redis.evalsha(lua::kRegistryKeys, kv, av,
+                [done = std::move(done)](const redisReply* r, std::string_view error) {
+                  std::string bad = bad_reply(r, error);
+                  std::optional<int64_t> status = bad.empty() ? as_int(elem(r, 0)) : std::nullopt;
+                  if (bad.empty() && !status) bad = "redis: unexpected reply";
+                  if (!bad.empty()) return done({}, std::move(bad));
+                  KeyResult out;
+                  out.status = static_cast<int>(*status);
+                  if (out.status == 1)
+                    out.keys = TenantDirectory::Registered(as_str(elem(r, 1))).keys;
+                  done(std::move(out), {});
+                });
 }
 
 // A full read in progress: HSCAN pages into a new map, to be published as the copy of
@@ -143,10 +176,11 @@ void RegistrySync::on_changes(const redisReply* r, std::string_view error) {
     return;
   }
   if (what == "changes" && copy_) {
-    std::vector<std::pair<std::string, std::string>> changes;
+    TenantDirectory::Changes changes;
     changes.reserve(r->elements / 2);
     for (size_t i = 2; i + 1 < r->elements; i += 2)
-      changes.emplace_back(as_str(r->element[i]), as_str(r->element[i + 1]));
+      changes.emplace_back(as_str(r->element[i]),
+                           TenantDirectory::Registered(as_str(r->element[i + 1])));
     busy_ = false;
     return publish(std::make_shared<const TenantDirectory>(*copy_, version, changes));
   }
@@ -169,7 +203,7 @@ void RegistrySync::scan(std::shared_ptr<Scan> s) {
     if (!bad.empty()) return failed(bad);
     for (size_t i = 0; i + 1 < fields->elements; i += 2)
       s->plans.insert_or_assign(std::string(as_str(fields->element[i])),
-                                std::string(as_str(fields->element[i + 1])));
+                                TenantDirectory::Registered(as_str(fields->element[i + 1])));
     s->cursor = std::string(as_str(cursor));
     if (s->cursor != "0") return scan(s);
     busy_ = false;

@@ -52,6 +52,31 @@ void write(RedisCalls& redis, const std::string& tenant, const std::string& plan
 // read: done(the tenant's plan in Redis (nullopt when none), error).
 void read(RedisCalls& redis, const std::string& tenant,
           std::function<void(std::optional<std::string> plan, std::string error)> done);
+
+// A registry tenant's API keys (tenant_keys.h), kept after its plan in the registry's value by
+// lua/registry_keys.lua, which moves the version like a write, so every daemon's copy has them
+// within a poll. Keys expired at `now_s` are dropped on every change.
+inline constexpr int kMaxKeys = 16;  // per tenant: a rotation's overlap needs two
+enum class KeyOp {
+  kAdd,     // the key, valid until expires_at (0: for good)
+  kRotate,  // the key for good; the tenant's other keys end at expires_at at the latest
+  kRevoke,  // the key is refused from the next poll on
+};
+struct KeyChange {
+  std::string tenant;
+  KeyOp op = KeyOp::kAdd;
+  KeyDigest sha256{};
+  int64_t expires_at = 0;  // unix seconds
+  int64_t now_s = 0;       // the caller's clock
+};
+struct KeyResult {
+  // 1: done; 0: the tenant is not in the registry; -1: revoke of a key it does not have; -2:
+  // more than kMaxKeys keys
+  int status = 0;
+  std::vector<TenantKey> keys;  // the tenant's keys after the change (status 1)
+};
+void keys(RedisCalls& redis, const KeyChange& change,
+          std::function<void(KeyResult result, std::string error)> done);
 }  // namespace registry
 
 // Keeps the store's copy of the registry current, from a thread of its own with one Redis

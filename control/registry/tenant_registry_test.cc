@@ -17,6 +17,7 @@
 #include "control/admission/config_snapshot.h"
 #include "control/admission/keys.h"
 #include "control/admission/script_calls.h"
+#include "control/admission/tenant_keys.h"
 #include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
 #include "tests/redis_cluster.h"
@@ -52,7 +53,7 @@ config::Config make_config(int port, bool with_default = true) {
 }
 
 std::shared_ptr<const TenantDirectory> directory(
-    std::initializer_list<std::pair<const std::string, std::string>> entries) {
+    std::initializer_list<std::pair<const std::string, TenantDirectory::Registered>> entries) {
   return std::make_shared<const TenantDirectory>(7, TenantDirectory::Plans(entries));
 }
 
@@ -87,7 +88,7 @@ TEST(TenantDirectory, PagesInIdOrderFromTheCursor) {
 // size and pages, also once the recent changes are folded into a new base.
 TEST(TenantDirectory, ChangesOnTopOfACopyReadAsAWholeCopy) {
   auto d = directory({{"b", "free"}, {"d", "pro"}, {"f", "free"}});
-  using Changes = std::vector<std::pair<std::string, std::string>>;
+  using Changes = TenantDirectory::Changes;
   TenantDirectory next(*d, 9, Changes{{"a", "pro"}, {"d", ""}, {"f", "pro"}, {"a", "free"}});
   EXPECT_EQ(next.version(), 9u);
   EXPECT_EQ(next.size(), 3u);
@@ -219,6 +220,23 @@ class Admin {
     EXPECT_TRUE(loop_.wait_until([&] { return out.has_value(); }, 5000ms));
     return out.value_or(std::vector<std::string>{});
   }
+  // registry::keys: its status, and the tenant's keys after the change as
+  // "<first 4 hex>:<expires_at>" each.
+  std::pair<int, std::string> keys(const std::string& tenant, registry::KeyOp op,
+                                   const std::string& key, int64_t expires_at, int64_t now) {
+    std::optional<std::pair<int, std::string>> out;
+    registry::KeyChange change{tenant, op, sha256(key), expires_at, now};
+    registry::keys(*redis_, change, [&](registry::KeyResult r, std::string error) {
+      EXPECT_EQ(error, "");
+      std::string listed;
+      for (const TenantKey& k : r.keys)
+        listed += (listed.empty() ? "" : " ") + digest_hex(k.sha256).substr(0, 4) + ":" +
+                  std::to_string(k.expires_at);
+      out.emplace(r.status, listed);
+    });
+    EXPECT_TRUE(loop_.wait_until([&] { return out.has_value(); }, 5000ms));
+    return out.value_or(std::pair{-9, ""});
+  }
   testing::EventLoop& loop() { return loop_; }
   RedisCalls& redis() { return *redis_; }
 
@@ -258,6 +276,84 @@ TEST(TenantRegistry, WritesAreVersionedAndLogged) {
   EXPECT_EQ(admin.write("newco", ""), "");  // not there: no change
   EXPECT_EQ(server.cli("GET " + keys::registry_version()), "3");
   EXPECT_EQ(server.cli("LRANGE " + keys::registry_log() + " 0 -1"), "newco\nnewco\nnewco");
+}
+
+std::string h4(const std::string& key) {
+  return digest_hex(sha256(key)).substr(0, 4);
+}
+
+// A registry tenant's keys, added, rotated and revoked on a real Redis, and checked against the
+// daemon's copy on an injected clock: during a rotation's overlap both keys act as the tenant,
+// after it the old one is refused as expired; another tenant's key is foreign, a key nobody
+// holds unknown; the shared token stays the trusted proxy's. The keys survive a new plan.
+TEST(TenantRegistry, KeysAreAddedRotatedWithAnOverlapAndRevoked) {
+  using registry::KeyOp;
+  testing::RedisServer server;
+  config::Config cfg = make_config(server.port());
+  cfg.control.tenant_keys = true;
+  cfg.control.auth_token = "proxy-token";
+  cfg.tenants["acme"].keys_sha256 = {digest_hex(sha256("acme-file-key"))};
+  Admin admin(cfg.redis);
+  const int64_t t0 = 1'800'000'000;
+  EXPECT_EQ(admin.keys("newco", KeyOp::kAdd, "k1", 0, t0).first, 0);  // not in the registry
+  admin.write("newco", "pro");
+  admin.write("other", "free");
+  EXPECT_EQ(admin.keys("newco", KeyOp::kAdd, "k1", 0, t0), std::pair(1, h4("k1") + ":0"));
+  EXPECT_EQ(admin.keys("other", KeyOp::kAdd, "o1", 0, t0).first, 1);
+  // Rotate to k2 with 60 s of overlap: k1 ends at t0 + 60.
+  EXPECT_EQ(admin.keys("newco", KeyOp::kRotate, "k2", t0 + 60, t0),
+            std::pair(1, h4("k1") + ":" + std::to_string(t0 + 60) + " " + h4("k2") + ":0"));
+  // A new plan keeps the keys; the daemon's copy reads plan and keys.
+  admin.write("newco", "free");
+  EXPECT_EQ(admin.read("newco"), "free");
+  ConfigStore store(cfg);
+  RegistrySync sync(store, cfg.redis, 20ms);
+  std::string err;
+  ASSERT_TRUE(sync.start(5s, err)) << err;
+  auto check = [&](const std::string& tenant, const char* key, int64_t now) {
+    auto d = store.registry();
+    return check_tenant_key(*store.current(), d.get(), tenant,
+                            key ? std::optional<std::string_view>(key) : std::nullopt, now);
+  };
+  EXPECT_EQ(plan_in(*store.registry(), "newco"), "free");
+  EXPECT_EQ(check("newco", "k1", t0 + 59), KeyCheck::kOk);  // the overlap
+  EXPECT_EQ(check("newco", "k2", t0 + 59), KeyCheck::kOk);
+  EXPECT_EQ(check("newco", "k1", t0 + 60), KeyCheck::kExpired);
+  EXPECT_EQ(check("newco", "k2", t0 + 10'000), KeyCheck::kOk);
+  EXPECT_EQ(check("newco", "o1", t0), KeyCheck::kForeign);
+  EXPECT_EQ(check("other", "k2", t0), KeyCheck::kForeign);
+  EXPECT_EQ(check("newco", "acme-file-key", t0), KeyCheck::kForeign);
+  EXPECT_EQ(check("acme", "acme-file-key", t0), KeyCheck::kOk);
+  EXPECT_EQ(check("acme", "k2", t0), KeyCheck::kForeign);
+  EXPECT_EQ(check("newco", "nobody's", t0), KeyCheck::kUnknown);
+  EXPECT_EQ(check("newco", nullptr, t0), KeyCheck::kMissing);
+  EXPECT_EQ(check("newco", "proxy-token", t0), KeyCheck::kProxy);
+  EXPECT_EQ(check("stranger", "proxy-token", t0), KeyCheck::kProxy);
+  // The next change after the overlap drops the expired key; revoking k2 refuses it at once.
+  EXPECT_EQ(admin.keys("newco", KeyOp::kAdd, "k3", t0 + 7200, t0 + 61),
+            std::pair(1, h4("k2") + ":0 " + h4("k3") + ":" + std::to_string(t0 + 7200)));
+  EXPECT_EQ(admin.keys("newco", KeyOp::kRevoke, "k1", 0, t0 + 61).first, -1);
+  EXPECT_EQ(admin.keys("newco", KeyOp::kRevoke, "k2", 0, t0 + 61),
+            std::pair(1, h4("k3") + ":" + std::to_string(t0 + 7200)));
+  ASSERT_TRUE(eventually(store, [](const TenantDirectory& d) {
+    const auto* k = d.keys_of("newco");
+    return k && k->size() == 1;
+  }));
+  EXPECT_EQ(check("newco", "k2", t0 + 62), KeyCheck::kUnknown);
+  EXPECT_EQ(check("newco", "k3", t0 + 62), KeyCheck::kOk);
+  EXPECT_EQ(check("newco", "k3", t0 + 7200), KeyCheck::kExpired);
+  // A tenant holds at most kMaxKeys.
+  for (int i = 0; i < registry::kMaxKeys - 1; ++i)
+    ASSERT_EQ(admin.keys("other", KeyOp::kAdd, "m" + std::to_string(i), 0, t0).first, 1);
+  EXPECT_EQ(admin.keys("other", KeyOp::kAdd, "one-too-many", 0, t0).first, -2);
+  // Taken out of the registry, a tenant's keys go with it.
+  admin.write("newco", "");
+  admin.write("newco", "pro");
+  ASSERT_TRUE(eventually(store, [](const TenantDirectory& d) {
+    const auto* k = d.keys_of("newco");
+    return k && k->empty() && d.plan_of("newco") && *d.plan_of("newco") == "pro";
+  }));
+  EXPECT_EQ(check("newco", "k3", t0 + 62), KeyCheck::kUnknown);
 }
 
 // What a daemon at version `since` is told: nothing, the changed tenants (each once, with its

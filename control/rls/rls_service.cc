@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "common/id.h"
+#include "control/admission/tenant_keys.h"
 #include "control/gateway/gateway.h"
 #include "control/http/api.h"
 #include "control/http/inbox.h"
@@ -220,7 +223,9 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     }
     // Shared by the posted task and the decision's callback, which comes after the task is gone.
     auto call = std::make_shared<InFlightCall>(metrics);
-    if (auto denied = check_token(*ctx, snap->cfg.control.auth_token)) {
+    const bool tenant_keys = snap->cfg.control.tenant_keys;
+    if (auto denied =
+            check_token(*ctx, tenant_keys ? std::string() : snap->cfg.control.auth_token)) {
       reactor->Finish(*denied);
       return reactor;
     }
@@ -239,6 +244,12 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
                                                                : grpc::StatusCode::INVALID_ARGUMENT,
                        p->str()});
       return reactor;
+    }
+    if (tenant_keys) {
+      if (auto denied = check_tenant(*ctx, *snap, call->mapped.admit.tenant)) {
+        reactor->Finish(*denied);
+        return reactor;
+      }
     }
     call->mapped.admit.max_wait_ms = wait_budget_ms(*ctx);
     size_t n = server_.loops_.size();
@@ -275,6 +286,23 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     return grpc::Status(
         grpc::StatusCode::UNAUTHENTICATED,
         it == md.end() ? "missing bearer token (authorization: Bearer …)" : "invalid bearer token");
+  }
+
+  // Under control.auth: tenant_keys, a key of the call's tenant (or the trusted proxy's token):
+  // UNAUTHENTICATED as the HTTP API's 401, PERMISSION_DENIED as its 403, before any Redis call.
+  std::optional<grpc::Status> check_tenant(const grpc::CallbackServerContext& ctx,
+                                           const Snapshot& snap, const std::string& tenant) const {
+    const auto& md = ctx.client_metadata();
+    auto it = md.find("authorization");
+    std::optional<std::string_view> key;
+    if (it != md.end()) key = bearer_of(std::string_view(it->second.data(), it->second.size()));
+    if (key && !common::valid_id(tenant)) return std::nullopt;  // the gateway's bad request
+    const std::shared_ptr<const TenantDirectory> registry = server_.store_.registry();
+    const KeyCheck c = check_tenant_key(snap, registry.get(), tenant, key, std::time(nullptr));
+    if (key_allowed(c)) return std::nullopt;
+    return grpc::Status(c == KeyCheck::kForeign ? grpc::StatusCode::PERMISSION_DENIED
+                                                : grpc::StatusCode::UNAUTHENTICATED,
+                        key_check_message(c, tenant));
   }
 
   RlsServer& server_;

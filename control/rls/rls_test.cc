@@ -25,6 +25,7 @@
 
 #include "control/admission/brake.h"
 #include "control/admission/keys.h"
+#include "control/admission/tenant_keys.h"
 #include "control/gateway/decision_log.h"
 #include "control/metrics/metrics.h"
 #include "control/outage/fallback.h"
@@ -527,6 +528,43 @@ TEST_F(RlsTest, BearerTokenWhenConfigured) {
   Answer right = call("dripgate", {{{"tenant", "ws-acme"}}}, 0, "s3cret");
   EXPECT_TRUE(right.status.ok()) << right.status.error_message();
   EXPECT_EQ(right.resp.overall_code(), Response::OK);
+}
+
+// control.auth: tenant_keys over gRPC: metadata "authorization: Bearer <key>" must carry a key
+// of the call's tenant (UNAUTHENTICATED as HTTP's 401, PERMISSION_DENIED as its 403), checked
+// before the gateway: another tenant's key charges nothing. The shared token is the trusted
+// proxy's (Envoy that authenticated the tenant).
+TEST_F(RlsTest, TenantKeysActOnlyAsTheirOwnTenant) {
+  cfg_.control.tenant_keys = true;
+  cfg_.control.auth_token = "pr0xy";
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{2, 0.001}));
+  add_tenant(cfg_, "ws-other", plan(config::Bucket{5, 1}));
+  cfg_.tenants["ws-acme"].keys_sha256 = {digest_hex(sha256("acme-key"))};
+  cfg_.tenants["ws-other"].keys_sha256 = {digest_hex(sha256("other-key"))};
+  start();
+  const Entries acme{{"tenant", "ws-acme"}};
+  Answer none = call("dripgate", {acme});
+  EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(none.status.error_message(),
+            "missing API key (Authorization: Bearer <a key of tenant 'ws-acme'>)");
+  Answer unknown = call("dripgate", {acme}, 0, "guess");
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(unknown.status.error_message(), "unknown API key");
+  for (int i = 0; i < 3; ++i) {
+    Answer foreign = call("dripgate", {acme}, 0, "other-key");
+    EXPECT_EQ(foreign.status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(foreign.status.error_message(),
+              "the API key belongs to another tenant, not to 'ws-acme'");
+  }
+  EXPECT_EQ(redis_.cli("KEYS *ws-acme*"), "");  // nothing charged
+  for (int i = 0; i < 3; ++i) {
+    Answer own = call("dripgate", {acme}, 0, "acme-key");
+    ASSERT_TRUE(own.status.ok()) << own.status.error_message();
+    EXPECT_EQ(own.resp.overall_code(), i < 2 ? Response::OK : Response::OVER_LIMIT);
+  }
+  Answer proxied = call("dripgate", {{{"tenant", "ws-other"}}}, 0, "pr0xy");
+  ASSERT_TRUE(proxied.status.ok()) << proxied.status.error_message();
+  EXPECT_EQ(proxied.resp.overall_code(), Response::OK);
 }
 
 // ---- the wire, without our .proto: bytes built and read by Envoy's field numbers ----
