@@ -342,6 +342,7 @@ void write_admission(YAML::Emitter& out, const Config& cfg) {
   }
   if (cfg.global_gates.total)
     bucket(out << YAML::Key << "total" << YAML::Value, *cfg.global_gates.total);
+  if (cfg.global_gates.ip) bucket(out << YAML::Key << "ip" << YAML::Value, *cfg.global_gates.ip);
   out << YAML::EndMap;
 }
 

@@ -348,6 +348,9 @@ struct GlobalGates {
   std::map<std::string, Bucket> model_tokens;
   // Every admission of every tenant: a flood stops here before the tenants' own limits.
   std::optional<Bucket> total;
+  // Every admission naming a client address, per address across all tenants (IPv6: per /64,
+  // common::client_ip_key): an address cannot get a fresh ip bucket by naming another tenant.
+  std::optional<Bucket> ip;
 
   bool operator==(const GlobalGates&) const = default;
 };

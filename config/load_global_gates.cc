@@ -129,9 +129,10 @@ bool load_saturation(Ctx& ctx, const YAML::Node& n, const std::string& path, Buc
 }
 
 void load_global_gates(Ctx& ctx, const YAML::Node& n, GlobalGates& g) {
-  Fields f(ctx, n, "global_gates", {"tool", "model", "model_tokens", "total"});
+  Fields f(ctx, n, "global_gates", {"tool", "model", "model_tokens", "total", "ip"});
   const Entry* total = f.find("total");
   if (total) g.total = load_bucket(ctx, total->value, f.path("total"));
+  if (const Entry* ip = f.find("ip")) g.ip = load_bucket(ctx, ip->value, f.path("ip"));
   for (auto [kind, out_p] :
        {std::pair<const char*, std::map<std::string, Bucket>*>{"tool", &g.tool},
         {"model", &g.model},

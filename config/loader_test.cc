@@ -608,9 +608,28 @@ TEST(Errors, IpAndTotalGatesAreCheckedLikeEveryBucket) {
             "refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
   EXPECT_EQ(error_of("global_gates: { totals: {} }"),
             "t.yaml:1:17: global_gates.totals: unknown key 'totals' (allowed: tool, model, "
-            "model_tokens, total)");
+            "model_tokens, total, ip)");
   EXPECT_FALSE(load_ok("plans: { p: {} }").plans.at("p").ip);
   EXPECT_FALSE(load_ok("{}").global_gates.total);
+}
+
+// The global ip gate (per address across tenants) is a bucket like the total gate.
+TEST(Errors, GlobalIpGateIsCheckedLikeEveryBucket) {
+  EXPECT_EQ(error_of("global_gates: { ip: { capacity: 0, refill_per_s: 1 } }"),
+            "t.yaml:1:33: global_gates.ip.capacity: must be >= 1, got 0 (a request costs 1 "
+            "token)");
+  EXPECT_EQ(error_of("global_gates: { ip: { capacity: 5, refill_per_s: 0 } }"),
+            "t.yaml:1:50: global_gates.ip.refill_per_s: must be > 0, got 0");
+  EXPECT_EQ(error_of("global_gates: { ip: { capacity: 5 } }"),
+            "t.yaml:1:21: global_gates.ip.refill_per_s: required field is missing");
+  EXPECT_EQ(error_of("global_gates: { ip: 5 }"),
+            "t.yaml:1:21: global_gates.ip: expected a mapping, got '5'");
+  EXPECT_EQ(error_of("global_gates: { ip: { capacity: 5, refill_per_s: 1, per: tenant } }"),
+            "t.yaml:1:53: global_gates.ip.per: unknown key 'per' (allowed: capacity, "
+            "refill_per_s, warmup_s, mode, algorithm, limit, window_s)");
+  const Config c = load_ok("global_gates: { ip: { capacity: 5, refill_per_s: 2 } }");
+  EXPECT_EQ(c.global_gates.ip, (Bucket{5, 2}));
+  EXPECT_FALSE(load_ok("{}").global_gates.ip);
 }
 
 // The token-rate gates are buckets like the others, checked alike, under their fixed names.

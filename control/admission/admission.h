@@ -104,9 +104,13 @@ struct ReleaseRequest {
   std::string request_id;
 };
 
+// The name of global_gates.ip in answers, metrics and keys: the plan's per-tenant gate is "ip".
+inline constexpr std::string_view kGlobalIpGate = "global_ip";
+
 // Remaining capacity of one gate after the decision. Buckets are fractional, the quota whole.
 struct Remaining {
-  // "tenant", "user", "api_key", "ip", "model", "tool", "total", "quota", "concurrency"
+  // "tenant", "user", "api_key", "ip", "model", "tool", "total", "global_ip", "quota",
+  // "concurrency"
   std::string gate;
   double value = 0;
   double limit = 0;     // capacity / tokens_per_month / max_streams

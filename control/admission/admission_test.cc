@@ -1027,6 +1027,84 @@ TEST_F(AdmissionTest, IpGateLimitsEachAddressNotAcrossAddresses) {
   EXPECT_EQ(s.dump(), before);
 }
 
+// The global ip gate: one bucket per client address across every tenant, so tenant ids
+// invented under the "*" plan bring no fresh bucket. IPv6 addresses share their /64's, an
+// IPv4-mapped address is its IPv4 address. All-or-nothing both ways: an ip refusal charges no
+// other gate, another gate's refusal gives the ip bucket its token back.
+TEST_F(AdmissionTest, GlobalIpGateLimitsEachAddressAcrossTenants) {
+  config::Config cfg = base_config(redis_.port());
+  config::Plan plan;
+  plan.tenant = bucket(100, 0.001);
+  plan.ip = bucket(100, 0.001);
+  plan.name = "free";
+  cfg.plans["free"] = plan;
+  cfg.tenants["*"] = config::Tenant{"*", "free"};
+  config::Plan tight = plan;
+  tight.tenant = bucket(1, 0.001);
+  add_tenant(cfg, "ws-tight", tight);
+  cfg.global_gates.ip = bucket(3, 0.001);
+  cfg.global_gates.model["m-one"] = bucket(1, 0.001);
+  Harness h(cfg);
+  Sync s(redis_.port());
+
+  // One address under three tenant ids, two of them invented: one bucket.
+  ASSERT_EQ(h.admit(from("ws-a", "203.0.113.7")).outcome, Outcome::kAllowed);
+  ASSERT_EQ(h.admit(from("made-up-1", "::ffff:203.0.113.7")).outcome, Outcome::kAllowed);
+  AdmitResult third = h.admit(from("made-up-2", "203.0.113.7"));
+  ASSERT_EQ(third.outcome, Outcome::kAllowed) << third.error;
+  EXPECT_NEAR(rem(third, "global_ip"), 0, 0.01);
+  EXPECT_NEAR(rem(third, "ip"), 99, 0.01);  // the tenant's own ip gate is fresh
+  auto before = s.dump();
+  AdmitResult refused = h.admit(from("made-up-3", "::ffff:203.0.113.7"));
+  ASSERT_EQ(refused.outcome, Outcome::kRefused) << refused.error;
+  EXPECT_EQ(refused.gate, "global_ip");
+  EXPECT_EQ(refused.reason, "rate");
+  EXPECT_GT(refused.retry_after_ms, 0);
+  EXPECT_EQ(s.dump(), before);  // nothing charged elsewhere, no bucket for made-up-3
+  EXPECT_EQ(s.str({"EXISTS", keys::global_bucket("global_ip", "203.0.113.7")}), "1");
+  // Another address has a bucket of its own.
+  AdmitResult other = h.admit(from("made-up-3", "203.0.113.8"));
+  ASSERT_EQ(other.outcome, Outcome::kAllowed) << other.error;
+  EXPECT_NEAR(rem(other, "global_ip"), 2, 0.01);
+
+  // Two addresses of one /64 share a bucket across tenants; the next /64 has its own.
+  ASSERT_EQ(h.admit(from("v6-a", "2001:db8:1:2::1")).outcome, Outcome::kAllowed);
+  ASSERT_EQ(h.admit(from("v6-b", "2001:db8:1:2:ffff:ffff:ffff:fffe")).outcome, Outcome::kAllowed);
+  ASSERT_EQ(h.admit(from("v6-c", "2001:db8:1:2::2")).outcome, Outcome::kAllowed);
+  AdmitResult same64 = h.admit(from("v6-d", "2001:db8:1:2:dead::beef"));
+  ASSERT_EQ(same64.outcome, Outcome::kRefused);
+  EXPECT_EQ(same64.gate, "global_ip");
+  AdmitResult next64 = h.admit(from("v6-d", "2001:db8:1:3::1"));
+  EXPECT_EQ(next64.outcome, Outcome::kAllowed) << next64.error;
+  EXPECT_EQ(s.str({"EXISTS", keys::global_bucket("global_ip", "2001:db8:1:2::/64")}), "1");
+  EXPECT_EQ(s.str({"EXISTS", keys::global_bucket("global_ip", "2001:db8:1:3::/64")}), "1");
+
+  // Refused by another gate, the request gives the ip bucket its token back: by a global gate
+  // (the model's), and by its tenant's.
+  AdmitRequest with_model = from("ws-b", "198.51.100.1");
+  with_model.model = "m-one";
+  ASSERT_EQ(h.admit(with_model).outcome, Outcome::kAllowed);
+  before = s.dump();
+  AdmitResult by_model = h.admit(with_model);
+  ASSERT_EQ(by_model.outcome, Outcome::kRefused) << by_model.error;
+  EXPECT_EQ(by_model.gate, "model");
+  EXPECT_EQ(s.dump(), before);
+  ASSERT_EQ(h.admit(from("ws-tight", "198.51.100.1")).outcome, Outcome::kAllowed);
+  before = s.dump();
+  AdmitResult by_tenant = h.admit(from("ws-tight", "198.51.100.1"));
+  ASSERT_EQ(by_tenant.outcome, Outcome::kRefused) << by_tenant.error;
+  EXPECT_EQ(by_tenant.gate, "tenant");
+  EXPECT_EQ(s.dump(), before);
+  // What the refusals left: the address took two of its three tokens.
+  EXPECT_NEAR(std::stod(s.str({"HGET", keys::global_bucket("global_ip", "198.51.100.1"), "tk"})), 1,
+              0.01);
+
+  // Without a client_ip the gate does not apply.
+  AdmitResult anonymous = h.admit(req("made-up-4"));
+  ASSERT_EQ(anonymous.outcome, Outcome::kAllowed) << anonymous.error;
+  EXPECT_EQ(find_gate(anonymous, "global_ip"), nullptr);
+}
+
 // The total gate: one bucket for every admission of every tenant. A refusal by it is
 // all-or-nothing: the tenant's part (every tenant gate, ip included) is refunded byte for byte.
 TEST_F(AdmissionTest, TotalGateLimitsAcrossTenantsAndRefusesAllOrNothing) {

@@ -102,7 +102,8 @@ std::string leases(std::string_view tenant);
 std::string applied(std::string_view tenant, std::string_view journal);
 // "dg:{g:<kind>:<name>}:applied:<journal id>": the same for a global gate's bucket.
 std::string global_applied(std::string_view kind, std::string_view name, std::string_view journal);
-// "dg:{g:<kind>:<name>}:tb", kind "model", "model_tokens" or "tool".
+// "dg:{g:<kind>:<name>}:tb", kind "model", "model_tokens", "tool", or "global_ip" with name a
+// client address as common::client_ip_key writes it (a hash tag, so a slot, per address).
 std::string global_bucket(std::string_view kind, std::string_view name);
 // "dg:{g:<kind>:<name>}:sw", kind "model" or "tool": a global gate's sliding window.
 std::string global_window(std::string_view kind, std::string_view name);

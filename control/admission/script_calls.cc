@@ -221,6 +221,7 @@ Tables::Tables(const config::Config& cfg) {
     total->key = global_key(*total, "total", {});
     total->waiters_key = keys::total_waiters();
   }
+  if (cfg.global_gates.ip) ip.emplace(std::string(kGlobalIpGate), *cfg.global_gates.ip);
 }
 
 std::string check_tokens(int64_t tokens) {
@@ -296,6 +297,40 @@ void scale_gates(Prepared& p, const Brake* brake, const SaturationShares* satura
   for (int i = 0; i < p.ng; ++i)
     scale(p.globals[i], saturation ? saturation->of(p.globals[i]->name, p.globals[i]->id) : 1);
   if (braked) p.brake = brake->factor;
+}
+
+// The request's global gates with the keys of their gates.lua markers (and taken records), and
+// the member its windows take when it meets any (tenant or global).
+void add_global_gates(const Tables& tables, const AdmitRequest& req,
+                      const std::optional<std::string>& ip, Prepared& p) {
+  if (!req.model.empty()) {
+    auto m = tables.models.find(req.model);
+    if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
+    auto mt = tables.model_tokens.find(req.model);
+    if (mt != tables.model_tokens.end()) p.globals[p.ng++] = &mt->second;
+  }
+  if (!req.tool.empty()) {
+    auto g = tables.tools.find(req.tool);
+    if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
+  }
+  if (tables.total) p.globals[p.ng++] = &*tables.total;
+  // Per address across tenants: a tenant id invented under the "*" plan brings no fresh bucket.
+  if (tables.ip && ip) {
+    Gate& g = p.global_ip.emplace(*tables.ip);
+    g.id = *ip;
+    g.key = global_key(g, kGlobalIpGate, g.id);
+    g.waiters_key = keys::global_waiters(kGlobalIpGate, g.id);
+    p.globals[p.ng++] = &g;
+  }
+  bool windows = p.nw > 0;
+  for (int i = 0; i < p.ng; ++i) {
+    const Gate& g = *p.globals[i];
+    windows = windows || g.window;
+    p.attempt_keys[i] = g.id.empty() ? keys::total_attempt(p.attempt)
+                                     : keys::global_attempt(g.name, g.id, p.attempt);
+    if (g.per_token) p.taken_keys[i] = keys::global_taken(g.name, g.id, p.rid);
+  }
+  if (windows) p.member.append(p.rid).append(":").append(p.attempt);
 }
 
 // admit.lua's flags, a character each: fresh, snapshot (asked for on every call: any admission
@@ -391,26 +426,7 @@ std::string prepare(const Tables& tables, const AdmitRequest& req, std::mt19937_
     p.buckets[p.nb] = t.api_key_tokens;
     p.bucket_keys[p.nb++] = p.api_key_tokens_key;
   }
-  if (!req.model.empty()) {
-    auto m = tables.models.find(req.model);
-    if (m != tables.models.end()) p.globals[p.ng++] = &m->second;
-    auto mt = tables.model_tokens.find(req.model);
-    if (mt != tables.model_tokens.end()) p.globals[p.ng++] = &mt->second;
-  }
-  if (!req.tool.empty()) {
-    auto g = tables.tools.find(req.tool);
-    if (g != tables.tools.end()) p.globals[p.ng++] = &g->second;
-  }
-  if (tables.total) p.globals[p.ng++] = &*tables.total;
-  bool windows = p.nw > 0;
-  for (int i = 0; i < p.ng; ++i) {
-    const Gate& g = *p.globals[i];
-    windows = windows || g.window;
-    p.attempt_keys[i] = g.id.empty() ? keys::total_attempt(p.attempt)
-                                     : keys::global_attempt(g.name, g.id, p.attempt);
-    if (g.per_token) p.taken_keys[i] = keys::global_taken(g.name, g.id, p.rid);
-  }
-  if (windows) p.member.append(p.rid).append(":").append(p.attempt);
+  add_global_gates(tables, req, ip, p);
   // An estimate above a token-rate gate's capacity can never pass, however long the client
   // waits: a 400 naming tokens tells it so, where a 429 would invite retries.
   auto too_big = [&](const Gate& g) -> std::string {
@@ -622,7 +638,10 @@ GatesCall::GatesCall(const Prepared& p, int i)
   // By name: under a brake the gate is the braked copy.
   const bool head = !p.turn.head.empty() && p.turn.head == gate.name;
   args.set(s::kArgHolder, p.holder);
-  args.set(s::kArgTurn, head ? "h" : p.turn.waits ? "n" : "-");
+  // Nobody waits on a global ip gate (one queue per address would be one per client): its
+  // call never registers a waiter.
+  const bool waits = p.turn.waits && gate.name != kGlobalIpGate;
+  args.set(s::kArgTurn, head ? "h" : waits ? "n" : "-");
   args.set(s::kArgBand, kCounts[static_cast<size_t>(p.turn.band)]);
   args.set(s::kArgLeftMs, p.left_ms_s);
   args.set(s::kArgNextTenants, p.next_tenants_s);

@@ -35,7 +35,7 @@ struct SaturationShares;
 
 // One configured token bucket or sliding window with its ARGV strings formatted once.
 struct Gate {
-  // "tenant", "user", "api_key", "ip", "model", "tool", "total"; the token-rate gates
+  // "tenant", "user", "api_key", "ip", "model", "tool", "total", "global_ip"; the token-rate gates
   // "tenant_tokens", "user_tokens", "api_key_tokens", "model_tokens"
   std::string name;
   // A token-rate gate: an admission takes its token estimate (not 1), settle and stream charges
@@ -55,7 +55,8 @@ struct Gate {
   std::string key;  // global gates: the full key; tenant gates: filled per request
   // Global gates: the key of their waiters across workers and daemons (lua/lib_waiters.lua).
   std::string waiters_key;
-  std::string id;  // global gates: the model or tool name ("" for total)
+  // global gates: the model or tool name, the client's address key for global_ip ("" for total)
+  std::string id;
   // "1" in shadow mode (the bucket's own `mode`, or its plan's): it never refuses.
   std::string_view shadow = "0";
 
@@ -108,6 +109,8 @@ struct Tables {
   std::unordered_map<std::string, TenantInfo> plans;
   std::unordered_map<std::string, Gate> models, model_tokens, tools;
   std::optional<Gate> total;  // every admission, when configured
+  // global_gates.ip, its key unset: Prepared::global_ip is a copy keyed by the request's address.
+  std::optional<Gate> ip;
   // Each plan's quota_timezone other than UTC, loaded once, by name.
   std::unordered_map<std::string, common::QuotaCalendar> zones;
 
@@ -142,9 +145,10 @@ inline constexpr std::string_view kNoDeadline = "9999999999999";
 
 // The most buckets one admission goes through: tenant, user, api_key, ip and the token-rate
 // tenant_tokens, user_tokens, api_key_tokens in the tenant's admit.lua call; model,
-// model_tokens, tool and total each in its own gates.lua call (each has its own hash tag).
+// model_tokens, tool, total and global_ip each in its own gates.lua call (each has its own hash
+// tag; global_ip's is its address's, so that addresses spread over a cluster's slots).
 inline constexpr size_t kMaxTenantBuckets = 7;
-inline constexpr size_t kMaxGlobalBuckets = 4;
+inline constexpr size_t kMaxGlobalBuckets = 5;
 // The request gates that may be sliding windows instead: tenant, user, api_key, ip.
 inline constexpr size_t kMaxTenantWindows = 4;
 
@@ -191,6 +195,8 @@ struct Prepared {
   // Its global gates, each a bucket or a window (Gate::window), each in its own gates.lua call.
   std::array<const Gate*, kMaxGlobalBuckets> globals{};
   int ng = 0;
+  // The global ip gate of the request's address (Tables::ip with its keys set), when it has one.
+  std::optional<Gate> global_ip;
   // Under a brake (brake.h) or a model gate's saturation (saturation.h): the gates of this
   // request with their rates scaled, which its calls and their undos carry. Empty otherwise,
   // so that a request pays nothing for it. (A tenant gate is a bucket or a window, never both:

@@ -734,9 +734,11 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
   }
   const int64_t deadline = a->arrived_ms + a->max_wait_ms;
   // Waiting helps a rate gate only (a quota does not refill within a wait), and only when the
-  // gate can hold a token for the request before its deadline.
+  // gate can hold a token for the request before its deadline. Not the global ip gate: its
+  // bucket is one client's, so a queue per address would only hold that client's own requests
+  // (and take places from everyone's bounds); it answers 429 with retry-after at once.
   if (!a->abandoned && !no_wait_ && r.outcome == Outcome::kRefused && r.reason == "rate" &&
-      now + r.retry_after_ms < deadline) {
+      r.gate != kGlobalIpGate && now + r.retry_after_ms < deadline) {
     std::string gate = gate_key(a->req.request(), r.gate);
     const int64_t due = try_at(now_us, std::max<int64_t>(r.retry_after_ms, 1) * 1000);
     if (a->waiter && from && gate == a->gate) {  // still first on its gate

@@ -476,6 +476,31 @@ TEST_F(GatewayWaitTest, QuotaRefusalsNeverWait) {
   EXPECT_EQ(waits("0", "refused"), 1u);
 }
 
+// A global ip refusal never waits, though its gate refills well within the wait: the bucket
+// is one client's, so a queue of it would hold only that client's own requests.
+TEST_F(GatewayWaitTest, GlobalIpRefusalsNeverWait) {
+  plan("roomy", config::Bucket{100, 100}, config::PlanQueue{2000, 0});
+  tenant("a", "roomy");
+  tenant("b", "roomy");
+  cfg_.global_gates.ip = config::Bucket{1, 20};  // a token again 50 ms after one is taken
+  AdmitRequest req;
+  req.client_ip = "203.0.113.9";
+  req.tenant = "a";
+  start("a", req);
+  req.tenant = "b";
+  start("b", req);
+  ASSERT_TRUE(answered(2));
+  const AdmitResult& first = answers_[0].r;
+  const AdmitResult& second = answers_[1].r;
+  EXPECT_EQ(first.outcome, Outcome::kAllowed);
+  ASSERT_EQ(second.outcome, Outcome::kRefused) << second.reason;
+  EXPECT_EQ(second.gate, "global_ip");
+  EXPECT_EQ(second.reason, "rate");
+  EXPECT_GT(second.retry_after_ms, 0);
+  EXPECT_EQ(second.waited_ms, 0);  // could wait, did not
+  EXPECT_EQ(gateway().waiters(), 0u);
+}
+
 // A waiter costs Redis nothing until a token can exist for it: ten requests on a gate of 20 a
 // second are admitted over half a second with about one call each after the refusal that queued
 // them, not one call per loop pass or per waiter per refill.

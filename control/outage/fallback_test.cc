@@ -530,6 +530,7 @@ tenants:
   v: { plan: vip }
 global_gates:
   model_tokens: { m: { capacity: 2000, refill_per_s: 0.001 } }
+  ip: { capacity: 4, refill_per_s: 0.001 }
 )";
 
 std::shared_ptr<const Snapshot> snapshot_of(const std::string& yaml) {
@@ -877,6 +878,33 @@ TEST_F(OutageTest, TokenRateGatesTakeTheEstimateAndSettleCorrectsThemAfterReconc
   EXPECT_NEAR(level(keys::global_bucket("model_tokens", "m")), 1900, 1);
   EXPECT_NEAR(level(keys::bucket("t", "tenant")), 7, 0.01);
   EXPECT_EQ(redis_.cli("GET " + keys::quota("t", keys::current_months().cur.name)), "100");
+}
+
+// The global ip gate without Redis is a global gate like the others: a local share of each
+// address's bucket across tenants, journaled, and charged to the address's bucket (in its own
+// slot) once Redis is back.
+TEST_F(OutageTest, TheGlobalIpGateIsDecidedLocallyAndReconciled) {
+  gateway();
+  redis_.stop();
+  auto from = [&](const std::string& tenant, const std::string& ip) {
+    AdmitRequest r;
+    r.tenant = tenant;
+    r.client_ip = ip;
+    return run(&Gateway::admit, std::move(r)).result;
+  };
+  // The local share (0.5) of a capacity of 4: two admissions of one /64, whichever the tenant.
+  AdmitResult a = from("t", "2001:db8:7:7::1");
+  ASSERT_EQ(a.outcome, Outcome::kAllowed) << a.error;
+  EXPECT_EQ(a.degraded, "local");
+  ASSERT_EQ(from("v", "2001:db8:7:7::2").outcome, Outcome::kAllowed);
+  AdmitResult refused = from("t", "2001:db8:7:7::3");
+  ASSERT_EQ(refused.outcome, Outcome::kRefused);
+  EXPECT_EQ(refused.gate, "global_ip");
+  EXPECT_EQ(refused.degraded, "local");
+  EXPECT_EQ(from("v", "2001:db8:7:8::1").outcome, Outcome::kAllowed);  // another /64
+  back();
+  EXPECT_NEAR(level(keys::global_bucket("global_ip", "2001:db8:7:7::/64")), 2, 0.01);
+  EXPECT_NEAR(level(keys::global_bucket("global_ip", "2001:db8:7:8::/64")), 3, 0.01);
 }
 
 TEST_F(OutageTest, AShadowGateIsCountedAsShadowRefused) {

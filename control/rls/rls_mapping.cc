@@ -39,8 +39,9 @@ std::string* field_of(AdmitRequest& a, const std::string& gate) {
 // concurrency and its cap on open reservations with it, and the total gate, which every
 // admission passes, is reported where the tenant is named (every request names it). A gate's
 // token-rate bucket (tenant_tokens, user_tokens, api_key_tokens, model_tokens) is reported on
-// its descriptor too.
+// its descriptor too, and the global ip gate on the client address's, like the plan's.
 bool covers(const std::string& gate, const std::string& engine_gate) {
+  if (gate == "ip" && engine_gate == kGlobalIpGate) return true;
   if (engine_gate.size() == gate.size() + 7 && engine_gate.starts_with(gate) &&
       engine_gate.ends_with("_tokens"))
     return true;

@@ -192,5 +192,24 @@ TEST(RlsMapping, StatusesReportTheRefusingGateOrTheTightest) {
   EXPECT_FALSE(s[2].over_limit);
 }
 
+// The global ip gate (per address across tenants) is over the limit where the address is named.
+TEST(RlsMapping, TheGlobalIpGateIsReportedOnTheAddress) {
+  Mapped m;
+  ASSERT_FALSE(map_request(
+      kDomains,
+      Request{"dripgate", {desc({{"tenant", "a"}}), desc({{"client_ip", "192.0.2.9"}})}, 1}, m));
+  AdmitResult refused;
+  refused.outcome = Outcome::kRefused;
+  refused.gate = "global_ip";
+  refused.retry_after_ms = 1000;
+  refused.remaining = {gate("tenant", 4.5, 5, 1), gate("global_ip", 0.5, 3, 2)};
+  auto s = statuses(m, refused);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_FALSE(s[0].over_limit);
+  EXPECT_TRUE(s[1].over_limit);
+  EXPECT_EQ(s[1].gate, "global_ip");
+  EXPECT_EQ(s[1].limit, 3);
+}
+
 }  // namespace
 }  // namespace dripgate::control::rls
