@@ -499,6 +499,11 @@ TEST_F(GatewayWaitTest, GlobalIpRefusalsNeverWait) {
   EXPECT_GT(second.retry_after_ms, 0);
   EXPECT_EQ(second.waited_ms, 0);  // could wait, did not
   EXPECT_EQ(gateway().waiters(), 0u);
+  // Counted under the gate's name, never the address.
+  const CounterFamily& c = metrics_.admissions();
+  EXPECT_EQ(c.value({"a", "global_ip", "refused", "http"}) +
+                c.value({"b", "global_ip", "refused", "http"}),
+            1u);
 }
 
 // A waiter costs Redis nothing until a token can exist for it: ten requests on a gate of 20 a
