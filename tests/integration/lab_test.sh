@@ -12,13 +12,16 @@
 # the high-rate load (100,000/s), where it stands on the most packets in any 100 us; and of the
 # fairness load, direct and dripgate three ways (the steady tenant alone, class gold at
 # fairness: none, and as configured): the claim there stands on the steady tenant's delivery
-# and p99 delay as if alone, and not so without fairness.
+# and p99 delay as if alone, and not so without fairness. While the --drip-pps 2000 run's phases
+# run, the host opens the status page at the address and with the token lab.sh prints, and the
+# status names the lab dataplane's classes.
 #   lab_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
 src=$2
 out=$(mktemp -d /tmp/dglab-test.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+watcher=""
+trap '[[ -z "$watcher" ]] || kill "$watcher" 2>/dev/null; rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mountpoint -q /sys/fs/bpf 2>/dev/null || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
@@ -77,9 +80,41 @@ PY
 # lab.yaml's 1800/s. The receiver measures against that rate, and the gaps it sees centre on
 # 1/2000 s (500 us; tolerant: the median gap within 400-600 us).
 out2="$out/at-rate"
+# watch_page LOG: from the host, once lab.sh has printed the page's line into LOG, until a phase
+# serves it: GET /ui with the token as Basic's password, then /v1/admin/status with it as a
+# bearer token until the dataplane's scrape has named the lab's classes (the daemon scrapes
+# only once the page is watched). Writes $out/page.ok, or the last answers for the failure.
+watch_page() {
+  local line url token code
+  for _ in $(seq 1 600); do line=$(grep -m1 '^status page' "$1" 2>/dev/null) && break; sleep 0.1; done
+  url=$(grep -o 'http://[0-9.:]*/ui' <<<"$line") token=${line##*password: }
+  for _ in $(seq 1 300); do
+    code=$(curl -s --noproxy '*' --max-time 2 -u "any:$token" -o "$out/page.html" \
+      -w '%{http_code}' "$url") || true
+    if [[ "$code" == 200 ]] && grep -q '<html' "$out/page.html" &&
+      curl -sf --noproxy '*' --max-time 2 -H "Authorization: Bearer $token" \
+        -o "$out/status.json" "${url%/ui}/v1/admin/status" &&
+      python3 -c 'import json, sys
+names = {c["class"] for c in json.load(open(sys.argv[1]))["dataplane"]["classes"]}
+sys.exit(not {"gold", "bulk", "default"} <= names)' "$out/status.json" 2>/dev/null; then
+      echo "$url" >"$out/page.ok"
+      return
+    fi
+    sleep 0.2
+  done
+  echo "$line; GET $url: $code" >"$out/page.err"
+}
+watch_page "$out/at-rate.log" &
+watcher=$!
 bash "$src/tools/lab/lab.sh" --build "$build" --cycles 2 --out "$out2" --drip-pps 2000 \
   --shapers "direct dripgate" --claim direct,dripgate >"$out/at-rate.log" ||
   fail "lab.sh --drip-pps 2000 exited $? ($(tail -n 3 "$out/at-rate.log"))"
+kill "$watcher" 2>/dev/null || true
+wait "$watcher" 2>/dev/null || true
+watcher=""
+[[ -s "$out/page.ok" ]] || fail "no status page with the lab's classes from the host while the lab" \
+  "ran ($(cat "$out/page.err" 2>/dev/null || echo 'still trying'); status: $(cat "$out/status.json" 2>/dev/null))"
+echo "lab: the status page answered the host at $(cat "$out/page.ok") with the dataplane's classes"
 grep -q "dripgate drips at 2000/s (--drip-pps)" "$out/at-rate.log" || fail "--drip-pps not taken"
 python3 - "$out2" <<'PY'
 import json, sys

@@ -10,6 +10,11 @@
 #   dglab-agents                  dglab-gateway                               dglab-cluster
 #   agents0 10.77.0.1 --veth-- to-agents [dripgate-dataplane] to-cluster --veth-- cluster0 10.77.0.2
 #   mgmt0   10.78.0.1 --veth-- mgmt0 10.78.0.2  dripgate-control, redis-server
+#                                host0 10.79.0.2 --veth-- dglab-host 10.79.0.1  (the host)
+#
+# The host reaches dripgate-control's status page over dglab-host: the run prints its address
+# and the run's admin token before the first phase; it is served while a phase runs (each
+# phase starts the gateway afresh).
 #
 # Everything in the gateway comes from config/examples/lab.yaml. Every cycle (1 s) each agent
 # asks for admission over the management link, then all agents send their requests as UDP
@@ -121,6 +126,9 @@ fi
 # At high rate the cluster is rated in the lab's proportion: the drip at 90 % of it.
 [[ "$load" != highrate ]] || rated_pps=$((drip_pps * 10 / 9))
 sock=$(sed -n 's/^ *control_socket: *//p' "$config")
+token_file=$(sed -n 's/^ *admin_token_file: *//p' "$config")
+[[ "$(dirname "$token_file")" == "$(dirname "$sock")" ]] ||
+  { echo "lab: $config: control.admin_token_file must be beside the control socket" >&2; exit 1; }
 ns_a=dglab-agents ns_g=dglab-gateway ns_c=dglab-cluster
 
 need_netns_root "dripgate lab"
@@ -164,7 +172,10 @@ remove_lab() {
     for p in $(ip netns pids "$n" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
     ip netns del "$n" 2>/dev/null || true
   done
-  rm -f "$sock"
+  # Its gateway end went with dglab-gateway, and a veth pair goes as a whole; but a run killed
+  # while it was being made may leave the host's end alone.
+  ip link del dglab-host 2>/dev/null || true
+  rm -f "$sock" "$token_file"
 }
 cleanup() {
   local rc=$?
@@ -204,6 +215,7 @@ done
 ip -n "$ns_a" link add agents0 type veth peer name to-agents netns "$ns_g"
 ip -n "$ns_g" link add to-cluster type veth peer name cluster0 netns "$ns_c"
 ip -n "$ns_a" link add mgmt0 type veth peer name mgmt0 netns "$ns_g"
+ip link add dglab-host type veth peer name host0 netns "$ns_g"
 # Frames leave as they were built: no offload left for a later hop (the dataplane forwards
 # frames as they are).
 for e in "$ns_a agents0" "$ns_g to-agents" "$ns_g to-cluster" "$ns_c cluster0" \
@@ -212,6 +224,10 @@ for e in "$ns_a agents0" "$ns_g to-agents" "$ns_g to-cluster" "$ns_c cluster0" \
   ip netns exec "$n" ethtool -K "$i" tx off tso off gso off gro off >/dev/null 2>&1 || true
   ip -n "$n" link set "$i" up
 done
+ip -n "$ns_g" addr add 10.79.0.2/30 dev host0
+ip -n "$ns_g" link set host0 up
+ip addr add 10.79.0.1/30 dev dglab-host
+ip link set dglab-host up
 ip -n "$ns_a" addr add 10.77.0.1/24 dev agents0
 ip -n "$ns_c" addr add 10.77.0.2/24 dev cluster0
 ip -n "$ns_a" addr add 10.78.0.1/24 dev mgmt0
@@ -220,6 +236,9 @@ ip -n "$ns_g" addr add 10.78.0.2/24 dev mgmt0
 cluster_mac=$(ip -n "$ns_c" -j link show dev cluster0 |
   python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["address"])')
 ip -n "$ns_a" neigh replace 10.77.0.2 lladdr "$cluster_mac" dev agents0 nud permanent
+# The status page's admin token (lab.yaml: control.admin_token_file): random, this run's only,
+# removed with the lab.
+(umask 077 && od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$token_file")
 
 # wait_socket PID: until the dataplane's control socket answers (or the dataplane exits).
 wait_socket() {
@@ -319,6 +338,10 @@ for s in $shapers; do
 done
 echo "  (every phase runs dripgate-control: agents that obey 429 hold back in each; only dripgate"
 echo "  drops what was not admitted)"
+# The token is a throwaway of this run (a new one each run, gone with the lab): printing it is
+# what lets the user at the box open the page.
+echo "status page (while a phase runs; each phase restarts the gateway): http://10.79.0.2:8080/ui" \
+  " — user: any, password: $(cat "$token_file")"
 phases=()
 for r in $(seq 1 "$rounds"); do
   for s in $shapers; do
