@@ -83,15 +83,20 @@ out2="$out/at-rate"
 # watch_page LOG: from the host, once lab.sh has printed the page's line into LOG, until a phase
 # serves it: GET /ui with the token as Basic's password, then /v1/admin/status with it as a
 # bearer token until the dataplane's scrape has named the lab's classes (the daemon scrapes
-# only once the page is watched). Writes $out/page.ok, or the last answers for the failure.
+# only once the page is watched). Writes $out/page.ok; $out/page.err holds the last answer.
 watch_page() {
-  local line url token code
+  local line url token code host
   for _ in $(seq 1 600); do line=$(grep -m1 '^status page' "$1" 2>/dev/null) && break; sleep 0.1; done
   url=$(grep -o 'http://[0-9.:]*/ui' <<<"$line") token=${line##*password: }
+  host=${url#http://} host=${host%%:*}
   for _ in $(seq 1 300); do
     code=$(curl -s --noproxy '*' --max-time 2 -u "any:$token" -o "$out/page.html" \
       -w '%{http_code}' "$url") || true
+    # The last answer that came, for the failure (none comes while a phase is being restarted).
+    [[ "$code" == 000 && -s "$out/page.err" ]] || echo "GET $url: $code" >"$out/page.err"
+    # Over the lab's own link: without it, the host's default route may lead to another 10.79.0.2.
     if [[ "$code" == 200 ]] && grep -q '<html' "$out/page.html" &&
+      ip route get "$host" | grep -q ' dev dglab-host ' &&
       curl -sf --noproxy '*' --max-time 2 -H "Authorization: Bearer $token" \
         -o "$out/status.json" "${url%/ui}/v1/admin/status" &&
       python3 -c 'import json, sys
@@ -102,7 +107,6 @@ sys.exit(not {"gold", "bulk", "default"} <= names)' "$out/status.json" 2>/dev/nu
     fi
     sleep 0.2
   done
-  echo "$line; GET $url: $code" >"$out/page.err"
 }
 watch_page "$out/at-rate.log" &
 watcher=$!
@@ -113,7 +117,7 @@ kill "$watcher" 2>/dev/null || true
 wait "$watcher" 2>/dev/null || true
 watcher=""
 [[ -s "$out/page.ok" ]] || fail "no status page with the lab's classes from the host while the lab" \
-  "ran ($(cat "$out/page.err" 2>/dev/null || echo 'still trying'); status: $(cat "$out/status.json" 2>/dev/null))"
+  "ran ($(cat "$out/page.err" 2>/dev/null || echo 'no status page line printed'); status: $(cat "$out/status.json" 2>/dev/null))"
 echo "lab: the status page answered the host at $(cat "$out/page.ok") with the dataplane's classes"
 grep -q "dripgate drips at 2000/s (--drip-pps)" "$out/at-rate.log" || fail "--drip-pps not taken"
 python3 - "$out2" <<'PY'
