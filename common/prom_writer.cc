@@ -4,42 +4,43 @@
 #include <cmath>
 
 namespace dripgate::common {
-namespace {
 
-// Label values escape backslash, double quote and newline; HELP text backslash and newline.
-void append_escaped(std::string& out, std::string_view v, bool quote) {
+void append_prom_escaped(std::string& out, std::string_view v, bool label_value) {
   for (char c : v) {
     if (c == '\\')
       out += "\\\\";
     else if (c == '\n')
       out += "\\n";
-    else if (c == '"' && quote)
+    else if (c == '"' && label_value)
       out += "\\\"";
     else
       out += c;
   }
 }
 
-}  // namespace
+void append_prom_family(std::string& out, std::string_view name, std::string_view type,
+                        std::string_view help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  append_prom_escaped(out, help, false);
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
 
 std::string PromWriter::number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
   return std::string(buf, r.ptr);
 }
 
 void PromWriter::family(std::string_view name, std::string_view type, std::string_view help) {
-  out_ += "# HELP ";
-  out_ += name;
-  out_ += ' ';
-  append_escaped(out_, help, false);
-  out_ += "\n# TYPE ";
-  out_ += name;
-  out_ += ' ';
-  out_ += type;
-  out_ += '\n';
+  append_prom_family(out_, name, type, help);
 }
 
 void PromWriter::series(std::string_view name, Labels labels, std::string_view le) {
@@ -50,7 +51,7 @@ void PromWriter::series(std::string_view name, Labels labels, std::string_view l
     first = false;
     out_ += k;
     out_ += "=\"";
-    append_escaped(out_, v, true);
+    append_prom_escaped(out_, v, true);
     out_ += '"';
   };
   for (const auto& [k, v] : labels)

@@ -22,6 +22,11 @@ TEST(PromWriter, Numbers) {
   EXPECT_EQ(PromWriter::number(0), "0");
   EXPECT_EQ(PromWriter::number(1e-6), "1e-06");
   EXPECT_EQ(PromWriter::number(0.1), "0.1");
+  // %g style, as Prometheus's client libraries write: fixed down to 1e-4, then exponent.
+  EXPECT_EQ(PromWriter::number(0.0001), "0.0001");
+  EXPECT_EQ(PromWriter::number(0.0025), "0.0025");
+  EXPECT_EQ(PromWriter::number(1e-5), "1e-05");
+  EXPECT_EQ(PromWriter::number(0.123456789012), "0.123456789012");
   EXPECT_EQ(PromWriter::number(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(PromWriter::number(-std::numeric_limits<double>::infinity()), "-Inf");
   EXPECT_EQ(PromWriter::number(std::numeric_limits<double>::quiet_NaN()), "NaN");

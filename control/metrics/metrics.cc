@@ -1,5 +1,7 @@
 #include "control/metrics/metrics.h"
 
+#include "common/prom_writer.h"
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -10,32 +12,20 @@
 namespace dripgate::control {
 namespace {
 
-std::string escape_label(const std::string& v) {
+// The format's escaping, numbers and HELP/TYPE lines are common/prom_writer.h's; the series
+// are written here, each label present even when empty (as the families always have).
+std::string escape_label(std::string_view v) {
   std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
+  common::append_prom_escaped(out, v, true);
   return out;
 }
 
 std::string format_double(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+  return common::PromWriter::number(v);
 }
 
-void header(std::string& out, const std::string& name, const std::string& help, const char* type) {
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+void header(std::string& out, std::string_view name, std::string_view help, const char* type) {
+  common::append_prom_family(out, name, type, help);
 }
 
 std::atomic<uint64_t> next_family_id{0};
