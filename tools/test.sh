@@ -35,9 +35,11 @@ asan_targets=(common_test config_loader_test api_test metrics_test control_reloa
   admission_unit_test)
 # The ASan build compiles while the plain build's tests run, at SCHED_IDLE: the tests are
 # mostly integration tests that run one at a time and wait on real time (Redis, DPDK on
-# vdevs, veth), leaving a core idle that the compiler takes; any test that wants the CPU
-# preempts it at once, so their timing is as on an idle machine. (Serially the two took
-# about 6 minutes more on a 2-vCPU machine.)
+# vdevs, veth), leaving a core idle that the compiler takes; a test that wants the CPU
+# preempts it at once. Not so the lab (suite lab): it compares dripgate's departures with the
+# kernel's tc shapers, whose softirq batching changes on a core that is never idle (with the
+# compiler beside it tbf's and htb's peaks in 100 us came out lower, and the lab's claim
+# against them failed), so it runs after the build is done.
 asan_build_log=$(mktemp /tmp/dripgate-asan-build.XXXXXX)
 if [ $# -eq 0 ]; then
   [ -f "$ASAN_BUILD/build.ninja" ] ||
@@ -48,12 +50,23 @@ if [ $# -eq 0 ]; then
 fi
 
 set +e
-meson test -C "$BUILD" --print-errorlogs --num-processes 2 "$@"
-rc=$?
+if [ $# -eq 0 ]; then
+  meson test -C "$BUILD" --print-errorlogs --num-processes 2 --no-suite lab
+  rc=$?
+  wait "$asan_build"
+  asan_build_rc=$?
+  meson test -C "$BUILD" --no-rebuild --print-errorlogs --suite lab --logbase lab
+  lab_rc=$?
+  [ $rc -ne 0 ] || rc=$lab_rc
+  logs+=("$BUILD/meson-logs/lab.json")
+else
+  meson test -C "$BUILD" --print-errorlogs --num-processes 2 "$@"
+  rc=$?
+fi
 set -e
 
 if [ $# -eq 0 ]; then
-  if ! wait "$asan_build"; then
+  if [ "$asan_build_rc" -ne 0 ]; then
     cat "$asan_build_log" >&2
     echo "$(basename "$0"): the ASan build failed" >&2
     exit 1
