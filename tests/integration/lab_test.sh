@@ -166,7 +166,7 @@ print(f"lab overload: ws-steady {r['tenants'][0]['delivered']}/{a['tenants'][0][
 PY
 
 # --load highrate: one admitted tenant at ~140,000/s, the drip and tc at 100,000/s. lab.sh fails
-# unless dripgate's most packets in any 100 us is 1.5x below the best tc's.
+# unless dripgate's most packets in any 100 us is 2x below the best tc's.
 out4="$out/highrate"
 run_load highrate "direct tbf htb dripgate" "vs the best tc (.*): most packets in any 100 us"
 python3 - "$out4" <<'PY'

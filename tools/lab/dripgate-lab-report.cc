@@ -425,7 +425,7 @@ int run(int argc, char** argv) {
       "BEFORE,AFTER: exit 1 unless AFTER has fewer NIC ring drops and a lower burst "
       "factor than BEFORE and, against the best of the other columns (tc shapers), "
       "fewer runaway requests delivered, no more ring drops and either a p99 jitter "
-      "1.2x lower (--load bursts), the most packets in any 100 us 1.5x fewer (--load highrate) "
+      "1.2x lower (--load bursts), the most packets in any 100 us 2x fewer (--load highrate) "
       "or more of the obeying tenants' requests delivered with a p99 delay 2x lower (--load "
       "overload); under --load fairness, the steady tenant as if alone through AFTER (against "
       "the column AFTER-alone) and a p99 delay 2x higher through AFTER-fifo (fairness: none); "

@@ -168,10 +168,10 @@ TEST(LabClaim, AtHighRateThePeakPer100usIsClaimedNotTheJitter) {
   EXPECT_TRUE(c.holds) << format_claim(c);
   EXPECT_EQ(state_of(c,
                      "vs the best tc (htb): most packets in any 100 us 14 vs 58, 4.14x lower "
-                     "(claimed at 1.5x or more)"),
+                     "(claimed at 2x or more)"),
             ClaimRow::State::kHolds);
   EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kNotClaimed);
-  d.peak_100us = 40;  // fewer, but not 1.5x
+  d.peak_100us = 30;  // fewer, but not 2x
   EXPECT_FALSE(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}).holds);
 }
 
