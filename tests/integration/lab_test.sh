@@ -135,7 +135,7 @@ run_load() {
   if ! bash "$src/tools/lab/lab.sh" --build "$build" --load "$1" --cycles 2 --out "$out/$1" \
     --shapers "$2" --claim direct,dripgate >"$out/$1.log"; then
     # With HOST (a 4th argument) the row on $3 may fail alone: printed, not failing the test.
-    [[ -n "${4-}" && -f "$out/$1/table.txt" ]] &&
+    [[ -n "${4-}" && -f "$out/$1/table.txt" ]] && grep -q "\[FAILS.*$3" "$out/$1/table.txt" &&
       ! grep '\[FAILS' "$out/$1/table.txt" | grep -vq "$3" ||
       fail "lab.sh --load $1 exited 1 ($(tail -n 12 "$out/$1.log"))"
     echo "lab: $1: on this host $(grep "\[FAILS.*$3" "$out/$1/table.txt" | sed 's/^ *//')"
