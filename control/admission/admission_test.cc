@@ -1430,10 +1430,11 @@ int64_t command_calls(Sync& s, const std::string& command) {
 
 // Stopped for longer than a call's deadline plus the skew allowance (1 s): the first call past
 // its deadline drops its connection, the reconnects' setup goes unanswered, and meanwhile every
-// admission fails fast (the median failure within 2 ms). Once Redis continues, the admissions it
-// had read run past their deadline and take nothing (admit.lua's code 4), and Redis holds
-// exactly what the requests answered 200 took. No model gate: an admission is one call, so none
-// is undone for a failed other part.
+// admission fails fast: the median failure well inside the 50 ms call timeout it would otherwise
+// wait out (about 1 ms here, 2 ms under ASan on a loaded core; the bound is a fifth of it). Once
+// Redis continues, the admissions it had read run past their deadline and take nothing (admit.lua's
+// code 4), and Redis holds exactly what the requests answered 200 took. No model gate: an admission
+// is one call, so none is undone for a failed other part.
 TEST_F(AdmissionFaultTest, StoppedPastTheDeadlineRunsNoStaleAdmission) {
   Observer obs;
   Sync s(redis_.port());
@@ -1450,7 +1451,7 @@ TEST_F(AdmissionFaultTest, StoppedPastTheDeadlineRunsNoStaleAdmission) {
   zadds = command_calls(s, "zadd");
   ASSERT_FALSE(failed_ms.empty());
   const double median = failed_ms[failed_ms.size() / 2];
-  EXPECT_LE(median, 2.0) << "p99 " << failed_ms[failed_ms.size() * 99 / 100];
+  EXPECT_LT(median, 50.0 / 5) << "p99 " << failed_ms[failed_ms.size() * 99 / 100];
   EXPECT_GE(obs.count("stall"), 2);
   EXPECT_GE(obs.count("fail_fast"), 100);
   // An admission answered 503 took a lease only if Redis ran it before it stopped, its reply
