@@ -264,7 +264,8 @@ TEST(RedisClient, QueuedCallsWaitForAConnection) {
 // steady 500 calls a second (INCR, so that Redis counts every call that reached it), the first
 // call past its deadline drops its connection; every reconnect connects and is dropped when its
 // setup goes unanswered, and meanwhile the calls fail fast: the median failure after the first
-// timeout is answered within 2 ms (not timeout_ms), and Redis, once continued, ran only the few
+// timeout is answered well inside timeout_ms (about 1 ms; the bound is a fifth of the 50 ms
+// it would otherwise wait out), and Redis, once continued, ran only the few
 // calls written before the stall was seen (not one per call of the stop).
 TEST(RedisClient, StalledRedisIsDroppedAndCallsFailFast) {
   testing::RedisServer redis;
@@ -310,7 +311,7 @@ TEST(RedisClient, StalledRedisIsDroppedAndCallsFailFast) {
   ASSERT_GE(failed_ms.size(), 100u);
   std::sort(failed_ms.begin(), failed_ms.end());
   const double median = failed_ms[failed_ms.size() / 2];
-  EXPECT_LE(median, 2.0) << "p99 " << failed_ms[failed_ms.size() * 99 / 100];
+  EXPECT_LT(median, 50.0 / 5) << "p99 " << failed_ms[failed_ms.size() * 99 / 100];
   EXPECT_GE(obs.errors["stall"], 2);  // the first stall, and a reconnect's unanswered setup
   EXPECT_GE(obs.errors["fail_fast"], 100);
   // Every call Redis ran was either answered or written in the ~50 ms before the stall was

@@ -132,17 +132,11 @@ PY
 # run_load LOAD SHAPERS ROW: two cycles of lab.sh --load LOAD into $out/LOAD; fails unless the
 # claim holds and holds on ROW (a grep pattern), and no namespace is left.
 run_load() {
-  if ! bash "$src/tools/lab/lab.sh" --build "$build" --load "$1" --cycles 2 --out "$out/$1" \
-    --shapers "$2" --claim direct,dripgate >"$out/$1.log"; then
-    # With HOST (a 4th argument) the row on $3 may fail alone: printed, not failing the test.
-    [[ -n "${4-}" && -f "$out/$1/table.txt" ]] && grep -q "\[FAILS.*$3" "$out/$1/table.txt" &&
-      ! grep '\[FAILS' "$out/$1/table.txt" | grep -vq "$3" ||
-      fail "lab.sh --load $1 exited 1 ($(tail -n 12 "$out/$1.log"))"
-    echo "lab: $1: on this host $(grep "\[FAILS.*$3" "$out/$1/table.txt" | sed 's/^ *//')"
-  else
-    grep -q "^\s*\[holds *\] $3" "$out/$1/table.txt" ||
-      fail "the $1 claim does not stand on '$3': $(cat "$out/$1/table.txt")"
-  fi
+  bash "$src/tools/lab/lab.sh" --build "$build" --load "$1" --cycles 2 --out "$out/$1" \
+    --shapers "$2" --claim direct,dripgate >"$out/$1.log" ||
+    fail "lab.sh --load $1 exited 1 ($(tail -n 12 "$out/$1.log"))"
+  grep -q "^\s*\[holds *\] $3" "$out/$1/table.txt" ||
+    fail "the $1 claim does not stand on '$3': $(cat "$out/$1/table.txt")"
   ! ip netns list | grep -q '^dglab-' || fail "namespaces left: $(ip netns list | grep '^dglab-')"
   [[ ! -e /run/dripgate-lab ]] || fail "left behind: $(ls -la /run/dripgate-lab)"
 }
@@ -172,19 +166,19 @@ print(f"lab overload: ws-steady {r['tenants'][0]['delivered']}/{a['tenants'][0][
 PY
 
 # --load highrate: one admitted tenant at ~140,000/s, the drip and tc at 100,000/s. lab.sh claims
-# dripgate's most packets in any 100 us 2x below the best tc's. How much the kernel's shapers
-# clump depends on the host (tbf and htb 60-66 per 100 us on one 2-vCPU VM, 19-25 on the same
-# kind another day, dripgate 13-14 on both), so here that row may fail alone (HOST): what is
-# asserted below is dripgate's own spacing, at most 1.5x the even 10 per 100 us.
+# dripgate's most packets in any 100 us at most 1.5x the even 10, and 1.2x fewer than the best
+# tc's (how much the kernel's shapers clump depends on the host: 60-66 per 100 us on one 2-vCPU
+# VM, 19-27 on another, dripgate 13-14 on both).
 out4="$out/highrate"
-run_load highrate "direct tbf htb dripgate" "vs the best tc (.*): most packets in any 100 us" HOST
+run_load highrate "direct tbf htb dripgate" "dripgate: most packets in any 100 us"
+grep -q "^\s*\[holds *\] vs the best tc (.*): most packets in any 100 us" "$out4/table.txt" ||
+  fail "the highrate claim does not stand against tc: $(cat "$out4/table.txt")"
 python3 - "$out4" <<'PY'
 import json, sys
 r = json.load(open(f"{sys.argv[1]}/dripgate/receiver.json"))
 assert r["reference_pps"] == 100000, r["reference_pps"]
 # The drip's own pace: 10 us gaps at the median (tolerant: 7-13 us).
 assert 7_000 <= r["iat_p50_ns"] <= 13_000, ("median gap", r["iat_p50_ns"])
-assert r["peak_100us"] <= 15, ("most in any 100 us", r["peak_100us"])
 print(f"lab at 100,000/s: median gap {r['iat_p50_ns'] / 1e3:.1f} us, most in any 100 us "
       f"{r['peak_100us']}")
 PY

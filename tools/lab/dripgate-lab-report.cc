@@ -341,6 +341,7 @@ ColumnFigures figures(const std::string& name, const std::vector<const Phase*>& 
           median(r, field("receiver", "/burst_factor")),
           median(r, field("receiver", "/jitter_p99_ns")),
           median(r, field("receiver", "/peak_100us")),
+          median(r, field("receiver", "/reference_pps")),
           median(r, over_tenants("ignores 429", "delivered")),
           median(r, over_tenants("obeys 429", "delivered")),
           median(r, over_tenants("obeys 429", "delay_p99_ns", true)),
@@ -425,7 +426,8 @@ int run(int argc, char** argv) {
       "BEFORE,AFTER: exit 1 unless AFTER has fewer NIC ring drops and a lower burst "
       "factor than BEFORE and, against the best of the other columns (tc shapers), "
       "fewer runaway requests delivered, no more ring drops and either a p99 jitter "
-      "1.2x lower (--load bursts), the most packets in any 100 us 2x fewer (--load highrate) "
+      "1.2x lower (--load bursts), the most packets in any 100 us 1.2x fewer and at most 1.5x "
+      "the even spacing's (--load highrate) "
       "or more of the obeying tenants' requests delivered with a p99 delay 2x lower (--load "
       "overload); under --load fairness, the steady tenant as if alone through AFTER (against "
       "the column AFTER-alone) and a p99 delay 2x higher through AFTER-fifo (fairness: none); "

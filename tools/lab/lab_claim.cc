@@ -76,6 +76,16 @@ Claim judge_claim(const ColumnFigures& before, const ColumnFigures& after,
              bounds.jitter_factor);
     lower_by(&ColumnFigures::peak_100us, "most packets in any 100 us", count,
              bounds.load == Load::kHighRate, bounds.peak_factor);
+    if (bounds.load == Load::kHighRate) {
+      const std::optional<double> even =
+          a.reference_pps ? std::optional(*a.reference_pps * 100e-6) : std::nullopt;
+      c.rows.push_back(
+          {verdict(even && a.peak_100us && *a.peak_100us <= bounds.spacing_factor * *even),
+           fmt::format("{}: most packets in any 100 us {} vs the even spacing's {} at {}/s "
+                       "(claimed at {:.2g}x or less)",
+                       a.name, count(a.peak_100us), count(even), count(a.reference_pps),
+                       bounds.spacing_factor)});
+    }
     const ColumnFigures* o = best(tc, &ColumnFigures::obeying_delivered, true);
     c.rows.push_back({claimed_if(overload, o && a.obeying_delivered &&
                                                *a.obeying_delivered > *o->obeying_delivered),

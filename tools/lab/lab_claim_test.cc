@@ -9,16 +9,16 @@ namespace {
 // drip at the rate but pass the runaway's unadmitted traffic, dripgate drips with less jitter;
 // every shaper delivers what the obeying tenants send.
 ColumnFigures direct() {
-  return {"direct", 4450, 51.0, 552'800, 40, 835, 1400, 3e6, 400, 60e3};
+  return {"direct", 4450, 51.0, 552'800, 40, 2000, 835, 1400, 3e6, 400, 60e3};
 }
 ColumnFigures tbf() {
-  return {"tbf", 0, 1.00, 33'100, 2, 2560, 2400, 180e6, 1600, 150e6};
+  return {"tbf", 0, 1.00, 33'100, 2, 2000, 2560, 2400, 180e6, 1600, 150e6};
 }
 ColumnFigures htb() {
-  return {"htb", 0, 1.01, 39'400, 3, 2560, 2400, 190e6, 1600, 160e6};
+  return {"htb", 0, 1.01, 39'400, 3, 2000, 2560, 2400, 190e6, 1600, 160e6};
 }
 ColumnFigures dripgate() {
-  return {"dripgate", 0, 1.06, 11'800, 2, 1234, 2400, 150e6, 1600, 120e6};
+  return {"dripgate", 0, 1.06, 11'800, 2, 2000, 1234, 2400, 150e6, 1600, 120e6};
 }
 
 // Under overload: the tc queue stays full, so the obeying tenants lose about half their
@@ -114,7 +114,7 @@ TEST(LabClaim, FailsWhenJitterIsNotLowerByTheFactor) {
 
 TEST(LabClaim, TheBestTcIsTheBaselineNotTheWorst) {
   // A tc column with less jitter than dripgate.
-  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2, 2560, 2400, 180e6, 1600, 150e6};
+  ColumnFigures fq = {"fq", 0, 1.0, 9'000, 2, 2000, 2560, 2400, 180e6, 1600, 150e6};
   const Claim c = judge_claim(direct(), dripgate(), {tbf(), fq});
   EXPECT_FALSE(c.holds);
   EXPECT_EQ(state_of(c, "vs the best tc (fq): p99 jitter"), ClaimRow::State::kFails);
@@ -150,7 +150,9 @@ TEST(LabClaim, WithoutARunawayTenantItsRowIsNotClaimed) {
   ColumnFigures t = tbf(), d = dripgate();
   t.runaway_delivered.reset();
   d.runaway_delivered.reset();
-  t.peak_100us = 40;  // and the high-rate load's own row holds
+  t.peak_100us = 40;  // and the high-rate load's own rows hold
+  d.reference_pps = 100'000;
+  d.peak_100us = 12;
   const Claim c = judge_claim(direct(), d, {t}, {.load = Load::kHighRate});
   EXPECT_TRUE(c.holds) << format_claim(c);
   EXPECT_EQ(state_of(c, "runaway tenant: none in this load"), ClaimRow::State::kNotClaimed);
@@ -163,16 +165,37 @@ TEST(LabClaim, AtHighRateThePeakPer100usIsClaimedNotTheJitter) {
   // 100,000/s: 10 per 100 us at an even spacing; the tc shapers' timers send clumps.
   ColumnFigures t = tbf(), h = htb(), d = dripgate();
   t.peak_100us = 74, h.peak_100us = 58, d.peak_100us = 14;
+  d.reference_pps = 100'000;
   d.jitter_p99_ns = 40'000;  // higher than tbf's: reported, not claimed
   const Claim c = judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate});
   EXPECT_TRUE(c.holds) << format_claim(c);
   EXPECT_EQ(state_of(c,
                      "vs the best tc (htb): most packets in any 100 us 14 vs 58, 4.14x lower "
-                     "(claimed at 2x or more)"),
+                     "(claimed at 1.2x or more)"),
+            ClaimRow::State::kHolds);
+  EXPECT_EQ(state_of(c,
+                     "dripgate: most packets in any 100 us 14 vs the even spacing's 10 at "
+                     "100000/s (claimed at 1.5x or less)"),
             ClaimRow::State::kHolds);
   EXPECT_EQ(state_of(c, "vs the best tc (tbf): p99 jitter"), ClaimRow::State::kNotClaimed);
-  d.peak_100us = 30;  // fewer, but not 2x
-  EXPECT_FALSE(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}).holds);
+  // A host where tc clumps less (19 per 100 us): still 1.36x fewer.
+  h.peak_100us = 19;
+  EXPECT_TRUE(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}).holds);
+  d.peak_100us = 17;  // fewer than htb's 19, but not 1.2x, and 1.7x the even spacing
+  const Claim fewer = judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate});
+  EXPECT_EQ(state_of(fewer, "vs the best tc (htb): most packets"), ClaimRow::State::kFails);
+  EXPECT_EQ(state_of(fewer, "dripgate: most packets"), ClaimRow::State::kFails);
+  // Far below tc's clumps, but uneven itself: the row of its own fails alone.
+  h.peak_100us = 58, d.peak_100us = 16;
+  const Claim uneven = judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate});
+  EXPECT_FALSE(uneven.holds);
+  EXPECT_EQ(state_of(uneven, "vs the best tc (htb): most packets"), ClaimRow::State::kHolds);
+  // Without the rate, the even spacing is unknown: the row fails.
+  d.peak_100us = 14;
+  d.reference_pps.reset();
+  EXPECT_EQ(state_of(judge_claim(direct(), d, {t, h}, {.load = Load::kHighRate}),
+                     "dripgate: most packets"),
+            ClaimRow::State::kFails);
 }
 
 // Under the fairness load no tenant ignores 429 (the runaway's plan admits its burst): the
