@@ -218,6 +218,8 @@ void write_redis_and_control(YAML::Emitter& out, const Config& cfg) {
   out << YAML::Key << "grpc_listen" << YAML::Value << YAML::DoubleQuoted << cfg.control.grpc_listen;
   write_tls(out, "grpc_tls", cfg.control.grpc_tls);
   kv(out, "grpc_max_inflight", int64_t{cfg.control.grpc_max_inflight});
+  // Only when off: on is the default, and older files have no such key.
+  if (!cfg.control.openai_headers) out << YAML::Key << "openai_headers" << YAML::Value << false;
   out << YAML::Key << "queue" << YAML::Value << YAML::Flow << YAML::BeginMap;
   kv(out, "max_waiters", cfg.control.queue.max_waiters);
   kv(out, "max_waiters_per_tenant", cfg.control.queue.max_waiters_per_tenant);

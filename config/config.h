@@ -316,6 +316,9 @@ struct Control {
     bool operator==(const Status&) const = default;
   };
   Status status;
+  // An admission's answer (HTTP, and the gRPC front's response_headers_to_add) carries OpenAI's
+  // x-ratelimit-{limit,remaining,reset}-{requests,tokens} beside the IETF RateLimit fields.
+  bool openai_headers = true;
   // Envoy's rate-limit service (gRPC) on this host:port; empty: off.
   std::string grpc_listen;
   Tls grpc_tls;  // TLS on grpc_listen

@@ -137,7 +137,8 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
             "auth",
             "metrics_token",
             "metrics_token_file",
-            "metrics_token_env"});
+            "metrics_token_env",
+            "openai_headers"});
   if (!f.ok()) return;
   load_listen(ctx, f, "listen", c.listen);
   load_listen(ctx, f, "grpc_listen", c.grpc_listen, true);
@@ -159,6 +160,8 @@ void load_control(Ctx& ctx, const YAML::Node& n, Control& c) {
             "must be token (the shared auth_token) or tenant_keys (each tenant's keys), got " +
                 quote(*s));
     }
+  if (const Entry* e = f.find("openai_headers"))
+    if (auto v = get_bool(ctx, e->value, f.path("openai_headers"))) c.openai_headers = *v;
   load_socket_path(ctx, f, "dataplane_socket", c.dataplane_socket);
   set_int(ctx, f, "max_connections", c.max_connections, 1, 1000000);
   set_int(ctx, f, "request_timeout_s", c.request_timeout_s, 1, 3600);

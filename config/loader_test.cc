@@ -221,7 +221,7 @@ plans:
             "auth_token, auth_token_file, auth_token_env, admin_token, admin_token_file, "
             "admin_token_env, dataplane_socket, max_connections, request_timeout_s, decision_log, "
             "grpc_listen, grpc_max_inflight, rls, queue, tls, grpc_tls, status, auth, "
-            "metrics_token, metrics_token_file, metrics_token_env)");
+            "metrics_token, metrics_token_file, metrics_token_env, openai_headers)");
 }
 
 // A plan's degrade: a model id and/or an http(s) URL, at least one of them.
@@ -1365,6 +1365,17 @@ TEST(Errors, Tls) {
   EXPECT_EQ(load_ok(yaml).control.grpc_tls, t.control.grpc_tls);
 }
 
+// OpenAI's rate-limit headers: on unless turned off, a boolean named by file, line and column.
+TEST(Errors, OpenAiHeaders) {
+  EXPECT_TRUE(load_ok("control: {}").control.openai_headers);
+  EXPECT_TRUE(load_ok("control: { openai_headers: true }").control.openai_headers);
+  EXPECT_FALSE(load_ok("control: { openai_headers: false }").control.openai_headers);
+  EXPECT_EQ(error_of("control: {\n  openai_headers: no }"),
+            "t.yaml:2:19: control.openai_headers: expected true or false, got 'no'");
+  EXPECT_EQ(error_of("control: { openai_headers: \"false\" }"),
+            "t.yaml:1:28: control.openai_headers: expected true or false, got 'false'");
+}
+
 // The gRPC front: off by default, a listen address like control.listen, and a domain map whose
 // values are gates and which always names the tenant.
 TEST(Errors, GrpcListenAndRlsDomains) {
@@ -1810,7 +1821,7 @@ dataplane:
       "auth_token_file, auth_token_env, admin_token, admin_token_file, admin_token_env, "
       "dataplane_socket, max_connections, request_timeout_s, decision_log, grpc_listen, "
       "grpc_max_inflight, rls, queue, tls, grpc_tls, status, auth, metrics_token, "
-      "metrics_token_file, metrics_token_env)",
+      "metrics_token_file, metrics_token_env, openai_headers)",
       "t.yaml:5:12: plans.pro.class: no class named 'gold' in dataplane.classes (defined: "
       "default)",
       "t.yaml:7:27: plans.pro.gates.tenant.capacity: must be >= 1, got 0 (a request costs 1 "
@@ -1850,6 +1861,7 @@ control:
   decision_log: { path: /tmp/decisions.jsonl, sample: 0.25 }
   grpc_listen: "127.0.0.1:8081"
   grpc_max_inflight: 512
+  openai_headers: false
   rls: { domains: { edge: { x-tenant-id: tenant, x-model: model, tenant: tenant } } }
   queue: { max_waiters: 5000, max_waiters_per_tenant: 50 }
   status: { dataplane_metrics_url: "http://127.0.0.1:9101/metrics", iat_metrics_url: "http://h:9/m" }
@@ -1920,6 +1932,7 @@ dataplane:
   EXPECT_EQ(c.control.decision_log, (DecisionLog{"/tmp/decisions.jsonl", 0.25}));
   EXPECT_EQ(c.control.grpc_listen, "127.0.0.1:8081");
   EXPECT_EQ(c.control.grpc_max_inflight, 512);
+  EXPECT_FALSE(c.control.openai_headers);
   EXPECT_EQ(c.control.queue, (Control::Queue{5000, 50}));
   EXPECT_EQ(c.plans.at("pro").queue, (PlanQueue{1500, 3}));
   using KeyMap = std::map<std::string, std::string>;

@@ -42,6 +42,7 @@ Remaining window_remaining(const Gate& g, int64_t count, bool stands) {
   r.value = static_cast<double>(std::max<int64_t>(0, g.limit - count));
   r.window_s = static_cast<double>(g.window_ms) / 1000;
   r.reset_s = count > 0 ? (g.window_ms + 999) / 1000 : 0;
+  r.reset_ms = count > 0 ? g.window_ms : 0;
   return r;
 }
 
@@ -197,6 +198,9 @@ Remaining bucket_remaining(std::string gate, double capacity, double refill, dou
   r.window_s = refill > 0 ? capacity / refill : 0;
   r.reset_s = refill > 0 ? static_cast<int64_t>(std::ceil((capacity - tokens) / refill)) : 0;
   if (r.reset_s < 0) r.reset_s = 0;
+  // To the millisecond, up; a nanosecond of float noise does not add one.
+  const double ms = refill > 0 ? std::ceil((capacity - tokens) / refill * 1e3 - 1e-6) : 0;
+  r.reset_ms = ms > 0 ? static_cast<int64_t>(std::min(ms, 9e15)) : 0;
   return r;
 }
 

@@ -116,6 +116,9 @@ struct Remaining {
   double limit = 0;     // capacity / tokens_per_month / max_streams
   double window_s = 0;  // policy window for RateLimit-Policy (capacity/refill, seconds in month…)
   int64_t reset_s = 0;  // seconds until the gate is full again / the month rolls over
+  // A bucket's or a sliding window's reset_s in milliseconds, rounded up (OpenAI's reset
+  // headers say "20ms"); -1: known to the second only (reset_s).
+  int64_t reset_ms = -1;
 };
 
 // A token bucket's Remaining at `tokens`, with the policy numbers the RateLimit headers need:

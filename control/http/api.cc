@@ -15,6 +15,7 @@
 #include "common/json_writer.h"
 #include "config/config.h"
 #include "control/http/guidance.h"
+#include "control/http/openai_headers.h"
 
 namespace dripgate::control::api {
 namespace {
@@ -622,8 +623,24 @@ Headers ratelimit_headers(bool refused, int64_t retry_after_ms,
   return h;
 }
 
-void ratelimit_headers(const AdmitResult& r, HeaderFill& h) {
+// One gate's three OpenAI headers (openai_headers.h), when the answer has such a gate.
+void openai_gate_headers(const Remaining* r, std::string_view limit, std::string_view left,
+                         std::string_view reset, HeaderFill& h) {
+  if (!r) return;
+  append_integer(h.add(limit), whole(r->limit));
+  append_integer(h.add(left), whole(std::floor(r->value)));
+  append_go_duration(h.add(reset), reset_ms_of(*r));
+}
+
+void ratelimit_headers(const AdmitResult& r, bool openai, HeaderFill& h) {
   ratelimit_headers(r.outcome == Outcome::kRefused, r.retry_after_ms, r.remaining, h);
+  if (openai) {
+    const OpenAiLimits l = openai_limits(r.remaining);
+    openai_gate_headers(l.requests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+                        "x-ratelimit-reset-requests", h);
+    openai_gate_headers(l.tokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+                        "x-ratelimit-reset-tokens", h);
+  }
   if (!r.degraded.empty()) h.add(kDegradedHeader) = r.degraded;
   if (!r.shadow_refused.empty()) h.add(kShadowRefusedHeader) = r.shadow_refused;
   if (r.brake < 1) h.add(kBrakeHeader) = number_text(r.brake);
@@ -631,10 +648,10 @@ void ratelimit_headers(const AdmitResult& r, HeaderFill& h) {
 
 }  // namespace
 
-Headers ratelimit_headers(const AdmitResult& r) {
+Headers ratelimit_headers(const AdmitResult& r, bool openai) {
   Headers h;
   HeaderFill fill(h);
-  ratelimit_headers(r, fill);
+  ratelimit_headers(r, openai, fill);
   fill.done();
   return h;
 }
@@ -685,13 +702,14 @@ Response render_tenant_page(const std::vector<std::pair<std::string_view, std::s
                   })};
 }
 
-Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s) {
+Response render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s,
+                      bool openai) {
   Response resp;
-  render_admit(r, flow_tag, now_s, resp);
+  render_admit(r, flow_tag, now_s, openai, resp);
   return resp;
 }
 
-void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s,
+void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, bool openai,
                   Response& resp) {
   if (now_s == 0 && r.outcome == Outcome::kRefused)
     now_s = std::chrono::duration_cast<std::chrono::seconds>(
@@ -721,7 +739,7 @@ void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now
     if (status == 429) guidance::write(w, r, now_s);
   });
   HeaderFill headers(resp.headers);
-  ratelimit_headers(r, headers);
+  ratelimit_headers(r, openai, headers);
   if (!flow_tag.empty()) headers.add("Dripgate-Flow-Tag") = flow_tag;
   headers.done();
 }

@@ -70,11 +70,13 @@ struct Response {
 // flow_tag: the dataplane's answer for the request's flow, sent as Dripgate-Flow-Tag when not
 // empty.
 // A 429 carries `guidance` (guidance.h), its quota reset time said from now_s (unix seconds;
-// 0: the system clock).
-Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0);
+// 0: the system clock). openai: with OpenAI's x-ratelimit-* headers (control.openai_headers).
+Response render_admit(const AdmitResult& r, const std::string& flow_tag = {}, int64_t now_s = 0,
+                      bool openai = true);
 // The same into `out`, whose strings keep their capacity: a worker renders each admission into
 // one Response it keeps, rather than allocating a body, a header list and header values anew.
-void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, Response& out);
+void render_admit(const AdmitResult& r, const std::string& flow_tag, int64_t now_s, bool openai,
+                  Response& out);
 Response render_settle(const SettleResult& r);
 // flow_tag: the renewal of the request's flow tag (Dripgate-Flow-Tag), empty for none.
 Response render_charge(const ChargeResult& r, const std::string& flow_tag = {});
@@ -98,10 +100,11 @@ int status_of(Outcome o);
 std::string ratelimit_policy_header(const std::vector<Remaining>& remaining);
 std::string ratelimit_header(const std::vector<Remaining>& remaining);
 // An allowed or refused admission's Retry-After (refused only), RateLimit-Policy and RateLimit
-// headers, Dripgate-Degraded when decided without Redis, Dripgate-Shadow-Refused when a shadow
-// gate would have refused it and Dripgate-Brake when decided under the brake: the HTTP
-// answer's, and the gRPC answer's response_headers_to_add.
-Headers ratelimit_headers(const AdmitResult& r);
+// headers, with `openai` OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the
+// plan's binding gates (openai_headers.h), Dripgate-Degraded when decided without Redis,
+// Dripgate-Shadow-Refused when a shadow gate would have refused it and Dripgate-Brake when
+// decided under the brake: the HTTP answer's, and the gRPC answer's response_headers_to_add.
+Headers ratelimit_headers(const AdmitResult& r, bool openai = true);
 // Whole seconds, rounded up.
 int64_t retry_after_seconds(int64_t retry_after_ms);
 

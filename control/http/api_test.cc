@@ -315,7 +315,7 @@ TEST(Render, IntoAReusedResponseEqualsAFreshRender) {
   Response kept;
   for (const AdmitResult* a : {&refused, &allowed, &refused, &bare, &failed, &allowed}) {
     for (const std::string& tag : {std::string("ft-7"), std::string()}) {
-      render_admit(*a, tag, now, kept);
+      render_admit(*a, tag, now, true, kept);
       Response fresh = render_admit(*a, tag, now);
       EXPECT_EQ(kept.status, fresh.status);
       EXPECT_EQ(kept.headers, fresh.headers);

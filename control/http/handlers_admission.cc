@@ -70,8 +70,10 @@ void handle_admit(Request req) {
   if (!tenant_allowed(req, ar.tenant, {}, ar.flow ? &*ar.flow : nullptr)) return;
   req.defer();
   const uint64_t waiter = w.gateway->admit(std::move(ar), [req](const AdmitDecision& d) {
-    api::Response& answer = req.worker().admit_answer;
-    api::render_admit(d.result, d.flow_tag, 0, answer);
+    Worker& worker = req.worker();
+    api::Response& answer = worker.admit_answer;
+    const bool openai = worker.gateway->snapshot()->cfg.control.openai_headers;
+    api::render_admit(d.result, d.flow_tag, 0, openai, answer);
     req.finish(answer);
   });
   // A request that may wait leaves the queue when its connection goes (Worker::close_conn).

@@ -83,7 +83,8 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
   differs(c.grpc_tls != d.grpc_tls, "control.grpc_tls");
   // Any other setting of these sections (one added later) is restart-only too, unless listed
   // here as reloadable: the tokens, the rate-limit service's domains and its cap on calls in
-  // flight, and the outage policy (redis.on_failure, redis.local_share) are read per request.
+  // flight, OpenAI's headers, and the outage policy (redis.on_failure, redis.local_share) are
+  // read per request.
   if (out.empty()) {
     config::Redis rr = r, rn = n;
     for (config::Redis* x : {&rr, &rn}) {
@@ -96,6 +97,7 @@ std::vector<config::Error> restart_only_changes(const config::Config& running,
       x->admin_token = x->admin_token_file = x->admin_token_env = "";
       x->rls_domains.clear();
       x->grpc_max_inflight = 0;
+      x->openai_headers = true;
     }
     differs(!(rr == rn), "redis");
     differs(!(cr == cn), "control");

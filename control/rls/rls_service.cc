@@ -74,7 +74,8 @@ void add_header(google::protobuf::RepeatedPtrField<envoy::config::core::v3::Head
 // An allowed or refused admission as Envoy reads it: the overall code, one status per
 // descriptor, the HTTP API's rate-limit headers for the client, and the request id and class
 // for the upstream (which settles or releases with them over HTTP).
-void fill(const rls::Mapped& m, const AdmitResult& r, pb::RateLimitResponse& out) {
+// openai: with OpenAI's x-ratelimit-* headers (control.openai_headers), as the HTTP answer.
+void fill(const rls::Mapped& m, const AdmitResult& r, bool openai, pb::RateLimitResponse& out) {
   bool refused = r.outcome == Outcome::kRefused;
   out.set_overall_code(refused ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
   for (const rls::Status& s : rls::statuses(m, r)) {
@@ -88,7 +89,7 @@ void fill(const rls::Mapped& m, const AdmitResult& r, pb::RateLimitResponse& out
     st->set_limit_remaining(u32(s.remaining));
     st->mutable_duration_until_reset()->set_seconds(s.reset_s);
   }
-  for (const auto& [k, v] : api::ratelimit_headers(r))
+  for (const auto& [k, v] : api::ratelimit_headers(r, openai))
     add_header(out.mutable_response_headers_to_add(), k, v);
   // How long the call waited for its gate (the HTTP answer's waited_ms), for the client.
   if (r.waited_ms >= 0)
@@ -254,14 +255,15 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     call->mapped.admit.max_wait_ms = wait_budget_ms(*ctx);
     size_t n = server_.loops_.size();
     Loop& loop = *server_.loops_[next_.fetch_add(1, std::memory_order_relaxed) % n];
-    loop.post([&loop, reactor, out, call, waiting = reactor->waiting()](Gateway& g) {
+    const bool openai = snap->cfg.control.openai_headers;
+    loop.post([&loop, reactor, out, call, openai, waiting = reactor->waiting()](Gateway& g) {
       const uint64_t handle =
-          g.admit(call->mapped.admit, [reactor, out, call](const AdmitDecision& d) {
+          g.admit(call->mapped.admit, [reactor, out, call, openai](const AdmitDecision& d) {
             const AdmitResult& r = d.result;
             if (r.outcome != Outcome::kAllowed && r.outcome != Outcome::kRefused)
               return reactor->Finish(error_status(r));
             pb::RateLimitResponse resp;
-            fill(call->mapped, r, resp);
+            fill(call->mapped, r, openai, resp);
             wire::encode(resp, *out);
             reactor->Finish(grpc::Status::OK);
           });

@@ -167,6 +167,11 @@ TEST_F(RlsTest, TokenBucketTable) {
     EXPECT_EQ(s.current_limit().unit(), Response::RateLimit::MINUTE);  // a 5 s window
     EXPECT_EQ(s.limit_remaining(), left[i]);
     EXPECT_EQ(a.header("RateLimit-Policy"), "\"tenant\";q=5;w=5");
+    // OpenAI's headers ride along as response headers, as on the HTTP answer.
+    EXPECT_EQ(a.header("x-ratelimit-limit-requests"), "5");
+    EXPECT_EQ(a.header("x-ratelimit-remaining-requests"), std::to_string(left[i]));
+    EXPECT_NE(a.header("x-ratelimit-reset-requests"), "(none)");
+    EXPECT_EQ(a.header("x-ratelimit-limit-tokens"), "(none)");  // no token-rate gate
     if (i < 5) {
       EXPECT_EQ(a.resp.overall_code(), Response::OK);
       EXPECT_EQ(s.code(), Response::OK);
@@ -188,6 +193,18 @@ TEST_F(RlsTest, TokenBucketTable) {
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "grpc"}), 5u);
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "tenant", "refused", "grpc"}), 1u);
   EXPECT_EQ(metrics_.admissions().value({"ws-acme", "", "allowed", "http"}), 0u);
+}
+
+// control.openai_headers: false leaves OpenAI's headers out of the gRPC answer too.
+TEST_F(RlsTest, OpenAiHeadersOff) {
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{5, 1}));
+  cfg_.control.openai_headers = false;
+  start();
+  Answer a = call("dripgate", {{{"tenant", "ws-acme"}}});
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(a.header("RateLimit-Policy"), "\"tenant\";q=5;w=5");
+  for (const auto& h : a.resp.response_headers_to_add())
+    EXPECT_EQ(h.key().rfind("x-ratelimit-", 0), std::string::npos) << h.key();
 }
 
 // A plan's queue over gRPC: a call waits for its gate until shortly before its deadline (Envoy's
