@@ -46,6 +46,10 @@ std::string quota(std::string_view tenant, std::string_view month) {
   return join({"dg:{t:", tenant, "}:q:", month});
 }
 
+std::string quota_counter(std::string_view prefix, std::string_view label) {
+  return join({prefix, label});
+}
+
 std::string applied(std::string_view tenant, std::string_view journal) {
   return join({"dg:{t:", tenant, "}:applied:", journal});
 }

@@ -26,6 +26,9 @@ std::string window(std::string_view tenant, std::string_view gate, std::string_v
 std::string quota_prefix(std::string_view tenant);
 // "dg:{t:<tenant>}:q:<YYYY-MM>".
 std::string quota(std::string_view tenant, std::string_view month);
+// A quota's counter of one period: its prefix (quota_prefix) and the period's label
+// (common::PeriodSpan), as TimeKeys declares the monthly ones.
+std::string quota_counter(std::string_view prefix, std::string_view label);
 // A UTC calendar month: "YYYY-MM", its first second and the next month's (unix s).
 struct Month {
   std::string name, start_s, end_s;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <vector>
 
@@ -699,6 +700,58 @@ Response render_tenant_page(const std::vector<std::pair<std::string_view, std::s
                     else
                       w.null();
                     w.key("version").integer(static_cast<int64_t>(version));
+                  })};
+}
+
+std::string rfc3339(int64_t unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  tm utc{};
+  char buf[32] = {};
+  if (!gmtime_r(&t, &utc) || !std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc)) return {};
+  return buf;
+}
+
+namespace {
+
+// A time as the usage answer gives it: "<key>" in RFC 3339 and "<key>_unix"; both null when
+// there is none.
+void write_time(JsonWriter& w, std::string_view key, std::optional<int64_t> unix_s) {
+  w.key(key);
+  if (unix_s)
+    w.string(rfc3339(*unix_s));
+  else
+    w.null();
+  w.key(std::string(key) + "_unix");
+  if (unix_s)
+    w.integer(*unix_s);
+  else
+    w.null();
+}
+
+void write_quota_usage(JsonWriter& w, const usage::QuotaUsage& u) {
+  w.begin_object().key("quota").string(u.spec.name).key("unit").string(u.spec.unit);
+  w.key("period").string(common::period_name(u.spec.period));
+  w.key("period_label").string(u.span.label);
+  w.key("mode").string(u.spec.shadow ? "shadow" : "enforce");
+  w.key("used").integer(u.used).key("limit").integer(u.spec.limit);
+  w.key("remaining").integer(u.remaining());
+  write_time(w, "period_start", u.span.start);
+  write_time(w, "resets_at", u.span.end);
+  w.key("rate_per_s").number(u.rate_per_s);
+  write_time(w, "projected_exhaustion", u.exhausts_at);
+  w.end_object();
+}
+
+}  // namespace
+
+Response render_usage(std::string_view tenant, std::string_view plan, int64_t now_s,
+                      const std::vector<usage::QuotaUsage>& quotas) {
+  return Response{200, {}, json_body([&](JsonWriter& w) {
+                    w.key("tenant").string(tenant).key("plan").string(plan);
+                    write_time(w, "now", now_s);
+                    w.key("quotas").begin_array();
+                    for (const usage::QuotaUsage& u : quotas) write_quota_usage(w, u);
+                    w.end_array();
                   })};
 }
 

@@ -12,6 +12,7 @@
 #include "control/admission/admission.h"
 #include "control/admission/brake.h"
 #include "control/admission/tenant_keys.h"
+#include "control/admission/usage.h"
 
 namespace dripgate::control::api {
 
@@ -93,6 +94,15 @@ Response render_tenant(int status, std::string_view tenant, std::string_view pla
 // "version": the registry version of the copy it came from}.
 Response render_tenant_page(const std::vector<std::pair<std::string_view, std::string_view>>& page,
                             bool more, uint64_t version);
+// GET /v1/admin/usage/<tenant>: {"tenant", "plan", "now", "now_unix", "quotas": [{"quota",
+// "unit", "period", "period_label", "mode", "used", "limit", "remaining", "period_start",
+// "period_start_unix", "resets_at", "resets_at_unix", "rate_per_s", "projected_exhaustion",
+// "projected_exhaustion_unix"}...]}: times as RFC 3339 in UTC and as unix seconds, the
+// projection null when the quota lasts its period (usage.h).
+Response render_usage(std::string_view tenant, std::string_view plan, int64_t now_s,
+                      const std::vector<usage::QuotaUsage>& quotas);
+// A unix second as RFC 3339 in UTC: "2026-12-07T22:40:00Z".
+std::string rfc3339(int64_t unix_s);
 // The status an engine outcome maps to.
 int status_of(Outcome o);
 

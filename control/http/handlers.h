@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "control/http/worker.h"
@@ -29,6 +30,9 @@ void handle_release(Request req);
 
 // handlers_tenants.cc: the tenant registry, /v1/admin/tenants and /v1/admin/tenants/<id>.
 inline constexpr std::string_view kTenantsPath = "/v1/admin/tenants/";
+// The tenant id of <prefix><id> (a prefix route's path); answers 400 naming `tenant` and returns
+// empty when it is no id.
+std::string tenant_of(Request req, std::string_view prefix = kTenantsPath);
 void handle_tenant_list(Request req);
 void handle_tenant_get(Request req);
 void handle_tenant_put(Request req);
@@ -36,6 +40,10 @@ void handle_tenant_delete(Request req);
 // A registry tenant's API keys: POST /v1/admin/keys/<id> (tenant_keys.h).
 inline constexpr std::string_view kKeysPath = "/v1/admin/keys/";
 void handle_tenant_keys(Request req);
+
+// handlers_usage.cc: a tenant's quotas used, GET /v1/admin/usage/<id>.
+inline constexpr std::string_view kUsagePath = "/v1/admin/usage/";
+void handle_usage(Request req);
 
 // handlers_brake.cc: the service-wide brake, /v1/admin/brake.
 void handle_brake_post(Request req);

@@ -20,16 +20,6 @@ namespace {
 constexpr size_t kMaxPage = 1000;
 constexpr size_t kDefaultPage = 100;
 
-// The tenant id of /v1/admin/tenants/<id> (or of another prefix route); answers 400 and returns
-// empty when it is no id.
-std::string tenant_of(Request req, std::string_view prefix = kTenantsPath) {
-  const std::string_view path = req.path();
-  std::string id(path.substr(std::min(path.size(), prefix.size())));
-  if (common::valid_id(id)) return id;
-  req.answer(api::render_error(400, "tenant: must match [A-Za-z0-9._-]{1,64} (in the path)"));
-  return {};
-}
-
 // The list's cursor and limit from the query's parameters; the error's message when one is
 // wrong.
 std::string page_of(const std::vector<std::pair<std::string, std::string>>& query,
@@ -53,6 +43,14 @@ std::string page_of(const std::vector<std::pair<std::string, std::string>>& quer
 }
 
 }  // namespace
+
+std::string tenant_of(Request req, std::string_view prefix) {
+  const std::string_view path = req.path();
+  std::string id(path.substr(std::min(path.size(), prefix.size())));
+  if (common::valid_id(id)) return id;
+  req.answer(api::render_error(400, "tenant: must match [A-Za-z0-9._-]{1,64} (in the path)"));
+  return {};
+}
 
 // GET /v1/admin/tenants?cursor=<last id of the previous page>&limit=<1..1000>: the registry's
 // tenants in id order.

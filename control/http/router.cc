@@ -45,6 +45,7 @@ constexpr Route kRoutes[] = {
     {kTenantsPath, HTTP_PUT, Auth::kAdmin, &handle_tenant_put},
     {kTenantsPath, HTTP_DELETE, Auth::kAdmin, &handle_tenant_delete},
     {kKeysPath, HTTP_POST, Auth::kAdmin, &handle_tenant_keys},
+    {kUsagePath, HTTP_GET, Auth::kAdmin, &handle_usage},
     {"/ui", HTTP_GET, Auth::kAdminPage, &handle_ui},
     {"/v1/admin/status", HTTP_GET, Auth::kAdminPage, &handle_admin_status},
     {"/healthz", HTTP_GET, Auth::kMetrics, &handle_healthz},
