@@ -6,7 +6,7 @@ certificate signed by the CA, and one signed by another CA.
 
 Checks: an admission over HTTPS; plaintext HTTP on the TLS port gets no answer; with a client
 CA the HTTP API refuses a client without a certificate and one whose certificate another CA
-signed; gRPC with the right client certificate is answered, with a wrong one or none the
+signed, each counted once in dripgate_http_tls_handshake_failures_total by its cause; gRPC with the right client certificate is answered, with a wrong one or none the
 handshake fails; SIGHUP reads new certificate files (a certificate of a new CA is served after
 it), and a key that does not match leaves the running ones; the gRPC front serves the new
 certificate within seconds; a daemon whose key does not match
@@ -172,6 +172,18 @@ def check_refusals(http_port, grpc_port):
         got = rls_call(grpc_port, cert, key)
         if got != "UNAVAILABLE":
             fail(f"gRPC with client certificate {cert} gave {got}, want a failed handshake")
+    # Each failed handshake of the HTTP API counted once, by its cause; a connection that only
+    # opens and closes is none.
+    socket.create_connection(("127.0.0.1", http_port), timeout=5).close()
+    time.sleep(0.2)
+    code, metrics = curl(http_port, "/metrics", "ca.pem", "client.pem", "client.key")
+    for reason in ("no_client_certificate", "bad_client_certificate", "not_tls"):
+        line = f'dripgate_http_tls_handshake_failures_total{{reason="{reason}"}} 1'
+        if code != 200 or line not in metrics.splitlines():
+            fail(f"{line} not in /metrics ({code}):\n" + "\n".join(
+                l for l in (metrics or "").splitlines() if "tls_handshake" in l))
+    if 'reason="other"' in metrics:
+        fail("a handshake failure counted as other:\n" + metrics)
 
 
 def check_bad_key_refused(redis_port):

@@ -123,6 +123,23 @@ std::string key_check_message(KeyCheck c, const std::string& tenant) {
   return {};
 }
 
+std::string_view key_check_reason(KeyCheck c) {
+  switch (c) {
+    case KeyCheck::kOk:
+    case KeyCheck::kProxy:
+      return {};
+    case KeyCheck::kMissing:
+      return "missing";
+    case KeyCheck::kUnknown:
+      return "unknown_key";
+    case KeyCheck::kExpired:
+      return "expired";
+    case KeyCheck::kForeign:
+      return "wrong_tenant";
+  }
+  return {};
+}
+
 std::optional<std::string_view> bearer_of(std::string_view authorization) {
   static constexpr std::string_view kPrefix = "Bearer ";
   if (authorization.size() <= kPrefix.size() ||

@@ -91,6 +91,9 @@ inline int key_check_status(KeyCheck c) {
 }
 // Why, for the answer: never the key nor its digest.
 std::string key_check_message(KeyCheck c, const std::string& tenant);
+// Why, for dripgate_auth_refusals_total's reason: "missing", "unknown_key", "expired",
+// "wrong_tenant"; "" for an allowed check.
+std::string_view key_check_reason(KeyCheck c);
 
 // The bearer credential of an "Authorization" value ("Bearer <key>", the scheme in any case);
 // nullopt when there is none or another scheme.

@@ -48,13 +48,16 @@ bool tenant_allowed(Request req, const std::string& tenant, const std::string& r
   // No tenant to act as: the gateway's 400 says so, and asks nothing of Redis.
   if (key && !common::valid_id(t)) return true;
   const KeyCheck c = check_tenant_key(*snap, g.registry().get(), t, key, std::time(nullptr));
+  Metrics& metrics = *req.worker().metrics;
   if (c == KeyCheck::kOk && flow) {
     std::string why = check_flow_source(*snap, t, flow->src, peer_address(req));
     if (why.empty()) return true;
+    metrics.auth_refusal("http", "api", "flow_source");
     req.answer(api::render_error(403, why));
     return false;
   }
   if (key_allowed(c)) return true;
+  metrics.auth_refusal("http", "api", key_check_reason(c));
   api::Response r = api::render_error(key_check_status(c), key_check_message(c, t));
   if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dripgate\"");
   req.answer(r);

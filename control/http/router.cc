@@ -102,8 +102,13 @@ bool authorized(Request req, Auth auth) {
   const HttpRequest& q = req.http();
   const char* got = q.has_authorization ? q.authorization.c_str() : nullptr;
   if (api::token_matches(token, got)) return true;
+  if (auth == Auth::kAdminPage && basic_matches(token, got)) return true;
+  req.worker().metrics->auth_refusal("http",
+                                     auth == Auth::kApi       ? "api"
+                                     : auth == Auth::kMetrics ? "metrics"
+                                                              : "admin",
+                                     got ? "unknown_key" : "missing");
   if (auth == Auth::kAdminPage) {
-    if (basic_matches(token, got)) return true;
     api::Response r = api::render_error(
         401,
         "the admin token is needed: as the password of HTTP Basic (any user name), or as a "

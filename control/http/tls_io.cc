@@ -6,10 +6,40 @@
 #include <openssl/ssl.h>
 
 #include <cerrno>
+#include <string_view>
+
+#include "control/metrics/metrics.h"
 
 #include "control/http/worker.h"
 
 namespace dripgate::control::http {
+namespace {
+
+// A failed handshake's cause for dripgate_http_tls_handshake_failures_total, from OpenSSL's
+// last error (read before the queue is cleared).
+std::string_view handshake_failure_reason(unsigned long err) {
+  if (ERR_GET_LIB(err) != ERR_LIB_SSL) return "other";
+  switch (ERR_GET_REASON(err)) {
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+      return "no_client_certificate";
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+      return "bad_client_certificate";
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_RECORD_LENGTH_MISMATCH:
+      return "not_tls";
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_NO_SHARED_CIPHER:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_NO_PROTOCOLS_AVAILABLE:
+      return "protocol";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace
 
 // The handshake (inside the first reads), then what TLS decrypted, up to the worker's buffer,
 // handed on as one read is (got): bytes, 0 at the end of the stream, or an error that closes.
@@ -40,7 +70,10 @@ void Worker::tls_read(Connection* c) {
       return got(c, 0, nullptr);  // the client's close_notify (or its end without one)
     default:
       // A failed handshake (no or a wrong client certificate, plaintext on the TLS port): the
-      // alert has gone out; the connection closes.
+      // alert has gone out; the connection closes. Counted by cause: a client that just closes
+      // (a port probe) ends in SSL_ERROR_SYSCALL with nothing in the queue, and is none.
+      if (err == SSL_ERROR_SSL && !SSL_is_init_finished(ssl) && metrics)
+        metrics->tls_handshake_failure(handshake_failure_reason(ERR_peek_last_error()));
       ERR_clear_error();
       return got(c, -EPROTO, nullptr);
   }

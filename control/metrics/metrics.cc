@@ -194,6 +194,17 @@ Metrics::Metrics()
                     "invalid UTF-8 in a string field), by level; the log shows the first of a "
                     "kind and then one line with a count per interval.",
                     {"level"}),
+      tls_handshake_failures_("dripgate_http_tls_handshake_failures_total",
+                              "TLS handshakes on the HTTP API that failed, by cause "
+                              "(no_client_certificate, bad_client_certificate, not_tls, "
+                              "protocol, other); the connection is closed after OpenSSL's alert.",
+                              {"reason"}),
+      auth_refusals_("dripgate_auth_refusals_total",
+                     "Requests refused for their credentials (401 or 403, gRPC UNAUTHENTICATED or "
+                     "PERMISSION_DENIED) before anything was asked of Redis, by front, scope (api, "
+                     "admin, metrics) and reason (missing, unknown_key, expired, wrong_tenant, "
+                     "flow_source).",
+                     {"front", "scope", "reason"}),
       saturation_failures_("dripgate_saturation_scrape_failures_total",
                            "A model gate's saturation scrapes that gave no signal, by gate, "
                            "model and cause: connect (not resolved, refused, reset), timeout, "
@@ -294,6 +305,8 @@ std::string Metrics::render() const {
   reconciled_.render(out);
   breaker_.render(out);
   protobuf_log_.render(out);
+  tls_handshake_failures_.render(out);
+  auth_refusals_.render(out);
   wait_results_.render(out);
   wait_seconds_.render(out);
   token_to_admission_.render(out);

@@ -83,6 +83,21 @@ class Metrics : public RedisObserver {
   void http_connection_evicted() { http_evicted_.fetch_add(1, std::memory_order_relaxed); }
   void http_request_timeout() { http_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   void http_accept_error() { http_accept_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // A TLS handshake on the HTTP API that failed, by cause: "no_client_certificate",
+  // "bad_client_certificate" (one control.tls.client_ca_file did not sign, or expired), "not_tls"
+  // (plaintext on the TLS port), "protocol" (no version or cipher in common), "other".
+  void tls_handshake_failure(std::string_view reason) { tls_handshake_failures_.inc({reason}); }
+  const CounterFamily& tls_handshake_failures() const { return tls_handshake_failures_; }
+  // A request refused for its credentials, before anything was asked of Redis: front "http" |
+  // "grpc"; scope "api" (admit, settle, charge, release), "admin" (the admin API and the status
+  // page), "metrics" (/metrics, /healthz); reason "missing" (no credential), "unknown_key" (a
+  // token or key that is no one's), "expired" (a tenant's key past its rotation's overlap),
+  // "wrong_tenant" (another tenant's key), "flow_source" (a tenant's key tagging a flow from
+  // elsewhere).
+  void auth_refusal(std::string_view front, std::string_view scope, std::string_view reason) {
+    auth_refusals_.inc({front, scope, reason});
+  }
+  const CounterFamily& auth_refusals() const { return auth_refusals_; }
   // The gRPC front's calls in flight: a call begins (returns how many are in flight with it)
   // and ends; refused: answered RESOURCE_EXHAUSTED at control.grpc_max_inflight. One gRPC
   // server counts in one Metrics, so this count is its cap's count too.
@@ -197,6 +212,8 @@ class Metrics : public RedisObserver {
   CounterFamily breaker_;
   std::atomic<int64_t> breaker_open_{0};
   CounterFamily protobuf_log_;
+  CounterFamily tls_handshake_failures_;
+  CounterFamily auth_refusals_;
   std::atomic<int64_t> journal_pending_{0}, journal_pending_bytes_{0};
   std::atomic<double> brake_factor_{1.0};
   CounterFamily saturation_failures_;

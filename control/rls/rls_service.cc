@@ -285,6 +285,7 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     auto it = md.find("authorization");
     std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
     if (api::token_matches(token, it == md.end() ? nullptr : value.c_str())) return std::nullopt;
+    server_.metrics_.auth_refusal("grpc", "api", it == md.end() ? "missing" : "unknown_key");
     return grpc::Status(
         grpc::StatusCode::UNAUTHENTICATED,
         it == md.end() ? "missing bearer token (authorization: Bearer …)" : "invalid bearer token");
@@ -302,6 +303,7 @@ class RlsServer::Service final : public pb::RateLimitService::WithRawCallbackMet
     const std::shared_ptr<const TenantDirectory> registry = server_.store_.registry();
     const KeyCheck c = check_tenant_key(snap, registry.get(), tenant, key, std::time(nullptr));
     if (key_allowed(c)) return std::nullopt;
+    server_.metrics_.auth_refusal("grpc", "api", key_check_reason(c));
     return grpc::Status(c == KeyCheck::kForeign ? grpc::StatusCode::PERMISSION_DENIED
                                                 : grpc::StatusCode::UNAUTHENTICATED,
                         key_check_message(c, tenant));

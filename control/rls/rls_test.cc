@@ -545,6 +545,8 @@ TEST_F(RlsTest, BearerTokenWhenConfigured) {
   Answer right = call("dripgate", {{{"tenant", "ws-acme"}}}, 0, "s3cret");
   EXPECT_TRUE(right.status.ok()) << right.status.error_message();
   EXPECT_EQ(right.resp.overall_code(), Response::OK);
+  EXPECT_EQ(metrics_.auth_refusals().value({"grpc", "api", "missing"}), 1u);
+  EXPECT_EQ(metrics_.auth_refusals().value({"grpc", "api", "unknown_key"}), 1u);
 }
 
 // control.auth: tenant_keys over gRPC: metadata "authorization: Bearer <key>" must carry a key
@@ -582,6 +584,12 @@ TEST_F(RlsTest, TenantKeysActOnlyAsTheirOwnTenant) {
   Answer proxied = call("dripgate", {{{"tenant", "ws-other"}}}, 0, "pr0xy");
   ASSERT_TRUE(proxied.status.ok()) << proxied.status.error_message();
   EXPECT_EQ(proxied.resp.overall_code(), Response::OK);
+  // Each refusal counted by its reason; the calls that passed, nowhere.
+  const CounterFamily& refused = metrics_.auth_refusals();
+  EXPECT_EQ(refused.value({"grpc", "api", "missing"}), 1u);
+  EXPECT_EQ(refused.value({"grpc", "api", "unknown_key"}), 1u);
+  EXPECT_EQ(refused.value({"grpc", "api", "wrong_tenant"}), 3u);
+  EXPECT_EQ(refused.value({"http", "api", "wrong_tenant"}), 0u);
 }
 
 // ---- the wire, without our .proto: bytes built and read by Envoy's field numbers ----
