@@ -10,6 +10,7 @@
 
 #include "tests/control_daemon.h"
 #include "tests/http_client.h"
+#include "tests/redis_cluster.h"
 #include "tests/redis_server.h"
 
 namespace {
@@ -17,6 +18,7 @@ namespace {
 using dripgate::testing::ControlDaemon;
 using dripgate::testing::http;
 using dripgate::testing::HttpResponse;
+using dripgate::testing::RedisCluster;
 using dripgate::testing::RedisServer;
 using json = nlohmann::json;
 
@@ -25,9 +27,9 @@ const std::vector<std::string> kAdmin = {"Authorization: Bearer " + kToken};
 
 // Tenants m and s (a month's budget of 1000 tokens each), n (no quota); every other tenant on
 // the quota plan through "*" only in the second daemon.
-std::string config(int redis_port, bool any = false) {
-  return "redis: { url: \"redis://127.0.0.1:" + std::to_string(redis_port) +
-         "\", timeout_ms: 2000 }\ncontrol: { threads: 1, admin_token: \"" + kToken +
+std::string config(const std::string& redis, bool any = false) {
+  return "redis: { " + redis + ", timeout_ms: 2000 }\ncontrol: { threads: 1, admin_token: \"" +
+         kToken +
          "\" }\n"
          "plans:\n"
          "  metered: { gates: { tenant: { capacity: 100, refill_per_s: 100 } }, quota: { "
@@ -35,6 +37,10 @@ std::string config(int redis_port, bool any = false) {
          "  free: { gates: { tenant: { capacity: 100, refill_per_s: 100 } } }\n"
          "tenants:\n  m: { plan: metered }\n  s: { plan: metered }\n  n: { plan: free }\n" +
          (any ? "  \"*\": { plan: metered }\n" : "");
+}
+
+std::string config(int redis_port, bool any = false) {
+  return config("url: \"redis://127.0.0.1:" + std::to_string(redis_port) + "\"", any);
 }
 
 HttpResponse usage(int port, const std::string& tenant,
@@ -166,6 +172,19 @@ TEST(Usage, ErrorsAndAuth) {
   EXPECT_EQ(http(d.port(), "POST", "/v1/admin/usage/m", "{}", kAdmin).status, 405);
   // The token, right or wrong, is in no line the daemon wrote (at debug level).
   EXPECT_EQ(d.log().find(kToken), std::string::npos) << d.log();
+}
+
+// On a Redis Cluster the tenant's counters are read in its slot's master, in one command.
+TEST(Usage, OnARedisCluster) {
+  RedisCluster cluster(3, 0);
+  std::string seeds;
+  for (const std::string& s : cluster.seeds()) seeds += (seeds.empty() ? "\"" : ", \"") + s + "\"";
+  ControlDaemon d(DRIPGATE_CONTROL_BIN, config("cluster: [" + seeds + "]"));
+  ASSERT_TRUE(d.ready()) << d.log();
+  ASSERT_EQ(http(d.port(), "POST", "/v1/admit", R"({"tenant":"m","tokens":300})").status, 200);
+  HttpResponse r = usage(d.port(), "m");
+  ASSERT_EQ(r.status, 200) << r.body << d.log();
+  EXPECT_EQ(only_quota(r.body_json())["used"], 300) << r.body;
 }
 
 // Under "*" every tenant id has the default plan's quota, counted from nothing.
