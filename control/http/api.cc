@@ -7,7 +7,6 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <limits>
 #include <vector>
 
@@ -703,22 +702,14 @@ Response render_tenant_page(const std::vector<std::pair<std::string_view, std::s
                   })};
 }
 
-std::string rfc3339(int64_t unix_s) {
-  const time_t t = static_cast<time_t>(unix_s);
-  tm utc{};
-  char buf[32] = {};
-  if (!gmtime_r(&t, &utc) || !std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc)) return {};
-  return buf;
-}
-
 namespace {
 
-// A time as the usage answer gives it: "<key>" in RFC 3339 and "<key>_unix"; both null when
-// there is none.
+// A time as the usage answer gives it: "<key>" in RFC 3339 (UTC) and "<key>_unix"; both null
+// when there is none.
 void write_time(JsonWriter& w, std::string_view key, std::optional<int64_t> unix_s) {
   w.key(key);
   if (unix_s)
-    w.string(rfc3339(*unix_s));
+    w.string(guidance::utc_iso8601(*unix_s));
   else
     w.null();
   w.key(std::string(key) + "_unix");

@@ -101,8 +101,6 @@ Response render_tenant_page(const std::vector<std::pair<std::string_view, std::s
 // projection null when the quota lasts its period (usage.h).
 Response render_usage(std::string_view tenant, std::string_view plan, int64_t now_s,
                       const std::vector<usage::QuotaUsage>& quotas);
-// A unix second as RFC 3339 in UTC: "2026-12-07T22:40:00Z".
-std::string rfc3339(int64_t unix_s);
 // The status an engine outcome maps to.
 int status_of(Outcome o);
 
