@@ -531,3 +531,53 @@ TEST(JsonWriter, WritesWhatAParserReadsBack) {
 
 }  // namespace
 }  // namespace dripgate::control
+
+namespace dripgate::control::api {
+namespace {
+
+// GET /v1/admin/usage's body: each time in RFC 3339 and unix seconds, the projection null when
+// the quota lasts its period.
+TEST(Render, Usage) {
+  usage::QuotaUsage lasts, runs_out;
+  lasts.spec = {"tokens_per_month", "tokens", common::Period::kMonth, 1000, false, "p:"};
+  lasts.span = {1796083200, 1798761600, "2026-12"};
+  lasts.used = 320;
+  lasts.rate_per_s = 0.5;
+  runs_out = lasts;
+  runs_out.spec.shadow = true;
+  runs_out.used = 1200;
+  runs_out.exhausts_at = 1796170000;
+  const json j = json::parse(render_usage("ws-1", "pro", 1796169600, {lasts, runs_out}).body);
+  EXPECT_EQ(j["tenant"], "ws-1");
+  EXPECT_EQ(j["plan"], "pro");
+  EXPECT_EQ(j["now"], "2026-12-02T00:00:00Z");
+  EXPECT_EQ(j["now_unix"], 1796169600);
+  ASSERT_EQ(j["quotas"].size(), 2u);
+  const json& a = j["quotas"][0];
+  EXPECT_EQ(a["quota"], "tokens_per_month");
+  EXPECT_EQ(a["unit"], "tokens");
+  EXPECT_EQ(a["period"], "month");
+  EXPECT_EQ(a["period_label"], "2026-12");
+  EXPECT_EQ(a["mode"], "enforce");
+  EXPECT_EQ(a["used"], 320);
+  EXPECT_EQ(a["limit"], 1000);
+  EXPECT_EQ(a["remaining"], 680);
+  EXPECT_EQ(a["period_start"], "2026-12-01T00:00:00Z");
+  EXPECT_EQ(a["period_start_unix"], 1796083200);
+  EXPECT_EQ(a["resets_at"], "2027-01-01T00:00:00Z");
+  EXPECT_EQ(a["resets_at_unix"], 1798761600);
+  EXPECT_EQ(a["rate_per_s"], 0.5);
+  EXPECT_TRUE(a["projected_exhaustion"].is_null());
+  EXPECT_TRUE(a["projected_exhaustion_unix"].is_null());
+  const json& b = j["quotas"][1];
+  EXPECT_EQ(b["mode"], "shadow");
+  EXPECT_EQ(b["remaining"], 0);
+  EXPECT_EQ(b["projected_exhaustion"], "2026-12-02T00:06:40Z");
+  EXPECT_EQ(b["projected_exhaustion_unix"], 1796170000);
+  // No quota: an empty list.
+  EXPECT_EQ(json::parse(render_usage("ws-2", "free", 1796169600, {}).body)["quotas"],
+            json::array());
+}
+
+}  // namespace
+}  // namespace dripgate::control::api
