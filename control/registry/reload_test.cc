@@ -199,6 +199,13 @@ TEST_F(ReloadTest, RestartOnlySettingsAreRefusedByName) {
   out = r.reload();
   EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
   EXPECT_EQ(store_->current()->cfg.control.grpc_max_inflight, 16);
+  // OpenAI's headers are read per answer.
+  std::string openai = kA;
+  openai.replace(openai.find("8080\" }"), 7, "8080\", openai_headers: false }");
+  write(openai);
+  out = r.reload();
+  EXPECT_TRUE(out.ok) << ::testing::PrintToString(out.errors);
+  EXPECT_FALSE(store_->current()->cfg.control.openai_headers);
   // The tokens are read per request: they may change.
   write(std::string(kA).replace(0, 10, "control: { admin_token: a1, auth_token: t1,"));
   out = r.reload();
