@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "control/admission/keys.h"
@@ -644,12 +645,21 @@ void Gateway::abandoned(Admission* a, const AdmitResult& r) {
 
 namespace {
 
+// The global gate of kind `gate` a request meets, by the model or tool it names (empty for the
+// total gate); nullopt for a tenant's gate. The one mapping from a kind to a global gate's name,
+// which its bucket's and its waiters' keys both follow.
+std::optional<std::string_view> global_name(const AdmitRequest& req, std::string_view gate) {
+  if (gate == "model" || gate == "model_tokens") return req.model;
+  if (gate == "tool") return req.tool;
+  if (gate == "total") return std::string_view();
+  return std::nullopt;
+}
+
 // The name of the gate a refusal names, as the queue knows it: the bucket's Redis key (keys.h),
 // so a tenant's gate and a model's are told apart however their requests differ otherwise.
 std::string gate_key(const AdmitRequest& req, std::string_view gate) {
-  if (gate == "model" || gate == "model_tokens") return keys::global_bucket(gate, req.model);
-  if (gate == "tool") return keys::global_bucket(gate, req.tool);
-  if (gate == "total") return keys::total_bucket();
+  if (std::optional<std::string_view> name = global_name(req, gate))
+    return gate == "total" ? keys::total_bucket() : keys::global_bucket(gate, *name);
   if (gate == "user" || gate == "user_tokens") return keys::bucket(req.tenant, gate, req.user);
   if (gate == "api_key" || gate == "api_key_tokens")
     return keys::bucket(req.tenant, gate, req.api_key);
@@ -659,10 +669,9 @@ std::string gate_key(const AdmitRequest& req, std::string_view gate) {
 
 // A global gate's key among the waiters of every worker and daemon; empty for a tenant's gate.
 std::string waiters_key(const AdmitRequest& req, std::string_view gate) {
-  if (gate == "model" || gate == "model_tokens") return keys::global_waiters(gate, req.model);
-  if (gate == "tool") return keys::global_waiters(gate, req.tool);
-  if (gate == "total") return keys::total_waiters();
-  return {};
+  std::optional<std::string_view> name = global_name(req, gate);
+  if (!name) return {};
+  return gate == "total" ? keys::total_waiters() : keys::global_waiters(gate, *name);
 }
 
 // Whether the request passes through a gate of this name at all.
