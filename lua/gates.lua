@@ -22,8 +22,21 @@
 -- call's cost beyond what the registered first waiters ahead of it need (a window: its limit less
 -- their count, at least 1), or the call is refused with the wait for both.
 --
+-- A booked token: a call that may wait, that no registered waiter is ahead of, refused only
+-- because its bucket's next token has not come yet (one bucket, no window), takes that token now
+-- and is admitted with the time it exists (due_us), when the token comes within the request's own
+-- wait (book_ms) and the bucket is not promised beyond one token per registered worker besides
+-- the caller (its level, after earlier bookings, at least -(others) x cost). The bucket goes
+-- below zero by the cost: every later call sees the token gone, so the booking cannot be lost to
+-- another worker or daemon, and the caller, which would have been refused and called again at
+-- that time (often to be refused again, a later booking or a higher band having come first),
+-- makes no second call: the engine sends its tenant's part at the token's time and answers then.
+-- Only a worker's first waiter, or a newcomer while other workers wait: a newcomer alone on the
+-- gate queues as before (nobody contends for the token it would book). A higher band that comes
+-- later waits at most the tokens booked before it, one per worker that waits.
+--
 -- @keys attempt taken waiters bucket...
--- @argv attempt_ttl taken_ttl deadline holder turn band left_ms next_band next_tenants
+-- @argv attempt_ttl taken_ttl deadline holder turn band left_ms next_band next_tenants book_ms
 -- @argv bucket_count
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
@@ -58,6 +71,9 @@
 --                     turn's beginning to now, not now, so that it takes k turns in the time a
 --                     worker with one tenant takes one: a tenant's share does not depend on how
 --                     many tenants its worker has
+--       book_ms       how long the request itself may still wait (its own deadline, not its
+--                     worker's last waiter's): a token booked for it comes within that; 0: it
+--                     books none
 --       bucket_count  n; bucket...  per bucket: gate name, capacity, refill per second, cost
 --                     (1; a model_tokens gate: the request's token estimate), shadow ("1": the
 --                     gate only reports: one that holds less than its cost does not refuse, see
@@ -77,7 +93,8 @@
 -- nothing), then the new ts of every bucket, for ungates.lua to restore them byte for byte when
 -- another part of the admission refuses. next_ms (turn 'h', admitted; the last element): when
 -- the bucket holds the next waiter's cost beyond what the entries ahead of it need, -1 for none or
--- a window.
+-- a window. due_us (turn 'h' or 'n', admitted; the last element, after next_ms): how long after
+-- Redis's decision the token booked for the call exists, 0 when it did already.
 
 if redis.call('EXISTS', KEYS[K_ATTEMPT]) == 1 then return {3} end
 
@@ -133,6 +150,16 @@ for j = 1, m do
 end
 
 local out = {0, r and r[1] or '', r and r[2] or 0}
+-- A booked token (the header): the wait the refusal would have named, in µs.
+local due_us = 0
+if out[2] ~= '' and (turn == 'h' or (turn == 'n' and #others > 0)) and ahead == 0 and n == 1 and
+    m == 0 then
+  local b = buckets[1]
+  if b[5] >= -#others * b[4] and b[4] <= b[2] and out[3] <= tonumber(ARGV[A_BOOK_MS]) then
+    due_us = b[11] and out[3] * 1000 or math.ceil((b[4] - b[5]) / b[3] * 1000000)
+    out[2], out[3] = '', 0
+  end
+end
 for j = 1, m do out[3 + n + j] = windows[j].count end
 local ts = bucket_now_text(t)
 local now_ms = math.floor(now_us / 1000)
@@ -156,7 +183,11 @@ if r then out[2], out[3] = r[3], r[4] end
 local taken = 0
 for i = 1, n do
   local b = buckets[i]
-  out[3 + i], out[3 + n + m + i] = bucket_admit(b, sec, ts)
+  if due_us > 0 then  -- the booked token, taken below zero
+    out[3 + i], out[3 + n + m + i] = bucket_take(b, sec, ts, b[4]), b[7] .. ' ' .. b[8]
+  else
+    out[3 + i], out[3 + n + m + i] = bucket_admit(b, sec, ts)
+  end
   if out[3 + n + m + i] ~= '-' then taken = taken + b[4] end  -- its cost
 end
 for j = 1, m do window_admit(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER]) end
@@ -189,6 +220,7 @@ if turn == 'h' then
   end
   out[#out + 1] = next_ms
 end
+if turn ~= '-' then out[#out + 1] = due_us end
 if ARGV[A_TAKEN_TTL] ~= '0' then
   redis.call('SET', KEYS[K_TAKEN], taken, 'EX', ARGV[A_TAKEN_TTL])
 end

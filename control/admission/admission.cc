@@ -177,6 +177,12 @@ int64_t steady_ms() {
       .count();
 }
 
+int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 std::string charge_not_found_error(const std::string& request_id) {
@@ -219,8 +225,9 @@ struct Engine::Impl {
   int given_up = 0;  // undos given up since the last line that said so
   std::chrono::steady_clock::time_point give_up_log_next{};
   event_base* base;
-  // Undos waiting to be sent again (undo_later), each on its own timer; declared after redis,
-  // so freed before the client their calls would use.
+  // Undos waiting to be sent again, and admissions waiting for their booked token (hold()), each
+  // on its own timer (undo_later); declared after redis, so freed before the client their calls
+  // would use.
   struct Later {
     Impl* impl = nullptr;
     event* ev = nullptr;
@@ -266,6 +273,7 @@ struct Engine::Impl {
     bool globals_after = false;
     // The tenant's slot is asked once every global gate admitted (Turn::gate_first).
     bool tenant_after = false;
+    bool held = false;      // it waited for its booked token (hold())
     std::string error;      // the first failure: the request is answered 503
     bool conflict = false;  // the request_id has a live reservation: 409
     // From the tenant-slot call, for the response and a refund.
@@ -297,6 +305,7 @@ struct Engine::Impl {
   bool decode_undo(AdmitOp* op, const redisReply* r);
   void on_gates_reply(const Op& op, int i, const redisReply* r, std::string_view error);
   void part_done(const Op& op);
+  void hold(const Op& op);
   void refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms);
   void shadow_refused_by(AdmitOp* op, std::string_view gate, int64_t retry_ms);
   void failed(AdmitOp* op, std::string error);
@@ -310,7 +319,7 @@ struct Engine::Impl {
   // Counts (and at most every 10 s logs) an undo given up after kUndoRetryS.
   void give_up(const Op& op);
   // Runs `run` on the loop after `delay`.
-  void undo_later(std::chrono::milliseconds delay, std::function<void()> run);
+  void undo_later(std::chrono::microseconds delay, std::function<void()> run);
   void finish(AdmitOp* op);
   void fill_tenant_remaining(AdmitOp* op, bool refunded);
   template <class Result>
@@ -367,6 +376,7 @@ void Engine::Impl::admit(const AdmitRequest& req, std::function<void(AdmitResult
     op->p.turn = turn;
     op->p.left_ms_s = std::to_string(std::max<int64_t>(turn.left_ms, 0));
     if (turn.next_tenants > 1) op->p.next_tenants_s = std::to_string(turn.next_tenants);
+    if (turn.book_ms > 0) op->p.book_ms_s = std::to_string(turn.book_ms);
   }
   op->res.cls = op->p.t->plan->cls;
   op->res.lease_s = op->p.t->lease_len_s;
@@ -560,9 +570,17 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
     op->global_tokens[at] = as_double(elem(r, kGatesTokens));
     if (as_int(elem(r, kGatesCode)) == 1) {
       op->global_parts[at] = Part::kAdmitted;
-      // The first of its worker's waiters on this gate: the reply ends with when the next can pass.
+      // A call that may wait: the reply ends with when its booked token exists (0: none
+      // booked), after, for the first of its worker's waiters on this gate, when the next can
+      // pass.
+      const bool waits = op->p.turn.waits && op->p.globals[i]->name != kGlobalIpGate;
+      if (waits && r->elements > kGatesTokens + 2)
+        if (const int64_t due_us = as_int(elem(r, r->elements - 1)); due_us > 0) {
+          op->res.booked_us = steady_us() + due_us;
+          op->res.booked_gate = op->p.globals[i]->name;
+        }
       if (!op->p.turn.head.empty() && op->p.turn.head == op->p.globals[i]->name)
-        op->res.next_ms = as_int(elem(r, r->elements - 1));
+        op->res.next_ms = as_int(elem(r, r->elements - (waits ? 2 : 1)));
       shadow_refused_by(op, as_str(elem(r, kGatesGate)), as_int(elem(r, kGatesRetryAfterMs)));
       decode_gates_undo(op, i, r);
     } else {
@@ -580,6 +598,9 @@ void Engine::Impl::on_gates_reply(const Op& op_ptr, int i, const redisReply* r,
 void Engine::Impl::part_done(const Op& op_ptr) {
   AdmitOp* op = op_ptr.get();
   if (--op->pending > 0) return;
+  if (op->res.booked_us > 0 && !op->held && op->error.empty() && !op->conflict &&
+      op->res.gate.empty())
+    return hold(op_ptr);
   if (op->tenant_after && op->tenant_part == Part::kPending && op->error.empty() &&
       op->res.gate.empty()) {
     // Every global gate admitted it: now the tenant's slot (refused there, they are undone).
@@ -635,6 +656,26 @@ void Engine::Impl::part_done(const Op& op_ptr) {
     return finish(op);
   }
   answer();  // the +1: answers now when no undo was needed
+}
+
+// Every part asked so far admitted, one of them with a token booked for later (gates.lua): the
+// request goes on when the token exists (its tenant's slot asked then, or, asked already, its
+// answer given then), so that no admission is answered before its token, and the next waiter's
+// time counts from then. Its client gone meanwhile, it is undone as a failure would be: the
+// booked token goes back to its gate, where the next waiter takes it, and nothing is charged.
+void Engine::Impl::hold(const Op& op_ptr) {
+  AdmitOp* op = op_ptr.get();
+  op->held = true;
+  op->pending = 1;
+  const int64_t in_us = std::max<int64_t>(op->res.booked_us - steady_us(), 0);
+  undo_later(std::chrono::microseconds(in_us), [this, op_ptr, in_us] {
+    AdmitOp* op = op_ptr.get();
+    if (op->res.next_ms > 0) op->res.next_ms = std::max<int64_t>(op->res.next_ms - in_us / 1000, 0);
+    if (op->p.turn.abandoned && *op->p.turn.abandoned) op->error = std::string(kAbandonedError);
+    // Its tenant's slot, asked now, is as late as the hold: the call's deadline counts from now.
+    set_deadline(op->p.deadline, redis->script_deadline_ms());
+    part_done(op_ptr);
+  });
 }
 
 // A request answered 503 is charged nothing. Its admit.lua call may still have run (it was
@@ -744,7 +785,7 @@ void Engine::Impl::give_up(const Op& op) {
   }
 }
 
-void Engine::Impl::undo_later(std::chrono::milliseconds delay, std::function<void()> run) {
+void Engine::Impl::undo_later(std::chrono::microseconds delay, std::function<void()> run) {
   Later& l = later.emplace_front();
   l.impl = this;
   l.run = std::move(run);
@@ -763,8 +804,11 @@ void Engine::Impl::undo_later(std::chrono::milliseconds delay, std::function<voi
     later.erase(l.self);
     return now();
   }
-  const timeval tv{static_cast<time_t>(delay.count() / 1000),
-                   static_cast<suseconds_t>(delay.count() % 1000 * 1000)};
+  const timeval tv{static_cast<time_t>(delay.count() / 1000000),
+                   static_cast<suseconds_t>(delay.count() % 1000000)};
+  // Counted from now, not from the time libevent cached when this loop pass began, which a busy
+  // pass leaves milliseconds behind: a held admission would be answered before its token.
+  event_base_update_cache_time(base);
   evtimer_add(l.ev, &tv);
 }
 

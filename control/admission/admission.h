@@ -76,7 +76,19 @@ struct Turn {
   // on its gate in this worker (it joins them through Redis), and a worker's first waiter on a
   // global gate (another daemon may have come first since its timer was set).
   bool gate_first = false;
+  // How long the request itself may still wait (its own deadline; left_ms may be its worker's
+  // last waiter's): a call that no waiter is ahead of may then book its gate's next token
+  // (lua/gates.lua), which the engine holds it for; 0: it books none.
+  int64_t book_ms = 0;
+  // The request's client went away (the gateway's flag, read until the engine answers): a
+  // request holding a booked token is then not admitted when the token comes, and the token
+  // goes back to its gate for the next waiter.
+  const bool* abandoned = nullptr;
 };
+
+// The error of an admission whose client went away while it held a booked token (Turn::abandoned):
+// nothing was charged, and nothing failed.
+inline constexpr std::string_view kAbandonedError = "abandoned: the client went away";
 
 struct SettleRequest {
   std::string tenant;  // optional: derived by the engine from a generated request_id
@@ -163,6 +175,10 @@ struct AdmitResult {
   // A Turn's head admitted: when its gate holds the worker's next waiter's cost beyond what the
   // waiters ahead of it need (ms after Redis decided); -1: not known (then `remaining` says).
   int64_t next_ms = -1;
+  // A token booked for the request on a global gate (Turn::book_ms): when it existed (steady
+  // clock, µs), which the engine held the request for, and that gate's name; 0: none was booked.
+  int64_t booked_us = 0;
+  std::string booked_gate;
 };
 
 struct SettleResult {

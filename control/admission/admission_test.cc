@@ -1562,6 +1562,22 @@ struct AcmeCalls {
   AdmitRequest r = req("ws-acme", 30);
 };
 
+// One gates.lua call on the model gate m1 of holder with turn t (its own wait t.book_ms), for
+// request rq-<n> of 1 token; the reply, for the caller to free.
+redisReply* gates_call(const Tables& tables, std::mt19937_64& rng, Sync& s, int& n,
+                       std::string_view holder, const Turn& t) {
+  AdmitRequest r = req("ws-acme", 1);
+  r.model = "m1";
+  r.request_id = "rq-" + std::to_string(++n);
+  Prepared p;
+  EXPECT_EQ(prepare(tables, r, rng, p), "");
+  p.holder = holder;
+  p.turn = t;
+  p.left_ms_s = "60000";
+  p.book_ms_s = std::to_string(t.book_ms);
+  return run_call(s, GatesCall(p, 0));
+}
+
 // The waiters of other workers and daemons on a global gate come first (lua/lib_waiters.lua):
 // gates.lua lets a call take only what the bucket holds beyond the needs of the registered first
 // waiters ahead of it (a higher band, or its band's earlier turns), a request that does not wait
@@ -1577,25 +1593,16 @@ TEST_F(AdmissionTest, GatesLeaveTheWaitersOfOtherWorkersWhatTheyNeedFirst) {
   const std::string waiters = keys::global_waiters("model", "m1");
   struct Reply {
     int64_t code = -1;
-    std::string gate, last;
+    std::string gate, last;  // last: a first waiter's next_ms (before the booked token's time)
   };
-  // One gates.lua call of holder with turn t, for request rq-<n> of 1 token.
   int n = 0;
   auto call = [&](std::string_view holder, const Turn& t) {
-    AdmitRequest r = req("ws-acme", 1);
-    r.model = "m1";
-    r.request_id = "rq-" + std::to_string(++n);
-    Prepared p;
-    EXPECT_EQ(prepare(tables, r, rng, p), "");
-    p.holder = holder;
-    p.turn = t;
-    p.left_ms_s = "60000";
-    redisReply* x = run_call(s, GatesCall(p, 0));
+    redisReply* x = gates_call(tables, rng, s, n, holder, t);
     Reply out;
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements >= 3) {
       out.code = x->element[0]->integer;
       out.gate = x->element[1]->str;
-      const redisReply* l = x->element[x->elements - 1];
+      const redisReply* l = x->element[x->elements - (t.waits ? 2 : 1)];
       out.last = l->type == REDIS_REPLY_INTEGER ? std::to_string(l->integer) : l->str;
     }
     freeReplyObject(x);
@@ -1668,6 +1675,92 @@ TEST_F(AdmissionTest, GatesLeaveTheWaitersOfOtherWorkersWhatTheyNeedFirst) {
   EXPECT_EQ(s.str({"HGET", waiters, "A"}).substr(0, 2), "1 ");
   EXPECT_EQ(since("A"), band1_since);
   EXPECT_EQ(s.str({"HEXISTS", waiters, "A:1"}), "0");
+}
+
+// A call that may wait, that no registered waiter is ahead of, refused only because the gate's
+// next token has not come yet, books that token (lua/gates.lua): admitted with the time the token
+// exists, the bucket below zero by its cost, so that every later call, of any band and whether it
+// waits or not, finds it gone and cannot take it. No more bookings than one per other registered
+// worker beyond the first (a higher band waits at most those tokens), none past the request's own
+// wait (book_ms), none while a registered waiter is ahead of the caller, none for a newcomer
+// alone on the gate. The levels are set here, on Redis's clock.
+TEST_F(AdmissionTest, AWaiterNobodyIsAheadOfBooksTheGatesNextToken) {
+  config::Config cfg = AcmeCalls::config(redis_.port());
+  cfg.global_gates.model["m1"] = bucket(1, 1);  // a token a second
+  Tables tables(cfg);
+  std::mt19937_64 rng(7);
+  Sync s(redis_.port());
+  const std::string bucket_key = keys::global_bucket("model", "m1");
+  const std::string waiters = keys::global_waiters("model", "m1");
+  struct Reply {
+    int64_t code = -1, retry_ms = -1, due_us = -1;
+  };
+  int n = 0;
+  auto call = [&](std::string_view holder, const Turn& t) {
+    redisReply* x = gates_call(tables, rng, s, n, holder, t);
+    Reply out;
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements >= 3) {
+      out.code = x->element[0]->integer;
+      out.retry_ms = x->element[2]->integer;
+      if (out.code == 1 && t.waits) out.due_us = x->element[x->elements - 1]->integer;
+    }
+    freeReplyObject(x);
+    return out;
+  };
+  auto waits = [](int band, int64_t book_ms, std::string_view head = {}) {
+    Turn t;
+    t.waits = true;
+    t.band = band;
+    t.head = head;
+    t.book_ms = book_ms;
+    return t;
+  };
+  // The bucket empty at Redis's now: its next token comes in a second.
+  auto empty_now = [&] {
+    redisReply* t = s.cmd({"TIME"});
+    ASSERT_NE(t, nullptr);
+    const std::string ts =
+        std::to_string(std::stoll(t->element[0]->str) * 1000000 + std::stoll(t->element[1]->str));
+    freeReplyObject(t);
+    s.str({"HSET", bucket_key, "tk", "0", "ts", ts, "ex", "9999999999"});
+  };
+  auto level = [&] { return std::stod(s.str({"HGET", bucket_key, "tk"})); };
+  // Another worker waits, in band 2: behind every call here, but the gate is contended.
+  s.str({"HSET", waiters, "W", "2 1 1 9999999999999"});
+  empty_now();
+  const Reply a = call("A", waits(1, 5000));
+  EXPECT_EQ(a.code, 1);
+  EXPECT_GT(a.due_us, 900000);
+  EXPECT_LE(a.due_us, 1000000);
+  EXPECT_LT(level(), 0);                             // the token is gone to everyone else
+  EXPECT_EQ(s.str({"HEXISTS", waiters, "A"}), "0");  // admitted: no place among the waiters
+  // One booking per other worker beyond the first: B (band 0) books the token after A's, C no
+  // third; C and a request that does not wait come after both.
+  const Reply b = call("B", waits(0, 5000));
+  EXPECT_EQ(b.code, 1);
+  EXPECT_GT(b.due_us, 1900000);
+  const Reply c = call("C", waits(0, 5000));
+  EXPECT_EQ(c.code, 0);
+  EXPECT_GT(c.retry_ms, 2900);
+  EXPECT_EQ(call("N", Turn{}).code, 0);
+  // C's place (band 0) is ahead of A's next call: no booking for A, although the bucket is at 0.
+  empty_now();
+  EXPECT_EQ(call("A", waits(1, 5000)).code, 0);
+  // C, first, books none past its own wait, then books within it.
+  EXPECT_EQ(call("C", waits(0, 500, "model")).code, 0);
+  const Reply c2 = call("C", waits(0, 5000, "model"));
+  EXPECT_EQ(c2.code, 1);
+  EXPECT_GT(c2.due_us, 900000);
+  // Nobody else waits: a newcomer queues as before, and a request that does not wait never books.
+  s.str({"DEL", waiters});
+  empty_now();
+  EXPECT_EQ(call("D", waits(1, 5000)).code, 0);
+  s.str({"DEL", waiters});
+  s.str({"HSET", waiters, "W", "2 1 1 9999999999999"});
+  Turn no_wait;
+  no_wait.book_ms = 5000;
+  EXPECT_EQ(call("N", no_wait).code, 0);
+  EXPECT_EQ(level(), 0);
 }
 
 // A call Redis runs past the deadline it carries (the daemon answered it failed: a stopped

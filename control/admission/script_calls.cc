@@ -645,6 +645,7 @@ GatesCall::GatesCall(const Prepared& p, int i)
   args.set(s::kArgBand, kCounts[static_cast<size_t>(p.turn.band)]);
   args.set(s::kArgLeftMs, p.left_ms_s);
   args.set(s::kArgNextTenants, p.next_tenants_s);
+  args.set(s::kArgBookMs, waits ? std::string_view(p.book_ms_s) : "0");
   args.set(s::kArgNextBand,
            p.turn.next_band < 0 ? "-1" : kCounts[static_cast<size_t>(p.turn.next_band)]);
   const Gate* const one[] = {&gate};

@@ -209,6 +209,7 @@ struct Prepared {
   Turn turn;
   std::string left_ms_s{"0"};
   std::string next_tenants_s{"1"};
+  std::string book_ms_s{"0"};
 };
 
 // v as 16 hex digits, lowercase, appended to out.

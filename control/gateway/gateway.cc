@@ -524,6 +524,8 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
     turn.waits = true;
     turn.band = a->band;
     turn.left_ms = a->arrived_ms + a->max_wait_ms - now;
+    turn.book_ms = turn.left_ms;
+    turn.abandoned = &a->abandoned;
     turn.gate_first = std::exchange(a->gate_first, false);
     if (a->retrying && a->waiter) {
       // The worker's place on the gate outlives its first waiter's deadline while others wait
@@ -551,7 +553,9 @@ void Gateway::send(Admission* a, const AdmitRequest& req) {
 }
 
 void Gateway::admitted(Admission* a, AdmitResult& r) {
-  if (r.outcome == Outcome::kUnavailable) {
+  if (r.outcome == Outcome::kUnavailable && r.error == kAbandonedError) {
+    // Its client went away while it held a booked token: Redis answered, nothing failed.
+  } else if (r.outcome == Outcome::kUnavailable) {
     if (a->sent) redis_failed(r.error);
     // One failed call while the breaker stays closed is a 503 as itself; the tenant's
     // on_failure decides once Redis is taken as away.
@@ -588,9 +592,12 @@ std::string_view wait_result(const AdmitResult& r, bool abandoned) {
 void Gateway::answer(Admission* a, AdmitResult& r) {
   if (a->handle) {
     const int64_t now = steady_ms();
-    r.waited_ms = a->queued_ms ? now - a->queued_ms : 0;
+    // Since it joined the queue, or, held by the engine for a booked token without joining it,
+    // since it came.
+    const int64_t since = a->queued_ms ? a->queued_ms : r.booked_us ? a->arrived_ms : 0;
+    r.waited_ms = since ? now - since : 0;
     metrics_.waited(a->band, wait_result(r, a->abandoned),
-                    a->queued_ms ? std::optional<double>(r.waited_ms / 1000.0) : std::nullopt);
+                    since ? std::optional<double>(r.waited_ms / 1000.0) : std::nullopt);
     waiting_.erase(a->handle);
     if (a->abandoned) return abandoned(a, r);
   }
@@ -637,7 +644,7 @@ void Gateway::abandoned(Admission* a, const AdmitResult& r) {
   give_back(a);
   AdmitResult gone;
   gone.outcome = Outcome::kUnavailable;
-  gone.error = "abandoned: the client went away";
+  gone.error = std::string(kAbandonedError);
   done(AdmitDecision{std::move(gone), {}});
 }
 
@@ -779,9 +786,18 @@ bool Gateway::wait(Admission* a, AdmitResult& r) {
   // when the gate came round, and under a steady load that is the same tenant again and again.
   const bool rate_refused = r.outcome == Outcome::kRefused && r.reason == "rate";
   leave_queue(a, from != nullptr && !rate_refused);
-  if (from && r.outcome == Outcome::kAllowed && from->fired_us)
-    metrics_.token_to_admission(static_cast<double>(now_us - from->fired_us) / 1e6);
-  if (from) next_after(*from, r, now_us);
+  // From the token its gate's timer was set for or, booked, the one Redis kept for it.
+  const int64_t token_us = r.booked_us ? r.booked_us : from ? from->fired_us : 0;
+  if (r.outcome == Outcome::kAllowed && token_us)
+    metrics_.token_to_admission(static_cast<double>(now_us - token_us) / 1e6);
+  if (from) {
+    next_after(*from, r, now_us);
+  } else if (r.error == kAbandonedError && !r.booked_gate.empty()) {
+    // The token it had booked went back to its gate: the gate's first waiter here takes it now,
+    // rather than at the later time its timer was set for.
+    if (GateWait* g = find_gate_wait(gate_key(a->req.request(), r.booked_gate)))
+      schedule(*g, now_us);
+  }
   return false;
 }
 
