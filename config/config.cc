@@ -56,6 +56,44 @@ std::optional<GateMode> parse_gate_mode(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view quota_gate(common::Period period) {
+  switch (period) {
+    case common::Period::kMinute:
+      return "quota_minute";
+    case common::Period::kHour:
+      return "quota_hour";
+    case common::Period::kDay:
+      return "quota_day";
+    case common::Period::kWeek:
+      return "quota_week";
+    case common::Period::kMonth:
+      break;
+  }
+  return "quota";
+}
+
+bool is_quota_gate(std::string_view gate) {
+  return gate == "quota" || gate.starts_with("quota_");
+}
+
+std::string quota_key(common::Period period) {
+  return "tokens_per_" + std::string(common::period_name(period));
+}
+
+Quota Quota::monthly(int64_t tokens, int64_t reservation_ttl_s, int64_t max_open_reservations) {
+  Quota q;
+  q.limits = {QuotaLimit{common::Period::kMonth, tokens}};
+  q.reservation_ttl_s = reservation_ttl_s;
+  q.max_open_reservations = max_open_reservations;
+  return q;
+}
+
+std::optional<int64_t> Quota::tokens_per_month() const {
+  for (const QuotaLimit& l : limits)
+    if (l.period == common::Period::kMonth) return l.tokens;
+  return std::nullopt;
+}
+
 std::string_view algorithm_name(Algorithm a) {
   return a == Algorithm::kSlidingWindow ? "sliding_window" : "token_bucket";
 }
@@ -262,7 +300,7 @@ void write_plan(YAML::Emitter& out, const Plan& plan) {
   }
   if (plan.quota) {
     out << YAML::Key << "quota" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    kv(out, "tokens_per_month", plan.quota->tokens_per_month);
+    for (const QuotaLimit& l : plan.quota->limits) kv(out, quota_key(l.period).c_str(), l.tokens);
     kv(out, "reservation_ttl_s", plan.quota->reservation_ttl_s);
     if (plan.quota->max_open_reservations > 0)
       kv(out, "max_open_reservations", plan.quota->max_open_reservations);

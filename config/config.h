@@ -13,6 +13,7 @@
 #include "common/address.h"
 #include "common/error.h"
 #include "common/prom_text.h"
+#include "common/quota_period.h"
 #include "common/redis_url.h"
 
 namespace dripgate::config {
@@ -80,14 +81,38 @@ struct Bucket {
   bool operator==(const Bucket&) const = default;
 };
 
+// One of a plan's token quotas, `quota.tokens_per_<period>`: at most `tokens` LLM tokens in each
+// period (minute, hour, day, ISO week, calendar month) of the plan's quota_timezone.
+struct QuotaLimit {
+  common::Period period = common::Period::kMonth;
+  int64_t tokens = 0;
+
+  bool operator==(const QuotaLimit&) const = default;
+};
+
+// The gate a quota refuses as (the 429's `gate`, reason "quota"): "quota" for the month, as
+// before plans had several quotas, "quota_<period>" for the others ("quota_day").
+std::string_view quota_gate(common::Period period);
+// Whether a gate name is a quota's ("quota", "quota_<period>"): refused with reason "quota".
+bool is_quota_gate(std::string_view gate);
+// "tokens_per_<period>": the configuration key of a quota.
+std::string quota_key(common::Period period);
+
 struct Quota {
-  int64_t tokens_per_month = 0;
+  // At most one per period, shortest period first; at least one.
+  std::vector<QuotaLimit> limits;
   int64_t reservation_ttl_s = 600;
   // Open reservations (admitted, not yet settled) a tenant may have; 0: no cap. Beyond it an
   // admission is refused (429, reason "reservations"), so a client that never settles cannot
   // fill Redis.
   int64_t max_open_reservations = 0;
-  GateMode mode = GateMode::kEnforce;  // of the quota and the reservations cap
+  GateMode mode = GateMode::kEnforce;  // of the quotas and the reservations cap
+
+  // The monthly limit; nullopt when the plan has no monthly quota.
+  std::optional<int64_t> tokens_per_month() const;
+  // A plan with a monthly quota alone (`quota: {tokens_per_month: tokens, ...}`).
+  static Quota monthly(int64_t tokens, int64_t reservation_ttl_s = 600,
+                       int64_t max_open_reservations = 0);
 
   bool operator==(const Quota&) const = default;
 };

@@ -28,6 +28,40 @@ bool require_count(Ctx& ctx, const Fields& f, std::string_view key, int64_t& out
   return v.has_value();
 }
 
+// `quota: {tokens_per_<period>..., reservation_ttl_s, max_open_reservations, mode}`: one token
+// quota per period named (minute, hour, day, week, month), at least one.
+void load_quota(Ctx& ctx, const YAML::Node& n, const std::string& path, Plan& p) {
+  constexpr common::Period kPeriods[] = {common::Period::kMinute, common::Period::kHour,
+                                         common::Period::kDay, common::Period::kWeek,
+                                         common::Period::kMonth};
+  Fields q(ctx, n, path,
+           {"tokens_per_minute", "tokens_per_hour", "tokens_per_day", "tokens_per_week",
+            "tokens_per_month", "reservation_ttl_s", "max_open_reservations", "mode"});
+  if (!q.ok()) return;
+  Quota quota;
+  bool ok = true;
+  for (common::Period period : kPeriods) {
+    const std::string key = quota_key(period);
+    const Entry* e = q.find(key);
+    if (!e) continue;
+    auto v = get_int(ctx, e->value, q.path(key), 1, std::numeric_limits<int64_t>::max(), true);
+    if (v)
+      quota.limits.push_back(QuotaLimit{period, *v});
+    else
+      ok = false;
+  }
+  if (ok && quota.limits.empty())
+    ctx.error(n, path,
+              "needs at least one of tokens_per_minute, tokens_per_hour, tokens_per_day, "
+              "tokens_per_week, tokens_per_month");
+  // At most 28 days: a reservation's month is then always the settle's or the one before,
+  // among the quota periods the gateway declares to the scripts (lua/lib_quota.lua).
+  set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1, 28 * 86400);
+  set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
+  set_gate_mode(ctx, q, quota.mode);
+  if (ok && !quota.limits.empty()) p.quota = quota;
+}
+
 // A URL a client is sent to: http(s), printable ASCII without spaces or quotes (it goes into
 // JSON and into a human sentence as is), at most 2,048 bytes.
 bool valid_upgrade_url(const std::string& u) {
@@ -110,20 +144,7 @@ void load_plan(Ctx& ctx, const Entry& pe, const std::string& path, Plan& p, Loca
             load_bucket(ctx, b->value, g.path(name), std::string_view(name).ends_with("_tokens"));
     }
   }
-  if (const Entry* e = f.find("quota")) {
-    Fields q(ctx, e->value, f.path("quota"),
-             {"tokens_per_month", "reservation_ttl_s", "max_open_reservations", "mode"});
-    if (q.ok()) {
-      Quota quota;
-      bool ok = require_count(ctx, q, "tokens_per_month", quota.tokens_per_month);
-      // At most 28 days: a reservation's month is then always the settle's or the one before,
-      // among the quota months the gateway declares to the scripts (lua/lib_month.lua).
-      set_int(ctx, q, "reservation_ttl_s", quota.reservation_ttl_s, 1, 28 * 86400);
-      set_int(ctx, q, "max_open_reservations", quota.max_open_reservations, 1);
-      set_gate_mode(ctx, q, quota.mode);
-      if (ok) p.quota = quota;
-    }
-  }
+  if (const Entry* e = f.find("quota")) load_quota(ctx, e->value, f.path("quota"), p);
   if (const Entry* e = f.find("quota_timezone")) {
     if (auto s = get_string(ctx, e->value, f.path("quota_timezone"))) {
       if (common::QuotaCalendar::load(*s))

@@ -101,7 +101,9 @@ TEST(Examples, DefaultHasItsDocumentedValues) {
   EXPECT_EQ(pro.tenant, (Bucket{20, 5}));
   EXPECT_EQ(pro.user, (Bucket{6, 2}));
   EXPECT_EQ(pro.api_key, (Bucket{10, 5}));
-  EXPECT_EQ(pro.quota, (Quota{1000000, 600, 100000}));
+  EXPECT_EQ(
+      pro.quota,
+      (Quota{{{common::Period::kDay, 200000}, {common::Period::kMonth, 1000000}}, 600, 100000}));
   EXPECT_EQ(pro.concurrency, (Concurrency{50, 120}));
 
   EXPECT_EQ(c.global_gates.tool.at("web_search"), (Bucket{2, 0.5}));
@@ -141,7 +143,7 @@ TEST(Examples, WalkthroughHasOnlyItsOwnNumbers) {
   EXPECT_EQ(bucket.tenant, (Bucket{5, 1}));
   EXPECT_FALSE(bucket.user || bucket.api_key || bucket.quota || bucket.concurrency);
   const Plan& quota = c.plans.at("walkthrough-quota");
-  EXPECT_EQ(quota.quota->tokens_per_month, 1000);
+  EXPECT_EQ(quota.quota->tokens_per_month(), 1000);
   EXPECT_FALSE(quota.tenant || quota.user || quota.api_key || quota.concurrency);
   const Plan& gates = c.plans.at("walkthrough-gates");
   EXPECT_EQ(gates.tenant, (Bucket{20, 5}));
@@ -285,6 +287,39 @@ TEST(Errors, QuotaTimezone) {
             "database)");
 }
 
+// Several quotas a plan, one per period, shortest period first whatever the order written; the
+// month's alone as before; written back, read equal. A period the loader does not know is an
+// unknown key, a bad limit is named, and a plan with a bad one has no quota at all.
+TEST(Errors, QuotaPeriods) {
+  Config c = load_ok(
+      "plans:\n"
+      "  multi: { quota: { tokens_per_month: 3000000, tokens_per_minute: 5000,\n"
+      "                    tokens_per_day: 200000, tokens_per_week: 900000,\n"
+      "                    tokens_per_hour: 20000 } }\n"
+      "  monthly: { quota: { tokens_per_month: 1000 } }\n");
+  const Quota& q = *c.plans.at("multi").quota;
+  using common::Period;
+  EXPECT_EQ(q.limits, (std::vector<QuotaLimit>{{Period::kMinute, 5000},
+                                               {Period::kHour, 20000},
+                                               {Period::kDay, 200000},
+                                               {Period::kWeek, 900000},
+                                               {Period::kMonth, 3000000}}));
+  EXPECT_EQ(q.tokens_per_month(), 3000000);
+  EXPECT_EQ(c.plans.at("monthly").quota->limits, (std::vector<QuotaLimit>{{Period::kMonth, 1000}}));
+  EXPECT_EQ(load_ok(to_yaml(c)), c);
+  Config d = load_ok("plans: { daily: { quota: { tokens_per_day: 7 } } }\n");
+  EXPECT_EQ(d.plans.at("daily").quota->tokens_per_month(), std::nullopt);
+  EXPECT_EQ(quota_gate(Period::kDay), "quota_day");
+  EXPECT_EQ(quota_gate(Period::kMonth), "quota");
+  EXPECT_TRUE(is_quota_gate("quota_minute") && is_quota_gate("quota") && !is_quota_gate("tenant"));
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_fortnight: 5, tokens_per_month: 9 } } }"),
+            "t.yaml:1:24: plans.p.quota.tokens_per_fortnight: unknown key 'tokens_per_fortnight' "
+            "(allowed: tokens_per_minute, tokens_per_hour, tokens_per_day, tokens_per_week, "
+            "tokens_per_month, reservation_ttl_s, max_open_reservations, mode)");
+  EXPECT_EQ(error_of("plans: { p: { quota: { tokens_per_day: -1, tokens_per_month: 5 } } }"),
+            "t.yaml:1:40: plans.p.quota.tokens_per_day: must be >= 1, got -1");
+}
+
 // Token weights: exact millionths from the text, 1 for a type left out; each bad value named.
 TEST(Errors, Weights) {
   Config c = load_ok(
@@ -362,7 +397,8 @@ tenants:
                 "t.yaml:6:9: tenants.ws-a.plan: required field is missing",
             }));
   EXPECT_EQ(error_of("plans: { p: { quota: { reservation_ttl_s: 5 } } }"),
-            "t.yaml:1:22: plans.p.quota.tokens_per_month: required field is missing");
+            "t.yaml:1:22: plans.p.quota: needs at least one of tokens_per_minute, "
+            "tokens_per_hour, tokens_per_day, tokens_per_week, tokens_per_month");
   EXPECT_EQ(error_of("plans: { p: { concurrency: { lease_s: 5 } } }"),
             "t.yaml:1:28: plans.p.concurrency.max_streams: required field is missing");
   EXPECT_EQ(error_of("global_gates: { tool: { web_search: { refill_per_s: 1 } } }"),
@@ -1875,7 +1911,7 @@ plans:
       api_key: { capacity: 11, refill_per_s: 0.125 }
       ip:      { capacity: 13, refill_per_s: 0.5, warmup_s: 30 }
       tenant_tokens: { capacity: 60000, refill_per_s: 1000, warmup_s: 120.5, mode: shadow }
-    quota: { tokens_per_month: 123456789012, reservation_ttl_s: 601, max_open_reservations: 9 }
+    quota: { tokens_per_month: 123456789012, tokens_per_hour: 77, reservation_ttl_s: 601, max_open_reservations: 9 }
     concurrency: { max_streams: 51, lease_s: 121 }
     on_failure: open
   lite:
@@ -1949,7 +1985,8 @@ dataplane:
   EXPECT_EQ(pro.ip, (Bucket{13, 0.5, GateMode::kEnforce, Algorithm::kTokenBucket, 0, 0, 30}));
   EXPECT_EQ(pro.tenant_tokens,
             (Bucket{60000, 1000, GateMode::kShadow, Algorithm::kTokenBucket, 0, 0, 120.5}));
-  EXPECT_EQ(pro.quota, (Quota{123456789012, 601, 9}));
+  EXPECT_EQ(pro.quota,
+            (Quota{{{common::Period::kHour, 77}, {common::Period::kMonth, 123456789012}}, 601, 9}));
   EXPECT_EQ(pro.concurrency, (Concurrency{51, 121}));
   EXPECT_EQ(c.plans.at("lite").cls, "default");
   EXPECT_FALSE(c.plans.at("lite").tenant);

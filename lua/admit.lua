@@ -1,7 +1,7 @@
 -- admit.lua: one admission for one tenant, atomically, in the tenant's hash slot.
 --
 -- Evaluates every tenant-scoped gate (token buckets or sliding windows tenant/user/api_key/ip,
--- the token-rate buckets, the monthly LLM-token quota, the concurrency leases) and consumes from all of them only when all pass: a refusal
+-- the token-rate buckets, the LLM-token quotas of each period, the concurrency leases) and consumes from all of them only when all pass: a refusal
 -- leaves every key as it was (not even a refreshed bucket timestamp, so later refill math and a
 -- byte-level dump of the keys are unchanged; the quota charge, made first to spare a read, is
 -- taken back before the script ends). One exception: a bucket with warm-up that does not exist
@@ -10,19 +10,20 @@
 -- (a bucket's shadow flag, quota_shadow, streams_shadow) is evaluated and consumed the same way
 -- but does not refuse: the request is admitted and the reply names it.
 --
--- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id flags tokens budget reservation_ttl max_open max_streams lease_s
--- @argv prev_start month_start month_end next_end res_base deadline bucket_count
+-- @keys res_m2 res_m1 res_0 res_p1 res_p2 leases quota...(prev cur next) bucket...
+-- @argv request_id flags tokens reservation_ttl max_open max_streams lease_s res_base deadline
+-- @argv quota_count bucket_count
+-- @argv quota...(gate budget prev_start start end next_end)
 -- @argv bucket...(gate capacity refill cost shadow warmup_s)
 --
 -- @argv windows...(count member) window...(gate limit window_ms shadow)
 -- KEYS (named by the @keys line: K_<NAME>, whose number tools/embed.py puts in its place,
 -- checking every use):
---   quota_prev    "dg:{t:<tenant>}:q:YYYY-MM": the quota counters of the previous, current and
---   quota_cur     next UTC month of the gateway's clock; the script uses the one of Redis TIME
---   quota_next    (lib_month.lua)
 --   res_m2 .. res_p2  the reservation windows res_base - 2 .. res_base + 2 (lib_reservation.lua)
 --   leases        zset "dg:{t:<tenant>}:leases" (member request_id, score deadline in ms)
+--   quota...      per quota, "dg:{t:<tenant>}:q:<period>": the counters of the previous,
+--                 current and next period of the gateway's clock; the script uses the one of
+--                 Redis TIME (lib_quota.lua)
 --   bucket...     the bucket hashes (fields tk = tokens, ts = last update in microseconds)
 --   then, after the bucket keys, the sliding windows' sorted sets (lib_window.lua), as many as
 --   windows.count says
@@ -46,21 +47,24 @@
 --                 with the same request_id (a client's retry), for refund.lua, which may have
 --                 cancelled it before it ran (its reply was lost), so it must not run now; read
 --                 only for a client's id (an engine-generated id names its call)
---   tokens        to reserve (integer >= 0)
---   budget        quota budget for the month; -1: no quota gate (usage is still counted)
+--   tokens        to reserve (integer >= 0), against every quota
 --   reservation_ttl (s)
 --   max_open      open reservations the tenant may have; -1: no cap
 --   max_streams   -1: no concurrency gate (no lease taken)
 --   lease_s       lease length (s)
---   prev_start, month_start, month_end, next_end: the first seconds of the months of quota_prev,
---                 quota_cur and quota_next and of the month after those (unix s, in the plan's
---                 quota_timezone: lib_month.lua)
 --   res_base      the gateway's reservation window, floor(now / reservation_ttl)
 --   deadline      unix ms on Redis's clock (the gateway's plus the offset it measured, plus a
 --                 skew allowance: RedisClient::script_deadline_ms): past it the gateway has
 --                 answered this call failed, so a call Redis runs later (from a stopped
 --                 Redis's buffer) must take nothing: answered code 4, nothing read or written
+--   quota_count   q, the number of quotas (at least 1: a plan without one counts its tokens
+--                 in a month counter of budget -1)
 --   bucket_count  n, the number of buckets
+--   quota...      per quota: gate (its name when it refuses: "quota" for the month,
+--                 "quota_<period>" otherwise), budget (tokens per period; -1: no quota gate,
+--                 usage is still counted), prev_start, start, end, next_end (the first seconds of
+--                 the periods of its prev, cur and next keys and of the period after those, unix
+--                 s in the plan's quota_timezone: lib_quota.lua)
 --   bucket...     per bucket: gate name, capacity, refill per second, cost (1 for a request
 --                 gate, the token estimate for a token-rate gate: tenant_tokens, user_tokens,
 --                 api_key_tokens), shadow ("1": a bucket holding less than its cost does not
@@ -74,8 +78,9 @@
 --                 window_ms, shadow ("1": a full window does not refuse; it takes nothing)
 --
 -- Fails with an error reply "ERR clock: ..." (nothing written) when Redis TIME lies outside the
--- declared months or windows. Returns {4} (nothing written) when Redis TIME is past deadline. Returns {code, quota_used, month_left_s, month_len_s,
--- quota_existed, tokens_1 .. tokens_n, count_1 .. count_m [, snapshot] [, gate, retry_after_ms
+-- declared periods or windows. Returns {4} (nothing written) when Redis TIME is past deadline.
+-- Returns {code, quota_existed, used_1, left_s_1, len_s_1 .. used_q, left_s_q, len_s_q,
+-- tokens_1 .. tokens_n, count_1 .. count_m [, snapshot] [, gate, retry_after_ms
 -- [, live_leases, first_lease_ms [, pruned]]]}: what is usually the same ends the reply and is
 -- left out there, since each element costs Redis a conversion and the daemon a parse (a
 -- missing gate is "", a missing retry_after_ms 0); the caller knows which parts to expect.
@@ -85,7 +90,9 @@
 --   "reservations" refuses when max_open reservations are open. Admitted (code 1), gate and
 --   retry_after_ms name the shadow gate that would have refused (longest wait; "" and 0: none),
 --   shadow refusals are not reported beside a real one. gate and retry_after_ms are left out
---   when gate is "" and no concurrency gate follows. quota_used and live_leases are after the
+--   when gate is "" and no concurrency gate follows. quota_existed: a character per quota, "1"
+--   when its counter existed before the call; used_k (quota k's counter), left_s_k and len_s_k
+--   (the seconds left of its period and the period's length); used_k and live_leases are after the
 --   decision; live_leases and first_lease_ms (ms until the earliest live lease ends, 0: none)
 --   are there only with a concurrency gate (max_streams >= 0). tokens_i are strings: Lua
 --   numbers would be truncated to integers on the way out. count_j: the admissions in window j
@@ -101,7 +108,7 @@
 -- globals table, about 130 instructions each use, some thirty uses per call); a function
 -- defined after them would hold them as upvalues (lib_window.lua's, only with windows).
 -- @include lib_reservation.lua
--- @include lib_month.lua
+-- @include lib_quota.lua
 -- @include lib_bucket.lua
 local ARGV, KEYS, redis, string = ARGV, KEYS, redis, string
 
@@ -135,9 +142,18 @@ local res_ttl = (ARGV[A_RESERVATION_TTL] + 0)
 -- up here only: refund.lua writes it into the window of its own time and the next one, and this
 -- call runs after it). The previous window: request_id and the open count, when they matter.
 local cur_key, prev_key, _, cur_expire, w = res_windows(res_ttl, sec)
--- The quota month of Redis TIME among the declared ones.
-local qkey, month_start, next_month = quota_month(sec)
-if not (cur_key and prev_key and qkey) then
+-- Each quota's period of Redis TIME among the declared ones: per quota k, at 4k-3 .. 4k of one
+-- table (each table a call makes costs Redis about a thousand instructions) its counter key,
+-- the period's bounds, and later its count before this call.
+local nq = ARGV[A_QUOTA_COUNT]
+nq = nq == '1' and 1 or nq + 0
+local quotas = {}
+for k = 1, nq do
+  local qkey, from, to = quota_period(k, sec)
+  if not qkey then return redis.error_reply(string.format(clock_error, sec)) end
+  quotas[4 * k - 3], quotas[4 * k - 2], quotas[4 * k - 1] = qkey, from, to
+end
+if not (cur_key and prev_key) then
   return redis.error_reply(string.format(clock_error, sec))
 end
 -- Integer arguments: their most common values (-1: no gate; 0, 1) are compared as text, without
@@ -185,13 +201,14 @@ if prev_rid then
 end
 
 local tokens = ARGV[A_TOKENS] + 0
-local budget = ARGV[A_BUDGET]
-budget = budget == '-1' and -1 or budget + 0
 local max_streams = ARGV[A_MAX_STREAMS]
 max_streams = max_streams == '-1' and -1 or max_streams + 0
 local lease_ms = max_streams >= 0 and ARGV[A_LEASE_S] * 1000 or 0
 local n = ARGV[A_BUCKET_COUNT]
 n = n == '1' and 1 or n + 0
+-- The bucket groups follow the quotas' (ARGV), their keys the quotas' (KEYS: K_QUOTA + nq *
+-- K_QUOTA_STRIDE on).
+local ab = A_QUOTA + nq * A_QUOTA_STRIDE
 
 -- Buckets: first access is a full bucket (a third of it with warm-up); tokens = min(cap, tokens +
 -- refill since ts).
@@ -200,12 +217,13 @@ local r  -- the gates that would refuse (refusal_note)
 -- slots for up to two, and each table a call makes costs Redis about a thousand instructions.
 local buckets = t
 for i = 1, n do
-  local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  local a = ab + (i - 1) * A_BUCKET_STRIDE
   local rate = (ARGV[a + A_BUCKET_REFILL] + 0)
   local cost = ARGV[a + A_BUCKET_COST]
   cost = cost == '1' and 1 or cost + 0
   local warmup = ARGV[a + A_BUCKET_WARMUP_S]
-  local b = bucket_read(KEYS[K_BUCKET + i - 1], (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
+  local b = bucket_read(KEYS[K_QUOTA + nq * K_QUOTA_STRIDE + i - 1],
+                        (ARGV[a + A_BUCKET_CAPACITY] + 0), rate,
                         warmup == '0' and 0 or warmup + 0, now_us, cost)
   buckets[i] = b
   if b[5] < cost then  -- the level now (lib_bucket.lua's bucket_read)
@@ -220,7 +238,7 @@ end
 -- is their table, each one made costing Redis.
 -- Without windows the call ends with the buckets: two arguments fewer, each a string and a
 -- table slot that cost Redis about 750 instructions (admit_lua_cost.sh).
-local ws = A_BUCKET + n * A_BUCKET_STRIDE
+local ws = ab + n * A_BUCKET_STRIDE
 local m = ARGV[ws + A_WINDOWS_COUNT]
 m = m and m + 0 or 0
 local windows, admit_window
@@ -229,7 +247,8 @@ if m > 0 then
   windows = {}
   for j = 1, m do
     local a = ws + A_WINDOWS_STRIDE + (j - 1) * A_WINDOW_STRIDE
-    local sw = window_read(KEYS[K_BUCKET + n + j - 1], (ARGV[a + A_WINDOW_LIMIT] + 0),
+    local sw = window_read(KEYS[K_QUOTA + nq * K_QUOTA_STRIDE + n + j - 1],
+                          (ARGV[a + A_WINDOW_LIMIT] + 0),
                           (ARGV[a + A_WINDOW_WINDOW_MS] + 0) * 1000, now_us)
     windows[j] = sw
     if sw.wait_ms > 0 then
@@ -239,20 +258,29 @@ if m > 0 then
   admit_window = window_admit
 end
 
--- The reservation is charged first and taken back below if anything refuses (the key ends with
--- the value and expiry it had, or gone if it was not there): one keyspace call instead of a read
--- and a write. A key just created by INCRBY has no expiry yet; one that was there has one.
-local used, q_created, q_existed
-if tokens > 0 then
-  used = redis.call('INCRBY', qkey, ARGV[A_TOKENS]) - tokens
-  q_created = used == 0 and redis.call('TTL', qkey) == -1
-  q_existed = not q_created
-else
-  local raw = redis.call('GET', qkey)
-  used, q_created, q_existed = (raw or 0) + 0, false, raw ~= false
-end
-if budget >= 0 and used + tokens > budget then
-  r = refusal_note(r, 'quota', next_month * 1000 - now_ms, quota_shadow)
+-- The reservation is charged to every quota first and taken back below if anything refuses (a
+-- key ends with the value and expiry it had, or gone if it was not there): one keyspace call
+-- instead of a read and a write. A key just created by INCRBY has no expiry yet; one that was
+-- there has one. quotas[4k] is quota k's count before this call, negative (-1 - count) when
+-- INCRBY created its key: so one table entry says both.
+local existed = ''
+for k = 1, nq do
+  local qkey, used, created = quotas[4 * k - 3]
+  if tokens > 0 then
+    used = redis.call('INCRBY', qkey, ARGV[A_TOKENS]) - tokens
+    created = used == 0 and redis.call('TTL', qkey) == -1
+    existed = existed .. (created and '0' or '1')
+  else
+    local raw = redis.call('GET', qkey)
+    used, created = (raw or 0) + 0, false
+    existed = existed .. (raw and '1' or '0')
+  end
+  quotas[4 * k] = created and -1 - used or used
+  local qa = A_QUOTA + (k - 1) * A_QUOTA_STRIDE
+  local budget = ARGV[qa + A_QUOTA_BUDGET]
+  if budget ~= '-1' and used + tokens > budget + 0 then
+    r = refusal_note(r, ARGV[qa + A_QUOTA_GATE], quotas[4 * k - 1] * 1000 - now_ms, quota_shadow)
+  end
 end
 
 -- Concurrency: live leases are those with a deadline after now (expired ones are ignored here
@@ -273,14 +301,20 @@ if max_open >= 0 and (cur_open or 0) + (prev_open or 0) >= max_open then
   r = refusal_note(r, 'reservations', (cur_expire - res_ttl) * 1000 - now_ms, quota_shadow)
 end
 
--- The three nils size the table for one bucket's level and a snapshot's two entries (a
--- constructor sizes it for every value listed, nil too), so they do not grow it; the reply ends
--- at the first nil.
-local out = {0, used, next_month - sec, next_month - month_start, q_existed and 1 or 0, nil, nil,
-             nil}
+-- The reply's head: code, quota_existed, then per quota its count, seconds left and length; the
+-- buckets' levels follow at qo + i. The three nils size the table for one quota, one bucket's
+-- level and a snapshot's two entries (a constructor sizes it for every value listed, nil too),
+-- so they do not grow it; the reply ends at the first nil.
+local out = {0, existed, 0, 0, 0, nil, nil, nil}
+for k = 1, nq do
+  local used = quotas[4 * k]
+  out[3 * k], out[3 * k + 1], out[3 * k + 2] =
+      used < 0 and -1 - used or used, quotas[4 * k - 1] - sec, quotas[4 * k - 1] - quotas[4 * k - 2]
+end
+local qo = 2 + 3 * nq
 -- The reply's tail (gate, retry_after_ms, then with a concurrency gate live_leases,
 -- first_lease_ms): after the tokens, the counts and an admission's snapshot.
-local tail = 6 + n + m
+local tail = qo + 1 + n + m
 local refused = r and r[1] ~= ''
 -- The reservation's value. Numbers as '%d' text: Redis formats a number argument with '%.17g',
 -- and Lua's concatenation with '%.14g', both through the floating-point formatter.
@@ -294,14 +328,16 @@ if late then
   end
 end
 if refused or taken then
-  if q_created then
-    redis.call('DEL', qkey)
-  elseif tokens > 0 then
-    redis.call('DECRBY', qkey, ARGV[A_TOKENS])
+  for k = 1, nq do
+    if quotas[4 * k] < 0 then
+      redis.call('DEL', quotas[4 * k - 3])
+    elseif tokens > 0 then
+      redis.call('DECRBY', quotas[4 * k - 3], ARGV[A_TOKENS])
+    end
   end
   if taken then return {taken == 'x' and 3 or 2} end
-  for i = 1, n do out[5 + i] = bucket_admit(buckets[i], sec, ts, true) end
-  for j = 1, m do out[5 + n + j] = windows[j].count end
+  for i = 1, n do out[qo + i] = bucket_admit(buckets[i], sec, ts, true) end
+  for j = 1, m do out[qo + n + j] = windows[j].count end
   out[tail], out[tail + 1] = r[1], r[2]
   if max_streams >= 0 then out[tail + 2], out[tail + 3] = live, first_ms end
   return out
@@ -311,11 +347,11 @@ end
 out[1] = 1
 for i = 1, n do
   local old
-  out[5 + i], old = bucket_admit(buckets[i], sec, ts)
-  if snapshot then out[5 + n + m + i] = old end
+  out[qo + i], old = bucket_admit(buckets[i], sec, ts)
+  if snapshot then out[qo + n + m + i] = old end
 end
 for j = 1, m do
-  out[5 + n + j] = windows[j].count
+  out[qo + n + j] = windows[j].count
   admit_window(windows[j], now_us, ts, ARGV[ws + A_WINDOWS_MEMBER])
 end
 if snapshot then
@@ -324,11 +360,19 @@ if snapshot then
 end
 if r or max_streams >= 0 then out[tail], out[tail + 1] = r and r[3] or '', r and r[4] or 0 end
 
--- Quota usage includes reservations; the key outlives its month by 32 days for reporting. Its
--- expiry is set once, by the month's first charge.
+-- Quota usage includes reservations; a counter outlives its period by one period, for reporting
+-- and for the settles of reservations made in it (lib_quota.lua). Its expiry is set once, by the
+-- period's first charge.
 if tokens > 0 then
-  if q_created then redis.call('EXPIREAT', qkey, next_month + 32 * 86400) end
-  out[2] = used + tokens
+  for k = 1, nq do
+    local used = quotas[4 * k]
+    if used < 0 then
+      local from, to = quotas[4 * k - 2], quotas[4 * k - 1]
+      redis.call('EXPIREAT', quotas[4 * k - 3], to + (to - from))
+      used = -1 - used
+    end
+    out[3 * k] = used + tokens
+  end
 end
 
 if max_streams >= 0 then

@@ -9,25 +9,28 @@
 -- one applied-set update per batch, not per record.
 --
 -- @keys applied key...
--- @argv watermark applied_ttl record_count record...(seq month_end tokens exact bucket_count)
+-- @argv watermark applied_ttl record_count
+-- @argv record...(seq tokens exact quota_count bucket_count) quota...(expire_at)
 -- @argv bucket...(capacity refill cost)
 --
 -- KEYS: applied       sorted set "dg:{t:<tenant>}:applied:<journal id>" (or
 --                     "dg:{g:<kind>:<name>}:applied:<journal id>"): the journal's sequences
 --                     charged here (score = sequence), and member "w" scored by the watermark
---       key...        per record: its quota counter, "dg:{t:<tenant>}:q:YYYY-MM" of the
---                     decision's month (the gateway's clock when it was made; a global gate's
---                     record charges no tokens and passes its applied set here), then the
---                     bucket hashes the decision went through (lib_bucket.lua)
+--       key...        per record: its quota counters, "dg:{t:<tenant>}:q:<period>" of each
+--                     quota's period of the decision (the gateway's clock when it was made; a
+--                     global gate's record has none), then the bucket hashes the decision went
+--                     through (lib_bucket.lua)
 -- ARGV: watermark     every record of the journal up to this sequence is in Redis
 --       applied_ttl   seconds the applied set is kept after its last change
 --       record_count  n; record... per record, in sequence order:
 --         seq           its sequence in its journal, unique per decision
---         month_end     the next month's first second (unix s), for the counter's expiry
---         tokens        added to the month's counter (may be negative: a settle below the
+--         tokens        added to each quota counter (may be negative: a settle below the
 --                       estimate)
 --         exact         0: an admission; 1: a correction (a local settle or stream charge)
+--         quota_count   how many of the quota groups below (and keys above) are the record's
 --         bucket_count  how many of the buckets below (and keys above) are the record's
+--       quota...      per quota counter of each record in turn: expire_at, the counter's expiry
+--                     (unix s: one period after its period's end, as the scripts set it)
 --       bucket...     per bucket of each record in turn: capacity, refill per second (the full
 --                     limits, not a share) and cost: what the local decision took (1 for a
 --                     request gate, the estimate for a token-rate gate, 0 for a shadow bucket
@@ -48,21 +51,28 @@ local ts = bucket_now_text(t)
 local akey = KEYS[K_APPLIED]
 local w = tonumber(redis.call('ZSCORE', akey, 'w') or 0)
 local n = tonumber(ARGV[A_RECORD_COUNT])
-local k = 0  -- KEYS[K_KEY + k]: the record's quota key, its bucket keys after it
-local b = A_RECORD + n * A_RECORD_STRIDE  -- the record's first bucket group
+local k = 0  -- KEYS[K_KEY + k]: the record's quota keys, its bucket keys after them
+local qa = A_RECORD + n * A_RECORD_STRIDE  -- the record's first quota group
+local nqs = 0
+for i = 1, n do
+  nqs = nqs + tonumber(ARGV[A_RECORD + (i - 1) * A_RECORD_STRIDE + A_RECORD_QUOTA_COUNT])
+end
+local b = qa + nqs * A_QUOTA_STRIDE  -- the record's first bucket group
 local added = {}
 for i = 1, n do
   local r = A_RECORD + (i - 1) * A_RECORD_STRIDE
   local seq, nb = ARGV[r + A_RECORD_SEQ], tonumber(ARGV[r + A_RECORD_BUCKET_COUNT])
+  local nq = tonumber(ARGV[r + A_RECORD_QUOTA_COUNT])
   if tonumber(seq) > w and not redis.call('ZSCORE', akey, seq) then
     added[#added + 1] = seq
     added[#added + 1] = seq
     local tokens = tonumber(ARGV[r + A_RECORD_TOKENS])
-    if tokens ~= 0 then
-      local qkey = KEYS[K_KEY + k]
+    for q = 1, tokens ~= 0 and nq or 0 do
+      local qkey = KEYS[K_KEY + k + q - 1]
       redis.call('INCRBY', qkey, tokens)
       if redis.call('TTL', qkey) == -1 then
-        redis.call('EXPIREAT', qkey, tonumber(ARGV[r + A_RECORD_MONTH_END]) + 32 * 86400)
+        local expire_at = ARGV[qa + (q - 1) * A_QUOTA_STRIDE + A_QUOTA_EXPIRE_AT]
+        redis.call('EXPIREAT', qkey, tonumber(expire_at))
       end
     end
     local exact = ARGV[r + A_RECORD_EXACT] == '1'
@@ -70,7 +80,7 @@ for i = 1, n do
       local a = b + (j - 1) * A_BUCKET_STRIDE
       -- Warm-up 0: a local decision was bounded by the daemon's share already; no ramp here (a
       -- bucket's creation stamp, if any, is kept).
-      local key, cap = KEYS[K_KEY + k + j], tonumber(ARGV[a + A_BUCKET_CAPACITY])
+      local key, cap = KEYS[K_KEY + k + nq + j - 1], tonumber(ARGV[a + A_BUCKET_CAPACITY])
       local rate, cost = tonumber(ARGV[a + A_BUCKET_REFILL]), tonumber(ARGV[a + A_BUCKET_COST])
       if exact then
         bucket_correct(key, cap, rate, 0, now_us, sec, ts, cost)
@@ -80,7 +90,8 @@ for i = 1, n do
       end
     end
   end
-  k = k + 1 + nb
+  k = k + nq + nb
+  qa = qa + nq * A_QUOTA_STRIDE
   b = b + nb * A_BUCKET_STRIDE
 end
 -- Trimmed after the records were looked up (a record's sequence is above the watermark sent

@@ -15,22 +15,22 @@
 -- (another admission built on our write, or no snapshot because the reply was lost) only what we
 -- took is given back: tk + cost (1, or the estimate on a token-rate gate), capped at capacity,
 -- which is the level the bucket would have had without our take, refill being computed from ts
--- when read. The quota counter of the
--- admission's month gets the reservation back (and disappears again if admit.lua created it),
+-- when read. Each quota's counter of the
+-- admission's period gets the reservation back (and disappears again if admit.lua created it;
+-- a period before the previous one is over and left alone, lib_quota.lua),
 -- the reservation is removed, the lease removed and the expired leases admit.lua pruned put back,
 -- so with a snapshot the lease zset is as before too. Running it twice changes nothing more: the
 -- reservation is gone.
 --
--- @keys quota_prev quota_cur quota_next res_m2 res_m1 res_0 res_p1 res_p2 leases bucket...
--- @argv request_id attempt fresh reservation_ttl quota_existed prev_start month_start month_end
--- @argv next_end res_base
--- @argv bucket_count
+-- @keys res_m2 res_m1 res_0 res_p1 res_p2 leases quota...(prev cur next) bucket...
+-- @argv request_id attempt fresh reservation_ttl quota_existed res_base quota_count bucket_count
+-- @argv quota...(prev_start start end next_end)
 -- @argv bucket...(capacity cost old_tk old_ts new_tk new_ts)
 --
 -- @argv windows...(count member) pruned...(member score)
 --
--- KEYS: quota_prev, quota_cur, quota_next, res_m2 .. res_p2: the quota counters and
---                     reservation windows around the gateway's clock, as for admit.lua
+-- KEYS: res_m2 .. res_p2, quota...: the reservation windows and quota counters around the
+--                     gateway's clock, as for admit.lua
 --       leases        zset
 --       bucket...     the bucket hashes admit.lua consumed from, then its sliding windows'
 --                     sorted sets (windows.count of them)
@@ -39,8 +39,10 @@
 --       fresh            "1" when request_id was generated for that call (its reservation
 --                        holds "-" for the attempt: the id names the call)
 --       reservation_ttl  the plan's reservation_ttl_s
---       quota_existed    "1" when the quota key existed before admit.lua
---       prev_start .. next_end, res_base: as for admit.lua
+--       quota_existed    a character per quota, "1" when its counter existed before admit.lua
+--                        (admit.lua's reply)
+--       res_base         as for admit.lua
+--       quota_count      q; quota...  per quota its periods' bounds, as for admit.lua
 --       bucket_count     n
 --       bucket...        per bucket: capacity, the tokens admit.lua took (its cost), old tk,
 --                        old ts ("" = no key), new tk, new ts; all but capacity and cost ""
@@ -54,7 +56,7 @@
 --
 -- Returns 1 when the attempt had run and was refunded, 0 when it had not (now cancelled).
 
--- @include lib_month.lua
+-- @include lib_quota.lua
 -- @include lib_reservation.lua
 -- @include lib_bucket.lua
 -- @include lib_window.lua
@@ -89,25 +91,31 @@ if not key or attempt ~= (fresh and '-' or ARGV[A_ATTEMPT]) or charged then
   return 0
 end
 
--- The quota month of the admission, checked before anything is written.
-local qkey = quota_month(math.floor(created / 1000))
-if reserved > 0 and not qkey then
-  return redis.error_reply(string.format(clock_error, sec))
+-- Each quota's period of the admission, checked before anything is written.
+local nq = tonumber(ARGV[A_QUOTA_COUNT])
+local qkeys = {}
+for k = 1, nq do
+  qkeys[k] = quota_period(k, math.floor(created / 1000))
+  if reserved > 0 and qkeys[k] == nil then
+    return redis.error_reply(string.format(clock_error, sec))
+  end
 end
 
+local ab = A_QUOTA + nq * A_QUOTA_STRIDE
 local n = tonumber(ARGV[A_BUCKET_COUNT])
 for i = 1, n do
-  local a = A_BUCKET + (i - 1) * A_BUCKET_STRIDE
+  local a = ab + (i - 1) * A_BUCKET_STRIDE
   local cap = tonumber(ARGV[a + A_BUCKET_CAPACITY])
   local cost = tonumber(ARGV[a + A_BUCKET_COST])
   local old_tk, old_ts = ARGV[a + A_BUCKET_OLD_TK], ARGV[a + A_BUCKET_OLD_TS]
   local new_tk, new_ts = ARGV[a + A_BUCKET_NEW_TK], ARGV[a + A_BUCKET_NEW_TS]
-  bucket_untake(KEYS[K_BUCKET + i - 1], cap, cost, old_tk, old_ts, new_tk, new_ts)
+  bucket_untake(KEYS[K_QUOTA + nq * K_QUOTA_STRIDE + i - 1], cap, cost, old_tk, old_ts, new_tk,
+                new_ts)
 end
 
-local ws = A_BUCKET + n * A_BUCKET_STRIDE
+local ws = ab + n * A_BUCKET_STRIDE
 for j = 1, tonumber(ARGV[ws + A_WINDOWS_COUNT]) do
-  window_untake(KEYS[K_BUCKET + n + j - 1], ARGV[ws + A_WINDOWS_MEMBER])
+  window_untake(KEYS[K_QUOTA + nq * K_QUOTA_STRIDE + n + j - 1], ARGV[ws + A_WINDOWS_MEMBER])
 end
 
 -- Put the pruned leases back before removing ours, so the set (and its TTL) never vanishes.
@@ -117,8 +125,14 @@ end
 redis.call('ZREM', KEYS[K_LEASES], rid)
 
 if reserved > 0 then
-  local v = redis.call('DECRBY', qkey, reserved)
-  if v == 0 and ARGV[A_QUOTA_EXISTED] == '0' then redis.call('DEL', qkey) end
+  local existed = ARGV[A_QUOTA_EXISTED]
+  for k = 1, nq do
+    local qkey = qkeys[k]
+    if qkey then
+      local v = redis.call('DECRBY', qkey, reserved)
+      if v == 0 and string.sub(existed, k, k) == '0' then redis.call('DEL', qkey) end
+    end
+  end
 end
 -- The window is as before when this was its only reservation.
 if redis.call('HINCRBY', key, '#', -1) == 0 and redis.call('HLEN', key) == 2 then

@@ -1,7 +1,7 @@
-// What the engine's Redis tests share (admission_test.cc, window_test.cc): the Redis of the
-// run (a redis-server of the test's own, or with DRIPGATE_ADMISSION_CLUSTER=1 a 3-master
-// cluster), an engine on a real libevent loop, and a synchronous connection to set up and read
-// the keys.
+// What the engine's Redis tests share (admission_test.cc, quota_test.cc, window_test.cc): the
+// Redis of the run (a redis-server of the test's own, or with DRIPGATE_ADMISSION_CLUSTER=1 a
+// 3-master cluster), an engine on a real libevent loop, a synchronous connection to set up and
+// read the keys, and script calls run by hand.
 #pragma once
 
 #include <event2/event.h>
@@ -24,8 +24,10 @@
 #include "control/admission/admission.h"
 #include "control/admission/config_snapshot.h"
 #include "control/admission/keys.h"
+#include "control/admission/script_calls.h"
 #include "control/redis/redis_client.h"
 #include "control/redis/slot.h"
+#include "lua/lua_scripts.h"
 #include "tests/event_loop.h"
 #include "tests/redis_cluster.h"
 
@@ -273,5 +275,22 @@ class Sync {
   std::vector<redisContext*> c_;
   std::vector<size_t> node_of_;  // cluster node index of each connection
 };
+
+// A script call run by hand (EVAL of its text) on the node of its first key.
+inline redisReply* run_call(Sync& s, const Call& c) {
+  std::vector<std::string> argv = {"EVAL", std::string(c.script.text),
+                                   std::to_string(c.keys.view().size())};
+  for (auto k : c.keys.view()) argv.emplace_back(k);
+  for (auto a : c.args.view()) argv.emplace_back(a);
+  return s.cmd(argv);
+}
+
+// A reply's code (its first element, or the integer it is), freed; -1 for anything else.
+inline int64_t code_of(redisReply* r) {
+  int64_t code = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 ? r->element[0]->integer : -1;
+  if (r && r->type == REDIS_REPLY_INTEGER) code = r->integer;
+  freeReplyObject(r);
+  return code;
+}
 
 }  // namespace dripgate::control::admission_testing

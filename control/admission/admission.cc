@@ -52,7 +52,7 @@ double cost_of(const Prepared& p, const Gate& g) {
 }
 
 std::string_view reason_of(std::string_view gate) {
-  if (gate == "quota") return "quota";
+  if (config::is_quota_gate(gate)) return "quota";
   if (gate == "concurrency") return "concurrency";
   if (gate == "reservations") return "reservations";
   return "rate";
@@ -101,20 +101,27 @@ void set_deadline(std::string& out, int64_t ms) {
   out.assign(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, ms).ptr - buf));
 }
 
-// Positions in admit.lua's reply: {code, quota_used, month_left_s, month_len_s, quota_existed,
-// tokens_1 .. tokens_n, count_1 .. count_m (windows) [, snapshot] [, gate, retry_after_ms
+// Positions in admit.lua's reply: {code, quota_existed, used_1, left_s_1, len_s_1 .. used_q,
+// left_s_q, len_s_q, tokens_1 .. tokens_n, count_1 .. count_m (windows) [, snapshot] [, gate,
+// retry_after_ms
 // [, live_leases, first_lease_ms [, pruned]]]}. What is usually the same ends the reply and is
 // left out there (each element costs Redis a conversion): the tail's place depends on the code
 // and on whether a snapshot was asked for (admit_tail), a missing gate reads "" and a missing
 // retry_after_ms 0, and live_leases and first_lease_ms come only with a concurrency gate.
-enum AdmitReply : size_t { kCode, kQuotaUsed, kMonthLeft, kMonthLen, kQuotaExisted, kTokens };
+enum AdmitReply : size_t { kCode, kQuotaExisted, kQuotas };
+// A quota's three figures (used, seconds left of its period, the period's length), from kQuotas.
+enum AdmitQuota : size_t { kQuotaUsed, kQuotaLeft, kQuotaLen, kQuotaStride };
+// Where the buckets' levels begin: after the plan's quotas.
+size_t tokens_at(const Prepared& p) {
+  return kQuotas + kQuotaStride * p.t->nq;
+}
 // Offsets in the reply's tail.
 enum AdmitTail : size_t { kGate, kRetryAfterMs, kLive, kFirstLeaseMs, kPruned };
 // Where the tail of admit.lua's reply starts: after the tokens, the windows' counts and an
 // admission's snapshot (asked for by the flags' second character).
 size_t admit_tail(const Prepared& p, bool admitted) {
   const size_t nb = static_cast<size_t>(p.nb);
-  size_t at = kTokens + nb + static_cast<size_t>(p.nw);
+  size_t at = tokens_at(p) + nb + static_cast<size_t>(p.nw);
   if (admitted && p.flags[1] == '1') at += nb + 1;
   return at;
 }
@@ -280,7 +287,10 @@ struct Engine::Impl {
     Part tenant_part = Part::kPending;
     std::array<double, kMaxTenantBuckets> tokens_after{};
     std::array<int64_t, kMaxTenantWindows> window_counts{};  // before the decision
-    int64_t used = 0, month_left = 0, month_len = 0, live = -1, first_ms = 0;
+    // Per quota (TenantInfo::quotas): its counter after the decision, the seconds left of its
+    // period and the period's length.
+    std::array<int64_t, keys::TimeKeys::kMaxQuotas> used{}, left{}, len{};
+    int64_t live = -1, first_ms = 0;
     Undo undo;
     std::array<Part, kMaxGlobalBuckets> global_parts{};
     // A bucket's level after the decision, a window's count before it.
@@ -347,7 +357,7 @@ void Engine::Impl::finish(AdmitOp* op) {
     }
     if (r.reason == "quota")
       for (const Remaining& q : r.remaining)
-        if (q.gate == "quota")
+        if (q.gate == r.gate)
           r.tokens_missing = std::max<int64_t>(0, op->p.tokens - static_cast<int64_t>(q.value));
   }
   auto done = std::move(op->done);
@@ -429,7 +439,7 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   auto& rem = op->res.remaining;
   // Sized once for every gate of the answer (tenant's, quota, concurrency, global): one
   // allocation, not one per growth.
-  rem.reserve(static_cast<size_t>(p.nb + p.nw + 2 + p.ng));
+  rem.reserve(static_cast<size_t>(p.nb + p.nw + 1 + p.ng) + p.t->nq);
   for (int i = 0; i < p.nb; ++i) {
     double v = op->tokens_after[static_cast<size_t>(i)];
     // refund.lua gave back what it took: the level before this admission.
@@ -440,14 +450,16 @@ void Engine::Impl::fill_tenant_remaining(AdmitOp* op, bool refunded) {
   for (int j = 0; j < p.nw; ++j)
     rem.push_back(window_remaining(*p.windows[j], op->window_counts[static_cast<size_t>(j)],
                                    op->tenant_part == Part::kAdmitted && !refunded));
-  if (plan.quota) {
-    int64_t used = op->used - (refunded ? p.tokens : 0);
+  for (size_t k = 0; k < p.t->nq; ++k) {
+    const QuotaInfo& info = p.t->quotas[k];
+    if (info.limit < 0) continue;  // counted, no gate
+    int64_t used = op->used[k] - (refunded ? p.tokens : 0);
     Remaining q;
-    q.gate = "quota";
-    q.limit = static_cast<double>(plan.quota->tokens_per_month);
-    q.value = static_cast<double>(std::max<int64_t>(0, plan.quota->tokens_per_month - used));
-    q.window_s = static_cast<double>(op->month_len);
-    q.reset_s = op->month_left;
+    q.gate = std::string(info.name);
+    q.limit = static_cast<double>(info.limit);
+    q.value = static_cast<double>(std::max<int64_t>(0, info.limit - used));
+    q.window_s = static_cast<double>(op->len[k]);
+    q.reset_s = op->left[k];
     rem.push_back(q);
   }
   if (plan.concurrency && op->live >= 0) {
@@ -509,7 +521,8 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
       r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? as_int(elem(r, kCode)) : -1;
   const size_t nb = static_cast<size_t>(op->p.nb);
   const size_t nw = static_cast<size_t>(op->p.nw);
-  std::string bad = bad_reply(r, error, kTokens + nb + nw);
+  const size_t at = tokens_at(op->p);
+  std::string bad = bad_reply(r, error, at + nb + nw);
   if (code == 2) {
     op->conflict = true;  // nothing was written
   } else if (code == 3) {
@@ -521,18 +534,21 @@ void Engine::Impl::on_admit_reply(const Op& op_ptr, const redisReply* r, std::st
   } else if (!bad.empty()) {
     failed(op, std::move(bad));  // a timeout's late reply, if any, is undone by on_late_admit
   } else {
-    op->used = as_int(elem(r, kQuotaUsed));
-    op->month_left = as_int(elem(r, kMonthLeft));
-    op->month_len = as_int(elem(r, kMonthLen));
+    for (size_t k = 0; k < op->p.t->nq; ++k) {
+      const size_t q = kQuotas + kQuotaStride * k;
+      op->used[k] = as_int(elem(r, q + kQuotaUsed));
+      op->left[k] = as_int(elem(r, q + kQuotaLeft));
+      op->len[k] = as_int(elem(r, q + kQuotaLen));
+    }
     const size_t tail = admit_tail(op->p, code == 1);
     // Without a concurrency gate the reply has no lease figures: live stays -1.
     if (op->p.t->max_streams_s != "-1") {
       op->live = as_int(elem(r, tail + kLive));
       op->first_ms = as_int(elem(r, tail + kFirstLeaseMs));
     }
-    op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
-    for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, kTokens + i));
-    for (size_t j = 0; j < nw; ++j) op->window_counts[j] = as_int(elem(r, kTokens + nb + j));
+    op->undo.quota_existed = as_str(elem(r, kQuotaExisted));
+    for (size_t i = 0; i < nb; ++i) op->tokens_after[i] = as_double(elem(r, at + i));
+    for (size_t j = 0; j < nw; ++j) op->window_counts[j] = as_int(elem(r, at + nb + j));
     op->tenant_part = code == 1 ? Part::kAdmitted : Part::kRefused;
     learn(*op, code == 1 ? 0 : as_int(elem(r, tail + kRetryAfterMs)));
     if (code != 1) {
@@ -690,9 +706,10 @@ void Engine::Impl::hold(const Op& op_ptr) {
 void Engine::Impl::on_late_admit(const Op& op, const redisReply* r) {
   op->undo = Undo{};
   if (r) {
-    if (!bad_reply(r, {}, kTokens + static_cast<size_t>(op->p.nb + op->p.nw)).empty()) return;
+    if (!bad_reply(r, {}, tokens_at(op->p) + static_cast<size_t>(op->p.nb + op->p.nw)).empty())
+      return;
     if (as_int(elem(r, kCode)) != 1) return;  // refused or a conflict: nothing was written
-    op->undo.quota_existed = as_int(elem(r, kQuotaExisted)) == 1;
+    op->undo.quota_existed = as_str(elem(r, kQuotaExisted));
     if (!decode_undo(op.get(), r)) op->undo = Undo{};
   }
   undo(op, UndoOf::kAdmit);
@@ -814,7 +831,8 @@ void Engine::Impl::undo_later(std::chrono::microseconds delay, std::function<voi
 
 bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   const size_t nb = static_cast<size_t>(op->p.nb);
-  const size_t at = kTokens + nb + static_cast<size_t>(op->p.nw);  // the windows' counts first
+  const size_t tokens = tokens_at(op->p);
+  const size_t at = tokens + nb + static_cast<size_t>(op->p.nw);  // the windows' counts first
   if (r->elements < at + nb + 1) return false;
   // Per bucket "<old tk> <old ts>", then the new ts of all; the new tk are the tokens_i.
   const std::string_view new_ts = as_str(elem(r, at + nb));
@@ -822,7 +840,7 @@ bool Engine::Impl::decode_undo(AdmitOp* op, const redisReply* r) {
   for (size_t i = 0; i < nb; ++i) {
     if (as_str(elem(r, at + i)) == kUntaken) op->undo.untaken |= 1u << i;
     if (!split_old(as_str(elem(r, at + i)), op->undo.snapshot)) return false;
-    op->undo.snapshot.emplace_back(as_str(elem(r, kTokens + i)));
+    op->undo.snapshot.emplace_back(as_str(elem(r, tokens + i)));
     op->undo.snapshot.emplace_back(new_ts);
   }
   const size_t pruned_at = admit_tail(op->p, true) + kPruned;
@@ -848,7 +866,10 @@ struct Engine::Impl::CorrectOp {
   int pending = 0;
   std::string error;
   int64_t code = -1;  // the tenant-slot script's code
-  int64_t used = 0, month_left = 0, lease_left_ms = -1;
+  // Per quota (TenantInfo::quotas): its counter of the current period after the call, and (a
+  // charge's) the seconds left of that period.
+  std::array<int64_t, keys::TimeKeys::kMaxQuotas> used{}, left{};
+  int64_t lease_left_ms = -1;
   std::array<double, 3> tokens_after{};
   double model_after = 0;
   bool model_corrected = false;
@@ -869,29 +890,33 @@ void Engine::Impl::correct(const Request& req, std::function<void(Result)> done)
   if constexpr (!kSettle) set_deadline(op->c.deadline, redis->script_deadline_ms());
   auto tenant_part = [this, op](const redisReply* r, std::string_view e) {
     const size_t n = static_cast<size_t>(op->c.nb);
+    const size_t nq = op->c.t->nq;
     std::string bad = bad_reply(r, e, 1);
     if (bad.empty()) {
       op->code = as_int(elem(r, 0));
       // Ran past its deadline (a Redis that was stopped): nothing written, a failure.
       if (!kSettle && op->code == 3) bad = std::string(kPastDeadline);
-      const size_t need = kSettle ? (op->code == 1 ? 4 + n : 4) : (op->code == 1 ? 5 + n : 1);
+      const size_t need =
+          kSettle ? 3 + nq + (op->code == 1 ? n : 0) : (op->code == 1 ? 3 + 2 * nq + n : 1);
       if (r->elements < need) bad = "redis: unexpected reply";
     }
     if (!bad.empty()) {
       op->error = std::move(bad);
     } else if constexpr (kSettle) {
-      // {settled (1/0), detail, charged, quota used, tokens_1 .. tokens_n}
+      // {settled (1/0), detail, charged, used_1 .. used_q, tokens_1 .. tokens_n}
       op->res.settled = op->code == 1;
       op->res.detail = std::string(as_str(elem(r, 1)));
       op->res.charged = as_int(elem(r, 2));
-      op->used = as_int(elem(r, 3));
+      for (size_t k = 0; k < nq; ++k) op->used[k] = as_int(elem(r, 3 + k));
     } else if (op->code == 1) {
-      // {code, used, month_left_s, lease_left_ms, reserved, tokens_1 .. tokens_n}
-      op->used = as_int(elem(r, 1));
-      op->month_left = as_int(elem(r, 2));
-      op->lease_left_ms = as_int(elem(r, 3));
-      op->res.charged = as_int(elem(r, 4));
-      for (size_t i = 0; i < n; ++i) op->tokens_after[i] = as_double(elem(r, 5 + i));
+      // {code, lease_left_ms, reserved, used_1, left_s_1 .. used_q, left_s_q, tokens_1 ..}
+      op->lease_left_ms = as_int(elem(r, 1));
+      op->res.charged = as_int(elem(r, 2));
+      for (size_t k = 0; k < nq; ++k) {
+        op->used[k] = as_int(elem(r, 3 + 2 * k));
+        op->left[k] = as_int(elem(r, 4 + 2 * k));
+      }
+      for (size_t i = 0; i < n; ++i) op->tokens_after[i] = as_double(elem(r, 3 + 2 * nq + i));
     }
     correct_done(op);
   };
@@ -919,13 +944,19 @@ void Engine::Impl::correct_done(const std::shared_ptr<CorrectOp<Result>>& op) {
   if (--op->pending > 0) return;
   Result& res = op->res;
   const Correction& c = op->c;
-  const config::Plan& plan = *c.t->plan;
   if (!op->error.empty()) {
     res.outcome = Outcome::kUnavailable;
     res.error = std::move(op->error);
   } else if constexpr (std::is_same_v<Result, SettleResult>) {
     res.outcome = Outcome::kAllowed;
-    res.remaining = plan.quota ? std::max<int64_t>(0, plan.quota->tokens_per_month - op->used) : -1;
+    // The least any quota has left; -1 without a quota.
+    res.remaining = -1;
+    for (size_t k = 0; k < c.t->nq; ++k) {
+      const int64_t limit = c.t->quotas[k].limit;
+      if (limit < 0) continue;
+      const int64_t left = std::max<int64_t>(0, limit - op->used[k]);
+      res.remaining = res.remaining < 0 ? left : std::min(res.remaining, left);
+    }
   } else if (op->code == 0) {
     res.outcome = Outcome::kNotFound;
     res.error = charge_not_found_error(c.rid);
@@ -935,18 +966,22 @@ void Engine::Impl::correct_done(const std::shared_ptr<CorrectOp<Result>>& op) {
   } else {
     res.outcome = Outcome::kAllowed;
     res.lease_s = op->lease_left_ms > 0 ? op->lease_left_ms / 1000 : 0;
-    if (plan.quota) {
+    for (size_t k = 0; k < c.t->nq; ++k) {
+      const QuotaInfo& info = c.t->quotas[k];
+      if (info.limit < 0) continue;
       Remaining q;
-      q.gate = "quota";
-      q.limit = static_cast<double>(plan.quota->tokens_per_month);
-      q.value = static_cast<double>(std::max<int64_t>(0, plan.quota->tokens_per_month - op->used));
-      q.reset_s = op->month_left;
+      q.gate = std::string(info.name);
+      q.limit = static_cast<double>(info.limit);
+      q.value = static_cast<double>(std::max<int64_t>(0, info.limit - op->used[k]));
+      q.reset_s = op->left[k];
       res.remaining.push_back(q);
-      // Recorded all the same (the tokens were used); the proxy is told to cut the stream.
-      if (op->used > plan.quota->tokens_per_month) {
+      // Recorded all the same (the tokens were used); the proxy is told to cut the stream. The
+      // spent quota that resets last names the refusal.
+      if (op->used[k] > info.limit && op->left[k] * 1000 >= res.retry_after_ms) {
         res.outcome = Outcome::kRefused;
-        res.gate = res.reason = "quota";
-        res.retry_after_ms = op->month_left * 1000;
+        res.gate = q.gate;
+        res.reason = "quota";
+        res.retry_after_ms = op->left[k] * 1000;
       }
     }
     for (int i = 0; i < c.nb; ++i)

@@ -213,9 +213,18 @@ struct ReleaseResult {
   std::string degraded;  // as AdmitResult's
 };
 
+// One quota counter a local decision charges: its period's name ("2026-12", "2026-12-07") and
+// the counter's expiry (unix s: one period after the period's end, as the scripts set it).
+struct QuotaPeriodRef {
+  std::string name;
+  int64_t expire_at = 0;
+
+  bool operator==(const QuotaPeriodRef&) const = default;
+};
+
 // One part of a decision made while Redis did not answer (redis.on_failure: local), charged to
-// Redis later by reconcile.lua, in one hash slot: tokens added to a month's quota counter and
-// each bucket's cost taken from it, once per record (idempotent).
+// Redis later by reconcile.lua, in one hash slot: tokens added to each quota's counter of the
+// decision's period and each bucket's cost taken from it, once per record (idempotent).
 struct ReconcileRecord {
   struct Bucket {
     std::string key, capacity, refill;  // the full limits, as the plan gives them
@@ -232,10 +241,12 @@ struct ReconcileRecord {
   // extra charge possibly below zero).
   bool exact = false;
   std::string applied_key;  // keys::applied or keys::global_applied: the slot of the call
-  // keys::quota of the decision's month (tenant part); applied_key otherwise (same slot,
-  // nothing added to it): every key the script touches is declared.
-  std::string quota_key;
-  std::string month_end;
+  // The tenant part's quota counters (keys::quota of each quota's period of the decision) and
+  // their expiry (unix s); none for a global gate's part.
+  struct Quota {
+    std::string key, expire_at;
+  };
+  std::vector<Quota> quotas;
   int64_t tokens = 0;
   std::vector<Bucket> buckets;
 };

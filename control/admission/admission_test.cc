@@ -100,7 +100,7 @@ TEST_F(AdmissionTest, WalkthroughTokenBucketTable) {
 TEST_F(AdmissionTest, WalkthroughQuotaTable) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "ws-acme", plan);
   Harness h(cfg);
 
@@ -194,7 +194,7 @@ TEST_F(AdmissionTest, AllOrNothingForEveryGate) {
     plan.tenant = bucket(g == "tenant" ? 1 : 100, 0.001);
     plan.user = bucket(g == "user" ? 1 : 100, 0.001);
     plan.api_key = bucket(g == "api_key" ? 1 : 100, 0.001);
-    plan.quota = config::Quota{g == "quota" ? 10 : 100000, 600};
+    plan.quota = config::Quota::monthly(g == "quota" ? 10 : 100000, 600);
     plan.concurrency = config::Concurrency{g == "concurrency" ? 1 : 100, 600};
     add_tenant(cfg, "t-" + g, plan);
     if (g == "tenant") add_tenant(cfg, "t-fresh", plan);
@@ -287,7 +287,7 @@ TEST_F(AdmissionTest, ShadowPlanCoversQuotaAndConcurrency) {
   config::Plan plan;
   plan.mode = config::GateMode::kShadow;
   plan.tenant = bucket(1, 0.001);
-  plan.quota = config::Quota{10, 600};
+  plan.quota = config::Quota::monthly(10, 600);
   plan.concurrency = config::Concurrency{1, 600};
   add_tenant(cfg, "shp", plan);
   Harness h(cfg);
@@ -400,7 +400,7 @@ TEST_F(AdmissionTest, TokenRateGatesTakeTheEstimateAllOrNothing) {
   plan.tenant_tokens = bucket(1000, 1);
   plan.user_tokens = bucket(600, 1);
   plan.api_key_tokens = bucket(500, 1);
-  plan.quota = config::Quota{100000, 600};
+  plan.quota = config::Quota::monthly(100000, 600);
   add_tenant(cfg, "tok", plan);
   config::Plan wide;
   wide.tenant_tokens = bucket(100000, 1);
@@ -485,7 +485,7 @@ TEST_F(AdmissionTest, SettleCorrectsTheTokenRateGatesOnce) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant_tokens = bucket(1000, 1);
-  plan.quota = config::Quota{100000, 600};
+  plan.quota = config::Quota::monthly(100000, 600);
   add_tenant(cfg, "set", plan);
   cfg.global_gates.model_tokens["m-set"] = bucket(1000, 1);
   Harness h(cfg);
@@ -535,7 +535,7 @@ TEST_F(AdmissionTest, StreamChargesRenewTheLeaseAndStopAtTheQuota) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant_tokens = bucket(100000, 1);
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   plan.concurrency = config::Concurrency{1, 1};
   add_tenant(cfg, "str", plan);
   Harness h(cfg);
@@ -627,7 +627,7 @@ TEST_F(AdmissionTest, ConcurrentHammering) {
   rate.tenant = bucket(20, 10);
   add_tenant(cfg, "hammer-rate", rate);
   config::Plan quota;
-  quota.quota = config::Quota{1000, 600};
+  quota.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "hammer-quota", quota);
 
   constexpr int kThreads = 32;
@@ -671,7 +671,7 @@ TEST_F(AdmissionTest, ConcurrentHammering) {
 TEST_F(AdmissionTest, OpenReservationsAreCapped) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 600, 3};
+  plan.quota = config::Quota::monthly(1000, 600, 3);
   add_tenant(cfg, "ws-acme", plan);
   Harness h(cfg);
   std::vector<std::string> rids;
@@ -697,7 +697,7 @@ TEST_F(AdmissionTest, OpenReservationsAreCapped) {
 TEST_F(AdmissionTest, SettleIsIdempotent) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "ws-acme", plan);
   config::Plan open;  // no quota at all
   add_tenant(cfg, "ws-open", open);
@@ -751,7 +751,7 @@ TEST_F(AdmissionTest, SettleIsIdempotent) {
 TEST_F(AdmissionTest, ReservationExpiresAndStaysCharged) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 1};
+  plan.quota = config::Quota::monthly(1000, 1);
   add_tenant(cfg, "ws-acme", plan);
   Harness h(cfg);
   Sync s(redis_.port());
@@ -823,7 +823,7 @@ TEST_F(AdmissionTest, UnlistedTenantsOnTheDefaultPlanHaveTheirOwnBuckets) {
   free_plan.name = "free";
   free_plan.cls = "bronze";
   free_plan.tenant = bucket(2, 0.001);
-  free_plan.quota = config::Quota{100, 600, 0};
+  free_plan.quota = config::Quota::monthly(100, 600, 0);
   cfg.plans["free"] = free_plan;
   cfg.tenants["*"] = config::Tenant{"*", "free"};
   config::Plan pro;
@@ -1114,7 +1114,7 @@ TEST_F(AdmissionTest, TotalGateLimitsAcrossTenantsAndRefusesAllOrNothing) {
   plan.user = bucket(100, 0.001);
   plan.api_key = bucket(100, 0.001);
   plan.ip = bucket(100, 0.001);
-  plan.quota = config::Quota{100000, 600};
+  plan.quota = config::Quota::monthly(100000, 600);
   plan.concurrency = config::Concurrency{100, 600};
   add_tenant(cfg, "ws-a", plan);
   add_tenant(cfg, "ws-b", plan);
@@ -1197,7 +1197,7 @@ TEST_F(AdmissionTest, ARequestItsTenantRefusesCostsTheGlobalGatesNothing) {
 TEST_F(AdmissionTest, LongTenantGeneratedRequestIdRoundTrips) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   std::string tenant(64, 't');
   add_tenant(cfg, tenant, plan);
   Harness h(cfg);
@@ -1214,7 +1214,7 @@ TEST_F(AdmissionTest, NoscriptAfterScriptFlushIsTransparent) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant = bucket(100, 1);
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "ws-acme", plan);
   Observer obs;
   Harness h(cfg, &obs);
@@ -1310,7 +1310,7 @@ std::vector<double> expect_charged_only_for_200(testing::RedisServer& redis, Obs
   config::Plan plan;
   const double cap = 1e6;
   plan.tenant = bucket(cap, 0);  // no refill: tokens consumed = cap - tk
-  plan.quota = config::Quota{1000000000, 600};
+  plan.quota = config::Quota::monthly(1000000000, 600);
   plan.concurrency = config::Concurrency{1000000, 600};
   add_tenant(cfg, "ws-load", plan);
   if (model_gate) cfg.global_gates.model["m1"] = bucket(cap, 0);
@@ -1522,21 +1522,6 @@ TEST(AdmissionKill, UndosThatMeetALoadingRedisAreSentAgain) {
 }
 
 // Runs a packed call as the engine would (EVAL of the same text, keys and args) on s.
-redisReply* run_call(Sync& s, const Call& c) {
-  std::vector<std::string> argv = {"EVAL", std::string(c.script.text),
-                                   std::to_string(c.keys.view().size())};
-  for (auto k : c.keys.view()) argv.emplace_back(k);
-  for (auto a : c.args.view()) argv.emplace_back(a);
-  return s.cmd(argv);
-}
-
-int64_t code_of(redisReply* r) {
-  int64_t code = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 ? r->element[0]->integer : -1;
-  if (r && r->type == REDIS_REPLY_INTEGER) code = r->integer;
-  freeReplyObject(r);
-  return code;
-}
-
 // Tenant ws-acme with a bucket of 100, a quota of 1000 and 10 leases, and a model gate m1 of 50,
 // none refilling, and request rq-1 of 30 tokens through m1: the calls of one admission, run by
 // hand on the test's Redis.
@@ -1549,7 +1534,7 @@ struct AcmeCalls {
     config::Config cfg = base_config(port);
     config::Plan plan;
     plan.tenant = bucket(100, 0);
-    plan.quota = config::Quota{1000, 600};
+    plan.quota = config::Quota::monthly(1000, 600);
     plan.concurrency = config::Concurrency{10, 600};
     add_tenant(cfg, "ws-acme", plan);
     cfg.global_gates.model["m1"] = bucket(50, 0);
@@ -1966,12 +1951,12 @@ int64_t redis_time_s(Sync& s) {
 
 // A plan's quota_timezone: the engine declares the months of that zone, whose bounds the scripts
 // take as given. Bounds placed around Redis TIME (time alignment) show the script picks the
-// month they say and sets its counter to expire 32 days after that month's end; a Berlin plan's
+// month they say and sets its counter to expire a month's length after its end; a Berlin plan's
 // admission then charges the Berlin month, whose counter outlives its local month end.
 TEST_F(AdmissionTest, QuotaMonthsOfThePlansTimeZone) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   plan.quota_timezone = "Europe/Berlin";
   add_tenant(cfg, "ws-de", plan);
   Tables tables(cfg);
@@ -1984,7 +1969,9 @@ TEST_F(AdmissionTest, QuotaMonthsOfThePlansTimeZone) {
   auto admit_in = [&](const keys::Months& m) {
     Prepared p;
     EXPECT_EQ(prepare(tables, req("ws-de", 30), rng, p), "");
-    p.time_keys.build(ti.quota_prefix, ti.reservations_prefix, ti.res_ttl_s, ti.res_ttl, now, m);
+    const keys::Months* periods[] = {&m};
+    p.time_keys.build(ti.quota_prefix, ti.reservations_prefix, ti.res_ttl_s, ti.res_ttl, now,
+                      periods);
     return code_of(run_call(s, AdmitCall(p)));
   };
   auto month = [](std::string name, int64_t start, int64_t end) {
@@ -1995,22 +1982,21 @@ TEST_F(AdmissionTest, QuotaMonthsOfThePlansTimeZone) {
                       month("m3", now - 5, now + 1000)}),
             1);
   EXPECT_EQ(s.str({"GET", keys::quota("ws-de", "m3")}), "30");
-  EXPECT_EQ(s.str({"EXPIRETIME", keys::quota("ws-de", "m3")}),
-            std::to_string(now + 1000 + 32 * 86400));
+  EXPECT_EQ(s.str({"EXPIRETIME", keys::quota("ws-de", "m3")}), std::to_string(now + 1000 + 1005));
   // Just before the current month begins: the previous month's.
   ASSERT_EQ(admit_in({month("m4", now - 300, now + 5), month("m5", now + 5, now + 200),
                       month("m6", now + 200, now + 300)}),
             1);
   EXPECT_EQ(s.str({"GET", keys::quota("ws-de", "m4")}), "30");
   EXPECT_EQ(s.str({"EXISTS", keys::quota("ws-de", "m5")}), "0");
-  // The engine's own declaration for the plan: Berlin's months, a counter expiring 32 days after
-  // Berlin's month end (an hour or two before UTC's).
+  // The engine's own declaration for the plan: Berlin's months, a counter expiring a month's
+  // length after Berlin's month end (an hour or two before UTC's).
   const keys::Months berlin = keys::months_around(*ti.zone, now);
   Harness h(cfg);
   ASSERT_EQ(h.admit(req("ws-de", 40)).outcome, Outcome::kAllowed);
   EXPECT_EQ(s.str({"GET", keys::quota("ws-de", berlin.cur.name)}), "40");
   EXPECT_EQ(s.str({"EXPIRETIME", keys::quota("ws-de", berlin.cur.name)}),
-            std::to_string(berlin.cur.end + 32 * 86400));
+            std::to_string(berlin.cur.end + (berlin.cur.end - berlin.cur.start)));
   EXPECT_NE(berlin.cur.end, keys::month_of(now).end);
 }
 
@@ -2022,7 +2008,7 @@ TEST_F(AdmissionTest, RedisTimePicksAmongTheDeclaredMonthsAndWindows) {
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
   plan.tenant = bucket(100, 0);
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "ws-acme", plan);
   Tables tables(cfg);
   std::mt19937_64 rng(7);
@@ -2034,8 +2020,10 @@ TEST_F(AdmissionTest, RedisTimePicksAmongTheDeclaredMonthsAndWindows) {
   auto admit_with = [&](int64_t window_clock, int64_t month_clock) {
     Prepared p;
     EXPECT_EQ(prepare(tables, req("ws-acme", 30), rng, p), "");
+    const keys::Months m = keys::months_around(month_clock);
+    const keys::Months* periods[] = {&m};
     p.time_keys.build(ti.quota_prefix, ti.reservations_prefix, ti.res_ttl_s, ti.res_ttl,
-                      window_clock, keys::months_around(month_clock));
+                      window_clock, periods);
     return run_call(s, AdmitCall(p));
   };
   auto error_of = [](redisReply* r) {
@@ -2069,7 +2057,7 @@ TEST_F(AdmissionTest, ClocksAMinuteApartWhateverTheReservationTtl) {
   };
   config::Config cfg = base_config(redis_.port());
   config::Plan plan;
-  plan.quota = config::Quota{1000, 5};
+  plan.quota = config::Quota::monthly(1000, 5);
   add_tenant(cfg, "ws-acme", plan);
   for (int64_t skew : {int64_t{-59000}, int64_t{59000}}) {
     SCOPED_TRACE("daemon clock off by " + std::to_string(skew) + " ms");
@@ -2519,7 +2507,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   plan.tenant = bucket(20, 5);
   plan.user = bucket(6, 2);
   plan.user->warmup_s = 30;
-  plan.quota = config::Quota{1000, 600};
+  plan.quota = config::Quota::monthly(1000, 600);
   add_tenant(cfg, "ws-acme", plan);
   AdmitRequest r = req("ws-acme", 42);
   r.user = "alice";
@@ -2530,27 +2518,28 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   EXPECT_EQ(call->text, admit_script_text());
   EXPECT_EQ(call->sha1.size(), 40u);
   // The attempt is new for every call: 16 hex digits, after the four flags.
-  ASSERT_EQ(call->args.size(), 27u);
+  ASSERT_EQ(call->args.size(), 29u);
   const std::string attempt = call->args[1].substr(4);
   EXPECT_EQ(attempt.size(), 16u);
   EXPECT_EQ(attempt.find_first_not_of("0123456789abcdef"), std::string::npos) << attempt;
-  // The quota months and reservation windows around the gateway's clock (the script picks by
-  // Redis TIME among them).
+  // The reservation windows and the quota months around the gateway's clock (the script picks
+  // by Redis TIME among them).
   const keys::Months& m = keys::current_months();
-  const int64_t w = std::stoll(call->args[12]);
-  std::vector<std::string> keys = {"dg:{t:ws-acme}:q:" + m.prev.name,
-                                   "dg:{t:ws-acme}:q:" + m.cur.name,
-                                   "dg:{t:ws-acme}:q:" + m.next.name};
+  const int64_t w = std::stoll(call->args[7]);
+  std::vector<std::string> keys;
   for (int64_t i = w - 2; i <= w + 2; ++i)
     keys.push_back("dg:{t:ws-acme}:r:600:" + std::to_string(i));
-  keys.insert(keys.end(), {"dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:tb:tenant",
-                           "dg:{t:ws-acme}:tb:user:alice"});
+  keys.insert(keys.end(), {"dg:{t:ws-acme}:leases", "dg:{t:ws-acme}:q:" + m.prev.name,
+                           "dg:{t:ws-acme}:q:" + m.cur.name, "dg:{t:ws-acme}:q:" + m.next.name,
+                           "dg:{t:ws-acme}:tb:tenant", "dg:{t:ws-acme}:tb:user:alice"});
   EXPECT_EQ(call->keys, keys);
   EXPECT_NEAR(static_cast<double>(w), static_cast<double>(std::time(nullptr) / 600), 1);
   // flags: not fresh (the client's own id), a snapshot, no shadow quota or concurrency.
   std::vector<std::string> args = {
-      "rq-1", "0100" + attempt, "42", "1000", "600", "-1", "-1", "120", m.prev.start_s,
-      m.cur.start_s, m.cur.end_s, m.next.end_s, std::to_string(w), std::string(kNoDeadline), "2",
+      "rq-1", "0100" + attempt, "42", "600", "-1", "-1", "120", std::to_string(w),
+      std::string(kNoDeadline), "1", "2",
+      // the quota: its gate, budget and the months' bounds
+      "quota", "1000", m.prev.start_s, m.cur.start_s, m.cur.end_s, m.next.end_s,
       // the buckets; no sliding window, so neither their count nor a member to add
       "tenant", "20", "5", "1", "0", "0", "user", "6", "2", "1", "0", "30"};
   EXPECT_EQ(call->args, args);
@@ -2566,7 +2555,7 @@ TEST(AdmitScriptCall, MatchesTheEngineArguments) {
   call = admit_script_call(cfg, r);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->keys.back(), "dg:{t:ws-acme}:tb:ip:2001:db8:1:2::/64");
-  EXPECT_EQ(call->args[14], "3");  // bucket_count
+  EXPECT_EQ(call->args[10], "3");  // bucket_count
   EXPECT_EQ(std::vector<std::string>(call->args.end() - 6, call->args.end()),
             (std::vector<std::string>{"ip", "3", "1", "1", "0", "0"}));
   r.client_ip.clear();
@@ -2591,8 +2580,7 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   ReconcileRecord c;
   c.seq = "1";
   c.applied_key = applied;
-  c.quota_key = quota;
-  c.month_end = "1798761600";
+  c.quotas = {{quota, "1801440000"}};
   c.tokens = 100;
   c.buckets = {{tb, "2", "0"}};  // no refill: the levels are exact
   EXPECT_EQ(charge(c), "");
@@ -2616,8 +2604,6 @@ TEST_F(AdmissionTest, ChargeAppliesEachRecordOnce) {
   ReconcileRecord g;
   g.seq = "3";
   g.applied_key = keys::global_applied("model", "m", "0123456789abcdef");
-  g.quota_key = g.applied_key;
-  g.month_end = c.month_end;
   g.buckets = {{keys::global_bucket("model", "m"), "5", "0"}};
   EXPECT_EQ(charge(g), "");
   EXPECT_EQ(charge(g), "");
@@ -2653,8 +2639,7 @@ TEST_F(AdmissionTest, OneCallAppliesManyRecordsInOrderAndEachOnce) {
     ReconcileRecord c;
     c.seq = std::move(seq);
     c.applied_key = applied;
-    c.quota_key = quota;
-    c.month_end = quota == dec ? "1798761600" : "1801440000";
+    c.quotas = {{quota, quota == dec ? "1801440000" : "1804118400"}};
     c.tokens = tokens;
     c.exact = exact;
     c.buckets = std::move(buckets);
@@ -2698,8 +2683,7 @@ TEST_F(AdmissionTest, TheWatermarkTrimsTheAppliedSet) {
   const std::string applied = keys::applied("t", "0123456789abcdef");
   ReconcileRecord c;
   c.applied_key = applied;
-  c.quota_key = quota;
-  c.month_end = "1798761600";
+  c.quotas = {{quota, "1801440000"}};
   c.tokens = 1;
   for (int seq = 1; seq <= 100; ++seq) {
     c.seq = std::to_string(seq);
@@ -2735,8 +2719,7 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   ReconcileRecord c;
   c.seq = "1";
   c.applied_key = keys::applied("t", "00000000000000aa");
-  c.quota_key = keys::quota("t", "2026-12");
-  c.month_end = "1798761600";
+  c.quotas = {{keys::quota("t", "2026-12"), "1801440000"}};
   c.tokens = 300;
   c.buckets = {{tb, "1000", "0", "300"}};
   EXPECT_EQ(charge(c), "");
@@ -2759,7 +2742,7 @@ TEST_F(AdmissionTest, ChargeTakesEachBucketsCostAndCorrectsExactly) {
   c.buckets[0].cost = "1200";  // more than it holds: emptied, not below
   EXPECT_EQ(charge(c), "");
   EXPECT_EQ(s.str({"HGET", tb, "tk"}), "0");
-  EXPECT_EQ(s.str({"GET", c.quota_key}), "1900");
+  EXPECT_EQ(s.str({"GET", c.quotas[0].key}), "1900");
 }
 
 }  // namespace dripgate::control

@@ -1,8 +1,10 @@
 #include "control/admission/keys.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -160,42 +162,60 @@ const Months& current_months() {
   return current_months(wall_s());
 }
 
-Months months_around(const common::QuotaCalendar& zone, int64_t unix_s) {
+Months periods_around(const common::QuotaCalendar& zone, common::Period period, int64_t unix_s) {
   auto month = [](const common::PeriodSpan& p) {
     return Month{p.label, std::to_string(p.start), std::to_string(p.end), p.start, p.end};
   };
-  const auto [prev, cur, next] = zone.around(common::Period::kMonth, unix_s);
+  const auto [prev, cur, next] = zone.around(period, unix_s);
   return Months{month(prev), month(cur), month(next)};
 }
 
-const Months& current_months(const common::QuotaCalendar& zone, int64_t now_s) {
-  // A few zones at most (one per plan): a list, searched by name; an entry is formatted again
-  // only when its month ended.
-  thread_local std::vector<std::pair<std::string, Months>> zones;
-  for (auto& [name, m] : zones)
-    if (name == zone.zone()) {
-      if (now_s >= m.cur.end || now_s < m.cur.start) m = months_around(zone, now_s);
-      return m;
+Months months_around(const common::QuotaCalendar& zone, int64_t unix_s) {
+  return periods_around(zone, common::Period::kMonth, unix_s);
+}
+
+const Months& current_periods(const common::QuotaCalendar& zone, common::Period period,
+                              int64_t now_s) {
+  // A few zones and periods at most (the plans'): a list, searched by name and period; an entry
+  // is formatted again only when its period ended.
+  struct Entry {
+    std::string zone;
+    common::Period period;
+    Months m;
+  };
+  // A deque: an entry stays where it is while others are added (callers hold references).
+  thread_local std::deque<Entry> entries;
+  for (Entry& e : entries)
+    if (e.period == period && e.zone == zone.zone()) {
+      if (now_s >= e.m.cur.end || now_s < e.m.cur.start) e.m = periods_around(zone, period, now_s);
+      return e.m;
     }
-  return zones.emplace_back(zone.zone(), months_around(zone, now_s)).second;
+  return entries.emplace_back(Entry{zone.zone(), period, periods_around(zone, period, now_s)}).m;
+}
+
+const Months& current_months(const common::QuotaCalendar& zone, int64_t now_s) {
+  return current_periods(zone, common::Period::kMonth, now_s);
 }
 
 void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,
                       std::string_view reservations_prefix, std::string_view ttl_s, int64_t base_w,
-                      const Months& months) {
+                      std::span<const Months* const> periods) {
   char num[5][24];
   std::string_view w[5];
   for (int i = 0; i < 5; ++i) {
     auto [end, ec] = std::to_chars(num[i], num[i] + sizeof num[i], base_w - 2 + i);
     w[i] = std::string_view(num[i], static_cast<size_t>(end - num[i]));
   }
-  const Month* ms[3] = {&months.prev, &months.cur, &months.next};
-  const std::string_view b[4] = {months.prev.start_s, months.cur.start_s, months.cur.end_s,
-                                 months.next.end_s};
+  auto bounds_of = [](const Months& m) {
+    return std::array<std::string_view, 4>{m.prev.start_s, m.cur.start_s, m.cur.end_s,
+                                           m.next.end_s};
+  };
   size_t n = 0;
-  for (const Month* m : ms) n += quota_prefix.size() + m->name.size();
+  for (const Months* m : periods) {
+    for (const Month* x : {&m->prev, &m->cur, &m->next}) n += quota_prefix.size() + x->name.size();
+    for (auto x : bounds_of(*m)) n += x.size();
+  }
   for (auto x : w) n += reservations_prefix.size() + ttl_s.size() + 1 + x.size();
-  for (auto x : b) n += x.size();
   // A buffer another build still points into is left to it.
   buf_.reset();
   if (!buf || buf.use_count() > 1) buf = std::make_shared<std::string>();
@@ -208,61 +228,81 @@ void TimeKeys::format(std::shared_ptr<std::string>& buf, std::string_view quota_
     for (auto p : parts) out.append(p);
     return std::string_view(out).substr(at);
   };
-  for (int i = 0; i < 3; ++i) quota[static_cast<size_t>(i)] = add({quota_prefix, ms[i]->name});
+  nq = std::min(periods.size(), kMaxQuotas);
+  for (size_t q = 0; q < nq; ++q) {
+    const Months& m = *periods[q];
+    const Month* ms[3] = {&m.prev, &m.cur, &m.next};
+    for (size_t i = 0; i < 3; ++i) quotas[q].keys[i] = add({quota_prefix, ms[i]->name});
+    const auto b = bounds_of(m);
+    for (size_t i = 0; i < b.size(); ++i) quotas[q].bounds[i] = add({b[i]});
+  }
   for (int i = 0; i < 5; ++i)
     windows[static_cast<size_t>(i)] = add({reservations_prefix, ttl_s, ":", w[i]});
   base = windows[2].substr(reservations_prefix.size() + ttl_s.size() + 1);
-  for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = add({b[i]});
   buf_ = buf;
 }
 
 void TimeKeys::share(const TimeKeys& o) {
-  quota = o.quota;
+  quotas = o.quotas;
+  nq = o.nq;
   windows = o.windows;
   base = o.base;
-  bounds = o.bounds;
   buf_ = o.buf_;
 }
 
 // A thread's newest build per tenant, by what the names are made of. Direct-mapped on the quota
 // prefix (the tenant's): tenants that meet in a slot take turns, each build is still correct.
 struct TimeKeysCache {
+  // What a quota's names are made of: where its previous, current and next periods begin and
+  // where the next one ends.
+  using Bounds = std::array<int64_t, 4>;
   struct Entry {
     std::string quota_prefix, reservations_prefix, ttl_s;
-    int64_t ttl = 0, base_w = 0, prev = 0, cur = 0, next = 0, next_end = 0;
+    int64_t ttl = 0, base_w = 0;
+    std::array<Bounds, TimeKeys::kMaxQuotas> bounds{};
+    size_t nq = 0;
     std::shared_ptr<std::string> buf;  // what keys points into
     TimeKeys keys;
   };
   static constexpr size_t kSlots = 64;
   std::array<Entry, kSlots> slots;
 
+  static Bounds bounds_of(const Months& m) {
+    return {m.prev.start, m.cur.start, m.next.start, m.next.end};
+  }
+  static bool same(const Entry& e, std::span<const Months* const> periods) {
+    if (e.nq != periods.size()) return false;
+    for (size_t q = 0; q < e.nq; ++q)
+      if (e.bounds[q] != bounds_of(*periods[q])) return false;
+    return true;
+  }
+
   void build(TimeKeys& out, std::string_view quota_prefix, std::string_view reservations_prefix,
-             std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
+             std::string_view ttl_s, int64_t ttl, int64_t now_s,
+             std::span<const Months* const> periods) {
     const int64_t base_w = now_s / ttl;
     Entry& e = slots[std::hash<std::string_view>{}(quota_prefix) % kSlots];
-    if (!e.buf || e.base_w != base_w || e.ttl != ttl || e.cur != months.cur.start ||
-        e.prev != months.prev.start || e.next != months.next.start ||
-        e.next_end != months.next.end || e.quota_prefix != quota_prefix ||
-        e.reservations_prefix != reservations_prefix || e.ttl_s != ttl_s) {
-      e.keys.format(e.buf, quota_prefix, reservations_prefix, ttl_s, base_w, months);
+    if (!e.buf || e.base_w != base_w || e.ttl != ttl || !same(e, periods) ||
+        e.quota_prefix != quota_prefix || e.reservations_prefix != reservations_prefix ||
+        e.ttl_s != ttl_s) {
+      e.keys.format(e.buf, quota_prefix, reservations_prefix, ttl_s, base_w, periods);
       e.quota_prefix.assign(quota_prefix);
       e.reservations_prefix.assign(reservations_prefix);
       e.ttl_s.assign(ttl_s);
       e.ttl = ttl;
       e.base_w = base_w;
-      e.prev = months.prev.start;
-      e.cur = months.cur.start;
-      e.next = months.next.start;
-      e.next_end = months.next.end;
+      e.nq = std::min(periods.size(), TimeKeys::kMaxQuotas);
+      for (size_t q = 0; q < e.nq; ++q) e.bounds[q] = bounds_of(*periods[q]);
     }
     out.share(e.keys);
   }
 };
 
 void TimeKeys::build(std::string_view quota_prefix, std::string_view reservations_prefix,
-                     std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months) {
+                     std::string_view ttl_s, int64_t ttl, int64_t now_s,
+                     std::span<const Months* const> periods) {
   thread_local TimeKeysCache cache;
-  cache.build(*this, quota_prefix, reservations_prefix, ttl_s, ttl, now_s, months);
+  cache.build(*this, quota_prefix, reservations_prefix, ttl_s, ttl, now_s, periods);
 }
 
 }  // namespace dripgate::control::keys

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,14 +23,18 @@ std::string bucket(std::string_view tenant, std::string_view gate, std::string_v
 // "dg:{t:<tenant>}:sw:<gate>[:<id>]": a sliding window's sorted set (lua/lib_window.lua), named
 // as bucket() names the bucket of the same gate, in the same hash slot.
 std::string window(std::string_view tenant, std::string_view gate, std::string_view id = {});
-// "dg:{t:<tenant>}:q:": the quota counters' prefix; a counter is "<prefix>YYYY-MM" (TimeKeys).
+// "dg:{t:<tenant>}:q:": the quota counters' prefix; a counter is "<prefix><period name>"
+// (TimeKeys): "2026-12" (month), "2026-W50" (ISO week), "2026-12-07" (day), "2026-12-07T16"
+// (hour), "2026-12-07T16:31" (minute), names of distinct shapes (common/quota_period.h), so the
+// periods of a tenant's quotas share the prefix without meeting.
 std::string quota_prefix(std::string_view tenant);
-// "dg:{t:<tenant>}:q:<YYYY-MM>".
+// "dg:{t:<tenant>}:q:<period name>".
 std::string quota(std::string_view tenant, std::string_view month);
 // A quota's counter of one period: its prefix (quota_prefix) and the period's label
 // (common::PeriodSpan), as TimeKeys declares the monthly ones.
 std::string quota_counter(std::string_view prefix, std::string_view label);
-// A UTC calendar month: "YYYY-MM", its first second and the next month's (unix s).
+// One quota period (a UTC calendar month for month_of): its name, its first second and the next
+// period's (unix s).
 struct Month {
   std::string name, start_s, end_s;
   int64_t start = 0, end = 0;
@@ -50,39 +55,55 @@ const Months& current_months();
 Months months_around(const common::QuotaCalendar& zone, int64_t unix_s);
 // Those around now_s, kept per thread and zone until their month ends.
 const Months& current_months(const common::QuotaCalendar& zone, int64_t now_s);
+// The periods of kind `period` of a quota's time zone before, holding and after unix second
+// unix_s (a Month each, whatever the period); current_periods keeps them per thread, zone and
+// period until the current one ends.
+Months periods_around(const common::QuotaCalendar& zone, common::Period period, int64_t unix_s);
+const Months& current_periods(const common::QuotaCalendar& zone, common::Period period,
+                              int64_t now_s);
 // "dg:{t:<tenant>}:r:": the reservation windows' prefix; a window is "<prefix><ttl>:<w>"
 // (TimeKeys, lua/lib_reservation.lua).
 std::string reservations(std::string_view tenant);
 
 // The keys of one tenant-slot script call whose names depend on time, declared up front: a
 // script must not build key names (a Redis Cluster routes a call by its KEYS, and only declared
-// keys are cluster-safe by contract), yet the quota month and the reservation window are Redis
-// TIME's. So the gateway declares the quota counters of the months around its clock (previous,
-// current, next) and the reservation windows base - 2 .. base + 2 (base = now / ttl), and the
-// scripts pick by Redis TIME among them (lua/lib_month.lua, lua/lib_reservation.lua). One buffer
-// with views into it: neither copied nor moved once built.
+// keys are cluster-safe by contract), yet the quota periods and the reservation window are Redis
+// TIME's. So the gateway declares, for each of the plan's quotas, the counters of the periods
+// around its clock (previous, current, next) and the reservation windows base - 2 .. base + 2
+// (base = now / ttl), and the scripts pick by Redis TIME among them (lua/lib_quota.lua,
+// lua/lib_reservation.lua). One buffer with views into it: neither copied nor moved once built.
 //
-// The names change only when the reservation window or the month does (every ttl seconds), so
-// each thread keeps the newest build per tenant (a small table by the tenant's prefix) and a
-// build within the same window and months shares its buffer instead of formatting it again; a
-// build for another window, other months, prefixes or ttl is formatted anew.
+// The names change only when the reservation window or a period does, so each thread keeps the
+// newest build per tenant (a small table by the tenant's prefix) and a build within the same
+// window and periods shares its buffer instead of formatting it again; a build for another
+// window, other periods, prefixes or ttl is formatted anew.
 class TimeKeys {
  public:
   TimeKeys() = default;
   TimeKeys(const TimeKeys&) = delete;
   TimeKeys& operator=(const TimeKeys&) = delete;
 
-  // quota_prefix / reservations_prefix as above, ttl_s the reservation TTL (s) as text.
-  void build(std::string_view quota_prefix, std::string_view reservations_prefix,
-             std::string_view ttl_s, int64_t ttl, int64_t now_s, const Months& months);
+  // One per quota period of a plan at most.
+  static constexpr size_t kMaxQuotas = 5;
 
-  std::array<std::string_view, 3> quota{};    // previous, current, next month
+  // quota_prefix / reservations_prefix as above, ttl_s the reservation TTL (s) as text; periods:
+  // per quota, the periods around now (at most kMaxQuotas).
+  void build(std::string_view quota_prefix, std::string_view reservations_prefix,
+             std::string_view ttl_s, int64_t ttl, int64_t now_s,
+             std::span<const Months* const> periods);
+
+  // One quota's counters and bounds.
+  struct Quota {
+    std::array<std::string_view, 3> keys{};  // previous, current, next period
+    // prev_start, start, end, next_end (unix s): where the previous period begins, the current
+    // one begins and ends, and the next one ends (lua/lib_quota.lua): in a time zone the
+    // scripts could not work them out from a UTC calendar.
+    std::array<std::string_view, 4> bounds{};
+  };
+  std::array<Quota, kMaxQuotas> quotas{};
+  size_t nq = 0;
   std::array<std::string_view, 5> windows{};  // base - 2 .. base + 2
   std::string_view base;                      // the window number of windows[2]
-  // prev_start, month_start, month_end, next_end (unix s): where the previous month begins, the
-  // current one begins and ends, and the next one ends (lua/lib_month.lua): in a time zone the
-  // scripts could not work them out from a UTC calendar.
-  std::array<std::string_view, 4> bounds{};
 
   // Whether this build shares its buffer with another (the thread's table): for the tests.
   const void* buffer() const { return buf_.get(); }
@@ -92,7 +113,7 @@ class TimeKeys {
   // Formats the names into buf (reused when nothing else holds it) and points the views at it.
   void format(std::shared_ptr<std::string>& buf, std::string_view quota_prefix,
               std::string_view reservations_prefix, std::string_view ttl_s, int64_t base_w,
-              const Months& months);
+              std::span<const Months* const> periods);
   void share(const TimeKeys& o);
 
   std::shared_ptr<const std::string> buf_;

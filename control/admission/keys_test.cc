@@ -15,23 +15,25 @@ constexpr int64_t kNow = 1'700'000'000;  // 2023-11-14T22:13:20Z
 void expect_names(const TimeKeys& k, const std::string& tenant, int64_t ttl, int64_t now) {
   const Months m = months_around(now);
   const std::string q = quota_prefix(tenant), r = reservations(tenant);
-  EXPECT_EQ(k.quota[0], q + m.prev.name);
-  EXPECT_EQ(k.quota[1], q + m.cur.name);
-  EXPECT_EQ(k.quota[2], q + m.next.name);
+  ASSERT_EQ(k.nq, 1u);
+  EXPECT_EQ(k.quotas[0].keys[0], q + m.prev.name);
+  EXPECT_EQ(k.quotas[0].keys[1], q + m.cur.name);
+  EXPECT_EQ(k.quotas[0].keys[2], q + m.next.name);
   const int64_t base = now / ttl;
   for (int i = 0; i < 5; ++i)
     EXPECT_EQ(k.windows[static_cast<size_t>(i)],
               r + std::to_string(ttl) + ":" + std::to_string(base - 2 + i));
   EXPECT_EQ(k.base, std::to_string(base));
-  EXPECT_EQ(k.bounds[0], m.prev.start_s);
-  EXPECT_EQ(k.bounds[1], m.cur.start_s);
-  EXPECT_EQ(k.bounds[2], m.cur.end_s);
-  EXPECT_EQ(k.bounds[3], m.next.end_s);
+  EXPECT_EQ(k.quotas[0].bounds[0], m.prev.start_s);
+  EXPECT_EQ(k.quotas[0].bounds[1], m.cur.start_s);
+  EXPECT_EQ(k.quotas[0].bounds[2], m.cur.end_s);
+  EXPECT_EQ(k.quotas[0].bounds[3], m.next.end_s);
 }
 
 void build(TimeKeys& k, const std::string& tenant, int64_t ttl, int64_t now) {
-  k.build(quota_prefix(tenant), reservations(tenant), std::to_string(ttl), ttl, now,
-          months_around(now));
+  const Months m = months_around(now);
+  const Months* periods[] = {&m};
+  k.build(quota_prefix(tenant), reservations(tenant), std::to_string(ttl), ttl, now, periods);
 }
 
 // A quota's months in its time zone: 23:30 UTC on 30 November is December in Berlin, whose
@@ -61,10 +63,41 @@ TEST(TimeKeys, MonthsInAQuotaTimeZone) {
   }
 }
 
+// A plan with a daily and a monthly quota: each quota's counters are named after its own periods,
+// in its order, and a new day alone formats the build anew (the months are the same).
+TEST(TimeKeys, EachQuotaNamesItsOwnPeriods) {
+  const auto utc = common::QuotaCalendar::load("UTC");
+  ASSERT_TRUE(utc);
+  auto build2 = [&](TimeKeys& k, int64_t now) {
+    const Months* periods[] = {&current_periods(*utc, common::Period::kDay, now),
+                               &current_periods(*utc, common::Period::kMonth, now)};
+    k.build(quota_prefix("acme"), reservations("acme"), "86400", 86400, now, periods);
+  };
+  TimeKeys a, b, c;
+  build2(a, kNow);
+  ASSERT_EQ(a.nq, 2u);
+  EXPECT_EQ(a.quotas[0].keys[0], "dg:{t:acme}:q:2023-11-13");
+  EXPECT_EQ(a.quotas[0].keys[1], "dg:{t:acme}:q:2023-11-14");
+  EXPECT_EQ(a.quotas[0].keys[2], "dg:{t:acme}:q:2023-11-15");
+  EXPECT_EQ(a.quotas[0].bounds[1], "1699920000");  // 2023-11-14T00:00Z
+  EXPECT_EQ(a.quotas[0].bounds[2], "1700006400");
+  EXPECT_EQ(a.quotas[1].keys[1], "dg:{t:acme}:q:2023-11");
+  EXPECT_EQ(a.quotas[1].bounds[2], "1701388800");  // 2023-12-01T00:00Z
+  // The same day and reservation window (86400 s windows begin at UTC midnight): shared.
+  build2(b, kNow + 60);
+  EXPECT_EQ(a.buffer(), b.buffer());
+  // Past midnight: a new window and a new day; the month's names stay.
+  build2(c, 1700006400);
+  EXPECT_NE(c.buffer(), a.buffer());
+  EXPECT_EQ(c.quotas[0].keys[1], "dg:{t:acme}:q:2023-11-15");
+  EXPECT_EQ(c.quotas[1].keys[1], "dg:{t:acme}:q:2023-11");
+  EXPECT_EQ(a.quotas[0].keys[1], "dg:{t:acme}:q:2023-11-14");  // the old build keeps its names
+}
+
 TEST(TimeKeys, NamesTheMonthsAndWindowsAroundTheClock) {
   TimeKeys k;
   build(k, "acme", 600, kNow);
-  EXPECT_EQ(k.quota[1], "dg:{t:acme}:q:2023-11");
+  EXPECT_EQ(k.quotas[0].keys[1], "dg:{t:acme}:q:2023-11");
   EXPECT_EQ(k.windows[2], "dg:{t:acme}:r:600:2833333");
   expect_names(k, "acme", 600, kNow);
 }
@@ -101,7 +134,7 @@ TEST(TimeKeys, ANewMonthNamesItsCounters) {
   ASSERT_EQ((m.cur.end - 1) / ttl, m.cur.end / ttl);
   expect_names(a, "acme", ttl, m.cur.end - 1);
   expect_names(b, "acme", ttl, m.cur.end);
-  EXPECT_EQ(b.quota[1], "dg:{t:acme}:q:2023-12");
+  EXPECT_EQ(b.quotas[0].keys[1], "dg:{t:acme}:q:2023-12");
 }
 
 TEST(TimeKeys, AnotherTtlOrTenantIsFormattedAnew) {

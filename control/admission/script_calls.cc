@@ -159,7 +159,16 @@ TenantInfo plan_info(const config::Plan& p, const PlanGates& g, const common::Qu
   ti.user_tokens = ptr(g.user_tokens);
   ti.api_key_tokens = ptr(g.api_key_tokens);
   config::Quota q = p.quota.value_or(config::Quota{});
-  if (p.quota) ti.budget_s = std::to_string(q.tokens_per_month);
+  if (p.quota) {
+    ti.nq = std::min(q.limits.size(), ti.quotas.size());
+    for (size_t i = 0; i < ti.nq; ++i) {
+      QuotaInfo& qi = ti.quotas[i];
+      qi.period = q.limits[i].period;
+      qi.name = config::quota_gate(qi.period);
+      qi.limit = q.limits[i].tokens;
+      qi.limit_s = std::to_string(qi.limit);
+    }
+  }
   ti.res_ttl = std::max<int64_t>(1, q.reservation_ttl_s);
   ti.res_ttl_s = std::to_string(ti.res_ttl);
   if (p.quota && q.max_open_reservations > 0)
@@ -178,7 +187,6 @@ TenantInfo plan_info(const config::Plan& p, const PlanGates& g, const common::Qu
 Tables::Tables(const config::Config& cfg) {
   // A zone the loader found and the tz database no longer has (changed since) counts in UTC.
   auto zone_of = [this](const config::Plan& p) -> const common::QuotaCalendar* {
-    if (p.quota_timezone == "UTC") return nullptr;
     auto it = zones.find(p.quota_timezone);
     if (it == zones.end()) {
       std::optional<common::QuotaCalendar> z = common::QuotaCalendar::load(p.quota_timezone);
@@ -475,25 +483,35 @@ std::span<const std::string_view> Slots::view() const {
 
 namespace {
 
-// Where admit.lua, settle.lua and refund.lua take the time-named keys (keys::TimeKeys) and the
-// ARGV that go with them: each declares them in the same order, one after the other.
+// Where admit.lua, settle.lua, charge.lua and refund.lua take the reservation windows and the
+// quota group (keys::TimeKeys): each declares the windows in the same order, then the quota
+// groups first among its groups (KEYS prev cur next; ARGV prev_start start end next_end, after
+// admit.lua's gate and budget).
 struct TimePositions {
-  size_t quota_prev, res_m2, prev_start, res_base;
+  size_t res_m2, res_base, quota_count, quota_stride, prev_start, gate = ~size_t{0},
+                                                                  budget = ~size_t{0};
 };
-template <size_t QuotaPrev, size_t QuotaNext, size_t ResM2, size_t ResP2, size_t PrevStart,
-          size_t NextEnd, size_t ResBase>
-constexpr TimePositions time_positions() {
-  static_assert(QuotaNext == QuotaPrev + 2 && ResP2 == ResM2 + 4 && NextEnd == PrevStart + 3 &&
-                ResBase == NextEnd + 1);
-  return {QuotaPrev, ResM2, PrevStart, ResBase};
+template <size_t ResM2, size_t ResP2, size_t KeyStride, size_t Prev, size_t Cur, size_t Next,
+          size_t PrevStart, size_t Start, size_t End, size_t NextEnd>
+constexpr void check_time_positions() {
+  static_assert(ResP2 == ResM2 + 4 && KeyStride == 3 && Prev == 0 && Cur == 1 && Next == 2 &&
+                Start == PrevStart + 1 && End == PrevStart + 2 && NextEnd == PrevStart + 3);
 }
-#define DRIPGATE_TIME_POSITIONS(s)                                                                 \
-  time_positions<s::kKeyQuotaPrev, s::kKeyQuotaNext, s::kKeyResM2, s::kKeyResP2, s::kArgPrevStart, \
-                 s::kArgNextEnd, s::kArgResBase>()
-constexpr TimePositions kAdmitTime = DRIPGATE_TIME_POSITIONS(lua::admit);
+#define DRIPGATE_TIME_POSITIONS(s)                                                        \
+  (check_time_positions<s::kKeyResM2, s::kKeyResP2, s::kKeyQuotaStride, s::kKeyQuotaPrev, \
+                        s::kKeyQuotaCur, s::kKeyQuotaNext, s::kArgQuotaPrevStart,         \
+                        s::kArgQuotaStart, s::kArgQuotaEnd, s::kArgQuotaNextEnd>(),       \
+   TimePositions{s::kKeyResM2, s::kArgResBase, s::kArgQuotaCount, s::kArgQuotaStride,     \
+                 s::kArgQuotaPrevStart})
 constexpr TimePositions kSettleTime = DRIPGATE_TIME_POSITIONS(lua::settle);
 constexpr TimePositions kRefundTime = DRIPGATE_TIME_POSITIONS(lua::refund);
 constexpr TimePositions kChargeTime = DRIPGATE_TIME_POSITIONS(lua::charge);
+constexpr TimePositions kAdmitTime = [] {
+  TimePositions t = DRIPGATE_TIME_POSITIONS(lua::admit);
+  t.gate = lua::admit::kArgQuotaGate;
+  t.budget = lua::admit::kArgQuotaBudget;
+  return t;
+}();
 #undef DRIPGATE_TIME_POSITIONS
 
 // What a bucket takes from an admission: 1, or the estimate on a token-rate gate.
@@ -581,19 +599,54 @@ void add_windows(Call& c, std::span<const Gate* const> gates,
   }
 }
 
-void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at) {
-  for (size_t i = 0; i < tk.quota.size(); ++i) c.keys.set(at.quota_prev + i, tk.quota[i]);
+// The reservation windows and, first among the groups, one quota group per quota of t: call
+// before adding the buckets.
+void set_time_keys(Call& c, const keys::TimeKeys& tk, TimePositions at, const TenantInfo& t) {
   for (size_t i = 0; i < tk.windows.size(); ++i) c.keys.set(at.res_m2 + i, tk.windows[i]);
-  for (size_t i = 0; i < tk.bounds.size(); ++i) c.args.set(at.prev_start + i, tk.bounds[i]);
   c.args.set(at.res_base, tk.base);
+  c.args.set(at.quota_count, kCounts[tk.nq]);
+  for (size_t q = 0; q < tk.nq; ++q) {
+    for (std::string_view k : tk.quotas[q].keys) c.keys.add(k);
+    std::array<std::string_view, 6> g;
+    for (size_t i = 0; i < 4; ++i) g[at.prev_start + i] = tk.quotas[q].bounds[i];
+    if (at.gate != ~size_t{0}) {
+      g[at.gate] = t.quotas[q].name;
+      g[at.budget] = t.quotas[q].limit_s;
+    }
+    for (size_t i = 0; i < at.quota_stride; ++i) c.args.add(g[i]);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+const keys::Months& periods_of(const TenantInfo& t, const QuotaInfo& q, int64_t now_s) {
+  return t.zone ? keys::current_periods(*t.zone, q.period, now_s) : keys::current_months(now_s);
 }
 
 }  // namespace
 
 void TenantInfo::time_keys(keys::TimeKeys& out, int64_t redis_offset_ms) const {
   const int64_t now = (wall_ms() + redis_offset_ms) / 1000;
+  std::array<const keys::Months*, keys::TimeKeys::kMaxQuotas> periods{};
+  for (size_t q = 0; q < nq; ++q) periods[q] = &periods_of(*this, quotas[q], now);
   out.build(quota_prefix, reservations_prefix, res_ttl_s, res_ttl, now,
-            zone ? keys::current_months(*zone, now) : keys::current_months(now));
+            std::span(periods.data(), nq));
+}
+
+std::string TenantInfo::quota_key(size_t q, int64_t now_s) const {
+  return quota_prefix + periods_of(*this, quotas[q], now_s).cur.name;
+}
+
+std::vector<QuotaPeriodRef> TenantInfo::quota_periods(int64_t now_s) const {
+  std::vector<QuotaPeriodRef> out;
+  out.reserve(nq);
+  for (size_t q = 0; q < nq; ++q) {
+    const keys::Month& m = periods_of(*this, quotas[q], now_s).cur;
+    out.push_back({m.name, m.end + (m.end - m.start)});
+  }
+  return out;
 }
 
 AdmitCall::AdmitCall(const Prepared& p)
@@ -603,11 +656,10 @@ AdmitCall::AdmitCall(const Prepared& p)
           lua::admit::kArgsFixed + kMaxTenantBuckets * lua::admit::kArgBucketStride + kWindowArgs) {
   namespace s = lua::admit;
   const TenantInfo& t = *p.t;
-  set_time_keys(*this, p.time_keys, kAdmitTime);
+  set_time_keys(*this, p.time_keys, kAdmitTime, t);
   keys.set(s::kKeyLeases, t.leases_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgTokens, p.tokens_s);
-  args.set(s::kArgBudget, t.budget_s);
   args.set(s::kArgReservationTtl, t.res_ttl_s);
   args.set(s::kArgMaxOpen, t.max_open_s);
   args.set(s::kArgMaxStreams, t.max_streams_s);
@@ -703,14 +755,16 @@ RefundCall::RefundCall(const Prepared& p, const Undo& undo)
            lua::refund::kArgsFixed + kMaxTenantBuckets * lua::refund::kArgBucketStride +
                kWindowArgs + undo.pruned.size()) {
   namespace s = lua::refund;
-  set_time_keys(*this, p.time_keys, kRefundTime);
+  set_time_keys(*this, p.time_keys, kRefundTime, *p.t);
   keys.set(s::kKeyLeases, p.t->leases_key);
   args.set(s::kArgRequestId, p.rid);
   args.set(s::kArgAttempt, p.attempt);
   args.set(s::kArgFresh, p.fresh ? "1" : "0");
   args.set(s::kArgReservationTtl, p.t->res_ttl_s);
-  // Without a snapshot (a lost reply) whether the quota key existed is unknown: keep it.
-  args.set(s::kArgQuotaExisted, undo.quota_existed || undo.snapshot.empty() ? "1" : "0");
+  // Without admit.lua's reply (lost) whether a quota key existed is unknown: keep them ("1":
+  // every one).
+  args.set(s::kArgQuotaExisted, undo.quota_existed.empty() ? std::string_view("1")
+                                                           : std::string_view(undo.quota_existed));
   const bool exact = undo.snapshot.size() == 4 * static_cast<size_t>(p.nb);
   int n = 0;
   for (size_t i = 0; i < static_cast<size_t>(p.nb); ++i) {
@@ -799,7 +853,7 @@ SettleCall::SettleCall(const Correction& c)
     : Call(lua::kSettle, lua::settle::kKeysFixed, lua::settle::kKeysFixed + 3,
            lua::settle::kArgsFixed, lua::settle::kArgsFixed + 3 * lua::settle::kArgBucketStride) {
   namespace s = lua::settle;
-  set_time_keys(*this, c.time_keys, kSettleTime);
+  set_time_keys(*this, c.time_keys, kSettleTime, *c.t);
   args.set(s::kArgRequestId, c.rid);
   args.set(s::kArgReservationTtl, c.t->res_ttl_s);
   args.set(s::kArgTokens, c.tokens_s);
@@ -810,7 +864,7 @@ ChargeCall::ChargeCall(const Correction& c)
     : Call(lua::kCharge, lua::charge::kKeysFixed, lua::charge::kKeysFixed + 3,
            lua::charge::kArgsFixed, lua::charge::kArgsFixed + 3 * lua::charge::kArgBucketStride) {
   namespace s = lua::charge;
-  set_time_keys(*this, c.time_keys, kChargeTime);
+  set_time_keys(*this, c.time_keys, kChargeTime, *c.t);
   keys.set(s::kKeyLeases, c.t->leases_key);
   args.set(s::kArgRequestId, c.rid);
   args.set(s::kArgReservationTtl, c.t->res_ttl_s);
@@ -850,13 +904,20 @@ size_t bucket_count(std::span<const ReconcileRecord> records) {
   return n;
 }
 
+size_t quota_count(std::span<const ReconcileRecord> records) {
+  size_t n = 0;
+  for (const ReconcileRecord& c : records) n += c.quotas.size();
+  return n;
+}
+
 }  // namespace
 
 ReconcileCall::ReconcileCall(std::span<const ReconcileRecord> records)
     : Call(lua::kReconcile, lua::reconcile::kKeysFixed,
-           lua::reconcile::kKeysFixed + records.size() + bucket_count(records),
+           lua::reconcile::kKeysFixed + quota_count(records) + bucket_count(records),
            lua::reconcile::kArgsFixed,
            lua::reconcile::kArgsFixed + records.size() * lua::reconcile::kArgRecordStride +
+               quota_count(records) * lua::reconcile::kArgQuotaStride +
                bucket_count(records) * lua::reconcile::kArgBucketStride) {
   namespace s = lua::reconcile;
   static const std::string kTtl = std::to_string(kAppliedTtlS);
@@ -865,21 +926,27 @@ ReconcileCall::ReconcileCall(std::span<const ReconcileRecord> records)
   args.set(s::kArgWatermark, records.front().watermark);
   args.set(s::kArgAppliedTtl, kTtl);
   // Reserved in full first: the views into them stay valid.
-  text.reserve(2 * records.size() + 1);
+  text.reserve(3 * records.size() + 1);
   text.push_back(std::to_string(records.size()));
   args.set(s::kArgRecordCount, text.back());
   for (const ReconcileRecord& c : records) {
     assert(c.applied_key == records.front().applied_key);
-    keys.add(c.quota_key);
+    for (const ReconcileRecord::Quota& q : c.quotas) keys.add(q.key);
     std::array<std::string_view, s::kArgRecordStride> r;
     r[s::kArgRecordSeq] = c.seq;
-    r[s::kArgRecordMonthEnd] = c.month_end;
     r[s::kArgRecordTokens] = text.emplace_back(std::to_string(c.tokens));
     r[s::kArgRecordExact] = c.exact ? "1" : "0";
+    r[s::kArgRecordQuotaCount] = text.emplace_back(std::to_string(c.quotas.size()));
     r[s::kArgRecordBucketCount] = text.emplace_back(std::to_string(c.buckets.size()));
     args.add(r);
     for (const ReconcileRecord::Bucket& b : c.buckets) keys.add(b.key);
   }
+  for (const ReconcileRecord& c : records)
+    for (const ReconcileRecord::Quota& q : c.quotas) {
+      std::array<std::string_view, s::kArgQuotaStride> g;
+      g[s::kArgQuotaExpireAt] = q.expire_at;
+      args.add(g);
+    }
   for (const ReconcileRecord& c : records)
     for (const ReconcileRecord::Bucket& b : c.buckets) {
       std::array<std::string_view, s::kArgBucketStride> g;

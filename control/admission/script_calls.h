@@ -76,6 +76,17 @@ struct PlanGates {
   std::optional<Gate> tenant_tokens, user_tokens, api_key_tokens;
 };
 
+// One of a plan's quotas as the scripts count it: the list a tenant's quotas are iterated by
+// (the admission, its answer's Remaining values, a report of usage). A plan without a quota
+// still counts its tokens in a month counter, of limit -1.
+struct QuotaInfo {
+  std::string_view name = "quota";  // its gate: "quota" (month), "quota_day", ...
+  common::Period period = common::Period::kMonth;
+  std::string_view unit = "tokens";
+  int64_t limit = -1;  // tokens per period; -1: counted, never refused
+  std::string limit_s = "-1";
+};
+
 struct TenantInfo {
   std::string name;
   const config::Plan* plan = nullptr;
@@ -83,15 +94,24 @@ struct TenantInfo {
   const Gate *tenant = nullptr, *user = nullptr, *api_key = nullptr, *ip = nullptr;
   const Gate *tenant_tokens = nullptr, *user_tokens = nullptr, *api_key_tokens = nullptr;
   std::string tenant_key, tenant_tokens_key, quota_prefix, reservations_prefix, leases_key;
-  std::string budget_s = "-1", res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
+  std::string res_ttl_s, max_open_s = "-1", max_streams_s = "-1", lease_s;
+  // The plan's quotas, shortest period first (at least one: QuotaInfo).
+  std::array<QuotaInfo, keys::TimeKeys::kMaxQuotas> quotas{};
+  size_t nq = 1;
+  // The counter key of quota q's period holding unix second now_s (tenant entries only: the
+  // name is set), e.g. "dg:{t:acme}:q:2026-12-07".
+  std::string quota_key(size_t q, int64_t now_s) const;
+  // Each quota's period holding now_s and its counter's expiry: what a local decision journals.
+  std::vector<QuotaPeriodRef> quota_periods(int64_t now_s) const;
   // "1": the quota (and reservations) / concurrency gate is in shadow mode.
   std::string_view quota_shadow_s = "0", streams_shadow_s = "0";
   int64_t res_ttl = 600;  // reservation_ttl_s
-  // The time-named keys (quota months, reservation windows) of a call made now, on Redis's
+  // The time-named keys (quota periods, reservation windows) of a call made now, on Redis's
   // clock: this daemon's plus redis_offset_ms (RedisCalls::clock_offset_ms).
   void time_keys(keys::TimeKeys& out, int64_t redis_offset_ms = 0) const;
   int64_t lease_len_s = 0;  // the concurrency lease (s); 0 without a concurrency gate
-  // The plan's quota_timezone (Tables::zones); null: UTC.
+  // The plan's quota_timezone (Tables::zones); null only when the tz database lost it (then
+  // its months count in UTC, and its shorter periods are not counted).
   const common::QuotaCalendar* zone = nullptr;
 };
 
@@ -111,7 +131,7 @@ struct Tables {
   std::optional<Gate> total;  // every admission, when configured
   // global_gates.ip, its key unset: Prepared::global_ip is a copy keyed by the request's address.
   std::optional<Gate> ip;
-  // Each plan's quota_timezone other than UTC, loaded once, by name.
+  // Each plan's quota_timezone, loaded once, by name.
   std::unordered_map<std::string, common::QuotaCalendar> zones;
 
   explicit Tables(const config::Config& cfg);
@@ -309,7 +329,9 @@ struct UngatesCall : Call {
 // What admit.lua returned that refund.lua needs to undo the admission exactly. Empty when its
 // reply was lost: refund.lua then gives one token back per bucket.
 struct Undo {
-  bool quota_existed = false;
+  // A character per quota, "1" when admit.lua found its counter; empty when unknown (the reply
+  // was lost): every counter is kept.
+  std::string quota_existed;
   std::vector<std::string> snapshot;  // per bucket: old tk, old ts, new tk, new ts
   // Bit i: bucket i took nothing (an empty shadow bucket): refund.lua leaves it alone.
   unsigned untaken = 0;

@@ -51,7 +51,7 @@ class GatewayTest : public ::testing::Test {
     open.cls = "silver";
     config::Plan weighed;  // output and reasoning weigh 4, cached input 0.1
     weighed.name = "weighed";
-    weighed.quota = config::Quota{1'000'000};
+    weighed.quota = config::Quota::monthly(1'000'000);
     weighed.tenant_tokens = config::Bucket{10'000, 0.001};
     weighed.weights = config::TokenWeights{1'000'000, 4'000'000, 100'000, 4'000'000};
     cfg_.plans = {{"leased", leased}, {"open", open}, {"weighed", weighed}};

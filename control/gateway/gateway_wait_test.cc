@@ -424,7 +424,7 @@ TEST_F(GatewayWaitTest, AHigherBandThanTheWaitersHereAsksTheGateFirst) {
 
 TEST_F(GatewayWaitTest, AnAbandonedWaiterLeavesAtOnceAndIsChargedNothing) {
   plan("slow", config::Bucket{1, 2}, config::PlanQueue{2000, 0});
-  cfg_.plans["slow"].quota = config::Quota{1000};
+  cfg_.plans["slow"].quota = config::Quota::monthly(1000);
   tenant("s", "slow");
   const AdmitRequest est = estimate("s", 100);
   start("a", est);
@@ -545,7 +545,7 @@ TEST_F(GatewayWaitTest, BeyondTheBoundsARequestIsAnsweredQueueFullAtOnce) {
 
 TEST_F(GatewayWaitTest, QuotaRefusalsNeverWait) {
   plan("tiny", config::Bucket{100, 100}, config::PlanQueue{2000, 0});
-  cfg_.plans["tiny"].quota = config::Quota{50};
+  cfg_.plans["tiny"].quota = config::Quota::monthly(50);
   tenant("q", "tiny");
   start("q1", estimate("q", 100));
   ASSERT_TRUE(answered(1, 2000ms));

@@ -221,7 +221,7 @@ std::optional<FieldError> get_client_ip(const JsonReader& j, std::string& out) {
 }
 
 bool is_whole(const std::string& gate) {
-  return gate == "quota" || gate == "concurrency";
+  return config::is_quota_gate(gate) || gate == "concurrency";
 }
 
 void write_remaining(JsonWriter& w, const std::vector<Remaining>& remaining) {
@@ -511,7 +511,7 @@ void format_ratelimit_policy(std::string& out, const std::vector<Remaining>& rem
     open_gate_item(out, i, r.gate);
     out += "q="sv;
     append_integer(out, whole(r.limit));
-    if (r.gate == "quota"sv) out += ";qu=\"tokens\""sv;
+    if (config::is_quota_gate(r.gate)) out += ";qu=\"tokens\""sv;
     if (r.gate == "concurrency"sv) {
       out += ";qu=\"concurrent-requests\""sv;
     } else {

@@ -25,23 +25,34 @@ std::string utc_iso8601(int64_t unix_s) {
 
 namespace {
 
-// Months begin at a local midnight of the plan's quota_timezone, on a quarter hour in UTC (every
-// zone's offset is a multiple of 15 minutes: +05:30, +05:45): the reset time, read as now + the
-// seconds Redis says are left, is rounded to it, so clock skew between the gateway and Redis
-// does not show.
+// A quota's periods begin at a local midnight (or hour) of the plan's quota_timezone, on a
+// quarter hour in UTC (every zone's offset is a multiple of 15 minutes: +05:30, +05:45), a
+// minute quota's on a minute: the reset time of the refusing quota, read as now + the seconds
+// Redis says are left, is rounded to it, so clock skew between the gateway and Redis does not
+// show.
 int64_t quota_reset_at(const AdmitResult& r, int64_t now_s) {
+  const int64_t step = r.gate == "quota_minute" ? 60 : 900;
   for (const Remaining& q : r.remaining)
-    if (q.gate == "quota") return (now_s + q.reset_s + 450) / 900 * 900;
+    if (q.gate == r.gate) return (now_s + q.reset_s + step / 2) / step * step;
   return 0;
+}
+
+// How the refusing quota is named in a sentence: "monthly" for "quota", "daily" for "quota_day".
+std::string_view period_word(std::string_view gate) {
+  if (gate == "quota_minute") return "per-minute";
+  if (gate == "quota_hour") return "hourly";
+  if (gate == "quota_day") return "daily";
+  if (gate == "quota_week") return "weekly";
+  return "monthly";
 }
 
 std::string sentence(const AdmitResult& r, std::string_view act, int64_t reset_at) {
   const int64_t ms = r.retry_after_ms;
   if (act == "stop") {
     std::string s = fmt::format(
-        "The plan's monthly LLM-token quota is spent: this request needs {} tokens more than "
+        "The plan's {} LLM-token quota is spent: this request needs {} tokens more than "
         "are left, and retrying will not help before the quota resets at {}.",
-        r.tokens_missing, utc_iso8601(reset_at));
+        period_word(r.gate), r.tokens_missing, utc_iso8601(reset_at));
     if (!r.degrade_model.empty()) s += fmt::format(" Use model {} instead.", r.degrade_model);
     if (!r.upgrade_url.empty()) s += fmt::format(" Upgrade the plan at {}.", r.upgrade_url);
     return s;

@@ -52,6 +52,7 @@ LocalAdmit local_of(const JournalRecord& r) {
   a.reservation_ttl_ms = r.reservation_ttl_ms;
   a.month = r.month;
   a.month_end = r.month_end;
+  a.quotas = r.quotas;
   for (const JournalRecord::Bucket& b : r.buckets) a.buckets.push_back(local_bucket(b, false, {}));
   for (const JournalRecord::Global& g : r.globals)
     a.buckets.push_back(local_bucket(g.bucket, true, g.name));
@@ -298,11 +299,14 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
                std::floor(static_cast<double>(plan.concurrency->max_streams) * share)));
     a.lease_ms = plan.concurrency->lease_s * 1000;
   }
-  // The plan's quota month (its quota_timezone), as the scripts would count it.
+  // The plan's quota month (its quota_timezone), as the scripts would count it, and each quota's
+  // period.
+  const int64_t now_s = wall_ms() / 1000;
   const keys::Month& month =
-      (p.t->zone ? keys::current_months(*p.t->zone, wall_ms() / 1000) : keys::current_months()).cur;
+      (p.t->zone ? keys::current_months(*p.t->zone, now_s) : keys::current_months()).cur;
   a.month = rec.month = month.name;
   a.month_end = rec.month_end = month.end;
+  a.quotas = rec.quotas = p.t->quota_periods(now_s);
   rec.reservation_ttl_ms = a.reservation_ttl_ms;
   rec.lease_ms = a.lease_ms;
   rec.max_streams = a.max_streams;
@@ -325,7 +329,11 @@ AdmitResult Fallback::admit(const Snapshot& snap, const AdmitRequest& req, std::
   }
   if (plan.quota) {
     auto k = known_left_.find(p.t->name);
-    int64_t left = k != known_left_.end() ? k->second : plan.quota->tokens_per_month;
+    // The local allowance follows the monthly quota, else the plan's longest one (the quotas
+    // are listed shortest period first).
+    int64_t left = k != known_left_.end()
+                       ? k->second
+                       : plan.quota->tokens_per_month().value_or(plan.quota->limits.back().tokens);
     a.allowance = rec.allowance =
         static_cast<int64_t>(std::floor(static_cast<double>(left) * share));
   }
@@ -368,6 +376,7 @@ std::optional<SettleResult> Fallback::settle(const std::string& request_id, int6
     rec.at_ms = now_();
     rec.month = s->reservation.month;
     rec.month_end = s->reservation.month_end;
+    rec.quotas = s->reservation.quotas;
     journal_buckets(rec, s->reservation.token_gates, [&](size_t) { return s->delta; });
     if (!journal_->append(rec)) {
       spdlog::error("journal: cannot write a local settle ({})", std::strerror(errno));
@@ -410,6 +419,7 @@ std::optional<ChargeResult> Fallback::charge(const std::string& request_id, int6
   rec.at_ms = now;
   rec.month = c->reservation.month;
   rec.month_end = c->reservation.month_end;
+  rec.quotas = c->reservation.quotas;
   journal_buckets(rec, c->reservation.token_gates, [&](size_t) { return tokens; });
   // As for a settle: the tokens were used, and only a record can bring them to Redis.
   if (!journal_->append(rec)) {

@@ -776,6 +776,8 @@ TEST_F(FallbackTest, AnOldJournalLineReadsAsCostOne) {
   ASSERT_EQ(batch[0].buckets.size(), 1u);
   EXPECT_EQ(batch[0].buckets[0].cost, "1");
   EXPECT_EQ(batch[0].buckets[0].gate, "");
+  // Before plans had several quotas: the month's counter, expiring 32 days after the month.
+  EXPECT_EQ(batch[0].quotas, (std::vector<QuotaPeriodRef>{{"2026-12", 1798761600 + 32 * 86400}}));
   EXPECT_EQ(batch[0].globals.at(0).bucket.cost, "1");
   EXPECT_TRUE(batch[1].buckets.empty());
   EXPECT_EQ(batch[1].tokens, -2);

@@ -59,6 +59,9 @@ std::string to_line(const JournalRecord& r) {
   if (r.op == JournalRecord::Op::kAdmit || r.exact()) {
     j["month"] = r.month;
     j["month_end"] = r.month_end;
+    json q = json::array();
+    for (const QuotaPeriodRef& x : r.quotas) q.push_back({x.name, x.expire_at});
+    j["quotas"] = std::move(q);
   }
   if (r.op == JournalRecord::Op::kAdmit) {
     j["reservation_ttl_ms"] = r.reservation_ttl_ms;
@@ -98,6 +101,12 @@ JournalRecord from_json(simdjson::dom::object j) {
   if (j["month"].error() != simdjson::NO_SUCH_FIELD) {
     r.month = std::string_view(j["month"]);
     r.month_end = int64_t(j["month_end"]);
+    if (j["quotas"].error() != simdjson::NO_SUCH_FIELD) {
+      for (simdjson::dom::array q : simdjson::dom::array(j["quotas"]))
+        r.quotas.push_back({std::string(std::string_view(q.at(0))), int64_t(q.at(1))});
+    } else {
+      r.quotas.push_back({r.month, r.month_end + 32 * 86400});
+    }
   }
   if (r.op == JournalRecord::Op::kAdmit) {
     r.reservation_ttl_ms = int64_t(j["reservation_ttl_ms"]);

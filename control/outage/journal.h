@@ -66,6 +66,10 @@ struct JournalRecord {
   // kAdmit: what the local limiter needs to rebuild the reservation and lease after a restart.
   std::string month;
   int64_t month_end = 0;
+  // kAdmit, kSettle, kCharge: each quota's counter of the decision's period (a line written
+  // before plans had several quotas has none: its month's, which expired 32 days after the
+  // month, stands for them).
+  std::vector<QuotaPeriodRef> quotas;
   int64_t reservation_ttl_ms = 0, lease_ms = 0, max_streams = -1;
   std::optional<int64_t> allowance;
   // kAdmit: every bucket the decision went through, cost = what it took; kSettle and kCharge:

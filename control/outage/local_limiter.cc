@@ -127,8 +127,8 @@ void LocalLimiter::take(const LocalAdmit& a, const std::vector<double>& taken, i
 void LocalLimiter::reserve(const LocalAdmit& a, const std::vector<double>* taken, int64_t at_ms) {
   LocalReservation& r = reservations_[a.request_id];
   if (r.seq) unsettled_.erase(r.seq);
-  r = LocalReservation{a.tenant, a.tokens, at_ms + a.reservation_ttl_ms, a.month, a.month_end,
-                       {},       a.seq};
+  r = LocalReservation{a.tenant, a.tokens, at_ms + a.reservation_ttl_ms, a.month, a.month_end, {},
+                       a.seq,    a.quotas};
   if (a.seq) unsettled_.insert(a.seq);
   expiry_.emplace(r.expires_ms, a.request_id);
   // Only the token-rate gates that took the estimate are corrected later: a shadow one that

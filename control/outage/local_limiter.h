@@ -57,6 +57,7 @@ struct LocalAdmit {
   int64_t reservation_ttl_ms = 0;
   std::string month;  // of the decision, for its settle
   int64_t month_end = 0;
+  std::vector<QuotaPeriodRef> quotas;  // each quota's period of the decision (journal.h)
 };
 
 struct LocalVerdict {
@@ -80,7 +81,8 @@ struct LocalReservation {
   int64_t month_end = 0;
   // The token-rate gates that took the estimate: settle and stream charges correct them.
   std::vector<LocalBucket> token_gates;
-  uint64_t seq = 0;  // the admission's journal record
+  uint64_t seq = 0;                    // the admission's journal record
+  std::vector<QuotaPeriodRef> quotas;  // each quota's period of the admission (journal.h)
 };
 
 struct LocalSettle {

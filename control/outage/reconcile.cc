@@ -22,8 +22,8 @@ ReconcileRecord tenant_record(const std::string& journal_id, const std::string& 
   c.watermark = watermark;
   c.exact = r.exact();
   c.applied_key = keys::applied(r.tenant, journal_id);
-  c.quota_key = keys::quota(r.tenant, r.month);
-  c.month_end = std::to_string(r.month_end);
+  for (const QuotaPeriodRef& q : r.quotas)
+    c.quotas.push_back({keys::quota(r.tenant, q.name), std::to_string(q.expire_at)});
   c.tokens = r.tokens;
   c.buckets.assign(r.buckets.begin(), r.buckets.end());
   return c;
@@ -37,8 +37,6 @@ ReconcileRecord global_record(const std::string& journal_id, const std::string& 
   c.watermark = watermark;
   c.exact = r.exact();
   c.applied_key = keys::global_applied(g.kind, g.name, journal_id);
-  c.quota_key = c.applied_key;  // same slot; nothing is added to it (tokens 0)
-  c.month_end = std::to_string(r.month_end);
   c.buckets = {g.bucket};
   return c;
 }

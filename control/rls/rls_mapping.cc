@@ -5,6 +5,7 @@
 
 #include "common/address.h"
 #include "common/id.h"
+#include "config/config.h"
 #include "control/http/api.h"
 
 namespace dripgate::control::rls {
@@ -46,8 +47,8 @@ bool covers(const std::string& gate, const std::string& engine_gate) {
       engine_gate.ends_with("_tokens"))
     return true;
   if (gate == "tenant")
-    return engine_gate == "tenant" || engine_gate == "quota" || engine_gate == "concurrency" ||
-           engine_gate == "reservations" || engine_gate == "total";
+    return engine_gate == "tenant" || config::is_quota_gate(engine_gate) ||
+           engine_gate == "concurrency" || engine_gate == "reservations" || engine_gate == "total";
   return gate == engine_gate;
 }
 

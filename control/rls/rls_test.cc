@@ -366,7 +366,7 @@ TEST_F(RlsTest, RemoteAddressFeedsTheIpGate) {
 
 // The quota table: hits_addend is the token estimate reserved against 1000 tokens a month.
 TEST_F(RlsTest, HitsAddendIsTheTokenEstimate) {
-  add_tenant(cfg_, "ws-acme", plan(std::nullopt, config::Quota{1000, 600}));
+  add_tenant(cfg_, "ws-acme", plan(std::nullopt, config::Quota::monthly(1000, 600)));
   start();
   const uint32_t cost[] = {300, 300, 300, 300, 100, 1};
   const bool allowed[] = {true, true, true, false, true, false};
@@ -647,7 +647,7 @@ Fields parse(const std::string& in) {
 }
 
 TEST_F(RlsTest, WireBytesByEnvoysFieldNumbers) {
-  add_tenant(cfg_, "ws-acme", plan(config::Bucket{5, 1}, config::Quota{1000, 600}));
+  add_tenant(cfg_, "ws-acme", plan(config::Bucket{5, 1}, config::Quota::monthly(1000, 600)));
   start();
   // RateLimitRequest{domain=1, descriptors=2 {entries=1 {key=1, value=2}}, hits_addend=3}.
   std::string entry = len_field(1, "tenant") + len_field(2, "ws-acme");
