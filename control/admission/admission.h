@@ -53,6 +53,9 @@ struct AdmitRequest {
   // How long the request may wait for a rate gate that refuses it (the gateway's queue); unset:
   // its plan's queue.max_wait_ms, which also caps it.
   std::optional<int64_t> max_wait_ms;
+  // The estimate by type, as a settle's `typed`: the gateway sets `tokens` to its plan's
+  // weighted cost before anything is decided, and resets this.
+  std::optional<TokenCounts> typed{};
 };
 
 // A request's place among the waiters of the global gates it meets, across the workers and

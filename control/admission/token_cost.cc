@@ -22,8 +22,15 @@ std::string weigh_tokens(const Tables& tables, const TenantDirectory* registry, 
                          const std::string& request_id, const TokenCounts& typed, int64_t& out) {
   const TenantInfo* t = nullptr;
   std::shared_ptr<const TenantInfo> unlisted;
-  if (std::string err = resolve(tables, tenant, request_id, &t, unlisted, registry); !err.empty())
-    return err;
+  std::string err;
+  if (request_id.empty() && !tenant.empty()) {
+    // An admission's estimate: it names its tenant, and may leave its request_id to the engine.
+    t = tables.find(tenant, unlisted, registry, &err);
+    if (!t && err.empty()) err = "tenant: unknown tenant '" + tenant + "'";
+  } else {
+    err = resolve(tables, tenant, request_id, &t, unlisted, registry);
+  }
+  if (!err.empty()) return err;
   std::optional<int64_t> cost = weighted_tokens(typed, t->plan->weights, kMaxTokenCost);
   if (!cost)
     return "tokens: the weighted count exceeds " + std::to_string(kMaxTokenCost) + " tokens";

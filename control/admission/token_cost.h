@@ -31,8 +31,9 @@ std::optional<int64_t> weighted_tokens(const TokenCounts& n, const config::Token
                                        int64_t max);
 
 // The weighted cost of `typed` on the plan of `tenant` (or of the tenant an engine-generated
-// request_id names) into `out`; an error naming the field ("tenant: …", "tokens: …") when the
-// tenant is unknown or the cost too large.
+// request_id names; an admission's estimate, whose request_id may be empty, on its tenant's)
+// into `out`; an error naming the field ("tenant: …", "tokens: …") when the tenant is unknown or
+// the cost too large.
 std::string weigh_tokens(const Tables& tables, const TenantDirectory* registry, std::string tenant,
                          const std::string& request_id, const TokenCounts& typed, int64_t& out);
 

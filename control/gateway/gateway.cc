@@ -263,9 +263,11 @@ struct Gateway::Admission {
   class Kept {
    public:
     void keep(const AdmitRequest& req) {
+      // `typed` is not kept: Gateway::admit weighed it into `tokens` before.
       static_assert(sizeof(AdmitRequest) == 7 * sizeof(std::string) + sizeof(int64_t) +
                                                 sizeof(std::optional<Flow>) +
-                                                sizeof(std::optional<int64_t>),
+                                                sizeof(std::optional<int64_t>) +
+                                                sizeof(std::optional<TokenCounts>),
                     "a field added to AdmitRequest is kept here too (keep(), request())");
       text_.clear();
       const std::string none;
@@ -447,7 +449,30 @@ void Gateway::give_back(Admission* a) {
   spare_admissions_.push_back(std::move(owned));
 }
 
+namespace {
+
+// An admission's estimate, a settle's or charge's count split by type becomes its plan's
+// weighted cost here, once, before a local decision or a script sees it (and before a waiting
+// admission keeps its request); an error naming the field when it cannot be weighed.
+template <class Request>
+std::string weigh(Engine& engine, Request& req) {
+  if (!req.typed) return {};
+  std::string err = weigh_tokens(engine.snapshot()->tables, engine.registry().get(), req.tenant,
+                                 req.request_id, *req.typed, req.tokens);
+  req.typed.reset();
+  return err;
+}
+
+}  // namespace
+
 uint64_t Gateway::admit(AdmitRequest req, std::function<void(AdmitDecision)> done) {
+  if (std::string err = weigh(engine_, req); !err.empty()) {
+    AdmitResult r;
+    r.outcome = Outcome::kBadRequest;
+    r.error = std::move(err);
+    later(std::move(done), AdmitDecision{std::move(r), {}});
+    return 0;
+  }
   // Read once: the label and the decision come from the same configuration.
   std::shared_ptr<const Snapshot> snap = engine_.snapshot();
   const TenantDirectory* registry = engine_.registry().get();
@@ -974,17 +999,6 @@ namespace {
 // The tenant a settle or release names, or the one of its engine-generated request id.
 std::string tenant_of(const std::string& tenant, const std::string& request_id) {
   return tenant.empty() ? std::string(keys::tenant_of_request_id(request_id)) : tenant;
-}
-
-// A settle's or charge's count split by type becomes its plan's weighted cost here, once, before
-// a local decision or a script sees it; an error naming the field when it cannot be weighed.
-template <class Request>
-std::string weigh(Engine& engine, Request& req) {
-  if (!req.typed) return {};
-  std::string err = weigh_tokens(engine.snapshot()->tables, engine.registry().get(), req.tenant,
-                                 req.request_id, *req.typed, req.tokens);
-  req.typed.reset();
-  return err;
 }
 
 }  // namespace

@@ -332,5 +332,34 @@ TEST_F(GatewayTest, TypedTokensAreWeighedByThePlan) {
   EXPECT_EQ(last.remaining, 1'000'000 - 308 - 50 - 100);  // the refused settles took nothing
 }
 
+// An admission's estimate by type is reserved weighed by the plan, as a settle's count is; one
+// that cannot be weighed (too large, an unknown tenant) is a 400 naming the field, nothing taken.
+TEST_F(GatewayTest, TypedEstimateIsWeighedByThePlan) {
+  AdmitRequest req;
+  req.tenant = "t-weighed";
+  req.typed = TokenCounts{100, 20, 1000, 7};  // 100 + 80 + 100 + 28 = 308
+  AdmitDecision a = run(&Gateway::admit, req);
+  ASSERT_EQ(a.result.outcome, Outcome::kAllowed) << a.result.error;
+  const Remaining* quota = nullptr;
+  for (const Remaining& r : a.result.remaining)
+    if (r.gate == "quota") quota = &r;
+  ASSERT_NE(quota, nullptr);
+  EXPECT_EQ(quota->value, 1'000'000 - 308);
+  SettleResult s = run(&Gateway::settle, SettleRequest{"", a.result.request_id, 8});
+  EXPECT_EQ(s.remaining, 1'000'000 - 8);  // 308 reserved, 8 used
+  AdmitRequest huge = req;
+  huge.typed = TokenCounts{0, int64_t{1} << 50, 0, 0};
+  AdmitDecision h = run(&Gateway::admit, huge);
+  EXPECT_EQ(h.result.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(h.result.error, "tokens: the weighted count exceeds 1000000000000000 tokens");
+  AdmitRequest nobody = req;
+  nobody.tenant = "nobody";
+  AdmitDecision n = run(&Gateway::admit, nobody);
+  EXPECT_EQ(n.result.outcome, Outcome::kBadRequest);
+  EXPECT_EQ(n.result.error.substr(0, 8), "tenant: ");
+  EXPECT_EQ(run(&Gateway::settle, SettleRequest{"", a.result.request_id, 8}).remaining,
+            1'000'000 - 8);  // nothing more was taken
+}
+
 }  // namespace
 }  // namespace dripgate::control

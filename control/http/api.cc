@@ -126,13 +126,14 @@ std::optional<FieldError> get_tokens(const JsonReader& j, bool required, int64_t
   return get_count(j, "tokens", required, kMaxTokens, out);
 }
 
-// A settle's or charge's `tokens`: a plain count (`out`), or the count by type, an object of
-// input, output, cached_input and reasoning, each optional (0) and a count (`typed`, weighed by
-// the tenant's plan before anything is charged).
+// A settle's or charge's `tokens` (required), or an admission's estimate: a plain count (`out`),
+// or the count by type, an object of input, output, cached_input and reasoning, each optional
+// (0) and a count (`typed`, weighed by the tenant's plan before anything is charged).
 std::optional<FieldError> get_typed_tokens(const JsonReader& j, int64_t& out,
-                                           std::optional<TokenCounts>& typed) {
+                                           std::optional<TokenCounts>& typed,
+                                           bool required = true) {
   const Value* v = present(j, JsonReader::kBody, "tokens");
-  if (!v || v->kind != Kind::kObject) return get_tokens(j, true, out);
+  if (!v || v->kind != Kind::kObject) return get_tokens(j, required, out);
   const int t = j.index_of(v);
   if (auto e = reject_unknown(j, t, {"input", "output", "cached_input", "reasoning"}, "tokens."))
     return e;
@@ -308,7 +309,7 @@ std::optional<FieldError> parse_admit(std::string_view body, AdmitRequest& out) 
   if (auto e = get_id(j, o, "model", false, r.model)) return e;
   if (auto e = get_id(j, o, "tool", false, r.tool)) return e;
   if (auto e = get_id(j, o, "request_id", false, r.request_id)) return e;
-  if (auto e = get_tokens(j, false, r.tokens)) return e;
+  if (auto e = get_typed_tokens(j, r.tokens, r.typed, false)) return e;
   if (auto e = get_flow(j, r.flow)) return e;
   if (auto e = get_client_ip(j, r.client_ip)) return e;
   if (present(j, o, "max_wait_ms")) {

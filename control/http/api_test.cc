@@ -180,6 +180,29 @@ TEST(ParseSettle, TokensByType) {
   EXPECT_EQ(*c.typed, (TokenCounts{5, 6, 0, 0}));
 }
 
+// An admission's estimate may be split by type as a settle's count is (or a plain number, or
+// absent); bad types and counts are a 400 naming them.
+TEST(ParseAdmit, EstimateByType) {
+  AdmitRequest a;
+  ASSERT_FALSE(parse_admit(R"({"tenant":"t","tokens":{"input":1000,"output":200}})", a));
+  ASSERT_TRUE(a.typed);
+  EXPECT_EQ(*a.typed, (TokenCounts{1000, 200, 0, 0}));
+  AdmitRequest plain;
+  ASSERT_FALSE(parse_admit(R"({"tenant":"t","tokens":42})", plain));
+  EXPECT_FALSE(plain.typed);
+  EXPECT_EQ(plain.tokens, 42);
+  AdmitRequest none;
+  ASSERT_FALSE(parse_admit(R"({"tenant":"t"})", none));
+  EXPECT_FALSE(none.typed);
+  EXPECT_EQ(none.tokens, 0);
+  EXPECT_EQ(parse_admit(R"({"tenant":"t","tokens":{"audio":1}})", a)->str(),
+            "tokens.audio: unknown field");
+  EXPECT_EQ(parse_admit(R"({"tenant":"t","tokens":{"input":-3}})", a)->str(),
+            "tokens.input: must be a non-negative integer");
+  EXPECT_EQ(parse_admit(R"({"tenant":"t","tokens":-3})", a)->str(),
+            "tokens: must be a non-negative integer");
+}
+
 // The weighted cost: Σ weight · count in millionths, rounded up to a whole token, exact.
 TEST(TokenCost, WeighsExactlyAndRoundsUp) {
   const config::TokenWeights w{1'000'000, 4'000'000, 100'000, 4'000'000};
