@@ -25,6 +25,10 @@ every window starts from the same state (one tenant bucket, no reservations):
             per hash slot), one redis-benchmark process per call, all at once, --conns
             connections each; decisions/s of the raw side = calls per process / the wall time
             until the last process is done (a decision needs all three calls).
+  periods   N rounds of redis-benchmark -r sending, one after the other, the daemon's admit call
+            for the bench plan (a monthly quota) and for a plan with a daily and a monthly quota
+            (--periods-body): Redis usec_per_call of each, the cost of a second quota period.
+            --periods-only measures this alone.
 """
 import argparse
 import csv
@@ -60,6 +64,8 @@ return ok and 1 or 0
 # ids of the same length (the cost is the same). N is read as a C int: above 2^31 it wraps, and
 # above 2^32 it can become 0 (every call the same id, answered "live reservation").
 RAND = "__rand_int__"
+# A script call's deadline far ahead (control/admission/script_calls.h's kNoDeadline).
+NO_DEADLINE = "9999999999999"
 RAND_RANGE = "2000000000"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -372,6 +378,39 @@ class Bench:
         mem = self.memory(a.memory_calls, a.conns)
         five = self.five() if a.five_body else []
         self.report(peak, half, conns, half_target, mem, five)
+        if a.periods_body:
+            self.periods()
+
+    def periods(self):
+        """Redis usec_per_call of the admit call of a plan with two quota periods beside the bench
+        plan's (one), alternating windows of redis-benchmark -r; each round and the medians."""
+        a = self.a
+        cmds, calls, rid = capture([self.cli], a.http_port, a.periods_body)
+        # The call's deadline (unix ms, seconds ahead of the capture) lifted: replayed later, a
+        # call past it answers "past its deadline" having done nothing.
+        now_ms = time.time() * 1000
+        lift = lambda call: [NO_DEADLINE if re.fullmatch(r"\d{13}", x) and
+                             abs(int(x) - now_ms) < 86400000 else x for x in call]
+        one, two = lift(self.call), lift(replayable(calls[0], rid))
+        once = [two[0]] + [x.replace(RAND, "7" * len(RAND)) for x in two[1:]]
+        if self.redis(*once).split()[:1] != ["1"]:
+            sys.exit("bench: the replayed two-period call does not admit: " + " ".join(two))
+        n = self.size(self.redis_benchmark(one, a.conns, 20000)["rate"], a.seconds / 2)
+        one_us, two_us = [], []
+        for r in range(a.rounds):
+            month = self.window(lambda: self.redis_benchmark(one, a.conns, n), self.cmd)
+            both = self.window(lambda: self.redis_benchmark(two, a.conns, n), self.cmd)
+            one_us.append(month["usec_per_call"])
+            two_us.append(both["usec_per_call"])
+            print(f"periods round {r + 1}: Redis usec_per_call month only {one_us[-1]:.2f}, "
+                  f"day + month {two_us[-1]:.2f}, ratio {two_us[-1] / one_us[-1]:.2f}",
+                  flush=True)
+            warn_failed((("month only", month), ("day + month", both)))
+        med = statistics.median
+        print(f"\nQuota periods: {a.rounds} rounds of {n} calls at {a.conns} connections "
+              f"(medians): Redis usec_per_call of admit.lua, month only (baseline) "
+              f"{med(one_us):.2f}, day + month {med(two_us):.2f}, ratio "
+              f"{med(t / o for t, o in zip(two_us, one_us)):.2f}")
 
     def five(self):
         """The five-gate rounds: (daemon, raw) windows; each window's Redis CPU is the sum of
@@ -520,7 +559,15 @@ def main():
     p.add_argument("--work-dir", required=True, help="where the HTTP floor's nginx keeps its files")
     p.add_argument("--memory-calls", type=int, default=100000)
     p.add_argument("--five-body", default="", help="the five-gate request; empty: not measured")
-    Bench(p.parse_args()).run()
+    p.add_argument("--periods-body", default="",
+                   help="a request on a plan with two quota periods; empty: not measured")
+    p.add_argument("--periods-only", action="store_true", help="measure the periods alone")
+    b = Bench(p.parse_args())
+    if b.a.periods_only:
+        b.capture()
+        b.periods()
+    else:
+        b.run()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@
 #   five gates: decisions/s of a request passing the tenant's and the user's buckets, the
 #                 tenant's token-rate bucket, a model's and a tool's global buckets (three script
 #                 calls, one per hash slot) vs redis-benchmark -r sending those three calls at once
+#   quota periods: Redis usec_per_call of the admit call of a plan with a daily and a monthly
+#                 quota vs the bench plan's (monthly only), alternating redis-benchmark windows
+#                 (--periods-only: this figure alone)
 # The plans (admit_bench.yaml): a tenant bucket + a monthly quota (and the five-gate plan),
 # generous enough that nothing is refused. Prints every round, then medians and a summary
 # table. Not a test: figures only.
@@ -26,7 +29,7 @@
 # tenant with --tenants (100,000) tenants on each.
 #
 #   bash tools/bench/admit_bench.sh [--build DIR] [--seconds N] [--rounds N] [--conns N]
-#       [--half-conns N] [--threads N] [--memory-calls N] [--unix] [--quick]
+#       [--half-conns N] [--threads N] [--memory-calls N] [--unix] [--quick] [--periods-only]
 #   bash tools/bench/admit_bench.sh --cluster [--build DIR] [--seconds N] [--rounds N]
 #       [--conns N] [--tenants N] [--quick]
 #
@@ -42,6 +45,7 @@ conns=32
 half_conns=0
 memory_calls=100000
 unix=0
+periods_only=()
 cluster=0
 tenants=100000
 # Daemon worker threads. Redis (single-threaded), the load generator and the daemon share this
@@ -56,10 +60,12 @@ while [[ $# -gt 0 ]]; do
     --memory-calls) memory_calls=$2 ;;
     --tenants) tenants=$2 ;;
     --unix) unix=1; shift; continue ;;
+    --periods-only) periods_only=(--periods-only); shift; continue ;;
     --cluster) cluster=1; shift; continue ;;
     --quick) seconds=2; rounds=1; memory_calls=20000; tenants=20000; shift; continue ;;
     *) echo "usage: $0 [--build DIR] [--seconds N] [--rounds N] [--conns N] [--half-conns N]" \
-            "[--threads N] [--memory-calls N] [--unix] [--cluster] [--tenants N] [--quick]" >&2
+            "[--threads N] [--memory-calls N] [--unix] [--cluster] [--tenants N] [--quick]" \
+            "[--periods-only]" >&2
        exit 2 ;;
   esac
   [[ -n "${2-}" ]] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }
@@ -125,4 +131,5 @@ python3 "$here/admit_bench.py" "${redis[@]}" --redis-pid "$redis_pid" --daemon-p
   --http-port "$http_port" --wrk-script "$here/admit_bench.lua" --rounds "$rounds" \
   --seconds "$seconds" --conns "$conns" --half-conns "$half_conns" --threads "$threads" \
   --memory-calls "$memory_calls" --work-dir "$work" \
-  --five-body '{"tenant":"ws-five","user":"u-bench","model":"m-bench","tool":"t-bench","tokens":100}'
+  --five-body '{"tenant":"ws-five","user":"u-bench","model":"m-bench","tool":"t-bench","tokens":100}' \
+  --periods-body '{"tenant":"ws-periods","tokens":1}' "${periods_only[@]}"
