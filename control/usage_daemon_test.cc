@@ -25,8 +25,8 @@ using json = nlohmann::json;
 const std::string kToken = "s3cret-admin-t0ken";
 const std::vector<std::string> kAdmin = {"Authorization: Bearer " + kToken};
 
-// Tenants m and s (a month's budget of 1000 tokens each), n (no quota); every other tenant on
-// the quota plan through "*" only in the second daemon.
+// Tenants m and s (a month's budget of 1000 tokens each), d (400 a day and 1000 a month), n (no
+// quota); every other tenant on the quota plan through "*" only in the second daemon.
 std::string config(const std::string& redis, bool any = false) {
   return "redis: { " + redis + ", timeout_ms: 2000 }\ncontrol: { threads: 1, admin_token: \"" +
          kToken +
@@ -34,8 +34,11 @@ std::string config(const std::string& redis, bool any = false) {
          "plans:\n"
          "  metered: { gates: { tenant: { capacity: 100, refill_per_s: 100 } }, quota: { "
          "tokens_per_month: 1000 } }\n"
+         "  daily: { gates: { tenant: { capacity: 100, refill_per_s: 100 } }, quota: { "
+         "tokens_per_day: 400, tokens_per_month: 1000 } }\n"
          "  free: { gates: { tenant: { capacity: 100, refill_per_s: 100 } } }\n"
-         "tenants:\n  m: { plan: metered }\n  s: { plan: metered }\n  n: { plan: free }\n" +
+         "tenants:\n  m: { plan: metered }\n  s: { plan: metered }\n  n: { plan: free }\n"
+         "  d: { plan: daily }\n" +
          (any ? "  \"*\": { plan: metered }\n" : "");
 }
 
@@ -64,6 +67,34 @@ const json& only_quota(const json& body) {
   static const json none;
   if (!body.contains("quotas") || body["quotas"].size() != 1) return none;
   return body["quotas"][0];
+}
+
+// A plan of two quotas lists both, shortest period first, each counted in its own period.
+TEST(Usage, ListsEachQuotaOfThePlanInItsOwnPeriod) {
+  RedisServer redis;
+  ControlDaemon d(DRIPGATE_CONTROL_BIN, config(redis.port()));
+  ASSERT_TRUE(d.ready()) << d.log();
+  ASSERT_EQ(http(d.port(), "POST", "/v1/admit", R"({"tenant":"d","tokens":300})").status, 200);
+  const json body = usage(d.port(), "d").body_json();
+  ASSERT_TRUE(body.contains("quotas") && body["quotas"].size() == 2) << body.dump();
+  const json& day = body["quotas"][0];
+  const json& month = body["quotas"][1];
+  EXPECT_EQ(day["quota"], "tokens_per_day");
+  EXPECT_EQ(day["period"], "day");
+  EXPECT_EQ(day["used"], 300);
+  EXPECT_EQ(day["remaining"], 100);
+  const int64_t now = body["now_unix"];
+  EXPECT_EQ(day["period_start_unix"], now - now % 86400);  // UTC days
+  EXPECT_EQ(day["resets_at_unix"], now - now % 86400 + 86400);
+  EXPECT_EQ(month["quota"], "tokens_per_month");
+  EXPECT_EQ(month["used"], 300);
+  EXPECT_EQ(month["remaining"], 700);
+  EXPECT_EQ(month["resets_at_unix"], utc_month(now).second);
+  // The day's 100 left refuse a 200 estimate, and charge neither quota.
+  const HttpResponse refused =
+      http(d.port(), "POST", "/v1/admit", R"({"tenant":"d","tokens":200})");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(usage(d.port(), "d").body_json()["quotas"][1]["used"], 300);
 }
 
 TEST(Usage, CountsAdmissionsAndSettles) {

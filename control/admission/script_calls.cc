@@ -636,7 +636,7 @@ void TenantInfo::time_keys(keys::TimeKeys& out, int64_t redis_offset_ms) const {
 }
 
 std::string TenantInfo::quota_key(size_t q, int64_t now_s) const {
-  return quota_prefix + periods_of(*this, quotas[q], now_s).cur.name;
+  return keys::quota_counter(quota_prefix, periods_of(*this, quotas[q], now_s).cur.name);
 }
 
 std::vector<QuotaPeriodRef> TenantInfo::quota_periods(int64_t now_s) const {

@@ -14,10 +14,12 @@ namespace dripgate::control::usage {
 std::vector<QuotaSpec> plan_quotas(const TenantInfo& t) {
   std::vector<QuotaSpec> out;
   const config::Plan& p = *t.plan;
-  const bool plan_shadow = p.mode == config::GateMode::kShadow;
-  if (p.quota)
-    out.push_back({"tokens_per_month", "tokens", common::Period::kMonth, p.quota->tokens_per_month,
-                   plan_shadow || p.quota->mode == config::GateMode::kShadow, t.quota_prefix});
+  if (!p.quota) return out;
+  const bool shadow =
+      p.mode == config::GateMode::kShadow || p.quota->mode == config::GateMode::kShadow;
+  for (const config::QuotaLimit& l : p.quota->limits)
+    out.push_back(
+        {config::quota_key(l.period), "tokens", l.period, l.tokens, shadow, t.quota_prefix});
   return out;
 }
 

@@ -2,8 +2,8 @@
 // each counts over, its bounds, the counter read from Redis, and when the quota would run out at
 // the rate its period has seen so far.
 //
-// The endpoint is written over a list of the plan's quotas (plan_quotas): each is one entry, so
-// another kind of quota is one more line there, its counter read in the same call.
+// The endpoint is written over the list of the plan's quotas (plan_quotas), one entry a quota
+// (tokens per minute, hour, day, week, month), their counters read in the same call.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ namespace dripgate::control::usage {
 
 // One quota of a plan, as a tenant's usage lists it.
 struct QuotaSpec {
-  std::string_view name;  // "tokens_per_month": the plan's field
+  std::string name;       // "tokens_per_month", "tokens_per_day": the plan's field
   std::string_view unit;  // "tokens"
   common::Period period = common::Period::kMonth;
   int64_t limit = 0;

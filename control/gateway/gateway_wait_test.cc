@@ -483,7 +483,7 @@ TEST_F(GatewayWaitTest, ARequestNobodyIsAheadOfBooksTheNextTokenAndIsAnsweredWhe
 // it exists, for the next waiter.
 TEST_F(GatewayWaitTest, AnAbandonedBookingIsChargedNothingAndGivesItsTokenBack) {
   plan("slow", config::Bucket{1000, 1000}, config::PlanQueue{5000, 0});
-  cfg_.plans["slow"].quota = config::Quota{1000};
+  cfg_.plans["slow"].quota = config::Quota::monthly(1000);
   cfg_.global_gates.model["m"] = config::Bucket{1, 2};  // a token every 500 ms
   tenant("s", "slow");
   AdmitRequest est = estimate("s", 100);
